@@ -1,0 +1,2 @@
+//! Tally's developer tasks (`cargo xtask …`).
+fn main() {}
