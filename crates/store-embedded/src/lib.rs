@@ -1,1 +1,3 @@
-//! Placeholder.
+//! Tally's embedded storage engine (being written).
+#![allow(dead_code)]
+mod expr;
