@@ -1,0 +1,3 @@
+//! Integration tests of the embedded engine: the conformance suite, the crash test and the model-based test.
+
+mod conformance;
