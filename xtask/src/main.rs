@@ -1,2 +1,64 @@
-//! Tally's developer tasks (`cargo xtask …`).
-fn main() {}
+//! Tally's developer tasks, run as `cargo xtask <task>`.
+//!
+//! - `cargo xtask test`: the whole test run, exactly what CI runs. It installs what the tests
+//!   need by itself, runs every test of every crate (unit, integration, doc, benches compiled
+//!   and run once), and fails loudly when anything is missing.
+//! - `cargo xtask bench`: the criterion benches, with figures for `BENCHMARKS.md`.
+//!
+//! Tasks are Rust rather than shell scripts so that they run the same everywhere and are
+//! reviewed like the rest of the code.
+
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = project_root();
+    match args.first().map(String::as_str) {
+        Some("test") => test(&root, &args[1..]),
+        Some("bench") => bench(&root, &args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask <test|bench> [args…]");
+            eprintln!("  test   run every test, as CI does");
+            eprintln!("  bench  run the criterion benches");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// The repository root: the parent of this crate's directory.
+fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repository").to_path_buf()
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    eprintln!("$ cargo {}", args.join(" "));
+    let status = Command::new(env!("CARGO")).args(args).current_dir(root).status().context("running cargo")?;
+    if !status.success() {
+        bail!("cargo {} failed with {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Every test, in the order that fails fastest on a typical mistake.
+fn test(root: &Path, extra: &[String]) -> Result<()> {
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    // Unit, integration and bench targets (benches run once, as tests) of every crate.
+    let mut all = vec!["test", "--workspace", "--all-targets", "--locked"];
+    all.extend(&extra);
+    cargo(root, &all)?;
+    // Doc tests are not part of --all-targets.
+    cargo(root, &["test", "--workspace", "--doc", "--locked"])?;
+    eprintln!("xtask test: every test passed");
+    Ok(())
+}
+
+fn bench(root: &Path, extra: &[String]) -> Result<()> {
+    let mut args = vec!["bench", "--workspace", "--locked"];
+    args.extend(extra.iter().map(String::as_str));
+    cargo(root, &args)
+}

@@ -48,11 +48,7 @@ pub enum StoreError {
 }
 
 fn reasons_list(reasons: &[CancellationReason]) -> String {
-    reasons
-        .iter()
-        .map(|r| r.code.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    reasons.iter().map(|r| r.code.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 impl StoreError {
@@ -73,10 +69,7 @@ impl StoreError {
 
     /// Whether the request was invalid (including size limits).
     pub fn is_validation(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Validation(_) | StoreError::ItemTooLarge(_) | StoreError::KeyTooLarge(_)
-        )
+        matches!(self, StoreError::Validation(_) | StoreError::ItemTooLarge(_) | StoreError::KeyTooLarge(_))
     }
 
     /// Whether the table or index was not found.
@@ -91,10 +84,7 @@ impl StoreError {
 
     /// Whether retrying the same request may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Throttled(_) | StoreError::TransactionConflict(_) | StoreError::Internal(_)
-        )
+        matches!(self, StoreError::Throttled(_) | StoreError::TransactionConflict(_) | StoreError::Internal(_))
     }
 
     /// The cancellation reasons of a cancelled transaction.
@@ -120,11 +110,7 @@ pub struct CancellationReason {
 impl CancellationReason {
     /// A reason with no message and no item.
     pub fn new(code: CancellationCode) -> Self {
-        CancellationReason {
-            code,
-            message: None,
-            item: None,
-        }
+        CancellationReason { code, message: None, item: None }
     }
 }
 

@@ -73,11 +73,7 @@ pub trait Store: Send + Sync + 'static {
     /// `BatchWriteItem`: may return unprocessed items.
     async fn batch_write_item(&self, request: BatchWriteItem) -> Result<BatchWriteItemOutput>;
     /// `TransactGetItems`.
-    async fn transact_get_items(&self, request: TransactGetItems)
-    -> Result<TransactGetItemsOutput>;
+    async fn transact_get_items(&self, request: TransactGetItems) -> Result<TransactGetItemsOutput>;
     /// `TransactWriteItems`.
-    async fn transact_write_items(
-        &self,
-        request: TransactWriteItems,
-    ) -> Result<TransactWriteItemsOutput>;
+    async fn transact_write_items(&self, request: TransactWriteItems) -> Result<TransactWriteItemsOutput>;
 }

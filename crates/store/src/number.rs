@@ -38,25 +38,17 @@ pub enum NumberError {
     #[error("Attempting to store more than 38 significant digits in a Number")]
     Precision,
     /// Magnitude above `9.99…E+125`.
-    #[error(
-        "Number overflow. Attempting to store a number with magnitude larger than supported range"
-    )]
+    #[error("Number overflow. Attempting to store a number with magnitude larger than supported range")]
     Overflow,
     /// Non-zero magnitude below `1E-130`.
-    #[error(
-        "Number underflow. Attempting to store a number with magnitude smaller than supported range"
-    )]
+    #[error("Number underflow. Attempting to store a number with magnitude smaller than supported range")]
     Underflow,
 }
 
 impl Number {
     /// Zero.
     pub fn zero() -> Self {
-        Number {
-            negative: false,
-            digits: Vec::new(),
-            exp: 0,
-        }
+        Number { negative: false, digits: Vec::new(), exp: 0 }
     }
 
     /// Whether this is zero.
@@ -104,11 +96,7 @@ impl Number {
         if exp < MIN_EXP {
             return Err(NumberError::Underflow);
         }
-        Ok(Number {
-            negative,
-            digits,
-            exp,
-        })
+        Ok(Number { negative, digits, exp })
     }
 
     /// `self + other`, exact; fails when the result leaves DynamoDB's range or precision.
@@ -324,18 +312,10 @@ impl Ord for Number {
         match (self.is_zero(), other.is_zero()) {
             (true, true) => return Ordering::Equal,
             (true, false) => {
-                return if other.negative {
-                    Ordering::Greater
-                } else {
-                    Ordering::Less
-                };
+                return if other.negative { Ordering::Greater } else { Ordering::Less };
             }
             (false, true) => {
-                return if self.negative {
-                    Ordering::Less
-                } else {
-                    Ordering::Greater
-                };
+                return if self.negative { Ordering::Less } else { Ordering::Greater };
             }
             _ => {}
         }
@@ -387,10 +367,7 @@ mod tests {
             ("-.5", "-0.5"),
             ("5.", "5"),
             ("1e-3", "0.001"),
-            (
-                "12345678901234567890123456789012345678",
-                "12345678901234567890123456789012345678",
-            ),
+            ("12345678901234567890123456789012345678", "12345678901234567890123456789012345678"),
             ("1E+125", &format!("1{}", "0".repeat(125))),
         ] {
             assert_eq!(n(input).to_string(), want, "{input}");
@@ -399,39 +376,21 @@ mod tests {
 
     #[test]
     fn rejects_what_dynamodb_rejects() {
-        for bad in [
-            "", "-", "abc", "1e", "1.2.3", " 1", "0x10", "NaN", "Infinity", "1e5x",
-        ] {
-            assert!(
-                matches!(bad.parse::<Number>(), Err(NumberError::Syntax(_))),
-                "{bad}"
-            );
+        for bad in ["", "-", "abc", "1e", "1.2.3", " 1", "0x10", "NaN", "Infinity", "1e5x"] {
+            assert!(matches!(bad.parse::<Number>(), Err(NumberError::Syntax(_))), "{bad}");
         }
-        assert_eq!(
-            "123456789012345678901234567890123456789".parse::<Number>(),
-            Err(NumberError::Precision)
-        );
+        assert_eq!("123456789012345678901234567890123456789".parse::<Number>(), Err(NumberError::Precision));
         assert_eq!("1E+126".parse::<Number>(), Err(NumberError::Overflow));
         assert_eq!("1E-131".parse::<Number>(), Err(NumberError::Underflow));
         assert!("1E-130".parse::<Number>().is_ok());
-        assert!(
-            "9.9999999999999999999999999999999999999E+125"
-                .parse::<Number>()
-                .is_ok()
-        );
+        assert!("9.9999999999999999999999999999999999999E+125".parse::<Number>().is_ok());
         // Trailing zeros are not significant digits.
-        assert!(
-            "1000000000000000000000000000000000000000000"
-                .parse::<Number>()
-                .is_ok()
-        );
+        assert!("1000000000000000000000000000000000000000000".parse::<Number>().is_ok());
     }
 
     #[test]
     fn orders_numerically() {
-        let sorted = [
-            "-100", "-2.5", "-0.001", "0", "0.001", "1", "1.5", "10", "150", "1E+100",
-        ];
+        let sorted = ["-100", "-2.5", "-0.001", "0", "0.001", "1", "1.5", "10", "150", "1E+100"];
         for w in sorted.windows(2) {
             assert!(n(w[0]) < n(w[1]), "{} < {}", w[0], w[1]);
         }
@@ -450,17 +409,10 @@ mod tests {
             ("-0.001", "-0.009", "-0.01"),
             ("1000", "-0.5", "999.5"),
         ] {
-            assert_eq!(
-                n(a).checked_add(&n(b)).unwrap().to_string(),
-                sum,
-                "{a} + {b}"
-            );
+            assert_eq!(n(a).checked_add(&n(b)).unwrap().to_string(), sum, "{a} + {b}");
         }
         assert_eq!(n("1E+38").checked_add(&n("1")), Err(NumberError::Precision));
-        assert_eq!(
-            n("9E+125").checked_add(&n("9E+125")),
-            Err(NumberError::Overflow)
-        );
+        assert_eq!(n("9E+125").checked_add(&n("9E+125")), Err(NumberError::Overflow));
     }
 
     #[test]

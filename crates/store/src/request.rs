@@ -83,11 +83,7 @@ pub struct GetItem {
 impl GetItem {
     /// Gets the item with `key` from `table`.
     pub fn new(table: impl Into<String>, key: Item) -> Self {
-        GetItem {
-            table: table.into(),
-            key,
-            ..Default::default()
-        }
+        GetItem { table: table.into(), key, ..Default::default() }
     }
 
     /// Asks for a strongly consistent read.
@@ -123,11 +119,7 @@ pub struct PutItem {
 impl PutItem {
     /// Puts `item` into `table`.
     pub fn new(table: impl Into<String>, item: Item) -> Self {
-        PutItem {
-            table: table.into(),
-            item,
-            ..Default::default()
-        }
+        PutItem { table: table.into(), item, ..Default::default() }
     }
 
     /// Sets the condition expression.
@@ -165,12 +157,7 @@ pub struct UpdateItem {
 impl UpdateItem {
     /// Applies `update` to the item with `key` in `table` (creating it if absent, as DynamoDB does).
     pub fn new(table: impl Into<String>, key: Item, update: impl Into<String>) -> Self {
-        UpdateItem {
-            table: table.into(),
-            key,
-            update: update.into(),
-            ..Default::default()
-        }
+        UpdateItem { table: table.into(), key, update: update.into(), ..Default::default() }
     }
 
     /// Sets the condition expression.
@@ -206,11 +193,7 @@ pub struct DeleteItem {
 impl DeleteItem {
     /// Deletes the item with `key` from `table`.
     pub fn new(table: impl Into<String>, key: Item) -> Self {
-        DeleteItem {
-            table: table.into(),
-            key,
-            ..Default::default()
-        }
+        DeleteItem { table: table.into(), key, ..Default::default() }
     }
 
     /// Sets the condition expression.
@@ -244,12 +227,7 @@ pub struct ConditionCheck {
 impl ConditionCheck {
     /// Checks `condition` on the item with `key`.
     pub fn new(table: impl Into<String>, key: Item, condition: impl Into<String>) -> Self {
-        ConditionCheck {
-            table: table.into(),
-            key,
-            condition: condition.into(),
-            ..Default::default()
-        }
+        ConditionCheck { table: table.into(), key, condition: condition.into(), ..Default::default() }
     }
 }
 
@@ -379,10 +357,7 @@ pub struct Scan {
 impl Scan {
     /// Scans `table`.
     pub fn new(table: impl Into<String>) -> Self {
-        Scan {
-            table: table.into(),
-            ..Default::default()
-        }
+        Scan { table: table.into(), ..Default::default() }
     }
 
     /// Scans the named index.
@@ -416,16 +391,7 @@ impl Scan {
     }
 }
 
-expression_builders!(
-    GetItem,
-    PutItem,
-    UpdateItem,
-    DeleteItem,
-    ConditionCheck,
-    Query,
-    Scan,
-    KeysAndAttributes
-);
+expression_builders!(GetItem, PutItem, UpdateItem, DeleteItem, ConditionCheck, Query, Scan, KeysAndAttributes);
 
 /// Keys to read from one table in a batch.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -27,9 +27,7 @@ impl ScalarType {
     pub fn matches(self, value: &AttributeValue) -> bool {
         matches!(
             (self, value.value_type()),
-            (ScalarType::S, ValueType::S)
-                | (ScalarType::N, ValueType::N)
-                | (ScalarType::B, ValueType::B)
+            (ScalarType::S, ValueType::S) | (ScalarType::N, ValueType::N) | (ScalarType::B, ValueType::B)
         )
     }
 }
@@ -46,10 +44,7 @@ pub struct KeyAttribute {
 impl KeyAttribute {
     /// A key attribute.
     pub fn new(name: impl Into<String>, ty: ScalarType) -> Self {
-        KeyAttribute {
-            name: name.into(),
-            ty,
-        }
+        KeyAttribute { name: name.into(), ty }
     }
 }
 
@@ -65,23 +60,12 @@ pub struct KeySchema {
 impl KeySchema {
     /// A key schema with a partition key only.
     pub fn hash(name: impl Into<String>, ty: ScalarType) -> Self {
-        KeySchema {
-            partition: KeyAttribute::new(name, ty),
-            sort: None,
-        }
+        KeySchema { partition: KeyAttribute::new(name, ty), sort: None }
     }
 
     /// A key schema with partition and sort keys.
-    pub fn composite(
-        pk: impl Into<String>,
-        pk_ty: ScalarType,
-        sk: impl Into<String>,
-        sk_ty: ScalarType,
-    ) -> Self {
-        KeySchema {
-            partition: KeyAttribute::new(pk, pk_ty),
-            sort: Some(KeyAttribute::new(sk, sk_ty)),
-        }
+    pub fn composite(pk: impl Into<String>, pk_ty: ScalarType, sk: impl Into<String>, sk_ty: ScalarType) -> Self {
+        KeySchema { partition: KeyAttribute::new(pk, pk_ty), sort: Some(KeyAttribute::new(sk, sk_ty)) }
     }
 
     /// The key attributes, partition first.
@@ -202,32 +186,14 @@ impl TableDefinition {
     }
 
     /// Adds a global secondary index.
-    pub fn gsi(
-        mut self,
-        name: impl Into<String>,
-        key_schema: KeySchema,
-        projection: Projection,
-    ) -> Self {
-        self.global_indexes.push(GlobalSecondaryIndex {
-            name: name.into(),
-            key_schema,
-            projection,
-        });
+    pub fn gsi(mut self, name: impl Into<String>, key_schema: KeySchema, projection: Projection) -> Self {
+        self.global_indexes.push(GlobalSecondaryIndex { name: name.into(), key_schema, projection });
         self
     }
 
     /// Adds a local secondary index.
-    pub fn lsi(
-        mut self,
-        name: impl Into<String>,
-        sort: KeyAttribute,
-        projection: Projection,
-    ) -> Self {
-        self.local_indexes.push(LocalSecondaryIndex {
-            name: name.into(),
-            sort,
-            projection,
-        });
+    pub fn lsi(mut self, name: impl Into<String>, sort: KeyAttribute, projection: Projection) -> Self {
+        self.local_indexes.push(LocalSecondaryIndex { name: name.into(), sort, projection });
         self
     }
 
@@ -248,10 +214,7 @@ impl TableDefinition {
         self.local_indexes
             .iter()
             .find(|l| l.name == index)
-            .map(|l| KeySchema {
-                partition: self.key_schema.partition.clone(),
-                sort: Some(l.sort.clone()),
-            })
+            .map(|l| KeySchema { partition: self.key_schema.partition.clone(), sort: Some(l.sort.clone()) })
     }
 
     /// Every attribute that is part of a key of the table or of an index, with its type.

@@ -162,18 +162,12 @@ impl AttributeValue {
 
     /// Whether the value is a set type.
     pub fn is_set(&self) -> bool {
-        matches!(
-            self,
-            AttributeValue::Ss(_) | AttributeValue::Ns(_) | AttributeValue::Bs(_)
-        )
+        matches!(self, AttributeValue::Ss(_) | AttributeValue::Ns(_) | AttributeValue::Bs(_))
     }
 
     /// Whether the value is a scalar that can be a key (`S`, `N`, `B`).
     pub fn is_key_type(&self) -> bool {
-        matches!(
-            self,
-            AttributeValue::S(_) | AttributeValue::N(_) | AttributeValue::B(_)
-        )
+        matches!(self, AttributeValue::S(_) | AttributeValue::N(_) | AttributeValue::B(_))
     }
 
     /// The value's size in bytes by DynamoDB's rules (without the attribute name).
@@ -187,9 +181,7 @@ impl AttributeValue {
             AttributeValue::N(n) => number_size(n),
             AttributeValue::B(b) => b.len(),
             AttributeValue::Bool(_) | AttributeValue::Null => 1,
-            AttributeValue::M(m) => {
-                3 + m.iter().map(|(k, v)| 1 + k.len() + v.size()).sum::<usize>()
-            }
+            AttributeValue::M(m) => 3 + m.iter().map(|(k, v)| 1 + k.len() + v.size()).sum::<usize>(),
             AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + v.size()).sum::<usize>(),
             AttributeValue::Ss(s) => s.iter().map(String::len).sum(),
             AttributeValue::Ns(s) => s.iter().map(number_size).sum(),
@@ -279,10 +271,7 @@ mod tests {
         assert_eq!(n("12345").size(), 4);
         assert_eq!(n("-1").size(), 3);
         assert_eq!(AttributeValue::Null.size(), 1);
-        assert_eq!(
-            AttributeValue::L(vec![1.into(), "ab".into()]).size(),
-            3 + (1 + 2) + (1 + 2)
-        );
+        assert_eq!(AttributeValue::L(vec![1.into(), "ab".into()]).size(), 3 + (1 + 2) + (1 + 2));
         let item = item! { "pk" => "a", "n" => 10 };
         assert_eq!(item_size(&item), 2 + 1 + 1 + 2);
     }
