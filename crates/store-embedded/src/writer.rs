@@ -1,0 +1,662 @@
+//! The single writer thread: group commit of every write operation.
+//!
+//! Callers send a [`Job`] down a channel and wait for its answer. The writer takes the first
+//! job, drains whatever else is queued, applies each operation in turn inside one redb write
+//! transaction, commits it durably (fsync) and only then answers every caller. Each operation
+//! validates and checks its conditions before it writes anything, so an operation that fails
+//! leaves nothing behind and the others in the group are unaffected. If redb itself fails (or
+//! an operation panics), the whole transaction is dropped and the group's operations are
+//! retried one transaction each, so one bad operation cannot take its neighbours down.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redb::{Durability, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use store::limits::{IDEMPOTENCY_WINDOW_SECS, MAX_BATCH_WRITE, MAX_TRANSACT_BYTES, MAX_TRANSACT_ITEMS};
+use store::{
+    BatchWriteItem, BatchWriteItemOutput, CancellationCode, CancellationReason, ConditionCheck, DeleteItem, Item,
+    PutItem, ReturnValues, StoreError, TableDefinition, TableDescription, TableStatus, TransactWrite,
+    TransactWriteItems, TransactWriteItemsOutput, UpdateItem, WriteOutput, WriteRequest, item_size,
+};
+use tokio::sync::oneshot;
+
+use crate::capacity::{Kind, PerTable, Units, read_units, write_units};
+use crate::codec;
+use crate::db::{self, META, OpError, Shared, TOKEN_TIMES, TOKENS, TTL, bytes_table, load, store_item};
+use crate::expr::{Condition, ExprContext, Update};
+use crate::schema::{self, TableInfo};
+
+/// Most operations applied in one group commit; bounds the transaction and the latency of
+/// the first caller in the group.
+const MAX_GROUP: usize = 512;
+/// Most expired items one sweep operation deletes, so a sweep never holds the writer long.
+pub const SWEEP_BATCH: usize = 1000;
+
+/// A write operation for the writer thread.
+pub enum WriteOp {
+    /// `CreateTable`.
+    CreateTable(TableDefinition),
+    /// `DeleteTable`.
+    DeleteTable(String),
+    /// `PutItem`.
+    Put(PutItem),
+    /// `UpdateItem`.
+    Update(UpdateItem),
+    /// `DeleteItem`.
+    Delete(DeleteItem),
+    /// `BatchWriteItem`.
+    Batch(BatchWriteItem),
+    /// `TransactWriteItems`.
+    Transact(TransactWriteItems),
+    /// Deletes items that expired before `now` (epoch seconds).
+    Sweep {
+        /// The time to sweep at.
+        now: u64,
+    },
+}
+
+/// The answer to a [`WriteOp`].
+pub enum Reply {
+    /// A table's description.
+    Table(TableDescription),
+    /// A single-item write's result.
+    Write(WriteOutput),
+    /// A batch write's result.
+    Batch(BatchWriteItemOutput),
+    /// A transaction's result.
+    Transact(TransactWriteItemsOutput),
+    /// How many items a sweep deleted, and whether more may be due.
+    Swept {
+        /// Items deleted.
+        deleted: usize,
+        /// Whether the sweep stopped at its batch size.
+        more: bool,
+    },
+}
+
+/// A queued write and where to send its answer.
+pub struct Job {
+    /// The operation.
+    pub op: WriteOp,
+    /// The caller waiting for the answer.
+    pub reply: oneshot::Sender<Result<Reply, StoreError>>,
+}
+
+/// The writer's state.
+pub struct Writer {
+    shared: Arc<Shared>,
+    /// Table definitions as of the open transaction (ahead of `shared` until the commit).
+    defs: BTreeMap<String, Arc<TableInfo>>,
+    defs_changed: bool,
+}
+
+/// Seconds since the epoch.
+pub fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Writer {
+    /// A writer over the shared state.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        let defs = shared.tables.read().unwrap_or_else(|e| e.into_inner()).clone();
+        Writer { shared, defs, defs_changed: false }
+    }
+
+    /// Runs until every sender is gone.
+    pub fn run(mut self, rx: Receiver<Job>) {
+        while let Ok(first) = rx.recv() {
+            let mut jobs = vec![first];
+            while jobs.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.run_group(jobs);
+        }
+    }
+
+    fn run_group(&mut self, jobs: Vec<Job>) {
+        match self.try_group(&jobs) {
+            Ok(results) => {
+                for (job, result) in jobs.into_iter().zip(results) {
+                    let _ = job.reply.send(result);
+                }
+            }
+            Err(fatal) => {
+                self.reset_defs();
+                if jobs.len() == 1 {
+                    for job in jobs {
+                        tracing::error!(error = %fatal, "write failed");
+                        let _ = job.reply.send(Err(StoreError::Internal(fatal.clone())));
+                    }
+                } else {
+                    // Isolate the failing operation: every other one still gets applied.
+                    for job in jobs {
+                        self.run_group(vec![job]);
+                    }
+                }
+            }
+        }
+    }
+
+    fn reset_defs(&mut self) {
+        self.defs = self.shared.tables.read().unwrap_or_else(|e| e.into_inner()).clone();
+        self.defs_changed = false;
+    }
+
+    /// Applies the jobs in one transaction and commits it; `Err` means nothing was committed.
+    fn try_group(&mut self, jobs: &[Job]) -> Result<Vec<Result<Reply, StoreError>>, String> {
+        let mut txn = self.shared.db.begin_write().map_err(|e| e.to_string())?;
+        txn.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
+        let mut results = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.apply(&txn, &job.op)));
+            match outcome {
+                Ok(Ok(reply)) => results.push(Ok(reply)),
+                Ok(Err(OpError::Store(e))) => results.push(Err(e)),
+                Ok(Err(OpError::Fatal(e))) => return Err(e),
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "panic".to_string());
+                    return Err(format!("operation panicked: {message}"));
+                }
+            }
+        }
+        txn.commit().map_err(|e| e.to_string())?;
+        if self.defs_changed {
+            let mut tables = self.shared.tables.write().unwrap_or_else(|e| e.into_inner());
+            *tables = self.defs.clone();
+            self.defs_changed = false;
+        }
+        Ok(results)
+    }
+
+    fn info(&self, table: &str) -> Result<Arc<TableInfo>, StoreError> {
+        self.defs.get(table).cloned().ok_or_else(|| StoreError::ResourceNotFound("Requested resource not found".into()))
+    }
+
+    fn apply(&mut self, txn: &WriteTransaction, op: &WriteOp) -> Result<Reply, OpError> {
+        match op {
+            WriteOp::CreateTable(def) => self.create_table(txn, def).map(Reply::Table),
+            WriteOp::DeleteTable(name) => self.delete_table(txn, name).map(Reply::Table),
+            WriteOp::Put(req) => {
+                let parsed = self.parse_put(req)?;
+                self.single(txn, parsed).map(Reply::Write)
+            }
+            WriteOp::Update(req) => {
+                let parsed = self.parse_update(req)?;
+                self.single(txn, parsed).map(Reply::Write)
+            }
+            WriteOp::Delete(req) => {
+                let parsed = self.parse_delete(req)?;
+                self.single(txn, parsed).map(Reply::Write)
+            }
+            WriteOp::Batch(req) => self.batch(txn, req).map(Reply::Batch),
+            WriteOp::Transact(req) => self.transact(txn, req).map(Reply::Transact),
+            WriteOp::Sweep { now } => self.sweep(txn, *now),
+        }
+    }
+
+    fn create_table(&mut self, txn: &WriteTransaction, def: &TableDefinition) -> Result<TableDescription, OpError> {
+        schema::check_definition(def)?;
+        if self.defs.contains_key(&def.name) {
+            return Err(StoreError::ResourceInUse(format!("Table already exists: {}", def.name)).into());
+        }
+        let info = TableInfo::new(def.clone());
+        txn.open_table(META)?.insert(def.name.as_str(), codec::encode_definition(def).as_slice())?;
+        txn.open_table(bytes_table(&info.redb_name))?;
+        for index in &info.indexes {
+            txn.open_table(bytes_table(&index.redb_name))?;
+        }
+        self.defs.insert(def.name.clone(), Arc::new(info));
+        self.defs_changed = true;
+        Ok(TableDescription { definition: def.clone(), status: TableStatus::Active, item_count: 0, size_bytes: 0 })
+    }
+
+    fn delete_table(&mut self, txn: &WriteTransaction, name: &str) -> Result<TableDescription, OpError> {
+        let info = self.defs.get(name).cloned().ok_or_else(|| {
+            StoreError::ResourceNotFound(format!("Requested resource not found: Table: {name} not found"))
+        })?;
+        let (item_count, size_bytes) = {
+            let base = txn.open_table(bytes_table(&info.redb_name))?;
+            let mut size = 0u64;
+            for entry in base.iter()? {
+                let (_, v) = entry?;
+                size += v.value().len() as u64;
+            }
+            (base.len()?, size)
+        };
+        txn.open_table(META)?.remove(name)?;
+        txn.delete_table(bytes_table(&info.redb_name))?;
+        for index in &info.indexes {
+            txn.delete_table(bytes_table(&index.redb_name))?;
+        }
+        // The table's TTL entries stay behind; a sweep drops entries whose item is gone.
+        self.defs.remove(name);
+        self.defs_changed = true;
+        Ok(TableDescription { definition: info.def.clone(), status: TableStatus::Deleting, item_count, size_bytes })
+    }
+
+    fn target(&self, table: &str, key: &Item) -> Result<Target, StoreError> {
+        let info = self.info(table)?;
+        info.check_key(key)?;
+        let bytes = info.base_key(key);
+        Ok(Target { info, key: bytes, key_item: key.clone() })
+    }
+
+    fn parse_put(&self, req: &PutItem) -> Result<Parsed, StoreError> {
+        let mut ctx = ExprContext::new(&req.attrs);
+        let condition = parse_condition(req.condition.as_deref(), &mut ctx)?;
+        ctx.finish()?;
+        check_single_return(req.return_values)?;
+        let info = self.info(&req.table)?;
+        info.check_put(&req.item)?;
+        let key_item = info.key_of(&req.item);
+        let key = info.base_key(&req.item);
+        Ok(Parsed {
+            target: Target { info, key, key_item },
+            condition,
+            action: Action::Put(req.item.clone()),
+            return_values: req.return_values,
+            return_old_on_failure: req.return_old_on_condition_failure,
+        })
+    }
+
+    fn parse_update(&self, req: &UpdateItem) -> Result<Parsed, StoreError> {
+        let mut ctx = ExprContext::new(&req.attrs);
+        let update = Update::parse(&req.update, &mut ctx)?;
+        let condition = parse_condition(req.condition.as_deref(), &mut ctx)?;
+        ctx.finish()?;
+        let target = self.target(&req.table, &req.key)?;
+        let written = update.top_level_attributes();
+        for name in target.info.primary_key_names() {
+            if written.contains(name) {
+                return Err(StoreError::validation(format!(
+                    "One or more parameter values were invalid: Cannot update attribute {name}. This attribute is part of the key"
+                )));
+            }
+        }
+        Ok(Parsed {
+            target,
+            condition,
+            action: Action::Update(update, written),
+            return_values: req.return_values,
+            return_old_on_failure: req.return_old_on_condition_failure,
+        })
+    }
+
+    fn parse_delete(&self, req: &DeleteItem) -> Result<Parsed, StoreError> {
+        let mut ctx = ExprContext::new(&req.attrs);
+        let condition = parse_condition(req.condition.as_deref(), &mut ctx)?;
+        ctx.finish()?;
+        check_single_return(req.return_values)?;
+        Ok(Parsed {
+            target: self.target(&req.table, &req.key)?,
+            condition,
+            action: Action::Delete,
+            return_values: req.return_values,
+            return_old_on_failure: req.return_old_on_condition_failure,
+        })
+    }
+
+    fn parse_check(&self, req: &ConditionCheck) -> Result<Parsed, StoreError> {
+        let mut ctx = ExprContext::new(&req.attrs);
+        let condition = Condition::parse(&req.condition, &mut ctx)?;
+        ctx.finish()?;
+        Ok(Parsed {
+            target: self.target(&req.table, &req.key)?,
+            condition: Some(condition),
+            action: Action::Check,
+            return_values: ReturnValues::None,
+            return_old_on_failure: req.return_old_on_condition_failure,
+        })
+    }
+
+    /// Checks the condition and computes the new item, writing nothing.
+    fn evaluate(&self, txn: &WriteTransaction, parsed: &Parsed) -> Result<Planned, OpError> {
+        let target = &parsed.target;
+        let old = load(txn, &target.info, &target.key)?;
+        if let Some(condition) = &parsed.condition
+            && !condition.evaluate(old.as_ref())?
+        {
+            return Err(StoreError::ConditionalCheckFailed {
+                item: if parsed.return_old_on_failure { old } else { None },
+            }
+            .into());
+        }
+        let new = match &parsed.action {
+            Action::Put(item) => Some(item.clone()),
+            Action::Delete => None,
+            Action::Check => old.clone(),
+            Action::Update(update, _) => {
+                let mut item = old.clone().unwrap_or_else(|| target.key_item.clone());
+                update.apply(&mut item)?;
+                target.info.check_item(&item, "Item size to update has exceeded the maximum allowed size")?;
+                Some(item)
+            }
+        };
+        Ok(Planned { old, new })
+    }
+
+    fn single(&self, txn: &WriteTransaction, parsed: Parsed) -> Result<WriteOutput, OpError> {
+        let planned = self.evaluate(txn, &parsed)?;
+        let target = &parsed.target;
+        let units = store_item(txn, &target.info, &target.key, planned.old.as_ref(), planned.new.as_ref())?;
+        let attributes = match (&parsed.action, parsed.return_values) {
+            (_, ReturnValues::None) => None,
+            (_, ReturnValues::AllOld) => planned.old,
+            (_, ReturnValues::AllNew) => planned.new,
+            (Action::Update(_, written), ReturnValues::UpdatedOld) => restrict(planned.old.as_ref(), written),
+            (Action::Update(_, written), ReturnValues::UpdatedNew) => restrict(planned.new.as_ref(), written),
+            _ => None,
+        };
+        Ok(WriteOutput { attributes, consumed_capacity: units.consumed(&target.info.def.name, Kind::Write) })
+    }
+
+    fn batch(&self, txn: &WriteTransaction, req: &BatchWriteItem) -> Result<BatchWriteItemOutput, OpError> {
+        let total: usize = req.requests.values().map(Vec::len).sum();
+        if total > MAX_BATCH_WRITE {
+            return Err(StoreError::validation("Too many items requested for the BatchWriteItem call").into());
+        }
+        if total == 0 || req.requests.values().any(Vec::is_empty) {
+            return Err(StoreError::validation(
+                "1 validation error detected: Value null at 'requestItems' failed to satisfy constraint: Member must have length greater than or equal to 1",
+            )
+            .into());
+        }
+        let mut writes = Vec::with_capacity(total);
+        for (table, requests) in &req.requests {
+            let info = self.info(table)?;
+            let mut seen = BTreeSet::new();
+            for request in requests {
+                let (key, new) = match request {
+                    WriteRequest::Put(item) => {
+                        info.check_put(item)?;
+                        (info.base_key(item), Some(item))
+                    }
+                    WriteRequest::Delete(key) => {
+                        info.check_key(key)?;
+                        (info.base_key(key), None)
+                    }
+                };
+                if !seen.insert(key.clone()) {
+                    return Err(StoreError::validation("Provided list of item keys contains duplicates").into());
+                }
+                writes.push((info.clone(), key, new));
+            }
+        }
+        let mut per_table = PerTable::default();
+        for (info, key, new) in writes {
+            let old = load(txn, &info, &key)?;
+            let units = store_item(txn, &info, &key, old.as_ref(), new)?;
+            per_table.add(&info.def.name, &units);
+        }
+        Ok(BatchWriteItemOutput {
+            unprocessed_items: BTreeMap::new(),
+            consumed_capacity: per_table.consumed(Kind::Write),
+        })
+    }
+
+    fn transact(&self, txn: &WriteTransaction, req: &TransactWriteItems) -> Result<TransactWriteItemsOutput, OpError> {
+        if req.items.is_empty() || req.items.len() > MAX_TRANSACT_ITEMS {
+            return Err(StoreError::validation(format!(
+                "1 validation error detected: Value at 'transactItems' failed to satisfy constraint: Member must have length less than or equal to {MAX_TRANSACT_ITEMS} and greater than or equal to 1"
+            ))
+            .into());
+        }
+        let mut parsed = Vec::with_capacity(req.items.len());
+        let mut seen = BTreeSet::new();
+        let mut bytes = 0usize;
+        for item in &req.items {
+            let p = match item {
+                TransactWrite::Put(r) => {
+                    bytes += item_size(&r.item);
+                    self.parse_put(r)?
+                }
+                TransactWrite::Update(r) => self.parse_update(r)?,
+                TransactWrite::Delete(r) => self.parse_delete(r)?,
+                TransactWrite::ConditionCheck(r) => self.parse_check(r)?,
+            };
+            if !seen.insert((p.target.info.def.name.clone(), p.target.key.clone())) {
+                return Err(StoreError::validation(
+                    "Transaction request cannot include multiple operations on one item",
+                )
+                .into());
+            }
+            parsed.push(p);
+        }
+        if bytes > MAX_TRANSACT_BYTES {
+            return Err(StoreError::validation("Transaction request cannot be larger than 4 MB").into());
+        }
+        let now = now_secs();
+        let fingerprint = req.client_request_token.as_ref().map(|_| fingerprint(&format!("{:?}", req.items)));
+        if let (Some(token), Some(fp)) = (&req.client_request_token, fingerprint)
+            && let Some((time, seen_fp)) = token_entry(txn, token)?
+            && now.saturating_sub(time) < IDEMPOTENCY_WINDOW_SECS
+        {
+            if seen_fp != fp {
+                return Err(StoreError::IdempotentParameterMismatch(
+                    "Request with the same client token was made with different parameters".into(),
+                )
+                .into());
+            }
+            // A repeat: answer success again without writing, billing the reads of the items.
+            let mut per_table = PerTable::default();
+            for p in &parsed {
+                let size = load(txn, &p.target.info, &p.target.key)?.as_ref().map_or(0, item_size);
+                per_table.add(&p.target.info.def.name, &Units::table(read_units(size, true)));
+            }
+            return Ok(TransactWriteItemsOutput { consumed_capacity: per_table.consumed(Kind::Read) });
+        }
+        let mut plans = Vec::with_capacity(parsed.len());
+        let mut reasons = Vec::with_capacity(parsed.len());
+        let mut failed = false;
+        for p in &parsed {
+            match self.evaluate(txn, p) {
+                Ok(plan) => {
+                    reasons.push(CancellationReason::new(CancellationCode::None));
+                    plans.push(Some(plan));
+                }
+                Err(OpError::Store(e)) => {
+                    failed = true;
+                    reasons.push(reason_for(e));
+                    plans.push(None);
+                }
+                Err(fatal) => return Err(fatal),
+            }
+        }
+        if failed {
+            return Err(StoreError::TransactionCanceled { reasons }.into());
+        }
+        let mut per_table = PerTable::default();
+        for (p, plan) in parsed.iter().zip(plans.into_iter().flatten()) {
+            let units = if matches!(p.action, Action::Check) {
+                Units::table(write_units(plan.old.as_ref().map_or(0, item_size)))
+            } else {
+                store_item(txn, &p.target.info, &p.target.key, plan.old.as_ref(), plan.new.as_ref())?
+            };
+            per_table.add(&p.target.info.def.name, &units.scaled(2.0));
+        }
+        if let (Some(token), Some(fp)) = (&req.client_request_token, fingerprint) {
+            record_token(txn, token, now, fp)?;
+        }
+        Ok(TransactWriteItemsOutput { consumed_capacity: per_table.consumed(Kind::Write) })
+    }
+
+    fn sweep(&self, txn: &WriteTransaction, now: u64) -> Result<Reply, OpError> {
+        // DynamoDB ignores expiry times more than five years in the past.
+        let oldest = now.saturating_sub(5 * 365 * 24 * 3600);
+        let due: Vec<Vec<u8>> = {
+            let ttl = txn.open_table(TTL)?;
+            let lo = oldest.to_be_bytes();
+            let hi = now.to_be_bytes();
+            let mut due = Vec::new();
+            for entry in ttl.range::<&[u8]>(lo.as_slice()..hi.as_slice())? {
+                let (k, _) = entry?;
+                due.push(k.value().to_vec());
+                if due.len() >= SWEEP_BATCH {
+                    break;
+                }
+            }
+            due
+        };
+        let more = due.len() >= SWEEP_BATCH;
+        let mut deleted = 0;
+        for k in due {
+            let Some((expiry, table, key)) = db::parse_ttl_key(&k) else {
+                txn.open_table(TTL)?.remove(k.as_slice())?;
+                continue;
+            };
+            let info = self.defs.get(&table);
+            let item = match info {
+                Some(info) => load(txn, info, key)?,
+                None => None,
+            };
+            match (info, item) {
+                (Some(info), Some(item)) if info.expiry(&item) == Some(expiry) => {
+                    store_item(txn, info, key, Some(&item), None)?;
+                    deleted += 1;
+                }
+                _ => {
+                    // A stale entry: its table or item is gone, or the item's expiry changed.
+                    txn.open_table(TTL)?.remove(k.as_slice())?;
+                }
+            }
+        }
+        purge_tokens(txn, now)?;
+        Ok(Reply::Swept { deleted, more })
+    }
+}
+
+/// The item a write addresses.
+struct Target {
+    info: Arc<TableInfo>,
+    key: Vec<u8>,
+    key_item: Item,
+}
+
+enum Action {
+    Put(Item),
+    Update(Update, BTreeSet<String>),
+    Delete,
+    Check,
+}
+
+/// A validated write, ready to be evaluated against the current item.
+struct Parsed {
+    target: Target,
+    condition: Option<Condition>,
+    action: Action,
+    return_values: ReturnValues,
+    return_old_on_failure: bool,
+}
+
+/// The item before and after a write.
+struct Planned {
+    old: Option<Item>,
+    new: Option<Item>,
+}
+
+fn parse_condition(text: Option<&str>, ctx: &mut ExprContext<'_>) -> Result<Option<Condition>, StoreError> {
+    text.map(|t| Condition::parse(t, ctx)).transpose()
+}
+
+fn check_single_return(rv: ReturnValues) -> Result<(), StoreError> {
+    match rv {
+        ReturnValues::None | ReturnValues::AllOld => Ok(()),
+        _ => Err(StoreError::validation("ReturnValues can only be ALL_OLD or NONE")),
+    }
+}
+
+fn restrict(item: Option<&Item>, names: &BTreeSet<String>) -> Option<Item> {
+    let item = item?;
+    let out: Item = item.iter().filter(|(k, _)| names.contains(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    (!out.is_empty()).then_some(out)
+}
+
+fn reason_for(e: StoreError) -> CancellationReason {
+    match e {
+        StoreError::ConditionalCheckFailed { item } => CancellationReason {
+            code: CancellationCode::ConditionalCheckFailed,
+            message: Some("The conditional request failed".into()),
+            item,
+        },
+        other => {
+            CancellationReason { code: CancellationCode::ValidationError, message: Some(other.to_string()), item: None }
+        }
+    }
+}
+
+/// FNV-1a: a stable fingerprint of a request for idempotency checks.
+fn fingerprint(text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn token_entry(txn: &WriteTransaction, token: &str) -> Result<Option<(u64, u64)>, OpError> {
+    let table = txn.open_table(TOKENS)?;
+    let Some(v) = table.get(token)? else {
+        return Ok(None);
+    };
+    let v = v.value();
+    if v.len() != 16 {
+        return Ok(None);
+    }
+    let time = u64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8]));
+    let fp = u64::from_be_bytes(v[8..].try_into().unwrap_or([0; 8]));
+    Ok(Some((time, fp)))
+}
+
+fn record_token(txn: &WriteTransaction, token: &str, now: u64, fp: u64) -> Result<(), OpError> {
+    if let Some((old_time, _)) = token_entry(txn, token)? {
+        txn.open_table(TOKEN_TIMES)?.remove(token_time_key(old_time, token).as_slice())?;
+    }
+    let mut value = [0u8; 16];
+    value[..8].copy_from_slice(&now.to_be_bytes());
+    value[8..].copy_from_slice(&fp.to_be_bytes());
+    txn.open_table(TOKENS)?.insert(token, value.as_slice())?;
+    txn.open_table(TOKEN_TIMES)?.insert(token_time_key(now, token).as_slice(), ())?;
+    Ok(())
+}
+
+fn token_time_key(time: u64, token: &str) -> Vec<u8> {
+    let mut k = time.to_be_bytes().to_vec();
+    k.extend_from_slice(token.as_bytes());
+    k
+}
+
+/// Forgets tokens older than the idempotency window, a bounded number at a time.
+fn purge_tokens(txn: &WriteTransaction, now: u64) -> Result<(), OpError> {
+    let cutoff = now.saturating_sub(IDEMPOTENCY_WINDOW_SECS).to_be_bytes();
+    let old: Vec<Vec<u8>> = {
+        let times = txn.open_table(TOKEN_TIMES)?;
+        let mut old = Vec::new();
+        for entry in times.range::<&[u8]>(..cutoff.as_slice())? {
+            old.push(entry?.0.value().to_vec());
+            if old.len() >= SWEEP_BATCH {
+                break;
+            }
+        }
+        old
+    };
+    let mut times = txn.open_table(TOKEN_TIMES)?;
+    let mut tokens = txn.open_table(TOKENS)?;
+    for k in old {
+        times.remove(k.as_slice())?;
+        if let Ok(token) = std::str::from_utf8(&k[8..]) {
+            tokens.remove(token)?;
+        }
+    }
+    Ok(())
+}
