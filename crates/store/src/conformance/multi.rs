@@ -157,7 +157,9 @@ pub(crate) async fn transact_get(ctx: Ctx) -> Outcome {
     let b = item! { "pk" => "q", "sk" => "b", "v" => 2 };
     put(store, &t1, a.clone()).await?;
     put(store, &t2, b.clone()).await?;
-    let mut projected = tget(&t1, key("p", "a"));
+    let c = item! { "pk" => "p", "sk" => "c", "v" => 3, "w" => "y" };
+    put(store, &t1, c.clone()).await?;
+    let mut projected = tget(&t1, key("p", "c"));
     projected.projection = Some("#w".into());
     projected.attrs.names.insert("#w".into(), "w".into());
     let out = store
@@ -166,7 +168,7 @@ pub(crate) async fn transact_get(ctx: Ctx) -> Outcome {
         })
         .await
         .or_fail("transact get")?;
-    ensure_eq!(out.items, vec![Some(b), None, Some(a), Some(item! { "w" => "x" })], "items in request order");
+    ensure_eq!(out.items, vec![Some(b), None, Some(a), Some(item! { "w" => "y" })], "items in request order");
     Ok(())
 }
 

@@ -255,6 +255,11 @@ pub(crate) async fn transaction_limits(ctx: Ctx) -> Outcome {
         ),
         ("more than 4 MB", tx(heavy)),
         ("101 reads", gets(101).into()),
+        // DynamoDB rejects two reads of one item as it rejects two writes.
+        (
+            "one item read twice",
+            TransactGetItems { items: vec![gets(1).items[0].clone(), gets(1).items[0].clone()] }.into(),
+        ),
     ];
     expect_all(store, Expect::Validation, rows).await?;
     ensure_eq!(all_items(&ctx, &t).await?, vec![], "items after rejected transactions");
