@@ -402,7 +402,7 @@ mod tests {
     #[test]
     fn syntax_errors_name_the_token_and_its_neighbours() {
         assert_eq!(syntax("user-id = :v", cond), r#"Syntax error; token: "-", near: "user-id""#);
-        assert_eq!(syntax("d.1 = :v", cond), r#"Syntax error; token: "1", near: "d.1 =""#);
+        assert_eq!(syntax("d.1 = :v", cond), r#"Syntax error; token: "1", near: ".1 =""#);
         assert_eq!(syntax("a = ", cond), r#"Syntax error; token: "<EOF>", near: "a =""#);
         assert_eq!(syntax("SET a = b + c + d", update), r#"Syntax error; token: "+", near: "c + d""#);
         assert_eq!(syntax("SET a = (b + c)", update), "ok");

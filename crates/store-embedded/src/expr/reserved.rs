@@ -606,7 +606,7 @@ mod tests {
         for word in ["status", "NAME", "Date", "count", "timestamp", "data", "key", "value", "size"] {
             assert!(is_reserved(word), "{word}");
         }
-        for word in ["pk", "sk", "views", "visitor", "names2", "é"] {
+        for word in ["pk", "sk", "pageviews", "visitor", "names2", "é"] {
             assert!(!is_reserved(word), "{word}");
         }
     }
