@@ -247,9 +247,12 @@ pub fn query(shared: &Shared, req: Query) -> Result<QueryOutput> {
     let src = source(&info, req.index.as_deref(), req.consistent_read)?;
     let mut ctx = ExprContext::new(&req.attrs);
     let cond = KeyCondition::parse(&req.key_condition, &mut ctx, src.schema())?;
-    let filter = req.filter.as_deref().map(|f| Condition::parse(f, &mut ctx)).transpose()?;
+    let filter = req.filter.as_deref().map(|f| Condition::parse_filter(f, &mut ctx)).transpose()?;
     let projection = parse_projection(req.projection.as_deref(), &mut ctx)?;
     ctx.finish()?;
+    if let Some(text) = req.filter.as_deref() {
+        check_filter_keys(text, &req.attrs, src.schema())?;
+    }
     let start = req.exclusive_start_key.as_ref().map(|k| info.start_key(src.index, k)).transpose()?;
     let range = resume(key_range(&cond), start, req.scan_forward);
     read_page(
@@ -268,6 +271,58 @@ pub fn query(shared: &Shared, req: Query) -> Result<QueryOutput> {
     )
 }
 
+/// Rejects a query filter that names a key attribute of the queried schema, as DynamoDB does
+/// (the key condition is the place for those).
+///
+/// The filter has already parsed, so a light scan of its tokens suffices: a name (bare or
+/// `#placeholder`) is a top-level attribute unless it follows a `.` (a nested field) or is
+/// followed by `(` (a function).
+fn check_filter_keys(text: &str, attrs: &store::ExpressionAttributes, schema: &store::KeySchema) -> Result<()> {
+    let bytes = text.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b':' {
+            // A value placeholder: skip it whole.
+            i += 1;
+            while i < bytes.len() && word(bytes[i]) {
+                i += 1;
+            }
+            continue;
+        }
+        if !(word(b) || b == b'#') {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        i += 1;
+        while i < bytes.len() && word(bytes[i]) {
+            i += 1;
+        }
+        let token = &text[start..i];
+        let before = text[..start].trim_end().as_bytes().last().copied();
+        let after = text[i..].trim_start().as_bytes().first().copied();
+        if before == Some(b'.') || after == Some(b'(') {
+            continue;
+        }
+        let name = if token.starts_with('#') {
+            match attrs.names.get(token) {
+                Some(n) => n.as_str(),
+                None => continue,
+            }
+        } else {
+            token
+        };
+        if schema.attributes().any(|a| a.name == name) {
+            return Err(StoreError::validation(format!(
+                "Filter Expression can only contain non-primary key attributes: Primary key attribute: {name}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `Scan`: one page.
 pub fn scan(shared: &Shared, req: Scan) -> Result<QueryOutput> {
     check_limit(req.limit)?;
@@ -281,7 +336,7 @@ pub fn scan(shared: &Shared, req: Scan) -> Result<QueryOutput> {
     let info = shared.table(&req.table)?;
     let src = source(&info, req.index.as_deref(), req.consistent_read)?;
     let mut ctx = ExprContext::new(&req.attrs);
-    let filter = req.filter.as_deref().map(|f| Condition::parse(f, &mut ctx)).transpose()?;
+    let filter = req.filter.as_deref().map(|f| Condition::parse_filter(f, &mut ctx)).transpose()?;
     let projection = parse_projection(req.projection.as_deref(), &mut ctx)?;
     ctx.finish()?;
     let start = req.exclusive_start_key.as_ref().map(|k| info.start_key(src.index, k)).transpose()?;

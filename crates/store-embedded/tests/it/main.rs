@@ -1,3 +1,6 @@
 //! Integration tests of the embedded engine: the conformance suite, the crash test and the model-based test.
 
 mod conformance;
+mod crash;
+mod engine;
+mod model_based;

@@ -1,0 +1,330 @@
+//! Behaviours particular to the embedded engine, or checked here in more detail than the
+//! shared conformance suite does: capacity figures, paging by size, TTL, reopening,
+//! idempotency tokens, parallel scans and DynamoDB's validation messages.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use store::limits::MAX_PAGE_BYTES;
+use store::{
+    AttributeValue, BatchWriteItem, DeleteItem, GetItem, Item, KeySchema, Projection, PutItem, Query, ScalarType, Scan,
+    Select, Store, StoreError, TableDefinition, TransactWrite, TransactWriteItems, UpdateItem, WriteRequest, item,
+};
+use store_embedded::{EmbeddedStore, Options};
+
+const T: &str = "things";
+
+fn definition() -> TableDefinition {
+    TableDefinition::new(T, KeySchema::composite("pk", ScalarType::S, "sk", ScalarType::S))
+        .gsi("gsi1", KeySchema::composite("g", ScalarType::S, "sk", ScalarType::S), Projection::KeysOnly)
+        .lsi("lsi1", store::KeyAttribute::new("l", ScalarType::N), Projection::All)
+        .ttl("expires")
+}
+
+async fn fresh() -> (tempfile::TempDir, EmbeddedStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with(dir.path(), Options::default().ttl_sweep_interval(None)).unwrap();
+    store.create_table(definition()).await.unwrap();
+    (dir, store)
+}
+
+fn key(pk: &str, sk: &str) -> Item {
+    item! { "pk" => pk, "sk" => sk }
+}
+
+#[tokio::test]
+async fn write_capacity_counts_the_table_and_each_index_touched() {
+    let (_dir, store) = fresh().await;
+    let big = "x".repeat(1500);
+    let out = store
+        .put_item(PutItem::new(T, item! { "pk" => "a", "sk" => "1", "g" => "G", "l" => 1, "blob" => big.clone() }))
+        .await
+        .unwrap();
+    let c = out.consumed_capacity;
+    assert_eq!(c.table_units, 2.0);
+    assert_eq!(c.global_indexes["gsi1"], 1.0, "keys-only entry is small");
+    assert_eq!(c.local_indexes["lsi1"], 2.0, "an ALL projection copies the blob");
+    assert_eq!(c.capacity_units, 5.0);
+    assert_eq!(c.write_capacity_units, 5.0);
+
+    // Changing the GSI key costs a delete and a put in the index.
+    let out = store.update_item(UpdateItem::new(T, key("a", "1"), "SET g = :g").value(":g", "H")).await.unwrap();
+    assert_eq!(out.consumed_capacity.global_indexes["gsi1"], 2.0);
+
+    // Removing the index key takes the item out of the index: one delete.
+    let out = store.update_item(UpdateItem::new(T, key("a", "1"), "REMOVE g")).await.unwrap();
+    assert_eq!(out.consumed_capacity.global_indexes["gsi1"], 1.0);
+    assert!(!out.consumed_capacity.local_indexes.is_empty());
+
+    // Transactions cost double.
+    let out = store
+        .transact_write_items(TransactWriteItems {
+            items: vec![TransactWrite::Put(PutItem::new(T, item! { "pk" => "b", "sk" => "1" }))],
+            client_request_token: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.consumed_capacity[0].capacity_units, 2.0);
+
+    let out = store.delete_item(DeleteItem::new(T, key("a", "1"))).await.unwrap();
+    assert_eq!(out.consumed_capacity.table_units, 2.0, "a delete bills the old item");
+}
+
+#[tokio::test]
+async fn read_capacity_rounds_the_page_up_and_halves_eventual_reads() {
+    let (_dir, store) = fresh().await;
+    for i in 0..3 {
+        store
+            .put_item(PutItem::new(T, item! { "pk" => "p", "sk" => format!("{i}"), "blob" => "y".repeat(3000) }))
+            .await
+            .unwrap();
+    }
+    let page = store.query(Query::new(T, "pk = :p").value(":p", "p")).await.unwrap();
+    // About 9 KB read: three 4 KB units, halved.
+    assert_eq!(page.consumed_capacity.capacity_units, 1.5);
+    let page = store.query(Query::new(T, "pk = :p").value(":p", "p").consistent()).await.unwrap();
+    assert_eq!(page.consumed_capacity.read_capacity_units, 3.0);
+    let got = store.get_item(GetItem::new(T, key("nope", "0"))).await.unwrap();
+    assert_eq!(got.consumed_capacity.capacity_units, 0.5);
+}
+
+#[tokio::test]
+async fn a_page_stops_after_one_megabyte_and_resumes() {
+    let (_dir, store) = fresh().await;
+    let blob = "z".repeat(100 * 1024);
+    let n = 25;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(5) {
+        let mut batch = BatchWriteItem::default();
+        batch.requests.insert(
+            T.into(),
+            chunk
+                .iter()
+                .map(|i| WriteRequest::Put(item! { "pk" => "big", "sk" => format!("{i:03}"), "blob" => blob.clone() }))
+                .collect(),
+        );
+        store.batch_write_item(batch).await.unwrap();
+    }
+    let q = Query::new(T, "pk = :p").value(":p", "big").select_count();
+    let per_page = MAX_PAGE_BYTES.div_ceil(blob.len() + 20);
+    let mut start = None;
+    let mut pages = Vec::new();
+    loop {
+        let page = store.query(q.clone().start_after(start)).await.unwrap();
+        assert!(page.items.is_empty(), "Select::Count returns no items");
+        assert!(page.scanned_count <= per_page + 1, "{}", page.scanned_count);
+        pages.push(page.scanned_count);
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            break;
+        }
+    }
+    // About 2.5 MB in 1 MB pages.
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert_eq!(pages.iter().sum::<usize>(), n);
+}
+
+trait SelectCount {
+    fn select_count(self) -> Self;
+}
+
+impl SelectCount for Query {
+    fn select_count(mut self) -> Self {
+        self.select = Select::Count;
+        self
+    }
+}
+
+#[tokio::test]
+async fn expired_items_are_swept_with_their_index_entries() {
+    let (_dir, store) = fresh().await;
+    for (sk, expires) in [("1", AttributeValue::from(100)), ("2", 300.into()), ("3", "100".into())] {
+        store
+            .put_item(PutItem::new(T, item! { "pk" => "ttl", "sk" => sk, "g" => "G", "expires" => expires }))
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.sweep_expired(50).await.unwrap(), 0);
+    assert_eq!(store.sweep_expired(200).await.unwrap(), 1);
+    let left = store.query(Query::new(T, "pk = :p").value(":p", "ttl")).await.unwrap();
+    let sks: Vec<_> = left.items.iter().map(|i| i["sk"].clone()).collect();
+    assert_eq!(sks, vec!["2".into(), "3".into()], "a string TTL never expires");
+    let idx = store.query(Query::new(T, "g = :g").index("gsi1").value(":g", "G")).await.unwrap();
+    assert_eq!(idx.count, 2);
+    // Moving the expiry moves the item's TTL entry.
+    store.update_item(UpdateItem::new(T, key("ttl", "2"), "SET expires = :e").value(":e", 1000)).await.unwrap();
+    assert_eq!(store.sweep_expired(400).await.unwrap(), 0);
+    assert_eq!(store.sweep_expired(1001).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn background_sweeper_deletes_expired_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with(
+        dir.path(),
+        Options::default().ttl_sweep_interval(Some(std::time::Duration::from_millis(50))),
+    )
+    .unwrap();
+    store.create_table(definition()).await.unwrap();
+    store.put_item(PutItem::new(T, item! { "pk" => "old", "sk" => "1", "expires" => now_secs() - 10 })).await.unwrap();
+    for _ in 0..100 {
+        let got = store.get_item(GetItem::new(T, key("old", "1"))).await.unwrap();
+        if got.item.is_none() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the background sweeper never deleted the expired item");
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[tokio::test]
+async fn data_and_tables_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.create_table(definition()).await.unwrap();
+        store.put_item(PutItem::new(T, item! { "pk" => "k", "sk" => "s", "n" => store::n("1.5") })).await.unwrap();
+    }
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    assert_eq!(store.list_tables().await.unwrap(), vec![T.to_string()]);
+    let got = store.get_item(GetItem::new(T, key("k", "s"))).await.unwrap();
+    assert_eq!(got.item.unwrap()["n"], store::n("1.5"));
+    let d = store.describe_table(T).await.unwrap();
+    assert_eq!(d.item_count, 1);
+    assert_eq!(d.definition, definition());
+}
+
+#[tokio::test]
+async fn client_request_tokens_make_transactions_idempotent() {
+    let (_dir, store) = fresh().await;
+    let tx = |n: i64| TransactWriteItems {
+        items: vec![TransactWrite::Update(UpdateItem::new(T, key("c", "c"), "ADD n :n").value(":n", n))],
+        client_request_token: Some("token-1".into()),
+    };
+    store.transact_write_items(tx(1)).await.unwrap();
+    store.transact_write_items(tx(1)).await.unwrap();
+    let got = store.get_item(GetItem::new(T, key("c", "c"))).await.unwrap();
+    assert_eq!(got.item.unwrap()["n"], 1.into(), "the repeat was not applied again");
+    let err = store.transact_write_items(tx(2)).await.unwrap_err();
+    assert!(matches!(err, StoreError::IdempotentParameterMismatch(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn parallel_scan_segments_cover_every_item_once() {
+    let (_dir, store) = fresh().await;
+    let mut batch = BatchWriteItem::default();
+    batch
+        .requests
+        .insert(T.into(), (0..25).map(|i| WriteRequest::Put(item! { "pk" => format!("p{i}"), "sk" => "s" })).collect());
+    store.batch_write_item(batch).await.unwrap();
+    let mut seen = BTreeSet::new();
+    let mut total = 0;
+    for segment in 0..4 {
+        let mut start = None;
+        loop {
+            let page = store.scan(Scan::new(T).segment(segment, 4).limit(3).start_after(start)).await.unwrap();
+            for item in &page.items {
+                seen.insert(item["pk"].clone());
+                total += 1;
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+    }
+    assert_eq!((seen.len(), total), (25, 25));
+}
+
+#[tokio::test]
+async fn validation_speaks_dynamodbs_words() {
+    let (_dir, store) = fresh().await;
+    let store: Arc<dyn Store> = Arc::new(store);
+    let message = |e: StoreError| e.to_string();
+
+    let e = store.put_item(PutItem::new(T, item! { "sk" => "s" })).await.unwrap_err();
+    assert_eq!(message(e), "One or more parameter values were invalid: Missing the key pk in the item");
+    let e = store.put_item(PutItem::new(T, item! { "pk" => 1, "sk" => "s" })).await.unwrap_err();
+    assert_eq!(message(e), "One or more parameter values were invalid: Type mismatch for key pk expected: S actual: N");
+    let e = store.put_item(PutItem::new(T, item! { "pk" => "", "sk" => "s" })).await.unwrap_err();
+    assert_eq!(
+        message(e),
+        "One or more parameter values are not valid. The AttributeValue for a key attribute cannot contain an empty string value. Key: pk"
+    );
+    let e = store
+        .put_item(PutItem::new(T, item! { "pk" => "p", "sk" => "s", "big" => "x".repeat(400 * 1024) }))
+        .await
+        .unwrap_err();
+    assert_eq!(e, StoreError::ItemTooLarge("Item size has exceeded the maximum allowed size".into()));
+    let e = store.put_item(PutItem::new(T, item! { "pk" => "p".repeat(2049), "sk" => "s" })).await.unwrap_err();
+    assert!(matches!(e, StoreError::KeyTooLarge(_)));
+    let e = store.put_item(PutItem::new(T, item! { "pk" => "p", "sk" => "s", "g" => 5 })).await.unwrap_err();
+    assert!(e.is_validation(), "an index key of the wrong type: {e}");
+    let e = store.update_item(UpdateItem::new(T, key("p", "s"), "SET pk = :v").value(":v", "q")).await.unwrap_err();
+    assert!(message(e).contains("Cannot update attribute pk. This attribute is part of the key"));
+    let e = store.get_item(GetItem::new("missing", key("p", "s"))).await.unwrap_err();
+    assert_eq!(e, StoreError::ResourceNotFound("Requested resource not found".into()));
+    let e = store.query(Query::new(T, "g = :g").index("nope").value(":g", "x")).await.unwrap_err();
+    assert!(e.is_validation());
+    let e = store.query(Query::new(T, "g = :g").index("gsi1").value(":g", "x").consistent()).await.unwrap_err();
+    assert!(e.is_validation());
+
+    let mut batch = BatchWriteItem::default();
+    batch
+        .requests
+        .insert(T.into(), (0..26).map(|i| WriteRequest::Put(item! { "pk" => format!("{i}"), "sk" => "s" })).collect());
+    let e = store.batch_write_item(batch).await.unwrap_err();
+    assert_eq!(message(e), "Too many items requested for the BatchWriteItem call");
+    let mut batch = BatchWriteItem::default();
+    batch.requests.insert(T.into(), vec![WriteRequest::Put(key("d", "d")), WriteRequest::Delete(key("d", "d"))]);
+    let e = store.batch_write_item(batch).await.unwrap_err();
+    assert_eq!(message(e), "Provided list of item keys contains duplicates");
+
+    let e = store
+        .transact_write_items(TransactWriteItems {
+            items: vec![
+                TransactWrite::Put(PutItem::new(T, key("d", "d"))),
+                TransactWrite::Delete(DeleteItem::new(T, key("d", "d"))),
+            ],
+            client_request_token: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(message(e), "Transaction request cannot include multiple operations on one item");
+    let e = store
+        .transact_write_items(TransactWriteItems {
+            items: (0..101).map(|i| TransactWrite::Put(PutItem::new(T, key(&format!("{i}"), "s")))).collect(),
+            client_request_token: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(e.is_validation());
+    // None of the failed writes left anything behind.
+    let all = store.scan(Scan::new(T)).await.unwrap();
+    assert_eq!(all.count, 0, "{:?}", all.items);
+}
+
+#[tokio::test]
+async fn a_cancelled_transaction_names_the_failing_item_and_writes_nothing() {
+    let (_dir, store) = fresh().await;
+    store.put_item(PutItem::new(T, key("x", "1"))).await.unwrap();
+    let e = store
+        .transact_write_items(TransactWriteItems {
+            items: vec![
+                TransactWrite::Put(PutItem::new(T, item! { "pk" => "y", "sk" => "1", "g" => "G" })),
+                TransactWrite::Put(PutItem::new(T, key("x", "1")).condition("attribute_not_exists(pk)")),
+            ],
+            client_request_token: None,
+        })
+        .await
+        .unwrap_err();
+    let codes: Vec<_> = e.cancellation_reasons().unwrap().iter().map(|r| r.code).collect();
+    assert_eq!(codes, vec![store::CancellationCode::None, store::CancellationCode::ConditionalCheckFailed]);
+    let got = store.get_item(GetItem::new(T, key("y", "1"))).await.unwrap();
+    assert!(got.item.is_none());
+    let idx = store.query(Query::new(T, "g = :g").index("gsi1").value(":g", "G")).await.unwrap();
+    assert_eq!(idx.count, 0);
+}
