@@ -1,0 +1,14 @@
+//! Tally's analytics domain: the table schema today; ingestion, enrichment, sessions,
+//! exactly-once aggregation and queries as they land.
+//!
+//! ```
+//! let schema = analytics::schema::tally_schema("tally");
+//! assert!(schema.entity("Event").is_some());
+//! ```
+//!
+//! This crate knows no HTTP (that is the `server` crate's) and formats no key by hand: every
+//! key comes from the templates in [`schema`].
+
+#![deny(missing_docs)]
+
+pub mod schema;
