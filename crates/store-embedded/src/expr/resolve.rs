@@ -39,19 +39,17 @@ enum Cat {
     OperandCount,
     Distinct,
     Function,
+    /// The first atomic condition's most important error among undefined placeholders,
+    /// operand counts, distinctness and operand types: DynamoDB settles these one
+    /// comparison or function at a time, in source order.
+    Condition,
 }
 
-const CONDITION_ORDER: &[Cat] = &[
-    Cat::Syntax,
-    Cat::Parens,
-    Cat::UnknownFunction,
-    Cat::MisusedFunction,
-    Cat::Reserved,
-    Cat::Placeholder,
-    Cat::OperandCount,
-    Cat::Distinct,
-    Cat::Function,
-];
+const CONDITION_ORDER: &[Cat] =
+    &[Cat::Syntax, Cat::Parens, Cat::UnknownFunction, Cat::MisusedFunction, Cat::Reserved, Cat::Condition];
+
+/// The kinds an atomic condition's own error is chosen from, most important first.
+const ATOMIC_ORDER: &[Cat] = &[Cat::Placeholder, Cat::OperandCount, Cat::Distinct, Cat::Function];
 
 const UPDATE_ORDER: &[Cat] = &[
     Cat::Syntax,
@@ -219,9 +217,28 @@ impl<'p, 's, 'c, 'a> Resolver<'p, 's, 'c, 'a> {
         e
     }
 
+    /// Records the error of the atomic condition just resolved, unless an earlier one has.
+    fn settle_condition(&mut self) {
+        if self.errors.contains_key(&Cat::Condition) {
+            return;
+        }
+        if let Some(message) = ATOMIC_ORDER.iter().find_map(|c| self.errors.get(c)).cloned() {
+            self.errors.insert(Cat::Condition, message);
+        }
+    }
+
     /// Resolves a node that must be a condition.
     pub fn cond(&mut self, e: &RawExpr) -> Cond {
         let e = self.unparen(e);
+        let atomic = !matches!(e.kind, RawKind::Or(_) | RawKind::And(_) | RawKind::Not(_));
+        let cond = self.cond_inner(e);
+        if atomic {
+            self.settle_condition();
+        }
+        cond
+    }
+
+    fn cond_inner(&mut self, e: &RawExpr) -> Cond {
         match &e.kind {
             RawKind::Or(parts) => Cond::Or(parts.iter().map(|p| self.cond(p)).collect()),
             RawKind::And(parts) => Cond::And(parts.iter().map(|p| self.cond(p)).collect()),
@@ -316,41 +333,48 @@ impl<'p, 's, 'c, 'a> Resolver<'p, 's, 'c, 'a> {
             },
             ("size", Some(a), _) => Cond::Cmp(CmpOp::Eq, a.clone(), a),
             ("begins_with", Some(a), Some(b)) => {
+                self.distinct(name, &a, &b);
                 for op in [&a, &b] {
-                    if let Operand::Value(v) = op
-                        && !matches!(v, AttributeValue::S(_) | AttributeValue::B(_))
+                    if let Some(ty) = static_type(op)
+                        && !matches!(ty, ValueType::S | ValueType::B)
                     {
-                        self.operand_type(name, v.value_type().descriptor());
+                        self.operand_type(name, ty.descriptor());
                     }
                 }
-                self.distinct(name, &a, &b);
                 Cond::BeginsWith(a, b)
             }
             ("contains", Some(a), Some(b)) => {
                 self.distinct(name, &a, &b);
                 Cond::Contains(a, b)
             }
-            ("attribute_type", Some(a), Some(b)) => match b {
-                Operand::Value(AttributeValue::S(t)) => match ValueType::from_descriptor(&t) {
-                    Some(ty) => Cond::Type(a, ty),
-                    None => {
-                        self.report(Cat::Function, || {
+            ("attribute_type", Some(a), Some(b)) => {
+                self.distinct(name, &a, &b);
+                match b {
+                    Operand::Value(AttributeValue::S(t)) => match ValueType::from_descriptor(&t) {
+                        Some(ty) => Cond::Type(a, ty),
+                        None => {
+                            self.report(Cat::Function, || {
                             format!(
                                 "Invalid attribute type name found; type: {t}, valid types: {{B,NULL,SS,BOOL,L,BS,N,NS,S,M}}"
                             )
                         });
+                            Cond::And(Vec::new())
+                        }
+                    },
+                    Operand::Size(_) => {
+                        self.operand_type(name, "N");
                         Cond::And(Vec::new())
                     }
-                },
-                Operand::Value(v) => {
-                    self.operand_type(name, v.value_type().descriptor());
-                    Cond::And(Vec::new())
+                    Operand::Value(v) => {
+                        self.operand_type(name, v.value_type().descriptor());
+                        Cond::And(Vec::new())
+                    }
+                    Operand::Path(_) => {
+                        self.operand_type(name, "{NS,SS,L,BS,N,M,B,BOOL,NULL,S}");
+                        Cond::And(Vec::new())
+                    }
                 }
-                _ => {
-                    self.operand_type(name, "{NS,SS,L,BS,N,M,B,BOOL,NULL,S}");
-                    Cond::And(Vec::new())
-                }
-            },
+            }
             _ => Cond::And(Vec::new()),
         }
     }
@@ -370,10 +394,10 @@ impl<'p, 's, 'c, 'a> Resolver<'p, 's, 'c, 'a> {
                             self.operand_count(name, ops.len());
                         }
                         let arg = ops.into_iter().next().unwrap_or(Operand::Path(Path(vec![])));
-                        if let Operand::Value(v) = &arg
-                            && matches!(v, AttributeValue::N(_) | AttributeValue::Bool(_) | AttributeValue::Null)
+                        if let Some(ty) = static_type(&arg)
+                            && matches!(ty, ValueType::N | ValueType::Bool | ValueType::Null)
                         {
-                            self.operand_type(name, v.value_type().descriptor());
+                            self.operand_type(name, ty.descriptor());
                         }
                         Operand::Size(Box::new(arg))
                     }
@@ -383,6 +407,9 @@ impl<'p, 's, 'c, 'a> Resolver<'p, 's, 'c, 'a> {
                     }
                     _ => {
                         self.unknown_function(name);
+                        for arg in args {
+                            self.operand(arg);
+                        }
                         Operand::Value(AttributeValue::Null)
                     }
                 }
@@ -566,6 +593,16 @@ fn relation(a: &Path, b: &Path) -> Relation {
         }
     }
     Relation::Overlap
+}
+
+/// The type an operand is known to have before any item is seen: a constant's own type,
+/// or `N` for `size()`.
+fn static_type(op: &Operand) -> Option<ValueType> {
+    match op {
+        Operand::Value(v) => Some(v.value_type()),
+        Operand::Size(_) => Some(ValueType::N),
+        Operand::Path(_) => None,
+    }
 }
 
 /// A value as DynamoDB prints it inside error messages: `N:5`, `S:abc`.

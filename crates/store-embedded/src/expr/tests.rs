@@ -1298,3 +1298,236 @@ proptest! {
         }
     }
 }
+
+/// When an expression has several problems, DynamoDB reports them in a fixed order.
+#[test]
+fn condition_error_precedence() {
+    check_err(
+        "a=a and a > ((views))",
+        expect!["Invalid ConditionExpression: The expression has redundant parentheses;"],
+    );
+    check_err(
+        "a > whatever((:s), ((a)))",
+        expect!["Invalid ConditionExpression: The expression has redundant parentheses;"],
+    );
+    check_err(
+        "a = :s AND ((a = :s AND b = :s)) AND c = :s",
+        expect!["Invalid ConditionExpression: The expression has redundant parentheses;"],
+    );
+    check_err(
+        "attRIbute_exIsts((views), #a)",
+        expect!["Invalid ConditionExpression: Invalid function name; function: attRIbute_exIsts"],
+    );
+    check_err(
+        "a = a and attribute_exists((views), (#a)) > b",
+        expect![
+            "Invalid ConditionExpression: The function is not allowed to be used this way in an expression; function: attribute_exists"
+        ],
+    );
+    check_err(
+        "size(contains(a, b)) > a",
+        expect![
+            "Invalid ConditionExpression: The function is not allowed to be used this way in an expression; function: contains"
+        ],
+    );
+    check_err(
+        "a between b and attribute_exists(c)",
+        expect![
+            "Invalid ConditionExpression: The function is not allowed to be used this way in an expression; function: attribute_exists"
+        ],
+    );
+    check_err(
+        "a in (b, attribute_exists(c))",
+        expect![
+            "Invalid ConditionExpression: The function is not allowed to be used this way in an expression; function: attribute_exists"
+        ],
+    );
+    check_err(
+        "attribute_exists(views, #a)",
+        expect!["Invalid ConditionExpression: Attribute name is a reserved keyword; reserved keyword: views"],
+    );
+    check_err(
+        ":a < abOrT",
+        expect!["Invalid ConditionExpression: Attribute name is a reserved keyword; reserved keyword: abOrT"],
+    );
+    check_err(
+        "attribute_exists(#Pictures.RearView, :a) and a=a",
+        expect![
+            "Invalid ConditionExpression: An expression attribute name used in the document path is not defined; attribute name: #Pictures"
+        ],
+    );
+    check_err(
+        "(a)between(b.c[45].#d)and(:nope)",
+        expect![
+            "Invalid ConditionExpression: An expression attribute name used in the document path is not defined; attribute name: #d"
+        ],
+    );
+    check_err(
+        "begins_with(:hello, #a, #b)",
+        expect![
+            "Invalid ConditionExpression: An expression attribute value used in expression is not defined; attribute value: :hello"
+        ],
+    );
+    check_err(
+        "attribute_type(a, size(a)) and a=a and a=:a",
+        expect![
+            "Invalid ConditionExpression: Incorrect operand type for operator or function; operator or function: attribute_type, operand type: N"
+        ],
+    );
+    check_err(
+        "begins_with(a, size(a)) and a=:a",
+        expect![
+            "Invalid ConditionExpression: Incorrect operand type for operator or function; operator or function: begins_with, operand type: N"
+        ],
+    );
+    check_err(
+        "size(size(a)) > :a",
+        expect![
+            "Invalid ConditionExpression: Incorrect operand type for operator or function; operator or function: size, operand type: N"
+        ],
+    );
+    check_err(
+        "attribute_not_exists(size(:n1))",
+        expect![
+            "Invalid ConditionExpression: Incorrect operand type for operator or function; operator or function: size, operand type: N"
+        ],
+    );
+    check_err(
+        "attribute_not_exists(size(:s))",
+        expect![
+            "Invalid ConditionExpression: Operator or function requires a document path; operator or function: attribute_not_exists"
+        ],
+    );
+    check_err(
+        "a = a AND #n = b AND :views > a",
+        expect![
+            "Invalid ConditionExpression: The first operand must be distinct from the remaining operands for this operator or function; operator: =, first operand: [a]"
+        ],
+    );
+    check_err(
+        "#n <> n",
+        expect![
+            "Invalid ConditionExpression: The first operand must be distinct from the remaining operands for this operator or function; operator: <>, first operand: [n]"
+        ],
+    );
+    check_err(
+        "((a=a) OR (a=a))",
+        expect![
+            "Invalid ConditionExpression: The first operand must be distinct from the remaining operands for this operator or function; operator: =, first operand: [a]"
+        ],
+    );
+    check_err(
+        "attribute_type(m.l[1].#x, m.l[1].x)",
+        expect![
+            "Invalid ConditionExpression: The first operand must be distinct from the remaining operands for this operator or function; operator: attribute_type, first operand: [m, l, [1], x]"
+        ],
+    );
+}
+
+#[test]
+fn condition_syntax_errors() {
+    for expr in [
+        "things are not gonna be ok",
+        "a > 4",
+        "attribute_exists(Pictures-RearView)",
+        "attribute_exists(\"Pictures.RearView\")",
+        "attribute_exists(Pictures..RearView)",
+        "attribute_exists(Pi#ctures.RearView)",
+        "attribute_exists(asdf[a])",
+        "a in b, c",
+        "a > between",
+        "a in b",
+        "a in (b,c,)",
+        "(a)between(b.(c.d))and(c)",
+        "(a)between(b.c.d)and((c)",
+        "#$.b > a",
+        "a > :things.stuff",
+        "b[:a] > a",
+        "b[#_] > a",
+        "ü > a",
+        "(a)between(b.c[4.5].#d)and(:a)",
+        "size(a).b > a",
+        "(size(a)).b > a",
+        "size(a)[0] > a",
+        "(size(a))[0] > a",
+        "a = :s AND NOT",
+        "NOT",
+        "()",
+        "a = :s OR OR b = :s",
+    ] {
+        let e = eval(expr).expect_err(expr);
+        assert!(e.starts_with("Invalid ConditionExpression: Syntax error; token: "), "{expr}: {e}");
+    }
+}
+
+#[test]
+fn update_error_precedence() {
+    check_update(
+        " set #c = :c set abOrt = true ",
+        expect!["Invalid UpdateExpression: Attribute name is a reserved keyword; reserved keyword: abOrt"],
+    );
+    check_update(
+        "set #c = if_not_exist(:c) set c = d",
+        expect!["Invalid UpdateExpression: Invalid function name; function: if_not_exist"],
+    );
+    check_update(
+        "remove #d set a = b remove e",
+        expect![[r#"Invalid UpdateExpression: The "REMOVE" section can only be used once in an update expression;"#]],
+    );
+    check_update(
+        "set d[1] = a, d.b = a, c[1].a = a, c = if_not_exists(a)",
+        expect![
+            "Invalid UpdateExpression: Two document paths overlap with each other; must remove or rewrite one of these paths; path one: [c, [1], a], path two: [c]"
+        ],
+    );
+    check_update(
+        "remove a.#x set a[1] = b",
+        expect![
+            "Invalid UpdateExpression: Two document paths conflict with each other; must remove or rewrite one of these paths; path one: [a, x], path two: [a, [1]]"
+        ],
+    );
+    check_update(
+        "set b = list_append(:s, a), c = if_not_exists(a) add a.b :s",
+        expect![
+            "Invalid UpdateExpression: Incorrect operand type for operator or function; operator: ADD, operand type: STRING"
+        ],
+    );
+    check_update(
+        "set a = if_not_exists(if_not_exists(a, b), c)",
+        expect![
+            "Invalid UpdateExpression: Operator or function requires a document path; operator or function: if_not_exists"
+        ],
+    );
+    check_update(
+        "set a = :s - :b",
+        expect![
+            "Invalid UpdateExpression: Incorrect operand type for operator or function; operator or function: -, operand type: S"
+        ],
+    );
+    check_update(
+        "set a = :b + a",
+        expect![
+            "Invalid UpdateExpression: Incorrect operand type for operator or function; operator or function: +, operand type: B"
+        ],
+    );
+    for expr in [
+        "add :a b",
+        "delete :a b",
+        "remove :a",
+        "set a = b / c",
+        "set a = b * c",
+        "set a[1] = \"eight\"",
+        "set a[1] = 1",
+        "SET a = if_not_exist(a, 100)",
+        "SET if_not_exist(a, b) = a",
+        "set (a = (b + c))",
+        "set a = (b.c).d + e",
+        "set a = (b.c)[0] + e",
+        "set a = b + c + d",
+        "SET a = :s REMOVE",
+        "REMOVE a,, b",
+    ] {
+        let e = update_on(expr, &Item::new());
+        assert!(e.starts_with("Invalid UpdateExpression: Syntax error; token: "), "{expr}: {e}");
+    }
+}
