@@ -284,9 +284,14 @@ pub(crate) async fn transact_cancellation(ctx: Ctx) -> Outcome {
 pub(crate) async fn transact_idempotency(ctx: Ctx) -> Outcome {
     let store = &*ctx.store;
     let t = ctx.create_composite().await?;
+    // Unique per run: a token stays bound to its parameters for ten minutes, across runs.
+    let token = format!(
+        "{t}-{}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default()
+    );
     let tx = |by: i64| TransactWriteItems {
         items: vec![TransactWrite::Update(UpdateItem::new(&t, key("p", "counter"), "ADD n :by").value(":by", by))],
-        client_request_token: Some(format!("{}-token", t)),
+        client_request_token: Some(token.clone()),
     };
     store.transact_write_items(tx(1)).await.or_fail("first call")?;
     store.transact_write_items(tx(1)).await.or_fail("repeated call")?;
