@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableError};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTableMetadata, TableError};
 use store::limits::{MAX_BATCH_GET, MAX_BATCH_GET_BYTES, MAX_PAGE_BYTES, MAX_TRANSACT_ITEMS};
 use store::{
     AttributeValue, BatchGetItem, BatchGetItemOutput, GetItem, GetItemOutput, Item, KeysAndAttributes, Query,
@@ -183,17 +183,38 @@ struct PageSpec<'a> {
     consistent: bool,
     select: Select,
     segment: Option<(u32, u32)>,
+    /// Read each entry's item from the base table (an LSI lacking requested attributes).
+    fetch_base: bool,
+}
+
+/// Whether a projection asks an LSI for attributes it does not store, which DynamoDB then
+/// reads from the table (GSIs only ever return what they store).
+fn needs_base(src: &Source<'_>, projection: Option<&Projection>) -> bool {
+    let (Some(index), Some(projection)) = (src.index, projection) else { return false };
+    if index.kind != IndexKind::Local {
+        return false;
+    }
+    let included: &[String] = match &index.projection {
+        store::Projection::All => return false,
+        store::Projection::KeysOnly => &[],
+        store::Projection::Include(names) => names,
+    };
+    projection.top_level_attributes().iter().any(|a| {
+        !src.info.schema().attributes().chain(index.schema.attributes()).any(|k| &k.name == a) && !included.contains(a)
+    })
 }
 
 fn read_page(shared: &Shared, src: &Source<'_>, range: KeyRange, spec: &PageSpec<'_>) -> Result<QueryOutput> {
     let mut out = QueryOutput::default();
     let mut bytes = 0usize;
+    let mut base_bytes = 0usize;
     if !range.is_empty() {
         let txn = begin(shared)?;
         let table = open(&txn, src.redb_name())?;
         let iter = table.range::<&[u8]>(range.as_bounds()).map_err(internal)?;
         let iter: Box<dyn Iterator<Item = _>> = if spec.forward { Box::new(iter) } else { Box::new(iter.rev()) };
         let partition_ty = src.schema().partition.ty;
+        let base = if spec.fetch_base { Some(open(&txn, &src.info.redb_name)?) } else { None };
         for entry in iter {
             let (k, v) = entry.map_err(internal)?;
             if let Some((segment, total)) = spec.segment {
@@ -205,7 +226,15 @@ fn read_page(shared: &Shared, src: &Source<'_>, range: KeyRange, spec: &PageSpec
                     continue;
                 }
             }
-            let item = codec::decode_item(v.value()).map_err(|e| internal(format!("corrupt item: {}", e.0)))?;
+            let mut item = codec::decode_item(v.value()).map_err(|e| internal(format!("corrupt item: {}", e.0)))?;
+            if let Some(base) = &base {
+                // An LSI entry lacks attributes the request wants: read them from the table.
+                let found = base.get(src.info.base_key(&item).as_slice()).map_err(internal)?;
+                if let Some(found) = found {
+                    item = codec::decode_item(found.value()).map_err(|e| internal(format!("corrupt item: {}", e.0)))?;
+                    base_bytes += item_size(&item);
+                }
+            }
             out.scanned_count += 1;
             bytes += item_size(&item);
             let last_key = src.info.last_key(src.index, &item);
@@ -226,7 +255,11 @@ fn read_page(shared: &Shared, src: &Source<'_>, range: KeyRange, spec: &PageSpec
             }
         }
     }
-    out.consumed_capacity = src.units(read_units(bytes, spec.consistent)).consumed(&src.info.def.name, Kind::Read);
+    let mut units = src.units(read_units(bytes, spec.consistent));
+    if base_bytes > 0 {
+        units.table += read_units(base_bytes, spec.consistent);
+    }
+    out.consumed_capacity = units.consumed(&src.info.def.name, Kind::Read);
     Ok(out)
 }
 
@@ -267,6 +300,7 @@ pub fn query(shared: &Shared, req: Query) -> Result<QueryOutput> {
             consistent: req.consistent_read,
             select: req.select,
             segment: None,
+            fetch_base: needs_base(&src, projection.as_ref()),
         },
     )
 }
@@ -353,6 +387,7 @@ pub fn scan(shared: &Shared, req: Scan) -> Result<QueryOutput> {
             consistent: req.consistent_read,
             select: req.select,
             segment: req.segment,
+            fetch_base: needs_base(&src, projection.as_ref()),
         },
     )
 }
@@ -444,25 +479,19 @@ pub fn transact_get(shared: &Shared, req: TransactGetItems) -> Result<TransactGe
     Ok(TransactGetItemsOutput { items, consumed_capacity: per_table.consumed(Kind::Read) })
 }
 
-/// `DescribeTable`: the item count and size are exact here (DynamoDB's are approximate).
+/// `DescribeTable`: the item count is exact and the size is redb's stored bytes, both cheap
+/// to read (DynamoDB's are approximate, refreshed about every six hours).
 pub fn describe(shared: &Shared, name: &str) -> Result<TableDescription> {
     let info = shared
         .table(name)
         .map_err(|_| StoreError::ResourceNotFound(format!("Requested resource not found: Table: {name} not found")))?;
     let txn = begin(shared)?;
     let table = open(&txn, &info.redb_name)?;
-    let mut size_bytes = 0u64;
-    for entry in table.iter().map_err(internal)? {
-        let (_, v) = entry.map_err(internal)?;
-        if let Ok(item) = codec::decode_item(v.value()) {
-            size_bytes += item_size(&item) as u64;
-        }
-    }
     Ok(TableDescription {
         definition: info.def.clone(),
         status: TableStatus::Active,
         item_count: table.len().map_err(internal)?,
-        size_bytes,
+        size_bytes: table.stats().map_err(internal)?.stored_bytes(),
     })
 }
 

@@ -226,12 +226,7 @@ impl Writer {
         })?;
         let (item_count, size_bytes) = {
             let base = txn.open_table(bytes_table(&info.redb_name))?;
-            let mut size = 0u64;
-            for entry in base.iter()? {
-                let (_, v) = entry?;
-                size += v.value().len() as u64;
-            }
-            (base.len()?, size)
+            (base.len()?, base.stats()?.stored_bytes())
         };
         txn.open_table(META)?.remove(name)?;
         txn.delete_table(bytes_table(&info.redb_name))?;

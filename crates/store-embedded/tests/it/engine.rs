@@ -328,3 +328,24 @@ async fn a_cancelled_transaction_names_the_failing_item_and_writes_nothing() {
     let idx = store.query(Query::new(T, "g = :g").index("gsi1").value(":g", "G")).await.unwrap();
     assert_eq!(idx.count, 0);
 }
+
+#[tokio::test]
+async fn an_lsi_fetches_unprojected_attributes_from_the_table_and_bills_the_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with(dir.path(), Options::default().ttl_sweep_interval(None)).unwrap();
+    let def = TableDefinition::new("lsi", KeySchema::composite("pk", ScalarType::S, "sk", ScalarType::S)).lsi(
+        "by-n",
+        store::KeyAttribute::new("n", ScalarType::N),
+        Projection::KeysOnly,
+    );
+    store.create_table(def).await.unwrap();
+    store.put_item(PutItem::new("lsi", item! { "pk" => "p", "sk" => "a", "n" => 2, "extra" => "x" })).await.unwrap();
+    let q = || Query::new("lsi", "pk = :p AND n > :z").index("by-n").value(":p", "p").value(":z", 0);
+    let page = store.query(q()).await.unwrap();
+    assert_eq!(page.items, vec![item! { "pk" => "p", "sk" => "a", "n" => 2 }], "keys only by default");
+    assert_eq!(page.consumed_capacity.table_units, 0.0);
+    let page = store.query(q().projection("extra, n")).await.unwrap();
+    assert_eq!(page.items, vec![item! { "n" => 2, "extra" => "x" }]);
+    assert_eq!(page.consumed_capacity.local_indexes["by-n"], 0.5);
+    assert_eq!(page.consumed_capacity.table_units, 0.5);
+}
