@@ -1531,3 +1531,67 @@ fn update_error_precedence() {
         assert!(e.starts_with("Invalid UpdateExpression: Syntax error; token: "), "{expr}: {e}");
     }
 }
+
+/// Key-condition shape errors come before any check against the key schema.
+#[test]
+fn key_condition_error_precedence() {
+    check_key(":a = a and b = :a and :a = c", expect!["Conditions can be of length 1 or 2 only"]);
+    check_key("a > b and size(b) > c or a > c", expect!["Invalid operator used in KeyConditionExpression: OR"]);
+    check_key("a in (b, size(c), d)", expect!["Invalid operator used in KeyConditionExpression: IN"]);
+    check_key(
+        "attribute_not_exists(a)",
+        expect!["Invalid operator used in KeyConditionExpression: attribute_not_exists"],
+    );
+    check_key("attribute_type(a, :S)", expect!["Invalid operator used in KeyConditionExpression: attribute_type"]);
+    check_key(
+        "attribute_type(a, b)",
+        expect![
+            "Invalid KeyConditionExpression: Incorrect operand type for operator or function; operator or function: attribute_type, operand type: {NS,SS,L,BS,N,M,B,BOOL,NULL,S}"
+        ],
+    );
+    check_key(
+        ":a between size(b) and size(a) and b > :s",
+        expect![
+            "Invalid condition in KeyConditionExpression: BETWEEN operator must have the key attribute as its first operand"
+        ],
+    );
+    check_key("size(b) > a AND a.b > b AND b > c", expect!["KeyConditionExpressions cannot contain nested operations"]);
+    check_key("a > size(b.d)", expect!["KeyConditionExpressions cannot contain nested operations"]);
+    check_key(
+        "b > a.b",
+        expect!["Invalid condition in KeyConditionExpression: Multiple attribute names used in one condition"],
+    );
+    check_key(
+        "a between b and size(a)",
+        expect!["Invalid condition in KeyConditionExpression: Multiple attribute names used in one condition"],
+    );
+    check_key(
+        "begins_with(a, b)",
+        expect!["Invalid condition in KeyConditionExpression: Multiple attribute names used in one condition"],
+    );
+    check_key("b.d > a AND c.d > e.f", expect!["KeyConditionExpressions cannot have conditions on nested attributes"]);
+    check_key("b[0] > a", expect!["KeyConditionExpressions cannot have conditions on nested attributes"]);
+    check_key(":s > :a AND a < :s", expect!["Invalid condition in KeyConditionExpression: No key attribute specified"]);
+    check_key(
+        "b > :a AND b < :a and c = :a and d = :a",
+        expect!["KeyConditionExpressions must only contain one condition per key"],
+    );
+    check_key(
+        "a between :n1 and :a",
+        expect![
+            "Invalid KeyConditionExpression: The BETWEEN operator requires same data type for lower and upper bounds; lower bound operand: AttributeValue: {N:1}, upper bound operand: AttributeValue: {S:a}"
+        ],
+    );
+    check_key(
+        "pk = :p1 AND sk = :ss",
+        expect![
+            "One or more parameter values were invalid: Condition parameter type does not match schema type"
+        ],
+    );
+    check_key(
+        "pk = :p1 AND sk < :ssb",
+        expect![
+            "One or more parameter values were invalid: ComparisonOperator LT is not valid for SS AttributeValue type"
+        ],
+    );
+}
