@@ -199,6 +199,46 @@ impl Condition {
         parse_cond(text, ctx, ExprKind::Filter).map(|cond| Condition { cond })
     }
 
+    /// Top-level attributes the condition reads (a query rejects key attributes in a filter:
+    /// "Filter Expression can only contain non-primary key attributes").
+    pub fn top_level_attributes(&self) -> BTreeSet<String> {
+        fn operand(op: &Operand, out: &mut BTreeSet<String>) {
+            match op {
+                Operand::Path(p) => {
+                    out.insert(p.head().to_string());
+                }
+                Operand::Value(_) => {}
+                Operand::Size(inner) => operand(inner, out),
+            }
+        }
+        fn walk(cond: &Cond, out: &mut BTreeSet<String>) {
+            match cond {
+                Cond::Cmp(_, a, b) | Cond::BeginsWith(a, b) | Cond::Contains(a, b) => {
+                    operand(a, out);
+                    operand(b, out);
+                }
+                Cond::Between(a, b, c) => {
+                    for op in [a, b, c] {
+                        operand(op, out);
+                    }
+                }
+                Cond::In(a, list) => {
+                    operand(a, out);
+                    list.iter().for_each(|op| operand(op, out));
+                }
+                Cond::Exists(p) | Cond::NotExists(p) => {
+                    out.insert(p.head().to_string());
+                }
+                Cond::Type(a, _) => operand(a, out),
+                Cond::Not(inner) => walk(inner, out),
+                Cond::And(parts) | Cond::Or(parts) => parts.iter().for_each(|c| walk(c, out)),
+            }
+        }
+        let mut out = BTreeSet::new();
+        walk(&self.cond, &mut out);
+        out
+    }
+
     /// Evaluates against an item; `None` is an absent item (every attribute missing).
     /// Errors only where DynamoDB raises a runtime validation error.
     pub fn evaluate(&self, item: Option<&Item>) -> Result<bool> {
@@ -448,6 +488,15 @@ impl Update {
     /// Top-level attribute names the update writes or removes (the engine rejects key attributes).
     pub fn top_level_attributes(&self) -> BTreeSet<String> {
         self.actions.iter().map(|a| a.path().head().to_string()).collect()
+    }
+
+    /// A projection of exactly the paths the update writes or removes: applied to the item
+    /// before and after the update it gives `ReturnValues` `UPDATED_OLD` and `UPDATED_NEW`.
+    pub fn updated_paths(&self) -> Projection {
+        let mut paths: Vec<Path> = self.actions.iter().map(|a| a.path().clone()).collect();
+        paths.sort();
+        paths.dedup();
+        Projection { paths }
     }
 
     /// Applies the update to `item` in place (an absent item starts as the key alone).

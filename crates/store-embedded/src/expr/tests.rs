@@ -1584,9 +1584,7 @@ fn key_condition_error_precedence() {
     );
     check_key(
         "pk = :p1 AND sk = :ss",
-        expect![
-            "One or more parameter values were invalid: Condition parameter type does not match schema type"
-        ],
+        expect!["One or more parameter values were invalid: Condition parameter type does not match schema type"],
     );
     check_key(
         "pk = :p1 AND sk < :ssb",
@@ -1594,4 +1592,85 @@ fn key_condition_error_precedence() {
             "One or more parameter values were invalid: ComparisonOperator LT is not valid for SS AttributeValue type"
         ],
     );
+}
+
+/// Several writes to one list: in-place sets, appends in index order (whatever the order
+/// of the actions), values computed from the item as it was.
+#[test]
+fn update_nested_lists_and_maps_like_dynamodb() {
+    let mut item = Item::new();
+    item.insert("a".into(), s("key"));
+    item.insert("b".into(), m(vec![("a", n("1")), ("b", n("2")), ("c", n("3"))]));
+    item.insert("c".into(), l(vec![n("1"), n("3")]));
+    let expr = "set b.c=((c[1])+(b.a)),b.a = a,c[1] = a, c[4] = b.a - b.b, c[2] = b.c add c[8] :ss, c[6] :n2";
+    expect![[r#"{a: "key", b: {a: "key", b: 2, c: 4}, c: [1, "key", 3, -1, 2, <<"a", "c">>]}"#]]
+        .assert_eq(&update_on(expr, &item));
+}
+
+#[test]
+fn update_paths_must_lead_somewhere() {
+    let mut item = Item::new();
+    item.insert("a".into(), s("key"));
+    item.insert("b".into(), s("key"));
+    item.insert("c".into(), m(vec![("1", s("a"))]));
+    item.insert("d".into(), l(vec![s("a"), s("b")]));
+    item.insert("e".into(), m(vec![("a", ss(&["1"]))]));
+    item.insert("f".into(), n("1"));
+    item.insert("g".into(), ns(&["1"]));
+    for expr in [
+        "set b.a = :ss",
+        "set b[1] = :ss",
+        "set y.a = :ss",
+        "set y[1] = :ss",
+        "set c[1] = :ss",
+        "remove b.a",
+        "remove b[1]",
+        "remove y.a",
+        "remove y[1]",
+        "remove c[1]",
+        "delete b.a :ss",
+        "delete y[1] :ss",
+        "delete c[1] :ss",
+        "add b.a :ss",
+        "add y.a :ss",
+        "add c[1] :ss",
+    ] {
+        expect!["The document path provided in the update expression is invalid for update"]
+            .assert_eq(&update_on(expr, &item));
+    }
+    for expr in [
+        "delete g :ss",
+        "delete e :ns",
+        "delete e.a :ns",
+        "delete f :ns",
+        "add e :ns",
+        "add g :n1",
+        "set h = a + :n1",
+        "set h = e - :n1",
+        "set h = list_append(g, if_not_exists(z, :l))",
+    ] {
+        expect!["An operand in the update expression has an incorrect data type"].assert_eq(&update_on(expr, &item));
+    }
+    for expr in ["set h = z", "set h = list_append(z, y)"] {
+        expect!["The provided expression refers to an attribute that does not exist in the item"]
+            .assert_eq(&update_on(expr, &item));
+    }
+}
+
+#[test]
+fn attributes_read_and_written() {
+    let attrs = attrs();
+    let mut ctx = ExprContext::new(&attrs);
+    let c = Condition::parse(
+        "#pk = :p1 AND (size(m.x) > :n1 OR NOT contains(l[0], :a)) AND attribute_exists(#dot)",
+        &mut ctx,
+    )
+    .unwrap();
+    expect![[r#"{"a.b", "l", "m", "pk"}"#]].assert_eq(&format!("{:?}", c.top_level_attributes()));
+    let u = Update::parse("SET m.x = :n2, l[1] = :s REMOVE l[7], s", &mut ctx).unwrap();
+    let before = fixture();
+    let mut after = before.clone();
+    u.apply(&mut after).unwrap();
+    expect![[r#"{l: ["two"], m: {x: 1}, s: "hello"}"#]].assert_eq(&show_map(&u.updated_paths().apply(&before)));
+    expect![[r#"{l: ["hello"], m: {x: 2}}"#]].assert_eq(&show_map(&u.updated_paths().apply(&after)));
 }
