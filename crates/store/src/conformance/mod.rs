@@ -41,6 +41,7 @@ macro_rules! ensure_eq {
 }
 
 mod capacity;
+mod concurrency;
 mod indexes;
 mod items;
 mod multi;
@@ -98,6 +99,8 @@ const CASES: &[Case] = &[
     case!("query-1mb-pages", query::query_pages),
     case!("scan-1mb-pages", query::scan_pages),
     case!("scan-segments", query::scan_segments),
+    case!("index-pagination", query::index_pagination),
+    case!("query-projection", query::query_projection),
     case!("numbers-normalised", order::numbers_normalised),
     case!("numbers-order", order::numbers_order),
     case!("numbers-exact-arithmetic", order::numbers_exact),
@@ -112,10 +115,14 @@ const CASES: &[Case] = &[
     case!("validation-values", validation::values),
     case!("batch-write", multi::batch_write),
     case!("batch-get", multi::batch_get),
+    case!("batch-get-16mb", multi::batch_get_16mb),
     case!("transact-get", multi::transact_get),
     case!("transact-write", multi::transact_write),
     case!("transact-write-cancellation", multi::transact_cancellation),
     case!("transact-write-idempotency", multi::transact_idempotency),
+    case!("concurrent-atomic-counter", concurrency::counter),
+    case!("concurrent-create-only", concurrency::create_only_race),
+    case!("concurrent-transactions", concurrency::transfers),
     case!("capacity-writes", capacity::writes),
     case!("capacity-reads", capacity::reads),
     case!("capacity-query", capacity::query),
