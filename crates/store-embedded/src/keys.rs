@@ -11,6 +11,9 @@
 //!   numbers the exponent as one byte (`exp + 129`, which spans exactly 0–255) and one byte
 //!   per digit (`digit + 1`) ended by `0x00`. For negative numbers the exponent and digit
 //!   bytes are complemented and the terminator is `0xFF`, so a larger magnitude sorts lower.
+//!
+//! The module is public so that the fuzz target (`fuzz/`) and tools can reach it; the engine's
+//! API is [`crate::EmbeddedStore`].
 
 use std::ops::Bound;
 

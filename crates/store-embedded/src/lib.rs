@@ -36,7 +36,7 @@ mod capacity;
 mod codec;
 mod db;
 mod expr;
-mod keys;
+pub mod keys;
 mod read;
 mod schema;
 mod writer;
