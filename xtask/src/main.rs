@@ -8,6 +8,7 @@
 //! Tasks are Rust rather than shell scripts so that they run the same everywhere and are
 //! reviewed like the rest of the code.
 
+mod emulators;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -36,8 +37,14 @@ fn project_root() -> PathBuf {
 }
 
 fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    cargo_with_env(root, args, &[])
+}
+
+fn cargo_with_env(root: &Path, args: &[&str], env: &[(String, String)]) -> Result<()> {
     eprintln!("$ cargo {}", args.join(" "));
-    let status = Command::new(env!("CARGO")).args(args).current_dir(root).status().context("running cargo")?;
+    let mut command = Command::new(env!("CARGO"));
+    command.args(args).current_dir(root).envs(env.iter().map(|(k, v)| (k, v)));
+    let status = command.status().context("running cargo")?;
     if !status.success() {
         bail!("cargo {} failed with {status}", args.join(" "));
     }
@@ -50,7 +57,10 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     // Unit, integration and bench targets (benches run once, as tests) of every crate.
     let mut all = vec!["test", "--workspace", "--all-targets", "--locked"];
     all.extend(&extra);
-    cargo(root, &all)?;
+    // dynalite and moto for the DynamoDB engine's tests; stopped when `emulators` drops.
+    let emulators = emulators::start(root)?;
+    cargo_with_env(root, &all, &emulators.env())?;
+    drop(emulators);
     // Doc tests are not part of --all-targets.
     cargo(root, &["test", "--workspace", "--doc", "--locked"])?;
     eprintln!("xtask test: every test passed");
