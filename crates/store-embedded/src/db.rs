@@ -122,8 +122,9 @@ pub fn parse_ttl_key(k: &[u8]) -> Option<(u64, String, &[u8])> {
 /// Replaces the item at `key` (`old` is what is there now) by `new` (`None` deletes it),
 /// keeping every index and the TTL index in step, and returns the write units spent.
 ///
-/// Invariant: this is the only function that writes base items, so the indexes can never
-/// disagree with the base table after a commit.
+/// Invariant: this and [`replace_item`] are the only functions that write base items, and
+/// both write the indexes in the same transaction, so the indexes can never disagree with
+/// the base table after a commit.
 pub fn store_item(
     txn: &WriteTransaction,
     info: &TableInfo,
@@ -131,17 +132,50 @@ pub fn store_item(
     old: Option<&Item>,
     new: Option<&Item>,
 ) -> Result<Units, OpError> {
-    {
-        let mut base = txn.open_table(bytes_table(&info.redb_name))?;
-        match new {
-            Some(item) => {
-                base.insert(key, codec::encode_item(item).as_slice())?;
-            }
-            None => {
-                base.remove(key)?;
-            }
-        }
+    write_base(txn, info, key, new, false)?;
+    write_secondary(txn, info, key, old, new)
+}
+
+/// Like [`store_item`] for a write with no condition: the item it replaces comes back from
+/// the base table's own insert or remove, saving a lookup. Returns the old item and the units.
+pub fn replace_item(
+    txn: &WriteTransaction,
+    info: &TableInfo,
+    key: &[u8],
+    new: Option<&Item>,
+) -> Result<(Option<Item>, Units), OpError> {
+    let old = write_base(txn, info, key, new, true)?;
+    let units = write_secondary(txn, info, key, old.as_ref(), new)?;
+    Ok((old, units))
+}
+
+/// Writes or removes the base item, returning the previous one when asked for.
+fn write_base(
+    txn: &WriteTransaction,
+    info: &TableInfo,
+    key: &[u8],
+    new: Option<&Item>,
+    want_old: bool,
+) -> Result<Option<Item>, OpError> {
+    let mut base = txn.open_table(bytes_table(&info.redb_name))?;
+    let previous = match new {
+        Some(item) => base.insert(key, codec::encode_item(item).as_slice())?,
+        None => base.remove(key)?,
+    };
+    match previous {
+        Some(v) if want_old => Ok(Some(codec::decode_item(v.value())?)),
+        _ => Ok(None),
     }
+}
+
+/// Brings the indexes and the TTL index from `old` to `new` and counts the units spent.
+fn write_secondary(
+    txn: &WriteTransaction,
+    info: &TableInfo,
+    key: &[u8],
+    old: Option<&Item>,
+    new: Option<&Item>,
+) -> Result<Units, OpError> {
     let size = old.map(item_size).unwrap_or(0).max(new.map(item_size).unwrap_or(0));
     let mut units = Units::table(write_units(size));
     for index in &info.indexes {

@@ -283,8 +283,15 @@ pub fn query(shared: &Shared, req: Query) -> Result<QueryOutput> {
     let filter = req.filter.as_deref().map(|f| Condition::parse_filter(f, &mut ctx)).transpose()?;
     let projection = parse_projection(req.projection.as_deref(), &mut ctx)?;
     ctx.finish()?;
-    if let Some(text) = req.filter.as_deref() {
-        check_filter_keys(text, &req.attrs, src.schema())?;
+    // A query's filter may not name the queried key attributes: the key condition is their place.
+    if let Some(filter) = &filter {
+        let named = filter.top_level_attributes();
+        if let Some(key) = src.schema().attributes().find(|a| named.contains(&a.name)) {
+            return Err(StoreError::validation(format!(
+                "Filter Expression can only contain non-primary key attributes: Primary key attribute: {}",
+                key.name
+            )));
+        }
     }
     let start = req.exclusive_start_key.as_ref().map(|k| info.start_key(src.index, k)).transpose()?;
     let range = resume(key_range(&cond), start, req.scan_forward);
@@ -303,58 +310,6 @@ pub fn query(shared: &Shared, req: Query) -> Result<QueryOutput> {
             fetch_base: needs_base(&src, projection.as_ref()),
         },
     )
-}
-
-/// Rejects a query filter that names a key attribute of the queried schema, as DynamoDB does
-/// (the key condition is the place for those).
-///
-/// The filter has already parsed, so a light scan of its tokens suffices: a name (bare or
-/// `#placeholder`) is a top-level attribute unless it follows a `.` (a nested field) or is
-/// followed by `(` (a function).
-fn check_filter_keys(text: &str, attrs: &store::ExpressionAttributes, schema: &store::KeySchema) -> Result<()> {
-    let bytes = text.as_bytes();
-    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b == b':' {
-            // A value placeholder: skip it whole.
-            i += 1;
-            while i < bytes.len() && word(bytes[i]) {
-                i += 1;
-            }
-            continue;
-        }
-        if !(word(b) || b == b'#') {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        i += 1;
-        while i < bytes.len() && word(bytes[i]) {
-            i += 1;
-        }
-        let token = &text[start..i];
-        let before = text[..start].trim_end().as_bytes().last().copied();
-        let after = text[i..].trim_start().as_bytes().first().copied();
-        if before == Some(b'.') || after == Some(b'(') {
-            continue;
-        }
-        let name = if token.starts_with('#') {
-            match attrs.names.get(token) {
-                Some(n) => n.as_str(),
-                None => continue,
-            }
-        } else {
-            token
-        };
-        if schema.attributes().any(|a| a.name == name) {
-            return Err(StoreError::validation(format!(
-                "Filter Expression can only contain non-primary key attributes: Primary key attribute: {name}"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// `Scan`: one page.

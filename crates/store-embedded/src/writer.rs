@@ -25,8 +25,8 @@ use tokio::sync::oneshot;
 
 use crate::capacity::{Kind, PerTable, Units, read_units, write_units};
 use crate::codec;
-use crate::db::{self, META, OpError, Shared, TOKEN_TIMES, TOKENS, TTL, bytes_table, load, store_item};
-use crate::expr::{Condition, ExprContext, Update};
+use crate::db::{self, META, OpError, Shared, TOKEN_TIMES, TOKENS, TTL, bytes_table, load, replace_item, store_item};
+use crate::expr::{Condition, ExprContext, Projection, Update};
 use crate::schema::{self, TableInfo};
 
 /// Most operations applied in one group commit; bounds the transaction and the latency of
@@ -271,6 +271,7 @@ impl Writer {
         ctx.finish()?;
         let target = self.target(&req.table, &req.key)?;
         let written = update.top_level_attributes();
+        let paths = update.updated_paths();
         for name in target.info.primary_key_names() {
             if written.contains(name) {
                 return Err(StoreError::validation(format!(
@@ -281,7 +282,7 @@ impl Writer {
         Ok(Parsed {
             target,
             condition,
-            action: Action::Update(update, written),
+            action: Action::Update(update, paths),
             return_values: req.return_values,
             return_old_on_failure: req.return_old_on_condition_failure,
         })
@@ -341,15 +342,30 @@ impl Writer {
     }
 
     fn single(&self, txn: &WriteTransaction, parsed: Parsed) -> Result<WriteOutput, OpError> {
-        let planned = self.evaluate(txn, &parsed)?;
         let target = &parsed.target;
-        let units = store_item(txn, &target.info, &target.key, planned.old.as_ref(), planned.new.as_ref())?;
+        let (planned, units) = match (&parsed.condition, &parsed.action) {
+            // Without a condition a put or delete needs no look first: the base table's
+            // insert or remove hands back the item it replaced.
+            (None, Action::Put(item)) => {
+                let (old, units) = replace_item(txn, &target.info, &target.key, Some(item))?;
+                (Planned { old, new: Some(item.clone()) }, units)
+            }
+            (None, Action::Delete) => {
+                let (old, units) = replace_item(txn, &target.info, &target.key, None)?;
+                (Planned { old, new: None }, units)
+            }
+            _ => {
+                let planned = self.evaluate(txn, &parsed)?;
+                let units = store_item(txn, &target.info, &target.key, planned.old.as_ref(), planned.new.as_ref())?;
+                (planned, units)
+            }
+        };
         let attributes = match (&parsed.action, parsed.return_values) {
             (_, ReturnValues::None) => None,
             (_, ReturnValues::AllOld) => planned.old,
             (_, ReturnValues::AllNew) => planned.new,
-            (Action::Update(_, written), ReturnValues::UpdatedOld) => restrict(planned.old.as_ref(), written),
-            (Action::Update(_, written), ReturnValues::UpdatedNew) => restrict(planned.new.as_ref(), written),
+            (Action::Update(_, paths), ReturnValues::UpdatedOld) => updated(planned.old.as_ref(), paths),
+            (Action::Update(_, paths), ReturnValues::UpdatedNew) => updated(planned.new.as_ref(), paths),
             _ => None,
         };
         Ok(WriteOutput { attributes, consumed_capacity: units.consumed(&target.info.def.name, Kind::Write) })
@@ -389,8 +405,7 @@ impl Writer {
         }
         let mut per_table = PerTable::default();
         for (info, key, new) in writes {
-            let old = load(txn, &info, &key)?;
-            let units = store_item(txn, &info, &key, old.as_ref(), new)?;
+            let (_, units) = replace_item(txn, &info, &key, new)?;
             per_table.add(&info.def.name, &units);
         }
         Ok(BatchWriteItemOutput {
@@ -539,7 +554,8 @@ struct Target {
 
 enum Action {
     Put(Item),
-    Update(Update, BTreeSet<String>),
+    /// The update and the paths it touches (for `UPDATED_OLD` and `UPDATED_NEW`).
+    Update(Update, Projection),
     Delete,
     Check,
 }
@@ -570,9 +586,9 @@ fn check_single_return(rv: ReturnValues) -> Result<(), StoreError> {
     }
 }
 
-fn restrict(item: Option<&Item>, names: &BTreeSet<String>) -> Option<Item> {
-    let item = item?;
-    let out: Item = item.iter().filter(|(k, _)| names.contains(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+/// The touched paths of an item, or nothing when none of them is there.
+fn updated(item: Option<&Item>, paths: &Projection) -> Option<Item> {
+    let out = paths.apply(item?);
     (!out.is_empty()).then_some(out)
 }
 

@@ -349,3 +349,30 @@ async fn an_lsi_fetches_unprojected_attributes_from_the_table_and_bills_the_read
     assert_eq!(page.consumed_capacity.local_indexes["by-n"], 0.5);
     assert_eq!(page.consumed_capacity.table_units, 0.5);
 }
+
+#[tokio::test]
+async fn updated_return_values_keep_only_the_touched_paths() {
+    let (_dir, store) = fresh().await;
+    store.put_item(PutItem::new(T, item! { "pk" => "u", "sk" => "1", "keep" => 1 })).await.unwrap();
+    let mut m = std::collections::BTreeMap::new();
+    m.insert("a".to_string(), AttributeValue::from(1));
+    m.insert("b".to_string(), AttributeValue::from(2));
+    store.update_item(UpdateItem::new(T, key("u", "1"), "SET m = :m").value(":m", AttributeValue::M(m))).await.unwrap();
+    let update = || UpdateItem::new(T, key("u", "1"), "SET m.a = :v").value(":v", 5);
+    let old = store.update_item(update().return_values(store::ReturnValues::UpdatedOld)).await.unwrap();
+    let nested = |v: i64| {
+        let mut m = std::collections::BTreeMap::new();
+        m.insert("a".to_string(), AttributeValue::from(v));
+        item! { "m" => AttributeValue::M(m) }
+    };
+    assert_eq!(old.attributes, Some(nested(1)));
+    let new = store
+        .update_item(
+            UpdateItem::new(T, key("u", "1"), "SET m.a = :v")
+                .value(":v", 6)
+                .return_values(store::ReturnValues::UpdatedNew),
+        )
+        .await
+        .unwrap();
+    assert_eq!(new.attributes, Some(nested(6)));
+}
