@@ -314,12 +314,10 @@ pub(crate) async fn transact_idempotency(ctx: Ctx) -> Outcome {
 pub(crate) async fn batch_get_16mb(ctx: Ctx) -> Outcome {
     let store = &*ctx.store;
     let t = ctx.create_composite().await?;
-    // 42 items of 400 KB: 16.4 MB, just over the limit.
-    let count = 42;
+    // 43 items of 390 KB: 16.4 MB, just over the limit.
+    let count = 43;
     let items: Vec<Item> = (0..count)
-        .map(|i| {
-            super::support::sized(keyed("p", &format!("{i:02}"), &format!("{i:02}")), crate::limits::MAX_ITEM_BYTES)
-        })
+        .map(|i| super::support::sized(keyed("p", &format!("{i:02}"), &format!("{i:02}")), 390 * 1024))
         .collect();
     put_all(store, &t, items).await?;
     let mut request = BatchGetItem::default();
