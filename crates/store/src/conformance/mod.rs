@@ -77,6 +77,7 @@ const CASE_TIMEOUT: Duration = Duration::from_secs(600);
 const CASES: &[Case] = &[
     case!("table-lifecycle", tables::lifecycle),
     case!("table-with-indexes", tables::with_indexes),
+    case!("table-ttl-described", tables::ttl_described),
     case!("missing-table", tables::missing_table),
     case!("put-get-delete", items::put_get_delete),
     case!("all-value-types-round-trip", items::all_value_types),

@@ -243,6 +243,18 @@ pub(crate) async fn limit_filter(ctx: Ctx) -> Outcome {
     ensure_eq!((out.scanned_count, out.count, out.items.len()), (3, 0, 0), "filtered-out page");
     ensure_eq!(out.last_evaluated_key, Some(key("P", "02")), "filtered-out page LastEvaluatedKey");
 
+    // ExclusiveStartKey need not be a key that exists: reading resumes after its position.
+    let out = store
+        .query(Query::new(&t, "pk = :p").value(":p", "P").limit(2).start_after(Some(key("P", "045"))))
+        .await
+        .or_fail("start after an absent key")?;
+    ensure_eq!(ids(&out.items), vec!["05", "06"], "start after the absent key 045");
+    let out = store
+        .query(Query::new(&t, "pk = :p").value(":p", "P").descending().limit(2).start_after(Some(key("P", "045"))))
+        .await
+        .or_fail("start after an absent key, descending")?;
+    ensure_eq!(ids(&out.items), vec!["04", "03"], "start after the absent key 045, descending");
+
     // Descending with a limit: the key of the last item read going down.
     let out = store
         .query(Query::new(&t, "pk = :p").value(":p", "P").descending().limit(3))

@@ -61,6 +61,15 @@ pub(crate) async fn with_indexes(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
+/// A table created with a TTL attribute describes it (`UpdateTimeToLive` / `DescribeTimeToLive`).
+/// When expired items are deleted is not checked: DynamoDB gives no deadline.
+pub(crate) async fn ttl_described(ctx: Ctx) -> Outcome {
+    let name = ctx.create(composite(&ctx.table()).ttl("expires_at")).await?;
+    let described = ctx.store.describe_table(&name).await.or_fail("describe")?;
+    ensure_eq!(described.definition.ttl_attribute.as_deref(), Some("expires_at"), "TTL attribute");
+    Ok(())
+}
+
 /// Every operation on a table that does not exist is ResourceNotFoundException, and so is
 /// a query on an index the table does not have.
 pub(crate) async fn missing_table(ctx: Ctx) -> Outcome {
