@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use store::{
     AttributeValue, BatchWriteItem, CancellationCode, ConditionCheck, DeleteItem, GetItem, Item, KeySchema, Projection,
-    PutItem, Query, ReturnValues, ScalarType, Store, StoreError, TableDefinition, TransactWrite, TransactWriteItems,
-    UpdateItem, WriteRequest, item,
+    PutItem, Query, ReturnValues, ScalarType, Scan, Store, StoreError, TableDefinition, TransactWrite,
+    TransactWriteItems, UpdateItem, WriteRequest, item,
 };
 use store_embedded::{EmbeddedStore, Options};
 
@@ -45,6 +45,8 @@ enum Op {
     Query { pk: u8, forward: bool, limit: Option<u32>, range: Option<(i8, i8)> },
     QueryIndex { g: u8, forward: bool, limit: Option<u32> },
     Batch { writes: Vec<(Key, Option<i8>)> },
+    Scan { segments: u32, limit: Option<u32> },
+    Reopen,
     Transact { ops: Vec<(Key, TxOp)> },
 }
 
@@ -76,6 +78,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (0u8..2, any::<bool>(), limit).prop_map(|(g, forward, limit)| Op::QueryIndex { g, forward, limit }),
         1 => proptest::collection::vec((key_strategy(), proptest::option::of(-3i8..4)), 1..6)
             .prop_map(|writes| Op::Batch { writes }),
+        1 => (1u32..4, proptest::option::of(1u32..5)).prop_map(|(segments, limit)| Op::Scan { segments, limit }),
+        1 => Just(Op::Reopen),
         1 => proptest::collection::vec((key_strategy(), tx_op), 1..5)
             .prop_map(|ops| Op::Transact { ops }),
     ]
@@ -187,7 +191,8 @@ async fn all_pages(store: &EmbeddedStore, query: Query, limit: Option<u32>) -> V
 
 async fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open_with(dir.path(), Options::default().ttl_sweep_interval(None)).unwrap();
+    let open = || EmbeddedStore::open_with(dir.path(), Options::default().ttl_sweep_interval(None)).unwrap();
+    let mut store = open();
     store.create_table(definition()).await.unwrap();
     let mut model = Model::default();
     for (step, op) in ops.into_iter().enumerate() {
@@ -254,6 +259,36 @@ async fn run(ops: Vec<Op>) {
                 }
                 let got = all_pages(&store, q, limit).await;
                 assert_eq!(got, model.query_index(g, forward), "{ctx}");
+            }
+            Op::Scan { segments, limit } => {
+                // Every segment, every page: each item exactly once.
+                let mut got = Vec::new();
+                for segment in 0..segments {
+                    let mut start = None;
+                    loop {
+                        let mut scan = Scan::new(TABLE).segment(segment, segments).start_after(start);
+                        if let Some(l) = limit {
+                            scan = scan.limit(l);
+                        }
+                        let page = store.scan(scan).await.expect(&ctx);
+                        if let Some(l) = limit {
+                            assert!(page.scanned_count <= l as usize, "{ctx}");
+                        }
+                        got.extend(page.items);
+                        start = page.last_evaluated_key;
+                        if start.is_none() {
+                            break;
+                        }
+                    }
+                }
+                got.sort_by_key(|i| (i["pk"].clone(), i["sk"].as_n().and_then(|n| n.to_i64())));
+                let want: Vec<Item> = model.items.values().cloned().collect();
+                assert_eq!(got, want, "{ctx}");
+            }
+            Op::Reopen => {
+                // Closing waits for the writer; the new store must see every acknowledged write.
+                drop(store);
+                store = open();
             }
             Op::Batch { writes } => {
                 let requests = writes
