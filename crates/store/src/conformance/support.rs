@@ -50,7 +50,9 @@ impl Ctx {
     pub async fn create(&self, definition: TableDefinition) -> Result<String, String> {
         let name = definition.name.clone();
         // A leftover from an interrupted run against a persistent emulator; absence is fine.
-        let _ = self.store.delete_table(&name).await;
+        if self.store.delete_table(&name).await.is_ok() {
+            wait_deleted(&*self.store, &name).await?;
+        }
         self.created.lock().unwrap().push(name.clone());
         self.store.create_table(definition).await.or_fail(&format!("create table {name}"))?;
         Ok(name)
@@ -68,6 +70,20 @@ impl Ctx {
             let _ = self.store.delete_table(&name).await;
         }
     }
+}
+
+/// Waits until `name` is gone: DynamoDB deletes tables in the background (status `DELETING`).
+pub(crate) async fn wait_deleted(store: &dyn Store, name: &str) -> Outcome {
+    for _ in 0..600 {
+        match store.describe_table(name).await {
+            Err(e) if e.is_not_found() => return Ok(()),
+            Ok(d) if d.status == crate::TableStatus::Deleting => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            other => return Err(format!("describe of deleted table {name}: {}", short(&other))),
+        }
+    }
+    Err(format!("table {name} still deleting after 60 s"))
 }
 
 /// A table definition with a string `pk` and a string `sk`.

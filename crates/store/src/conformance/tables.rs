@@ -28,6 +28,8 @@ pub(crate) async fn lifecycle(ctx: Ctx) -> Outcome {
     expect_err(store.create_table(definition.clone()).await, Expect::InUse, "create an existing table")?;
 
     store.delete_table(&name).await.or_fail("delete table")?;
+    // Deletion may take a while (status DELETING), but then the table is gone.
+    super::support::wait_deleted(store, &name).await?;
     expect_err(store.describe_table(&name).await, Expect::NotFound, "describe a deleted table")?;
     expect_err(store.delete_table(&name).await, Expect::NotFound, "delete a deleted table")?;
     let listed = store.list_tables().await.or_fail("list tables")?;
