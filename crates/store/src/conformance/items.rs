@@ -60,6 +60,9 @@ pub(crate) async fn all_value_types(ctx: Ctx) -> Outcome {
         "ss" => AttributeValue::Ss(BTreeSet::from(["a".to_string(), "b".to_string()])),
         "ns" => AttributeValue::Ns(BTreeSet::from(["1".parse().unwrap(), "2.5".parse().unwrap()])),
         "bs" => AttributeValue::Bs(BTreeSet::from([vec![1u8], vec![2u8, 3]])),
+        // An empty string or binary may be a set member; only an empty set is invalid.
+        "ss_empty_member" => AttributeValue::Ss(BTreeSet::from([String::new(), "x".to_string()])),
+        "bs_empty_member" => AttributeValue::Bs(BTreeSet::from([Vec::new(), vec![1u8]])),
     };
     put(store, &t, item.clone()).await?;
     ensure_eq!(get(store, &t, key("p", "types")).await?, Some(item), "round trip");
