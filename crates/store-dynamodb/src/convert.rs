@@ -86,29 +86,47 @@ pub(crate) fn values(attrs: &ExpressionAttributes) -> Option<SdkItem> {
     (!attrs.values.is_empty()).then(|| item_to_sdk(&attrs.values))
 }
 
+/// Which units a call consumes: reads (get, query, scan, batch get, transact get) or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Units {
+    /// Read capacity units only.
+    Read,
+    /// Write capacity units only.
+    Write,
+}
+
 /// DynamoDB's consumed capacity as Tally's. `table` names the table when DynamoDB returned
 /// nothing (a server that does not report capacity): then every figure is zero.
-pub(crate) fn capacity(c: Option<&sdk::ConsumedCapacity>, table: &str) -> ConsumedCapacity {
+///
+/// `CapacityUnits` is the sum of read and write units. Some servers report only the sum; each
+/// call consumes units of one kind only (`units`), so the sum is then that kind's figure.
+pub(crate) fn capacity(c: Option<&sdk::ConsumedCapacity>, table: &str, units: Units) -> ConsumedCapacity {
     let Some(c) = c else {
         return ConsumedCapacity { table: table.to_string(), ..Default::default() };
     };
-    let units = |m: Option<&HashMap<String, sdk::Capacity>>| -> BTreeMap<String, f64> {
+    let per_index = |m: Option<&HashMap<String, sdk::Capacity>>| -> BTreeMap<String, f64> {
         m.map(|m| m.iter().map(|(k, v)| (k.clone(), v.capacity_units().unwrap_or(0.0))).collect()).unwrap_or_default()
+    };
+    let total = c.capacity_units().unwrap_or(0.0);
+    let (read, write) = match (c.read_capacity_units(), c.write_capacity_units(), units) {
+        (None, None, Units::Read) => (total, 0.0),
+        (None, None, Units::Write) => (0.0, total),
+        (r, w, _) => (r.unwrap_or(0.0), w.unwrap_or(0.0)),
     };
     ConsumedCapacity {
         table: c.table_name().unwrap_or(table).to_string(),
-        capacity_units: c.capacity_units().unwrap_or(0.0),
-        read_capacity_units: c.read_capacity_units().unwrap_or(0.0),
-        write_capacity_units: c.write_capacity_units().unwrap_or(0.0),
+        capacity_units: total,
+        read_capacity_units: read,
+        write_capacity_units: write,
         table_units: c.table().and_then(|t| t.capacity_units()).unwrap_or(0.0),
-        global_indexes: units(c.global_secondary_indexes()),
-        local_indexes: units(c.local_secondary_indexes()),
+        global_indexes: per_index(c.global_secondary_indexes()),
+        local_indexes: per_index(c.local_secondary_indexes()),
     }
 }
 
 /// Capacities of a multi-table call.
-pub(crate) fn capacities(c: &[sdk::ConsumedCapacity]) -> Vec<ConsumedCapacity> {
-    c.iter().map(|c| capacity(Some(c), "")).collect()
+pub(crate) fn capacities(c: &[sdk::ConsumedCapacity], units: Units) -> Vec<ConsumedCapacity> {
+    c.iter().map(|c| capacity(Some(c), "", units)).collect()
 }
 
 fn scalar_to_sdk(ty: ScalarType) -> ScalarAttributeType {
@@ -376,6 +394,23 @@ mod tests {
         let tiny = value_from_sdk(&sdk::AttributeValue::N("0.000000000000000000000000000000000000001".into())).unwrap();
         assert_eq!(tiny, AttributeValue::N("1E-39".parse().unwrap()));
         assert!(value_from_sdk(&sdk::AttributeValue::N("not a number".into())).is_err());
+    }
+
+    #[test]
+    fn a_capacity_sum_alone_is_attributed_to_the_call_kind() {
+        let sum_only = sdk::ConsumedCapacity::builder().table_name("t").capacity_units(2.0).build();
+        let read = capacity(Some(&sum_only), "t", Units::Read);
+        assert_eq!((read.read_capacity_units, read.write_capacity_units), (2.0, 0.0));
+        let write = capacity(Some(&sum_only), "t", Units::Write);
+        assert_eq!((write.read_capacity_units, write.write_capacity_units), (0.0, 2.0));
+        let split = sdk::ConsumedCapacity::builder()
+            .capacity_units(3.0)
+            .read_capacity_units(1.0)
+            .write_capacity_units(2.0)
+            .build();
+        let c = capacity(Some(&split), "t", Units::Read);
+        assert_eq!((c.table.as_str(), c.read_capacity_units, c.write_capacity_units), ("t", 1.0, 2.0));
+        assert_eq!(capacity(None, "t", Units::Read), ConsumedCapacity { table: "t".into(), ..Default::default() });
     }
 
     #[test]

@@ -5,8 +5,7 @@
 //! operation and DynamoDB-compatible servers that answer with a code the operation's model does
 //! not list (an emulator's `UnknownOperationException`, say) still get a sensible kind.
 
-use std::fmt::Debug;
-
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use store::{CancellationCode, CancellationReason, Item, StoreError};
 
@@ -14,10 +13,12 @@ use crate::convert::item_from_sdk;
 
 /// Maps an SDK error. `special` extracts what only some operations carry (the old item of a
 /// failed condition, the reasons of a cancelled transaction) and wins when it returns a kind.
-pub(crate) fn map_sdk_error<E, R>(err: SdkError<E, R>, special: impl FnOnce(&E) -> Option<StoreError>) -> StoreError
+pub(crate) fn map_sdk_error<E>(
+    err: SdkError<E, HttpResponse>,
+    special: impl FnOnce(&E) -> Option<StoreError>,
+) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: Debug,
 {
     match err {
         SdkError::ServiceError(ctx) => {
@@ -25,7 +26,14 @@ where
             if let Some(kind) = special(e) {
                 return kind;
             }
-            from_code(e.code().unwrap_or(""), e.message().unwrap_or(""))
+            match e.code() {
+                Some(code) => from_code(code, e.message().unwrap_or("")),
+                // Not a DynamoDB error document: a proxy's or a crashed server's page.
+                None => StoreError::Internal(format!(
+                    "DynamoDB answered HTTP {} without an error code",
+                    ctx.raw().status().as_u16()
+                )),
+            }
         }
         SdkError::TimeoutError(_) => StoreError::Internal("DynamoDB did not answer in time (retries exhausted)".into()),
         SdkError::DispatchFailure(_) => {

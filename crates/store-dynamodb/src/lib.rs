@@ -90,7 +90,7 @@ use store::{
 
 pub use url::{StoreUrl, UrlError};
 
-use convert::{capacities, capacity, item_to_sdk, names, opt_item, values};
+use convert::{Units, capacities, capacity, item_to_sdk, names, opt_item, values};
 use error::{condition_failed, map_sdk_error, transaction_canceled};
 
 /// How to reach DynamoDB. Unset fields come from the standard AWS configuration chain.
@@ -574,7 +574,7 @@ impl Store for DynamoDbStore {
             .map_err(|e| map_sdk_error(e, |_| None))?;
         Ok(GetItemOutput {
             item: opt_item(out.item())?,
-            consumed_capacity: capacity(out.consumed_capacity(), &r.table),
+            consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Read),
         })
     }
 
@@ -600,7 +600,7 @@ impl Store for DynamoDbStore {
             })?;
         Ok(WriteOutput {
             attributes: opt_item(out.attributes())?,
-            consumed_capacity: capacity(out.consumed_capacity(), &r.table),
+            consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Write),
         })
     }
 
@@ -627,7 +627,7 @@ impl Store for DynamoDbStore {
             })?;
         Ok(WriteOutput {
             attributes: opt_item(out.attributes())?,
-            consumed_capacity: capacity(out.consumed_capacity(), &r.table),
+            consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Write),
         })
     }
 
@@ -653,7 +653,7 @@ impl Store for DynamoDbStore {
             })?;
         Ok(WriteOutput {
             attributes: opt_item(out.attributes())?,
-            consumed_capacity: capacity(out.consumed_capacity(), &r.table),
+            consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Write),
         })
     }
 
@@ -682,7 +682,7 @@ impl Store for DynamoDbStore {
             count: out.count().max(0) as usize,
             scanned_count: out.scanned_count().max(0) as usize,
             last_evaluated_key: opt_item(out.last_evaluated_key())?,
-            consumed_capacity: capacity(out.consumed_capacity(), &r.table),
+            consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Read),
         })
     }
 
@@ -718,7 +718,7 @@ impl Store for DynamoDbStore {
             count: out.count().max(0) as usize,
             scanned_count: out.scanned_count().max(0) as usize,
             last_evaluated_key: opt_item(out.last_evaluated_key())?,
-            consumed_capacity: capacity(out.consumed_capacity(), &r.table),
+            consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Read),
         })
     }
 
@@ -754,7 +754,7 @@ impl Store for DynamoDbStore {
         Ok(BatchGetItemOutput {
             responses,
             unprocessed_keys,
-            consumed_capacity: capacities(out.consumed_capacity.as_deref().unwrap_or_default()),
+            consumed_capacity: capacities(out.consumed_capacity.as_deref().unwrap_or_default(), Units::Read),
         })
     }
 
@@ -781,7 +781,7 @@ impl Store for DynamoDbStore {
         }
         Ok(BatchWriteItemOutput {
             unprocessed_items,
-            consumed_capacity: capacities(out.consumed_capacity.as_deref().unwrap_or_default()),
+            consumed_capacity: capacities(out.consumed_capacity.as_deref().unwrap_or_default(), Units::Write),
         })
     }
 
@@ -820,7 +820,7 @@ impl Store for DynamoDbStore {
             [] => vec![None; n],
             responses => responses.iter().map(|r| opt_item(r.item())).collect::<Result<Vec<_>, _>>()?,
         };
-        Ok(TransactGetItemsOutput { items, consumed_capacity: capacities(out.consumed_capacity()) })
+        Ok(TransactGetItemsOutput { items, consumed_capacity: capacities(out.consumed_capacity(), Units::Read) })
     }
 
     async fn transact_write_items(&self, r: TransactWriteItems) -> Result<TransactWriteItemsOutput, StoreError> {
@@ -842,6 +842,6 @@ impl Store for DynamoDbStore {
                     _ => None,
                 })
             })?;
-        Ok(TransactWriteItemsOutput { consumed_capacity: capacities(out.consumed_capacity()) })
+        Ok(TransactWriteItemsOutput { consumed_capacity: capacities(out.consumed_capacity(), Units::Write) })
     }
 }

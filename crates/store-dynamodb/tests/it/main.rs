@@ -6,4 +6,5 @@
 
 mod conformance;
 mod emulator;
+mod retries;
 mod unsupported;

@@ -1,0 +1,180 @@
+//! Retries against a scripted loopback server: throttling and 5xx answers are retried with
+//! backoff, validation errors are not, a slow attempt times out and is retried, and every
+//! retry of a `TransactWriteItems` carries the same `ClientRequestToken` (so DynamoDB applies
+//! the transaction once).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use store::{PutItem, StoreError, TransactWrite, TransactWriteItems, UpdateItem, item};
+use store_dynamodb::{DynamoDbStore, Options};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// One scripted answer: HTTP status, JSON body, and a delay before answering.
+#[derive(Clone)]
+struct Answer {
+    status: u16,
+    body: &'static str,
+    delay: Duration,
+}
+
+const OK: Answer = Answer { status: 200, body: "{}", delay: Duration::ZERO };
+const INTERNAL: Answer = Answer {
+    status: 500,
+    body: r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"boom"}"#,
+    delay: Duration::ZERO,
+};
+const THROTTLED: Answer = Answer {
+    status: 400,
+    body: r#"{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"slow down"}"#,
+    delay: Duration::ZERO,
+};
+const INVALID: Answer = Answer {
+    status: 400,
+    body: r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"bad request"}"#,
+    delay: Duration::ZERO,
+};
+
+/// A loopback server answering requests in turn from `script` (then `OK`), recording bodies.
+async fn scripted(script: Vec<Answer>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+    let addr = listener.local_addr().expect("local address");
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let script = script.clone();
+            tokio::spawn(async move {
+                let Some(body) = read_request(&mut conn).await else { return };
+                let answer = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(body);
+                    script.get(seen.len() - 1).cloned().unwrap_or(OK)
+                };
+                tokio::time::sleep(answer.delay).await;
+                let response = format!(
+                    "HTTP/1.1 {} X\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                    answer.status,
+                    answer.body.len(),
+                    answer.body
+                );
+                let _ = conn.write_all(response.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    (format!("http://{addr}"), bodies)
+}
+
+/// Reads one HTTP request and returns its body.
+async fn read_request(conn: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = conn.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().ok()))
+                .flatten()
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                return Some(String::from_utf8_lossy(&buf[end + 4..end + 4 + length]).into_owned());
+            }
+        }
+    }
+}
+
+async fn store(endpoint: &str) -> DynamoDbStore {
+    let options = Options {
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(20),
+        attempt_timeout: Duration::from_millis(500),
+        max_attempts: 4,
+        ..Options::emulator(endpoint)
+    };
+    DynamoDbStore::connect(options).await.expect("connect")
+}
+
+fn token_of(body: &str) -> Option<String> {
+    let start = body.find("\"ClientRequestToken\":\"")? + "\"ClientRequestToken\":\"".len();
+    Some(body[start..].split('"').next()?.to_string())
+}
+
+fn counter_transaction(token: Option<&str>) -> TransactWriteItems {
+    let update = UpdateItem::new("t", item! { "pk" => "SITE#1", "sk" => "DAY#1" }, "ADD #v :one")
+        .name("#v", "views")
+        .value(":one", 1);
+    TransactWriteItems { items: vec![TransactWrite::Update(update)], client_request_token: token.map(str::to_string) }
+}
+
+#[tokio::test]
+async fn retried_transactions_carry_the_callers_token() {
+    use store::Store;
+    let (endpoint, bodies) = scripted(vec![INTERNAL, THROTTLED]).await;
+    store(&endpoint).await.transact_write_items(counter_transaction(Some("flush-42"))).await.expect("third attempt");
+    let tokens: Vec<_> = bodies.lock().unwrap().iter().map(|b| token_of(b)).collect();
+    assert_eq!(tokens, vec![Some("flush-42".to_string()); 3]);
+}
+
+#[tokio::test]
+async fn retried_transactions_without_a_token_reuse_the_generated_one() {
+    use store::Store;
+    let (endpoint, bodies) = scripted(vec![INTERNAL]).await;
+    store(&endpoint).await.transact_write_items(counter_transaction(None)).await.expect("second attempt");
+    let tokens: Vec<_> = bodies.lock().unwrap().iter().map(|b| token_of(b)).collect();
+    assert_eq!(tokens.len(), 2);
+    assert!(tokens[0].is_some(), "the SDK did not generate a token");
+    assert_eq!(tokens[0], tokens[1]);
+}
+
+#[tokio::test]
+async fn a_slow_attempt_times_out_and_is_retried() {
+    use store::Store;
+    let slow = Answer { delay: Duration::from_secs(3), ..OK };
+    let (endpoint, bodies) = scripted(vec![slow]).await;
+    store(&endpoint)
+        .await
+        .transact_write_items(counter_transaction(Some("slow-1")))
+        .await
+        .expect("retry after timeout");
+    let tokens: Vec<_> = bodies.lock().unwrap().iter().map(|b| token_of(b)).collect();
+    assert_eq!(tokens, vec![Some("slow-1".to_string()); 2]);
+}
+
+#[tokio::test]
+async fn throttling_is_retried_until_the_attempts_run_out() {
+    use store::Store;
+    let (endpoint, bodies) = scripted(vec![THROTTLED; 10]).await;
+    let err = store(&endpoint).await.put_item(PutItem::new("t", item! { "pk" => "a" })).await.unwrap_err();
+    assert!(err.is_throttled(), "{err:?}");
+    assert_eq!(bodies.lock().unwrap().len(), 4, "max_attempts is 4");
+}
+
+#[tokio::test]
+async fn validation_errors_are_not_retried() {
+    use store::Store;
+    let (endpoint, bodies) = scripted(vec![INVALID]).await;
+    let err = store(&endpoint).await.put_item(PutItem::new("t", item! { "pk" => "a" })).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Validation(m) if m == "bad request"), "{err:?}");
+    assert_eq!(bodies.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn every_call_asks_for_capacity_by_index() {
+    use store::Store;
+    let (endpoint, bodies) = scripted(vec![]).await;
+    let store = store(&endpoint).await;
+    store.put_item(PutItem::new("t", item! { "pk" => "a" })).await.expect("put");
+    store.transact_write_items(counter_transaction(None)).await.expect("transaction");
+    for body in bodies.lock().unwrap().iter() {
+        assert!(body.contains(r#""ReturnConsumedCapacity":"INDEXES""#), "{body}");
+    }
+}
