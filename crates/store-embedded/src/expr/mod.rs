@@ -171,9 +171,25 @@ fn prepare<'s>(text: &'s str, kind: ExprKind, ctx: &mut ExprContext<'_>) -> Resu
     Ok(Parser::new(text))
 }
 
+/// The most operators and functions one expression may use.
+const MAX_OPERATORS: usize = 300;
+
+/// Rejects expressions with more operators than DynamoDB allows; like DynamoDB, the message
+/// gives the count at which it gave up.
+fn check_operators(kind: ExprKind, count: usize) -> Result<()> {
+    if count > MAX_OPERATORS {
+        return Err(kind.invalid(format_args!(
+            "The expression contains too many operators; operator count: {}",
+            MAX_OPERATORS + 1
+        )));
+    }
+    Ok(())
+}
+
 fn parse_cond(text: &str, ctx: &mut ExprContext<'_>, kind: ExprKind) -> Result<Cond> {
     let mut p = prepare(text, kind, ctx)?;
     let raw = parser::parse_condition(&mut p).map_err(|e| kind.invalid(p.syntax_message(e)))?;
+    check_operators(kind, parser::operator_count(&raw))?;
     let mut r = Resolver::new(&p, ctx, kind);
     let cond = r.cond(&raw);
     r.finish().map_err(|m| kind.invalid(m))?;
@@ -479,6 +495,15 @@ impl Update {
         let kind = ExprKind::Update;
         let mut p = prepare(text, kind, ctx)?;
         let raw = parser::parse_update(&mut p).map_err(|e| kind.invalid(p.syntax_message(e)))?;
+        let operators = raw
+            .iter()
+            .flat_map(|clause| &clause.actions)
+            .map(|action| match action {
+                ast::RawAction::Set(_, value) => parser::operator_count(value),
+                _ => 0,
+            })
+            .sum();
+        check_operators(kind, operators)?;
         let mut r = Resolver::new(&p, ctx, kind);
         let actions = r.update(&raw);
         r.finish().map_err(|m| kind.invalid(m))?;

@@ -368,6 +368,24 @@ fn set_operand(p: &mut Parser<'_>, top: bool) -> PResult<RawExpr> {
     }
 }
 
+/// How many operators and functions an expression uses, by DynamoDB's count: comparisons,
+/// `BETWEEN`, `IN`, arithmetic and function calls (`AND`, `OR` and `NOT` are free).
+pub fn operator_count(e: &RawExpr) -> usize {
+    let children: usize = match &e.kind {
+        RawKind::Path(_) | RawKind::Value(_) => 0,
+        RawKind::Call { args, .. } | RawKind::And(args) | RawKind::Or(args) => args.iter().map(operator_count).sum(),
+        RawKind::Paren(inner) | RawKind::Not(inner) => operator_count(inner),
+        RawKind::Cmp(_, a, b) | RawKind::Arith(_, a, b) => operator_count(a) + operator_count(b),
+        RawKind::Between(a, b, c) => operator_count(a) + operator_count(b) + operator_count(c),
+        RawKind::In(a, list) => operator_count(a) + list.iter().map(operator_count).sum::<usize>(),
+    };
+    let own = usize::from(matches!(
+        e.kind,
+        RawKind::Call { .. } | RawKind::Cmp(..) | RawKind::Arith(..) | RawKind::Between(..) | RawKind::In(..)
+    ));
+    children + own
+}
+
 /// Parses a projection expression: comma-separated document paths.
 pub fn parse_projection(p: &mut Parser<'_>) -> PResult<Vec<RawPath>> {
     let mut paths = vec![p.path(&[])?];

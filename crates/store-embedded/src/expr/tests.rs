@@ -1674,3 +1674,24 @@ fn attributes_read_and_written() {
     expect![[r#"{l: ["two"], m: {x: 1}, s: "hello"}"#]].assert_eq(&show_map(&u.updated_paths().apply(&before)));
     expect![[r#"{l: ["hello"], m: {x: 2}}"#]].assert_eq(&show_map(&u.updated_paths().apply(&after)));
 }
+
+#[test]
+fn at_most_300_operators() {
+    let attrs = attrs();
+    let mut ctx = ExprContext::new(&attrs);
+    let within = vec!["a < b"; 300].join(" AND ");
+    assert!(Condition::parse(&within, &mut ctx).is_ok());
+    let beyond = vec!["a < b"; 301].join(" AND ");
+    expect!["Invalid ConditionExpression: The expression contains too many operators; operator count: 301"]
+        .assert_eq(&err(Condition::parse(&beyond, &mut ctx).err().unwrap()));
+    let sets: Vec<String> = (0..150).map(|i| format!("a{i}=b+if_not_exists(c,:n1)")).collect();
+    assert!(Update::parse(&format!("SET {}", sets.join(",")), &mut ctx).is_ok());
+    let sets: Vec<String> = (0..301).map(|i| format!("a{i}=b+c")).collect();
+    let e = Update::parse(&format!("SET {}", sets.join(",")), &mut ctx).err().map(err);
+    expect![[r#"
+        Some(
+            "Invalid UpdateExpression: The expression contains too many operators; operator count: 301",
+        )
+    "#]]
+    .assert_debug_eq(&e);
+}
