@@ -90,6 +90,26 @@ pub fn start(root: &Path) -> Result<Emulators> {
     Ok(emulators)
 }
 
+/// Runs `command` with the emulators up and their endpoints in its environment (for one
+/// crate's tests, say: `cargo xtask emulators cargo test -p store-dynamodb`).
+pub fn run_with(root: &Path, command: &[String]) -> Result<()> {
+    let Some((program, args)) = command.split_first() else {
+        bail!("usage: cargo xtask emulators <command> [args…]");
+    };
+    let emulators = start(root)?;
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(root)
+        .envs(emulators.env())
+        .status()
+        .with_context(|| format!("running {program}"))?;
+    drop(emulators);
+    if !status.success() {
+        bail!("{} failed with {status}", command.join(" "));
+    }
+    Ok(())
+}
+
 fn require_tool(tool: &str, args: &[&str]) -> Result<()> {
     match Command::new(tool).args(args).output() {
         Ok(out) if out.status.success() => Ok(()),

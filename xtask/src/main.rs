@@ -22,10 +22,12 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("test") => test(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
+        Some("emulators") => emulators::run_with(&root, &args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <test|bench> [args…]");
-            eprintln!("  test   run every test, as CI does");
-            eprintln!("  bench  run the criterion benches");
+            eprintln!("usage: cargo xtask <test|bench|emulators> [args…]");
+            eprintln!("  test       run every test, as CI does");
+            eprintln!("  bench      run the criterion benches");
+            eprintln!("  emulators  run a command (say, cargo test -p store-dynamodb) with dynalite and moto up");
             std::process::exit(2);
         }
     }
