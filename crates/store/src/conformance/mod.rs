@@ -79,6 +79,7 @@ const CASES: &[Case] = &[
     case!("table-with-indexes", tables::with_indexes),
     case!("table-ttl-described", tables::ttl_described),
     case!("missing-table", tables::missing_table),
+    case!("missing-table-transactions", tables::missing_table_transactions),
     case!("put-get-delete", items::put_get_delete),
     case!("all-value-types-round-trip", items::all_value_types),
     case!("get-projection", items::get_projection),
@@ -130,6 +131,7 @@ const CASES: &[Case] = &[
     case!("capacity-transactions", capacity::transactions),
     case!("gsi-sparse", indexes::sparse),
     case!("gsi-maintained-with-base-item", indexes::maintained),
+    case!("gsi-maintained-by-transactions", indexes::maintained_by_transactions),
     case!("index-projections", indexes::projections),
 ];
 
