@@ -34,6 +34,8 @@
 
 mod capacity;
 mod codec;
+#[cfg(test)]
+mod crash_images;
 mod db;
 mod expr;
 pub mod keys;
@@ -124,6 +126,18 @@ impl EmbeddedStore {
             builder.set_cache_size(bytes);
         }
         let db = builder.create(&path).map_err(|e| internal(format!("cannot open {}: {e}", path.display())))?;
+        EmbeddedStore::from_database(db, dir.to_path_buf(), options)
+    }
+
+    /// Opens the store on a redb storage backend: the crash-image tests use one that keeps
+    /// only what was synced.
+    #[cfg(test)]
+    pub(crate) fn open_backend(backend: impl redb::StorageBackend, options: Options) -> Result<EmbeddedStore> {
+        let db = redb::Database::builder().create_with_backend(backend).map_err(internal)?;
+        EmbeddedStore::from_database(db, PathBuf::new(), options)
+    }
+
+    fn from_database(db: redb::Database, path: PathBuf, options: Options) -> Result<EmbeddedStore> {
         let tables = load_definitions(&db).map_err(|e| match e {
             db::OpError::Store(e) => e,
             db::OpError::Fatal(e) => internal(e),
@@ -137,7 +151,7 @@ impl EmbeddedStore {
             .map_err(|e| internal(format!("cannot start the writer thread: {e}")))?;
         let mut store = EmbeddedStore {
             shared,
-            path: dir.to_path_buf(),
+            path,
             writer: Some(tx.clone()),
             writer_thread: Some(writer_thread),
             sweeper_stop: None,

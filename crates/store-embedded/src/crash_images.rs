@@ -1,0 +1,335 @@
+//! Crash images: the engine runs on a storage backend that knows what was synced, and at
+//! random moments keeps an image of what a crash would leave on disk — everything synced, plus
+//! any subset of the writes since the last sync, in any combination. Each image must open as a
+//! consistent store holding every write acknowledged before the moment it was taken.
+//!
+//! This complements the kill -9 test in `tests/it/crash.rs`: that one crashes a real process
+//! on a real file system; this one explores torn commits the file system rarely produces.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use store::{
+    AttributeValue, BatchWriteItem, Item, KeySchema, Projection, PutItem, ScalarType, Scan, Store, TableDefinition,
+    TransactWrite, TransactWriteItems, UpdateItem, WriteRequest, item,
+};
+
+use crate::{EmbeddedStore, Options};
+
+const TABLE: &str = "images";
+
+/// A backend operation not yet made durable by a sync.
+#[derive(Debug, Clone)]
+enum Pending {
+    Write(u64, Vec<u8>),
+    SetLen(u64),
+}
+
+#[derive(Debug)]
+struct DiskState {
+    /// What reads see.
+    current: Vec<u8>,
+    /// What survives a crash for certain: the contents at the last successful sync.
+    durable: Vec<u8>,
+    /// Operations since the last sync, in order; a crash keeps any subset of them.
+    pending: Vec<Pending>,
+    rng: StdRng,
+    /// One in how many backend operations takes an image.
+    image_every: u32,
+    /// Images taken, each with the number of writes acknowledged when it was taken.
+    images: Vec<(usize, Vec<u8>)>,
+    /// Fails the sync with this number (counting from one), to inject an I/O error.
+    fail_sync: Option<usize>,
+    syncs: usize,
+}
+
+/// A simulated disk shared between the backend handed to redb and the test.
+#[derive(Debug, Clone)]
+struct Disk {
+    state: Arc<Mutex<DiskState>>,
+    /// Writes acknowledged so far, in order.
+    acked: Arc<Mutex<Vec<String>>>,
+}
+
+fn apply(bytes: &mut Vec<u8>, op: &Pending) {
+    match op {
+        Pending::Write(offset, data) => {
+            let end = *offset as usize + data.len();
+            if bytes.len() < end {
+                bytes.resize(end, 0);
+            }
+            bytes[*offset as usize..end].copy_from_slice(data);
+        }
+        Pending::SetLen(len) => bytes.resize(*len as usize, 0),
+    }
+}
+
+impl Disk {
+    fn new(image: Vec<u8>, seed: u64, image_every: u32) -> Disk {
+        Disk {
+            state: Arc::new(Mutex::new(DiskState {
+                current: image.clone(),
+                durable: image,
+                pending: Vec::new(),
+                rng: StdRng::seed_from_u64(seed),
+                image_every,
+                images: Vec::new(),
+                fail_sync: None,
+                syncs: 0,
+            })),
+            acked: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DiskState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Maybe keeps an image of what a crash right now would leave.
+    fn maybe_image(&self, state: &mut DiskState) {
+        if state.image_every == 0 || state.rng.random_range(0..state.image_every) != 0 {
+            return;
+        }
+        let acked = self.acked.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let mut image = state.durable.clone();
+        let pending = state.pending.clone();
+        for op in &pending {
+            if state.rng.random_bool(0.5) {
+                apply(&mut image, op);
+            }
+        }
+        state.images.push((acked, image));
+    }
+
+    fn record(&self, op: Pending) {
+        let mut state = self.lock();
+        self.maybe_image(&mut state);
+        apply(&mut state.current, &op);
+        state.pending.push(op);
+    }
+}
+
+impl redb::StorageBackend for Disk {
+    fn len(&self) -> Result<u64, io::Error> {
+        Ok(self.lock().current.len() as u64)
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+        let state = self.lock();
+        let end = offset as usize + out.len();
+        if end > state.current.len() {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"));
+        }
+        out.copy_from_slice(&state.current[offset as usize..end]);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+        self.record(Pending::SetLen(len));
+        Ok(())
+    }
+
+    fn sync_data(&self) -> Result<(), io::Error> {
+        let mut state = self.lock();
+        self.maybe_image(&mut state);
+        state.syncs += 1;
+        if state.fail_sync == Some(state.syncs) {
+            return Err(io::Error::other("injected sync failure"));
+        }
+        state.durable = state.current.clone();
+        state.pending.clear();
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        self.record(Pending::Write(offset, data.to_vec()));
+        Ok(())
+    }
+}
+
+fn definition() -> TableDefinition {
+    TableDefinition::new(TABLE, KeySchema::composite("pk", ScalarType::S, "sk", ScalarType::S)).gsi(
+        "by-group",
+        KeySchema::composite("g", ScalarType::S, "sk", ScalarType::S),
+        Projection::KeysOnly,
+    )
+}
+
+fn options() -> Options {
+    Options::default().ttl_sweep_interval(None)
+}
+
+/// Writes batches and transactions from several tasks, recording each acknowledgement;
+/// stops at the first error (after an injected failure redb refuses further writes).
+async fn workload(store: Arc<EmbeddedStore>, disk: Disk, writers: usize, steps: usize) {
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let store = store.clone();
+        let acked = disk.acked.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..steps {
+                let id = format!("{w}-{i}");
+                let mut batch = BatchWriteItem::default();
+                batch.requests.insert(
+                    TABLE.into(),
+                    (0..5)
+                        .map(|j| {
+                            WriteRequest::Put(
+                                item! { "pk" => format!("b#{id}"), "sk" => format!("{j}"), "g" => "batch", "pad" => "x".repeat(300) },
+                            )
+                        })
+                        .collect(),
+                );
+                if store.batch_write_item(batch).await.is_err() {
+                    return;
+                }
+                acked.lock().unwrap().push(format!("B {id}"));
+                let pair = |sk: &str| {
+                    TransactWrite::Put(PutItem::new(TABLE, item! { "pk" => format!("t#{id}"), "sk" => sk, "g" => "pair" }))
+                };
+                let counter = TransactWrite::Update(
+                    UpdateItem::new(TABLE, item! { "pk" => "counter", "sk" => format!("{w}") }, "ADD n :one")
+                        .value(":one", 1),
+                );
+                let tx = TransactWriteItems { items: vec![pair("a"), pair("b"), counter], client_request_token: None };
+                if store.transact_write_items(tx).await.is_err() {
+                    return;
+                }
+                acked.lock().unwrap().push(format!("T {id}"));
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+fn s(item: &Item, name: &str) -> String {
+    item.get(name).and_then(AttributeValue::as_s).unwrap_or_default().to_string()
+}
+
+async fn scan_all(store: &EmbeddedStore, index: Option<&str>) -> Vec<Item> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let mut scan = Scan::new(TABLE).start_after(start);
+        if let Some(index) = index {
+            scan = scan.index(index);
+        }
+        let page = store.scan(scan).await.expect("scan");
+        items.extend(page.items);
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            return items;
+        }
+    }
+}
+
+/// Opens an image and checks it against the writes acknowledged before it was taken.
+async fn check_image(image: Vec<u8>, acked: &[String]) -> Result<(), String> {
+    let store = EmbeddedStore::open_backend(Disk::new(image, 0, 0), options())
+        .map_err(|e| format!("the image does not open: {e}"))?;
+    let tables = store.list_tables().await.map_err(|e| e.to_string())?;
+    if tables.is_empty() {
+        // A crash before the table's creation was synced; nothing can have been acknowledged.
+        return if acked.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("table lost with {} writes acknowledged", acked.len()))
+        };
+    }
+    let base = scan_all(&store, None).await;
+    let index = scan_all(&store, Some("by-group")).await;
+    let keys: BTreeSet<(String, String)> = base.iter().map(|i| (s(i, "pk"), s(i, "sk"))).collect();
+    for line in acked {
+        let (kind, id) = line.split_once(' ').unwrap_or(("", ""));
+        let want: Vec<(String, String)> = match kind {
+            "B" => (0..5).map(|j| (format!("b#{id}"), format!("{j}"))).collect(),
+            _ => ["a", "b"].iter().map(|sk| (format!("t#{id}"), sk.to_string())).collect(),
+        };
+        for k in want {
+            if !keys.contains(&k) {
+                return Err(format!("acknowledged write {line} lost {k:?}"));
+            }
+        }
+    }
+    let mut groups: BTreeMap<String, usize> = BTreeMap::new();
+    let mut counted = 0;
+    for item in &base {
+        let pk = s(item, "pk");
+        if pk == "counter" {
+            counted += item["n"].as_n().and_then(|n| n.to_i64()).unwrap_or(-1_000_000);
+        } else {
+            *groups.entry(pk).or_default() += 1;
+        }
+    }
+    let mut pairs = 0;
+    for (pk, n) in &groups {
+        let whole = if pk.starts_with("t#") { 2 } else { 5 };
+        if *n != whole {
+            return Err(format!("{pk} half applied: {n} of {whole} items"));
+        }
+        pairs += usize::from(pk.starts_with("t#"));
+    }
+    if counted != pairs as i64 {
+        return Err(format!("counters say {counted} transactions, {pairs} pairs are there"));
+    }
+    let mut want: Vec<(String, String, String)> =
+        base.iter().filter(|i| i.contains_key("g")).map(|i| (s(i, "g"), s(i, "sk"), s(i, "pk"))).collect();
+    let mut got: Vec<(String, String, String)> = index.iter().map(|i| (s(i, "g"), s(i, "sk"), s(i, "pk"))).collect();
+    want.sort();
+    got.sort();
+    if want != got {
+        return Err(format!("index has {} entries, base items with the index key {}", got.len(), want.len()));
+    }
+    Ok(())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+#[test]
+fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
+    let rt = runtime();
+    for seed in 0..6u64 {
+        let disk = Disk::new(Vec::new(), seed, 0);
+        let store = Arc::new(EmbeddedStore::open_backend(disk.clone(), options()).expect("open"));
+        // Images start once the new database exists: creating the file is not itself atomic.
+        disk.lock().image_every = 25;
+        rt.block_on(async {
+            store.create_table(definition()).await.expect("create table");
+            workload(store.clone(), disk.clone(), 3, 15).await;
+        });
+        drop(store);
+        let images = std::mem::take(&mut disk.lock().images);
+        let acked = disk.acked.lock().unwrap().clone();
+        assert!(images.len() >= 5, "seed {seed}: only {} images taken", images.len());
+        for (n, (count, image)) in images.into_iter().enumerate() {
+            if let Err(e) = rt.block_on(check_image(image, &acked[..count])) {
+                panic!("seed {seed}, image {n} (after {count} acknowledgements): {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failed_sync_is_never_acknowledged() {
+    let rt = runtime();
+    let disk = Disk::new(Vec::new(), 7, 0);
+    disk.lock().fail_sync = Some(12);
+    let store = Arc::new(EmbeddedStore::open_backend(disk.clone(), options()).expect("open"));
+    rt.block_on(async {
+        store.create_table(definition()).await.expect("create table");
+        workload(store.clone(), disk.clone(), 2, 20).await;
+    });
+    drop(store);
+    let acked = disk.acked.lock().unwrap().clone();
+    // Every writer stopped at its first error, long before finishing.
+    assert!(acked.len() < 2 * 2 * 20, "the injected failure was not reported");
+    let durable = disk.lock().durable.clone();
+    rt.block_on(check_image(durable, &acked)).expect("the synced state holds every acknowledged write");
+}
