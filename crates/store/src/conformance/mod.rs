@@ -3,11 +3,22 @@
 //!
 //! CONTRACT (keep this signature): each engine's integration tests call [`run_suite`].
 //!
-//! Every case is an `async fn(Ctx) -> Outcome` registered in [`CASES`]. A case creates its own
+//! Every case is an `async fn(Ctx) -> Outcome` registered in `CASES`. A case creates its own
 //! tables (named `{prefix}-{case}`), checks one behaviour family, and returns `Err` with a
-//! reason as soon as the engine differs from DynamoDB. Cases run one after another, so the
-//! suite also works against slow emulators over HTTP; each has a time limit, and a case that
-//! panics (an unfinished engine, say) fails on its own without stopping the others.
+//! reason as soon as the engine differs from DynamoDB. Cases run one after another (a few use
+//! four concurrent tasks), so the suite also works against slow emulators over HTTP; each has a
+//! time limit, and a case that panics (an unfinished engine, say) fails on its own without
+//! stopping the others.
+//!
+//! Where the guide leaves a detail open (the order of items sharing a GSI key, whether the
+//! item crossing a 16 MB batch-get limit is returned, how a result of 39 significant digits is
+//! rounded), the cases accept every reading. Cases read their own writes with eventually
+//! consistent queries, as DynamoDB emulators and the embedded engine allow; GSI reads are
+//! retried for a few seconds because GSIs are eventually consistent in DynamoDB itself.
+//!
+//! The suite is itself tested: the embedded engine's runner checks that it fails engines that
+//! break DynamoDB's rules on purpose (dropped `LastEvaluatedKey`, ignored `Limit`, conditions or
+//! direction, doubled capacity, non-atomic transactions).
 
 /// Registers a case: `case!("name", module::function)`.
 macro_rules! case {
