@@ -125,6 +125,9 @@ impl EmbeddedStore {
         if let Some(bytes) = options.cache_size {
             builder.set_cache_size(bytes);
         }
+        if !path.exists() {
+            create_atomically(&builder, dir, &path)?;
+        }
         let db = builder.create(&path).map_err(|e| internal(format!("cannot open {}: {e}", path.display())))?;
         EmbeddedStore::from_database(db, dir.to_path_buf(), options)
     }
@@ -211,6 +214,30 @@ impl Drop for EmbeddedStore {
             let _ = t.join();
         }
     }
+}
+
+/// Creates a new database under a temporary name and renames it into place once its first
+/// commit is durable, so that a crash during creation never leaves a file that cannot open.
+fn create_atomically(builder: &redb::Builder, dir: &Path, path: &Path) -> Result<()> {
+    let creating = dir.join(format!("{FILE_NAME}.creating"));
+    let io = |what: &str, e: std::io::Error| internal(format!("cannot {what} {}: {e}", creating.display()));
+    match std::fs::remove_file(&creating) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("remove", e)),
+    }
+    {
+        let db =
+            builder.create(&creating).map_err(|e| internal(format!("cannot create {}: {e}", creating.display())))?;
+        load_definitions(&db).map_err(|e| match e {
+            db::OpError::Store(e) => e,
+            db::OpError::Fatal(e) => internal(e),
+        })?;
+    }
+    std::fs::rename(&creating, path).map_err(|e| io("rename", e))?;
+    // The rename is durable only once the directory itself is synced.
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("sync the directory of", e))?;
+    Ok(())
 }
 
 fn load_definitions(db: &redb::Database) -> std::result::Result<BTreeMap<String, Arc<TableInfo>>, db::OpError> {
