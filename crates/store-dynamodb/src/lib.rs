@@ -223,9 +223,15 @@ impl DynamoDbStore {
         let deadline = Instant::now() + self.table_wait;
         let mut delay = Duration::from_millis(20);
         loop {
-            let out =
-                self.client.describe_table().table_name(name).send().await.map_err(|e| map_sdk_error(e, |_| None))?;
-            if let Some(t) = out.table {
+            let described =
+                self.client.describe_table().table_name(name).send().await.map_err(|e| map_sdk_error(e, |_| None));
+            let table = match described {
+                Ok(out) => out.table,
+                // A table just created may not be visible to DescribeTable yet.
+                Err(StoreError::ResourceNotFound(_)) => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(t) = table {
                 let active = t.table_status() == Some(&sdk::TableStatus::Active)
                     && t.global_secondary_indexes()
                         .iter()

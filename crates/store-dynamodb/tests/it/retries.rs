@@ -178,3 +178,68 @@ async fn every_call_asks_for_capacity_by_index() {
         assert!(body.contains(r#""ReturnConsumedCapacity":"INDEXES""#), "{body}");
     }
 }
+
+const ONE_UNPROCESSED_WRITE: Answer = Answer {
+    status: 200,
+    body: r#"{"UnprocessedItems":{"t":[{"PutRequest":{"Item":{"pk":{"S":"b"}}}}]}}"#,
+    delay: Duration::ZERO,
+};
+const ONE_UNPROCESSED_KEY: Answer = Answer {
+    status: 200,
+    body: r#"{"Responses":{"t":[{"pk":{"S":"a"}}]},"UnprocessedKeys":{"t":{"Keys":[{"pk":{"S":"b"}}]}}}"#,
+    delay: Duration::ZERO,
+};
+const FOUND_B: Answer =
+    Answer { status: 200, body: r#"{"Responses":{"t":[{"pk":{"S":"b"}}]}}"#, delay: Duration::ZERO };
+
+fn two_puts() -> store::BatchWriteItem {
+    let mut batch = store::BatchWriteItem::default();
+    batch.requests.insert(
+        "t".into(),
+        vec![store::WriteRequest::Put(item! { "pk" => "a" }), store::WriteRequest::Put(item! { "pk" => "b" })],
+    );
+    batch
+}
+
+#[tokio::test]
+async fn batch_write_returns_unprocessed_items_as_dynamodb_does() {
+    use store::Store;
+    let (endpoint, _) = scripted(vec![ONE_UNPROCESSED_WRITE]).await;
+    let out = store(&endpoint).await.batch_write_item(two_puts()).await.expect("batch write");
+    assert_eq!(out.unprocessed_items["t"], vec![store::WriteRequest::Put(item! { "pk" => "b" })]);
+}
+
+#[tokio::test]
+async fn batch_write_all_resends_unprocessed_items_only() {
+    let (endpoint, bodies) = scripted(vec![ONE_UNPROCESSED_WRITE, ONE_UNPROCESSED_WRITE]).await;
+    let out = store(&endpoint).await.batch_write_all(two_puts(), Duration::from_secs(10)).await.expect("all written");
+    assert!(out.unprocessed_items.is_empty());
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 3);
+    assert!(bodies[0].contains(r#""S":"a""#) && bodies[0].contains(r#""S":"b""#));
+    assert!(!bodies[1].contains(r#""S":"a""#) && bodies[1].contains(r#""S":"b""#), "{}", bodies[1]);
+}
+
+#[tokio::test]
+async fn batch_write_all_gives_up_at_its_deadline() {
+    let (endpoint, _) = scripted(vec![ONE_UNPROCESSED_WRITE; 1000]).await;
+    let started = std::time::Instant::now();
+    let err = store(&endpoint).await.batch_write_all(two_puts(), Duration::from_millis(300)).await.unwrap_err();
+    assert!(err.is_throttled(), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn batch_get_all_merges_the_rounds() {
+    let (endpoint, _) = scripted(vec![ONE_UNPROCESSED_KEY, FOUND_B]).await;
+    let mut batch = store::BatchGetItem::default();
+    batch.requests.insert(
+        "t".into(),
+        store::KeysAndAttributes { keys: vec![item! { "pk" => "a" }, item! { "pk" => "b" }], ..Default::default() },
+    );
+    let out = store(&endpoint).await.batch_get_all(batch, Duration::from_secs(10)).await.expect("all read");
+    let mut found = out.responses["t"].clone();
+    found.sort();
+    assert_eq!(found, vec![item! { "pk" => "a" }, item! { "pk" => "b" }]);
+    assert!(out.unprocessed_keys.is_empty());
+}

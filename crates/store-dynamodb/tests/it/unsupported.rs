@@ -14,10 +14,7 @@ pub const UNSUPPORTED_DYNALITE: &[Unsupported] = &[
         case: "table-ttl-described",
         reason: "no UpdateTimeToLive, so TTL cannot be enabled (the engine records it; DescribeTimeToLive says disabled)",
     },
-    Unsupported {
-        case: "missing-table",
-        reason: "its transaction rows get UnknownOperationException, not ResourceNotFoundException (no transactions)",
-    },
+    Unsupported { case: "missing-table-transactions", reason: DYNALITE_NO_TRANSACTIONS },
     Unsupported {
         case: "condition-failure-returns-old-item",
         reason: "ignores ReturnValuesOnConditionCheckFailure=ALL_OLD: ConditionalCheckFailedException has no Item",
@@ -50,7 +47,7 @@ pub const UNSUPPORTED_DYNALITE: &[Unsupported] = &[
     Unsupported { case: "transact-write-idempotency", reason: DYNALITE_NO_TRANSACTIONS },
     Unsupported { case: "concurrent-transactions", reason: DYNALITE_NO_TRANSACTIONS },
     Unsupported { case: "capacity-transactions", reason: DYNALITE_NO_TRANSACTIONS },
-    Unsupported { case: "gsi-maintained-with-base-item", reason: DYNALITE_NO_TRANSACTIONS },
+    Unsupported { case: "gsi-maintained-by-transactions", reason: DYNALITE_NO_TRANSACTIONS },
     Unsupported {
         case: "capacity-writes",
         reason: "GSI writes are not counted: a 1.5 KB put with one ALL GSI reports 2 units, DynamoDB bills 4",
