@@ -317,3 +317,56 @@ pub(crate) async fn return_values(ctx: Ctx) -> Outcome {
     }
     Ok(())
 }
+
+/// Condition expressions evaluate like filters, against the item before the write; on an
+/// absent item every attribute is missing. Each row: a condition, and whether the write applies.
+pub(crate) async fn condition_expressions(ctx: Ctx) -> Outcome {
+    let store = &*ctx.store;
+    let t = ctx.create_composite().await?;
+    let mut m = BTreeMap::new();
+    m.insert("lvl".to_string(), AttributeValue::from(3));
+    let existing = item! {
+        "pk" => "p", "sk" => "s", "v" => 5, "name_" => "alpha",
+        "tags" => AttributeValue::Ss(BTreeSet::from(["x".to_string(), "y".to_string()])),
+        "m" => AttributeValue::M(m),
+    };
+    type Vals = &'static [(&'static str, fn() -> AttributeValue)];
+    let rows: &[(&str, &str, Vals, bool)] = &[
+        ("s", "v = :five", &[(":five", || 5.into())], true),
+        ("s", "v <> :five", &[(":five", || 5.into())], false),
+        ("s", "v BETWEEN :a AND :b", &[(":a", || 1.into()), (":b", || 5.into())], true),
+        ("s", "v IN (:a, :b)", &[(":a", || 1.into()), (":b", || 2.into())], false),
+        ("s", "begins_with(name_, :p)", &[(":p", || "al".into())], true),
+        ("s", "contains(tags, :e)", &[(":e", || "y".into())], true),
+        ("s", "size(tags) = :two", &[(":two", || 2.into())], true),
+        ("s", "m.lvl > :two", &[(":two", || 2.into())], true),
+        ("s", "attribute_type(v, :n)", &[(":n", || "N".into())], true),
+        ("s", "NOT (v = :five) OR attribute_not_exists(name_)", &[(":five", || 5.into())], false),
+        ("s", "attribute_exists(v) AND attribute_not_exists(w)", &[], true),
+        ("absent", "attribute_not_exists(pk)", &[], true),
+        ("absent", "attribute_exists(pk)", &[], false),
+        ("absent", "v = :five", &[(":five", || 5.into())], false),
+    ];
+    let mut failures = Vec::new();
+    for (i, (sk, condition, values, applies)) in rows.iter().enumerate() {
+        put(store, &t, existing.clone()).await?;
+        let _ = store.delete_item(DeleteItem::new(&t, key("p", "absent"))).await;
+        let mut request =
+            UpdateItem::new(&t, key("p", *sk), "SET touched = :row").condition(*condition).value(":row", i);
+        for (p, v) in values.iter() {
+            request = request.value(*p, v());
+        }
+        let result = store.update_item(request).await;
+        let touched = get(store, &t, key("p", *sk)).await?.and_then(|item| item.get("touched").cloned());
+        match (result, applies) {
+            (Ok(_), true) if touched == Some(AttributeValue::from(i)) => {}
+            (Err(e), false) if e.is_condition_failed() && touched.is_none() => {}
+            (result, _) => failures.push(format!(
+                "{condition} on {sk}: got {}, touched {touched:?}; want the write {}",
+                super::support::short(&result),
+                if *applies { "applied" } else { "refused" }
+            )),
+        }
+    }
+    if failures.is_empty() { Ok(()) } else { Err(failures.join("; ")) }
+}

@@ -97,6 +97,7 @@ const CASES: &[Case] = &[
     case!("put-create-only", items::create_only),
     case!("put-replace-only", items::replace_only),
     case!("conditional-update-delete", items::conditional_update_delete),
+    case!("condition-expressions", items::condition_expressions),
     case!("condition-failure-returns-old-item", items::condition_failure_returns_old),
     case!("return-values", items::return_values),
     case!("update-actions", updates::actions),
