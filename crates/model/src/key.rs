@@ -7,7 +7,7 @@
 //!
 //! | value | encoding |
 //! | --- | --- |
-//! | string | `#` → `%23`, `%` → `%25`, bytes `0x00–0x1F` and `0x7F` → `%XX` (uppercase hex), everything else (all of Unicode) unchanged; the empty string → `%` |
+//! | string | every character up to `#` (`0x00–0x23`: controls, space, `!`, `"`, `#`), `%` and `0x7F` → `%XX` (uppercase hex); everything else (all other Unicode) unchanged; the empty string → `%` |
 //! | integer number | 19 zero-padded digits when `≥ 0`, `-` then 19 digits of `n − i64::MIN` when negative, so that keys sort as the numbers do; `{ts:13}` pads to 13 digits instead and accepts only `0 ≤ n < 10¹³` |
 //! | boolean | `true` / `false` |
 //! | binary | lowercase hex; empty → `%` |
@@ -334,8 +334,13 @@ fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Every character up to and including `#` (controls, space, `!`, `"`, `#`), the escape
+/// character and DEL are escaped. Escaping everything below the separator, not only the
+/// separator, means every character of an encoded value sorts *after* `#`, so a key whose
+/// value is a prefix of another's sorts first (`A#b#…` < `A#bc#…`): multi-segment keys
+/// sort as the tuples of their encoded values do.
 fn needs_escape(c: char) -> bool {
-    c == SEPARATOR || c == ESCAPE || c.is_ascii_control()
+    c <= SEPARATOR || c == ESCAPE || c == '\u{7f}'
 }
 
 /// Encodes a string into a key segment (see the module docs for the rules).
@@ -525,4 +530,248 @@ pub fn decode_value(kind: SegmentKind, segment: &str, width: Option<usize>) -> R
         },
         SegmentKind::Binary => AttributeValue::B(decode_bytes(segment)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use expect_test::{Expect, expect};
+    use proptest::prelude::*;
+    use store::AttributeValue;
+
+    use super::*;
+    use crate::sample;
+    use crate::schema::Index;
+
+    fn check_template(source: &str, expect: Expect) {
+        let shown = match KeyTemplate::parse(source) {
+            Ok(t) => format!("{:?} prefix={:?}", t.segments(), t.literal_prefix()),
+            Err(e) => format!("error: {e}"),
+        };
+        expect.assert_eq(&shown);
+    }
+
+    fn check_encoding(value: AttributeValue, expect: Expect) {
+        let mut out = String::new();
+        let shown = match encode_value("f", &value, None, &mut out) {
+            Ok(()) => out,
+            Err(e) => format!("error: {e}"),
+        };
+        expect.assert_eq(&shown);
+    }
+
+    #[test]
+    fn templates() {
+        check_template(
+            "SITE#{site}",
+            expect![[r#"[Literal("SITE"), Field { name: "site", width: None }] prefix="SITE#""#]],
+        );
+        check_template(
+            "PV#{ts:13}#{id}",
+            expect![[
+                r#"[Literal("PV"), Field { name: "ts", width: Some(13) }, Field { name: "id", width: None }] prefix="PV#""#
+            ]],
+        );
+        check_template("META", expect![[r#"[Literal("META")] prefix="META""#]]);
+        check_template(
+            "A#B#{c}",
+            expect![[r#"[Literal("A"), Literal("B"), Field { name: "c", width: None }] prefix="A#B#""#]],
+        );
+        check_template("{a}#X", expect![[r#"[Field { name: "a", width: None }, Literal("X")] prefix="""#]]);
+        check_template("", expect!["error: key template is empty"]);
+        check_template("A##B", expect!["error: key template `A##B` has an empty segment"]);
+        check_template("A#", expect!["error: key template `A#` has an empty segment"]);
+        check_template(
+            "V{v}",
+            expect!["error: key template `V{v}`: segment `V{v}` must be either literal text or exactly one `{field}`"],
+        );
+        check_template(
+            "{a}{b}",
+            expect![
+                "error: key template `{a}{b}`: segment `{a}{b}` must be either literal text or exactly one `{field}`"
+            ],
+        );
+        check_template(
+            "{a",
+            expect!["error: key template `{a`: segment `{a` must be either literal text or exactly one `{field}`"],
+        );
+        check_template("A%B", expect!["error: key template `A%B`: literal `A%B` contains a reserved character"]);
+        check_template("{1a}", expect!["error: key template `{1a}`: bad field `{1a}`"]);
+        check_template("{a:013}", expect!["error: key template `{a:013}`: bad field `{a:013}`"]);
+        check_template("{a:20}", expect!["error: key template `{a:20}`: bad field `{a:20}`"]);
+    }
+
+    #[test]
+    fn encodings() {
+        check_encoding("plain".into(), expect!["plain"]);
+        check_encoding("".into(), expect!["%"]);
+        check_encoding("a#b".into(), expect!["a%23b"]);
+        check_encoding("100%".into(), expect!["100%25"]);
+        check_encoding("%".into(), expect!["%25"]);
+        check_encoding("tab\there\u{7f}".into(), expect!["tab%09here%7F"]);
+        check_encoding("日本語 ✓".into(), expect!["日本語%20✓"]);
+        check_encoding(0.into(), expect!["0000000000000000000"]);
+        check_encoding(1_733_063_415_250i64.into(), expect!["0000001733063415250"]);
+        check_encoding((-1).into(), expect!["-9223372036854775807"]);
+        check_encoding(i64::MIN.into(), expect!["-0000000000000000000"]);
+        check_encoding(
+            store::n("1.5"),
+            expect!["error: field `f`: number 1.5 cannot be part of a key (integers only)"],
+        );
+        check_encoding(true.into(), expect!["true"]);
+        check_encoding(AttributeValue::B(vec![0, 255]), expect!["00ff"]);
+        check_encoding(AttributeValue::B(vec![]), expect!["%"]);
+        check_encoding(AttributeValue::Null, expect!["error: field `f`: a NULL value cannot be part of a key"]);
+        let mut out = String::new();
+        let err = encode_value("ts", &AttributeValue::from(10_000), Some(4), &mut out).unwrap_err();
+        expect!["field `ts`: number 10000 cannot be part of a key (integers only, 0 to 4 digits)"]
+            .assert_eq(&err.to_string());
+    }
+
+    #[test]
+    fn decoding_is_strict() {
+        for bad in ["", "a#b", "%2", "%41", "%23%", "%2a", "a%", "%%"] {
+            assert!(decode_str(bad).is_err(), "{bad:?} must not decode");
+        }
+        for bad in ["", "1", "-1", "00000000000000000001", "000000000000000000a"] {
+            assert!(decode_int(bad, None).is_err(), "{bad:?} must not decode");
+        }
+        assert!(decode_bytes("0F").is_err());
+        assert!(decode_bytes("abc").is_err());
+    }
+
+    /// Strings that are likely to break a naive encoding.
+    fn tricky_string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("#".to_string()),
+            Just("%".to_string()),
+            Just("%23".to_string()),
+            Just("META".to_string()),
+            Just("ORDER".to_string()),
+            Just("LINE".to_string()),
+            Just("PROFILE".to_string()),
+            "[A-Z#%]{0,8}",
+            "[a-z0-9#%\\x00-\\x1f\\x7f]{0,8}",
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn string_segments_round_trip(s in tricky_string()) {
+            let e = encode_str(&s);
+            prop_assert!(!e.is_empty());
+            prop_assert!(!e.contains(SEPARATOR));
+            prop_assert!(!e.chars().any(|c| c.is_ascii_control()));
+            prop_assert_eq!(decode_str(&e), Ok(s));
+        }
+
+        #[test]
+        fn decoding_accepts_only_canonical_encodings(s in "[a-z%#0-9A-F]{0,8}") {
+            if let Ok(d) = decode_str(&s) {
+                prop_assert_eq!(encode_str(&d), s);
+            }
+        }
+
+        #[test]
+        fn distinct_strings_encode_distinctly(a in tricky_string(), b in tricky_string()) {
+            prop_assert_eq!(a == b, encode_str(&a) == encode_str(&b));
+        }
+
+        #[test]
+        fn integer_segments_sort_like_integers(a in any::<i64>(), b in any::<i64>()) {
+            let (ea, eb) = (encode_int(a, None).unwrap(), encode_int(b, None).unwrap());
+            prop_assert_eq!(a.cmp(&b), ea.cmp(&eb));
+            prop_assert_eq!(decode_int(&ea, None), Ok(a));
+        }
+
+        #[test]
+        fn fixed_width_segments_sort_like_integers(a in 0i64..10_000_000_000_000, b in 0i64..10_000_000_000_000) {
+            let (ea, eb) = (encode_int(a, Some(13)).unwrap(), encode_int(b, Some(13)).unwrap());
+            prop_assert_eq!(a.cmp(&b), ea.cmp(&eb));
+            prop_assert_eq!(decode_int(&ea, Some(13)), Ok(a));
+        }
+
+        /// Encoded characters all sort after the separator, so keys sort as tuples of their
+        /// encoded values.
+        #[test]
+        fn keys_sort_as_tuples(a in (tricky_string(), tricky_string()), b in (tricky_string(), tricky_string())) {
+            let key = |(x, y): &(String, String)| format!("K#{}#{}", encode_str(x), encode_str(y));
+            let tuple = |(x, y): &(String, String)| (encode_str(x), encode_str(y));
+            prop_assert_eq!(key(&a).cmp(&key(&b)), tuple(&a).cmp(&tuple(&b)));
+        }
+
+        #[test]
+        fn bytes_round_trip(b in proptest::collection::vec(any::<u8>(), 0..8)) {
+            prop_assert_eq!(decode_bytes(&encode_bytes(&b)), Ok(b));
+        }
+
+        /// No two distinct inputs render the same key, and every key decodes back to its inputs.
+        #[test]
+        fn rendered_keys_are_injective_and_decode(
+            a in (tricky_string(), any::<i64>(), tricky_string()),
+            b in (tricky_string(), any::<i64>(), tricky_string()),
+        ) {
+            let t = KeyTemplate::parse("PV#{site}#{ts}#{id}").unwrap();
+            let render = |(site, ts, id): &(String, i64, String)| {
+                let vals: BTreeMap<&str, AttributeValue> = [
+                    ("site", AttributeValue::from(site.as_str())),
+                    ("ts", AttributeValue::from(*ts)),
+                    ("id", AttributeValue::from(id.as_str())),
+                ].into();
+                t.render(|f| vals.get(f)).unwrap().unwrap()
+            };
+            let (ka, kb) = (render(&a), render(&b));
+            prop_assert_eq!(a == b, ka == kb);
+            let fields = t.match_key(&ka).unwrap();
+            prop_assert_eq!(decode_str(fields[0].1), Ok(a.0.clone()));
+            prop_assert_eq!(decode_int(fields[1].1, None), Ok(a.1));
+            prop_assert_eq!(decode_str(fields[2].1), Ok(a.2.clone()));
+        }
+
+        /// On the sample schema, whatever the values, an entity's key on an index is never
+        /// another entity's key there, and never starts with another entity's literal
+        /// prefix unless its own template legitimately begins with that prefix (a hierarchy).
+        #[test]
+        fn no_value_forges_another_entitys_key(
+            strings in proptest::collection::vec(tricky_string(), 8),
+            numbers in proptest::collection::vec(0i64..10_000, 3),
+        ) {
+            let schema = sample::shop("shop");
+            let names = ["customer_id", "order_id", "email", "status", "product_id", "category", "name", "note"];
+            let mut item: store::Item = names.iter().zip(&strings).map(|(n, s)| (n.to_string(), AttributeValue::from(s.as_str()))).collect();
+            for (n, v) in ["line_no", "created_at", "total"].iter().zip(&numbers) {
+                item.insert(n.to_string(), AttributeValue::from(*v));
+            }
+            for index in schema.indexes() {
+                let on: Vec<_> = schema.entities_on(&index).collect();
+                for e in &on {
+                    let key = e.key(&index).unwrap();
+                    let pk = key.partition.render(|f| item.get(f)).unwrap().unwrap();
+                    let sk = key.sort.as_ref().map(|s| s.render(|f| item.get(f)).unwrap().unwrap());
+                    for f in &on {
+                        if f.name() == e.name() {
+                            continue;
+                        }
+                        let other = f.key(&index).unwrap();
+                        if other.partition.match_key(&pk).is_none() {
+                            // Different partitions can never meet in one query.
+                            prop_assert!(!pk.starts_with(&other.partition.literal_prefix()) || key.partition.literal_prefix().starts_with(&other.partition.literal_prefix()) || index == Index::Table && other.partition.literal_prefix().is_empty());
+                            continue;
+                        }
+                        let (sk, other_sort) = (sk.as_ref().unwrap(), other.sort.as_ref().unwrap());
+                        prop_assert!(other_sort.match_key(sk).is_none(), "{} key {sk} matches {}", e.name(), f.name());
+                        let prefix = other_sort.literal_prefix();
+                        let own = key.sort.as_ref().unwrap().literal_prefix();
+                        prop_assert!(
+                            !sk.starts_with(&prefix) || own.starts_with(&prefix),
+                            "{} key {sk} is inside {}'s prefix {prefix} on {index}", e.name(), f.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
