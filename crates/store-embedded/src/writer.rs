@@ -671,3 +671,55 @@ fn purge_tokens(txn: &WriteTransaction, now: u64) -> Result<(), OpError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use store::{GetItem, KeySchema, ScalarType, item};
+
+    fn job(op: WriteOp) -> (Job, oneshot::Receiver<Result<Reply, StoreError>>) {
+        let (reply, rx) = oneshot::channel();
+        (Job { op, reply }, rx)
+    }
+
+    fn answer(mut rx: oneshot::Receiver<Result<Reply, StoreError>>) -> Result<Reply, StoreError> {
+        rx.try_recv().expect("answered")
+    }
+
+    /// One operation failing inside redb (here: a corrupt stored item) aborts the group's
+    /// transaction; the group is then replayed one job at a time, so its neighbours still land.
+    #[test]
+    fn a_fatal_job_does_not_take_its_group_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
+        let shared = Arc::new(Shared { db, tables: Default::default() });
+        let mut writer = Writer::new(shared.clone());
+        let def = TableDefinition::new("tbl", KeySchema::hash("pk", ScalarType::S));
+        let (create, rx) = job(WriteOp::CreateTable(def));
+        writer.run_group(vec![create]);
+        assert!(answer(rx).is_ok());
+
+        // Corrupt one stored item behind the engine's back.
+        let info = shared.table("tbl").unwrap();
+        let txn = shared.db.begin_write().unwrap();
+        txn.open_table(bytes_table(&info.redb_name))
+            .unwrap()
+            .insert(info.base_key(&item! { "pk" => "bad" }).as_slice(), [9u8, 9, 9].as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+
+        let put = |pk: &str| job(WriteOp::Put(PutItem::new("tbl", item! { "pk" => pk })));
+        let (a, rx_a) = put("a");
+        let (bad, rx_bad) =
+            job(WriteOp::Update(UpdateItem::new("tbl", item! { "pk" => "bad" }, "SET x = :x").value(":x", 1)));
+        let (b, rx_b) = put("b");
+        writer.run_group(vec![a, bad, b]);
+        assert!(answer(rx_a).is_ok());
+        assert!(matches!(answer(rx_bad), Err(StoreError::Internal(_))));
+        assert!(answer(rx_b).is_ok());
+        for pk in ["a", "b"] {
+            let got = crate::read::get_item(&shared, GetItem::new("tbl", item! { "pk" => pk })).unwrap();
+            assert!(got.item.is_some(), "{pk} was lost with the failed group");
+        }
+    }
+}
