@@ -24,6 +24,9 @@
 //! throttling, `InternalServerError`, other 5xx answers, dropped connections and timeouts with
 //! jittered exponential backoff, a bounded number of times and within a bounded time
 //! ([`Options::max_attempts`], [`Options::attempt_timeout`], [`Options::operation_timeout`]).
+//! `create_table` returns once the table and its indexes are active (and TTL and point-in-time
+//! recovery are switched on, where the server supports them); `delete_table` returns once the
+//! table is gone, so that its name is free again, as with the embedded engine.
 //! `batch_get_item` and `batch_write_item` return unprocessed items exactly as DynamoDB does;
 //! [`DynamoDbStore::batch_write_all`] and [`DynamoDbStore::batch_get_all`] resend them until done
 //! or a deadline passes.
@@ -53,7 +56,7 @@
 //! `aws-sdk-dynamodb` and `aws-config` are the AWS SDK for Rust (the wire protocol, signing,
 //! retries, the configuration chain), with default features off; `aws-smithy-http-client`
 //! supplies the HTTP client with rustls on *ring*, which avoids OpenSSL and the C build of
-//! aws-lc while still reaching AWS over HTTPS. `tokio` for timers, `async-trait` for the
+//! aws-lc while still reaching AWS over HTTPS (trusting the platform's root certificates). `tokio` for timers, `async-trait` for the
 //! `Store` trait, `thiserror` for the URL error, `tracing` for the few warnings.
 
 #![deny(missing_docs)]
@@ -94,7 +97,9 @@ use convert::{Units, capacities, capacity, item_to_sdk, names, opt_item, values}
 use error::{condition_failed, map_sdk_error, transaction_canceled};
 
 /// How to reach DynamoDB. Unset fields come from the standard AWS configuration chain.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Its `Debug` output never shows the secret key.
+#[derive(Clone, PartialEq)]
 pub struct Options {
     /// AWS region (`us-east-1`, …); otherwise `AWS_REGION` or the profile's.
     pub region: Option<String>,
@@ -135,6 +140,24 @@ impl Default for Options {
             operation_timeout: Duration::from_secs(120),
             table_wait: Duration::from_secs(600),
         }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("profile", &self.profile)
+            .field("static_credentials", &self.static_credentials.as_ref().map(|(id, _)| (id, "(secret)")))
+            .field("max_attempts", &self.max_attempts)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("table_wait", &self.table_wait)
+            .finish()
     }
 }
 
@@ -849,5 +872,16 @@ impl Store for DynamoDbStore {
                 })
             })?;
         Ok(TransactWriteItemsOutput { consumed_capacity: capacities(out.consumed_capacity(), Units::Write) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_the_secret_key() {
+        let text = format!("{:?}", Options::emulator("http://127.0.0.1:1"));
+        assert!(text.contains("tally-test") && !text.contains("tally-test-secret"), "{text}");
     }
 }
