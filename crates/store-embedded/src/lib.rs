@@ -73,13 +73,14 @@ pub struct Options {
     /// How often the background thread deletes expired items; `None` turns it off
     /// (tests then call [`EmbeddedStore::sweep_expired`]).
     pub ttl_sweep_interval: Option<Duration>,
-    /// redb's page cache, in bytes; `None` keeps redb's default.
+    /// redb's page cache, in bytes (default 64 MiB, so that a server stays small; the
+    /// operating system's file cache serves the rest); `None` keeps redb's own default of 1 GiB.
     pub cache_size: Option<usize>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { ttl_sweep_interval: Some(Duration::from_secs(10)), cache_size: None }
+        Options { ttl_sweep_interval: Some(Duration::from_secs(10)), cache_size: Some(64 * 1024 * 1024) }
     }
 }
 
