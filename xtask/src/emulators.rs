@@ -53,6 +53,8 @@ impl Drop for Emulators {
             // Only the processes this run started, by their own handle.
             let _ = s.child.kill();
             let _ = s.child.wait();
+            // The log only matters when a server fails to start, and then it has been printed.
+            let _ = fs::remove_file(&s.log);
             eprintln!("xtask: stopped {}", s.name);
         }
     }
