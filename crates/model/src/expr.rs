@@ -70,6 +70,14 @@ impl Path {
     pub fn elements(&self) -> &[PathElement] {
         &self.0
     }
+
+    /// The top-level attribute name.
+    pub fn top(&self) -> Option<&str> {
+        match self.0.first() {
+            Some(PathElement::Name(n)) => Some(n),
+            _ => None,
+        }
+    }
 }
 
 impl From<&str> for Path {
@@ -489,6 +497,16 @@ impl Update {
             || self.remove.iter().any(top)
             || self.add.iter().any(|(p, _)| top(p))
             || self.delete.iter().any(|(p, _)| top(p))
+    }
+
+    /// Whether a `SET` action assigns top-level attribute `name`.
+    pub fn sets(&self, name: &str) -> bool {
+        self.set.iter().any(|(p, _)| p.top() == Some(name))
+    }
+
+    /// Whether a `REMOVE` action removes top-level attribute `name` (or a path inside it).
+    pub fn removes(&self, name: &str) -> bool {
+        self.remove.iter().any(|p| p.top() == Some(name))
     }
 
     /// The top-level attribute names the actions target.

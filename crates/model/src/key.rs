@@ -468,7 +468,7 @@ pub fn decode_bytes(segment: &str) -> Result<Vec<u8>, KeyError> {
         return Ok(Vec::new());
     }
     if segment.is_empty()
-        || segment.len() % 2 != 0
+        || !segment.len().is_multiple_of(2)
         || !segment.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     {
         return Err(bad());

@@ -272,11 +272,10 @@ impl Table {
                 item.entry(a.name.clone()).or_insert_with(|| d.clone());
             }
         }
-        if let Some(ttl) = entity.ttl() {
-            if let (Some(after), false) = (ttl.default_after, item.contains_key(&ttl.attribute)) {
+        if let Some(ttl) = entity.ttl()
+            && let (Some(after), false) = (ttl.default_after, item.contains_key(&ttl.attribute)) {
                 item.insert(ttl.attribute.clone(), ttl_timestamp(now, after).into());
             }
-        }
         for a in entity.attributes() {
             if a.required && !item.contains_key(&a.name) {
                 return Err(Error::MissingAttribute { entity: entity.name().to_string(), attribute: a.name.clone() });
@@ -299,8 +298,8 @@ impl Table {
 
     fn primary_key(&self, entity: &Entity, fields: &Item) -> Result<Item> {
         for (name, value) in fields {
-            if let Some(a) = entity.attribute(name) {
-                if !a.ty.matches(value) {
+            if let Some(a) = entity.attribute(name)
+                && !a.ty.matches(value) {
                     return Err(Error::WrongType {
                         entity: entity.name().to_string(),
                         attribute: name.clone(),
@@ -308,7 +307,6 @@ impl Table {
                         found: value.value_type().descriptor(),
                     });
                 }
-            }
         }
         entity
             .primary_key(fields)
@@ -412,8 +410,8 @@ impl Table {
     /// Decodes an item read from `index`: by its entity-type attribute, or, when the index
     /// does not project it, by which entity's key templates its keys match.
     pub fn decode(&self, index: &Index, item: Item) -> Result<Record> {
-        match self.identify(index, &item) {
-            Some(name) => Ok(Record::new(name, item)),
+        match self.record_from(index, item) {
+            Some(record) => Ok(record),
             None => Err(Error::Decode { what: "item".into(), reason: "it belongs to no entity of the schema".into() }),
         }
     }
@@ -431,6 +429,21 @@ impl Table {
                 })
             })
             .map(|e| e.name().to_string())
+    }
+
+    /// Identifies an item read from `index` and returns it as a record, with the fields its
+    /// keys encode filled in when the index did not project them (a keys-only index still
+    /// yields the fields of its key templates).
+    pub fn record_from(&self, index: &Index, mut item: Item) -> Option<Record> {
+        let name = self.identify(index, &item)?;
+        let entity = self.schema.entity(&name)?;
+        let keys = [Some(entity.table_key()), entity.key(index)];
+        for key in keys.into_iter().flatten() {
+            for part in std::iter::once(key.partition_part()).chain(key.sort_part()) {
+                fill_fields(entity, part, &mut item);
+            }
+        }
+        Some(Record::new(name, item))
     }
 
     /// The `UpdateItem` request for an update. No I/O.
@@ -462,10 +475,11 @@ impl Table {
                 return Err(invalid(format!("`{target}` is part of the table key; write a new item instead")));
             }
         }
+        // Only whole attributes removed count: removing a path inside a map leaves it.
         let removed: BTreeSet<&str> =
-            update.targets().into_iter().filter(|t| !plain.contains_key(t) && !update_sets(update, t)).collect();
+            update.targets().into_iter().filter(|t| update.removes(t) && !update.sets(t)).collect();
         for a in e.attributes() {
-            if a.required && removed.contains(a.name.as_str()) && !update_sets(update, &a.name) {
+            if a.required && removed.contains(a.name.as_str()) {
                 return Err(invalid(format!("`{}` is required and cannot be removed", a.name)));
             }
         }
@@ -473,16 +487,14 @@ impl Table {
         let now = self.now();
         let mut full = update.clone();
         let touched: BTreeSet<String> = update.targets().iter().map(|s| s.to_string()).collect();
-        if let Some(a) = e.updated_at() {
-            if !touched.contains(&a.name) {
+        if let Some(a) = e.updated_at()
+            && !touched.contains(&a.name) {
                 full = full.set(a.name.as_str(), now);
             }
-        }
-        if let Some(ttl) = e.ttl() {
-            if let (Some(after), false) = (ttl.default_after, touched.contains(&ttl.attribute)) {
+        if let Some(ttl) = e.ttl()
+            && let (Some(after), false) = (ttl.default_after, touched.contains(&ttl.attribute)) {
                 full = full.set(ttl.attribute.as_str(), ttl_timestamp(now, after));
             }
-        }
         if upsert {
             full = full.set(self.schema.entity_type_attribute(), e.name());
             for (name, value) in key_fields {
@@ -505,31 +517,42 @@ impl Table {
             }
         }
 
-        // Secondary index keys whose fields the update touches.
+        // Secondary index key attributes whose fields the update touches are recomputed,
+        // one key attribute at a time: a part the update does not touch keeps its value.
         let mut known: Item = key_fields.clone();
         known.extend(plain.iter().map(|(k, v)| (k.to_string(), (*v).clone())));
         for k in e.keys().iter().filter(|k| k.index != Index::Table) {
-            let fields = k.fields();
-            let hit: Vec<&str> = fields.iter().copied().filter(|f| touched.contains(*f)).collect();
-            if hit.is_empty() {
+            let key_hit = k.fields().iter().any(|f| touched.contains(*f));
+            if !key_hit {
                 continue;
             }
-            if hit.iter().any(|f| removed.contains(f)) {
+            // Removing any field of the key takes the item out of the (sparse) index.
+            if k.fields().iter().any(|f| removed.contains(f)) {
                 for part in k.written() {
                     full = full.remove(part.attribute);
                 }
                 continue;
             }
-            let missing: Vec<&str> = fields.iter().copied().filter(|f| !known.contains_key(*f)).collect();
-            if !missing.is_empty() {
-                return Err(invalid(format!(
-                    "`{}` is part of the key on `{}`, so the update must also set {}",
-                    hit.join("`, `"),
-                    k.index,
-                    missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
-                )));
-            }
             for part in k.written() {
+                let fields: Vec<&str> = part.template.fields().collect();
+                let hit: Vec<&str> = fields.iter().copied().filter(|f| touched.contains(*f)).collect();
+                let missing: Vec<&str> = fields.iter().copied().filter(|f| !known.contains_key(*f)).collect();
+                // A part the update does not touch is still written when all its fields are
+                // known: the item may be entering a sparse index it was not in, and an
+                // index only holds items that have every one of its key attributes.
+                if hit.is_empty() && !missing.is_empty() {
+                    continue;
+                }
+                if !missing.is_empty() {
+                    return Err(invalid(format!(
+                        "`{}` is part of `{}` (`{}` on `{}`), so the update must also set {} to plain values",
+                        hit.join("`, `"),
+                        part.attribute,
+                        part.template,
+                        k.index,
+                        missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+                    )));
+                }
                 match part.render(&known).map_err(|source| key_error(e, source))? {
                     Some(v) => full = full.set(part.attribute, v),
                     None => full = full.remove(part.attribute),
@@ -851,24 +874,6 @@ impl Table {
     }
 }
 
-/// Whether `update` assigns `name` with a `SET` (as opposed to removing it).
-fn update_sets(update: &Update, name: &str) -> bool {
-    let mut probe = Renderer::new();
-    let text = probe.update(update);
-    // The rendered text is the reliable source: a SET clause that assigns the name's
-    // placeholder. Placeholders are deduplicated, so the name has exactly one.
-    let placeholder = probe.attributes().names.iter().find(|(_, n)| *n == name);
-    match (placeholder, text.strip_prefix("SET ")) {
-        (Some((p, _)), Some(sets)) => {
-            let sets = sets.split(" REMOVE ").next().unwrap_or_default();
-            let sets = sets.split(" ADD ").next().unwrap_or_default();
-            let sets = sets.split(" DELETE ").next().unwrap_or_default();
-            sets.split(", ").any(|a| a.starts_with(&format!("{p} = ")))
-        }
-        _ => false,
-    }
-}
-
 fn key_error(entity: &Entity, source: KeyError) -> Error {
     Error::Key { entity: entity.name().to_string(), source }
 }
@@ -883,6 +888,44 @@ fn missing_key_field(entity: &Entity, index: &Index, fields: &Item) -> Error {
         .unwrap_or_default()
         .to_string();
     Error::MissingKeyField { entity: entity.name().to_string(), index: index.label().to_string(), field }
+}
+
+/// Decodes the fields of one key attribute into `item` where they are missing.
+fn fill_fields(entity: &Entity, part: KeyPart<'_>, item: &mut Item) {
+    let Some(value) = item.get(part.attribute).cloned() else {
+        return;
+    };
+    if part.ty != ScalarType::S {
+        if let Some(field) = part.template.single_field() {
+            item.entry(field.to_string()).or_insert(value);
+        }
+        return;
+    }
+    let Some(AttributeValue::S(s)) = item.get(part.attribute) else {
+        return;
+    };
+    let Some(fields) = part.template.match_key(s) else {
+        return;
+    };
+    let widths: BTreeMap<&str, Option<usize>> = part
+        .template
+        .segments()
+        .iter()
+        .filter_map(|seg| match seg {
+            crate::key::Segment::Field { name, width } => Some((name.as_str(), *width)),
+            crate::key::Segment::Literal(_) => None,
+        })
+        .collect();
+    let decoded: Vec<(String, AttributeValue)> = fields
+        .into_iter()
+        .filter(|(name, _)| !item.contains_key(*name))
+        .filter_map(|(name, segment)| {
+            let kind = entity.attribute(name)?.ty.segment_kind()?;
+            let width = widths.get(name).copied().flatten();
+            crate::key::decode_value(kind, segment, width).ok().map(|v| (name.to_string(), v))
+        })
+        .collect();
+    item.extend(decoded);
 }
 
 /// Whether an item's key attribute could have been rendered by `part`.
@@ -1402,8 +1445,8 @@ impl QueryBuilder {
                 table.record(&out.consumed_capacity);
                 let mut records = Vec::with_capacity(out.items.len());
                 for item in out.items {
-                    match table.identify(&index, &item) {
-                        Some(name) if names.contains(&name) => records.push(Record::new(name, item)),
+                    match table.record_from(&index, item) {
+                        Some(r) if names.iter().any(|n| n == r.entity()) => records.push(r),
                         _ => {}
                     }
                 }
@@ -1584,8 +1627,8 @@ impl ScanBuilder {
                         .items
                         .into_iter()
                         .filter_map(|item| {
-                            let name = table.identify(&index, &item)?;
-                            (entities.is_empty() || entities.contains(&name)).then(|| Record::new(name, item))
+                            let record = table.record_from(&index, item)?;
+                            (entities.is_empty() || entities.iter().any(|e| e == record.entity())).then_some(record)
                         })
                         .collect();
                     let next = out.last_evaluated_key.clone().map(|k| resume.start_after(Some(k)));

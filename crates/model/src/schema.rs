@@ -1029,13 +1029,12 @@ impl Schema {
     pub fn sample_item(&self, entity: &str) -> Option<Item> {
         let entity = self.entity(entity)?;
         let mut item: Item = entity.attributes.iter().map(|a| (a.name.clone(), a.sample_value())).collect();
-        if let Some(ttl) = &entity.ttl {
-            if entity.attribute(&ttl.attribute).and_then(|a| a.example.as_ref()).is_none() {
+        if let Some(ttl) = &entity.ttl
+            && entity.attribute(&ttl.attribute).and_then(|a| a.example.as_ref()).is_none() {
                 let after = ttl.default_after.map_or(86_400, |d| d.as_secs());
                 let secs = SAMPLE_TIME_MS / 1000 + i64::try_from(after).unwrap_or(0);
                 item.insert(ttl.attribute.clone(), AttributeValue::from(secs));
             }
-        }
         // Sample values are chosen to render, so an error here means an example value the
         // caller set does not fit a key; the item is then shown without that key.
         if let Ok(Some(keys)) = entity.index_keys(&item) {
@@ -1195,24 +1194,22 @@ fn build_entity(
         }
         let spec_problem =
             |reason: String| SchemaProblem::AttributeSpec { entity: entity.clone(), attribute: a.name.clone(), reason };
-        if let Some(d) = &a.default {
-            if !a.ty.matches(d) {
+        if let Some(d) = &a.default
+            && !a.ty.matches(d) {
                 problems.push(spec_problem(format!(
                     "has a default of type {} but is declared {}",
                     d.value_type().descriptor(),
                     a.ty
                 )));
             }
-        }
-        if let Some(e) = &a.example {
-            if !a.ty.matches(e) {
+        if let Some(e) = &a.example
+            && !a.ty.matches(e) {
                 problems.push(spec_problem(format!(
                     "has an example of type {} but is declared {}",
                     e.value_type().descriptor(),
                     a.ty
                 )));
             }
-        }
         match (a.generated, a.ty) {
             (Some(Generated::Ulid), AttributeType::String)
             | (Some(Generated::CreatedAt | Generated::UpdatedAt), AttributeType::Number)
@@ -1242,11 +1239,10 @@ fn build_entity(
                 .push(problem(format!("TTL attribute `{}` is not the table's TTL attribute `{t}`", ttl.attribute))),
             Some(_) => {}
         }
-        if let Some(a) = def.attributes.iter().find(|a| a.name == ttl.attribute) {
-            if a.ty != AttributeType::Number {
+        if let Some(a) = def.attributes.iter().find(|a| a.name == ttl.attribute)
+            && a.ty != AttributeType::Number {
                 problems.push(problem(format!("TTL attribute `{}` must be a number (epoch seconds)", a.name)));
             }
-        }
     }
 
     // Keys.
@@ -1335,8 +1331,8 @@ fn build_entity(
         }
         if index == Index::Table {
             for field in key.fields() {
-                if let Some(a) = def.attributes.iter().find(|a| a.name == field) {
-                    if !a.always_present() {
+                if let Some(a) = def.attributes.iter().find(|a| a.name == field)
+                    && !a.always_present() {
                         problems.push(SchemaProblem::Field {
                             entity: entity.clone(),
                             index: label.clone(),
@@ -1344,13 +1340,12 @@ fn build_entity(
                             reason: "is in the table key, so it must be required, defaulted or generated".into(),
                         });
                     }
-                }
             }
         }
         keys.push(key);
     }
 
-    (problems.len() == before).then(|| Entity {
+    (problems.len() == before).then_some(Entity {
         name: def.name,
         description: def.description,
         attributes: def.attributes,
