@@ -1030,11 +1030,12 @@ impl Schema {
         let entity = self.entity(entity)?;
         let mut item: Item = entity.attributes.iter().map(|a| (a.name.clone(), a.sample_value())).collect();
         if let Some(ttl) = &entity.ttl
-            && entity.attribute(&ttl.attribute).and_then(|a| a.example.as_ref()).is_none() {
-                let after = ttl.default_after.map_or(86_400, |d| d.as_secs());
-                let secs = SAMPLE_TIME_MS / 1000 + i64::try_from(after).unwrap_or(0);
-                item.insert(ttl.attribute.clone(), AttributeValue::from(secs));
-            }
+            && entity.attribute(&ttl.attribute).and_then(|a| a.example.as_ref()).is_none()
+        {
+            let after = ttl.default_after.map_or(86_400, |d| d.as_secs());
+            let secs = SAMPLE_TIME_MS / 1000 + i64::try_from(after).unwrap_or(0);
+            item.insert(ttl.attribute.clone(), AttributeValue::from(secs));
+        }
         // Sample values are chosen to render, so an error here means an example value the
         // caller set does not fit a key; the item is then shown without that key.
         if let Ok(Some(keys)) = entity.index_keys(&item) {
@@ -1195,21 +1196,23 @@ fn build_entity(
         let spec_problem =
             |reason: String| SchemaProblem::AttributeSpec { entity: entity.clone(), attribute: a.name.clone(), reason };
         if let Some(d) = &a.default
-            && !a.ty.matches(d) {
-                problems.push(spec_problem(format!(
-                    "has a default of type {} but is declared {}",
-                    d.value_type().descriptor(),
-                    a.ty
-                )));
-            }
+            && !a.ty.matches(d)
+        {
+            problems.push(spec_problem(format!(
+                "has a default of type {} but is declared {}",
+                d.value_type().descriptor(),
+                a.ty
+            )));
+        }
         if let Some(e) = &a.example
-            && !a.ty.matches(e) {
-                problems.push(spec_problem(format!(
-                    "has an example of type {} but is declared {}",
-                    e.value_type().descriptor(),
-                    a.ty
-                )));
-            }
+            && !a.ty.matches(e)
+        {
+            problems.push(spec_problem(format!(
+                "has an example of type {} but is declared {}",
+                e.value_type().descriptor(),
+                a.ty
+            )));
+        }
         match (a.generated, a.ty) {
             (Some(Generated::Ulid), AttributeType::String)
             | (Some(Generated::CreatedAt | Generated::UpdatedAt), AttributeType::Number)
@@ -1240,9 +1243,10 @@ fn build_entity(
             Some(_) => {}
         }
         if let Some(a) = def.attributes.iter().find(|a| a.name == ttl.attribute)
-            && a.ty != AttributeType::Number {
-                problems.push(problem(format!("TTL attribute `{}` must be a number (epoch seconds)", a.name)));
-            }
+            && a.ty != AttributeType::Number
+        {
+            problems.push(problem(format!("TTL attribute `{}` must be a number (epoch seconds)", a.name)));
+        }
     }
 
     // Keys.
@@ -1332,14 +1336,15 @@ fn build_entity(
         if index == Index::Table {
             for field in key.fields() {
                 if let Some(a) = def.attributes.iter().find(|a| a.name == field)
-                    && !a.always_present() {
-                        problems.push(SchemaProblem::Field {
-                            entity: entity.clone(),
-                            index: label.clone(),
-                            field: field.to_string(),
-                            reason: "is in the table key, so it must be required, defaulted or generated".into(),
-                        });
-                    }
+                    && !a.always_present()
+                {
+                    problems.push(SchemaProblem::Field {
+                        entity: entity.clone(),
+                        index: label.clone(),
+                        field: field.to_string(),
+                        reason: "is in the table key, so it must be required, defaulted or generated".into(),
+                    });
+                }
             }
         }
         keys.push(key);
