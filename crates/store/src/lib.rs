@@ -33,6 +33,8 @@ mod value;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "workload")]
+pub mod workload;
 
 pub use error::{CancellationCode, CancellationReason, Result, StoreError};
 pub use number::{Number, NumberError};
