@@ -967,4 +967,61 @@ mod tests {
             ]],
         );
     }
+
+    fn name() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just("status".to_string()),
+            Just("_et".to_string()),
+            Just("a.b".to_string()),
+            "[a-z_#:. ]{1,6}",
+            any::<String>().prop_filter("non-empty", |s| !s.is_empty())
+        ]
+    }
+
+    fn condition() -> impl proptest::strategy::Strategy<Value = Condition> {
+        use proptest::prelude::*;
+        let value = prop_oneof![any::<i64>().prop_map(AttributeValue::from), ".{0,4}".prop_map(AttributeValue::from)];
+        let leaf = prop_oneof![
+            (name(), value.clone()).prop_map(|(n, v)| attr(n).eq(v)),
+            (name(), name()).prop_map(|(a, b)| attr(a).lt(attr(b))),
+            (name(), value.clone(), value.clone()).prop_map(|(n, a, b)| attr(n).between(a, b)),
+            (name(), proptest::collection::vec(value.clone(), 1..4)).prop_map(|(n, vs)| attr(n).is_in(vs)),
+            name().prop_map(|n| attr(n).exists()),
+            (name(), value.clone()).prop_map(|(n, v)| attr(n).size().ge(v)),
+            (name(), value).prop_map(|(n, v)| attr(n).begins_with(v)),
+        ];
+        leaf.prop_recursive(3, 16, 3, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone()).prop_map(|(a, b)| a.and(b)),
+                (inner.clone(), inner.clone()).prop_map(|(a, b)| a.or(b)),
+                inner.prop_map(|c| !c),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Every placeholder in the text is declared, every declared one is used, and no
+        /// attribute name or value leaks into the text.
+        #[test]
+        fn placeholders_are_declared_used_and_deduplicated(c in condition()) {
+            let mut r = Renderer::new();
+            let text = r.condition(&c);
+            let attrs = r.finish();
+            let tokens: std::collections::BTreeSet<&str> = text
+                .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '#' || ch == ':'))
+                .filter(|t| t.starts_with('#') || t.starts_with(':'))
+                .collect();
+            let declared: std::collections::BTreeSet<&str> =
+                attrs.names.keys().chain(attrs.values.keys()).map(String::as_str).collect();
+            proptest::prop_assert_eq!(tokens, declared);
+            let distinct_names: std::collections::BTreeSet<&String> = attrs.names.values().collect();
+            proptest::prop_assert_eq!(distinct_names.len(), attrs.names.len());
+            let values: Vec<&AttributeValue> = attrs.values.values().collect();
+            for (i, v) in values.iter().enumerate() {
+                proptest::prop_assert!(!values[..i].contains(v), "value {:?} has two placeholders", v);
+            }
+            proptest::prop_assert!(text.len() < 100_000);
+        }
+    }
 }

@@ -4,6 +4,7 @@
 mod batch;
 mod crud;
 mod query;
+mod retry;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
