@@ -9,26 +9,31 @@
 //! segments so that no value can forge another item's key ([`key`]).
 //!
 //! ```
-//! # async fn demo() -> model::Result<()> {
 //! use std::sync::Arc;
 //! use model::{Table, expr::{Update, attr}, sample};
 //! use store::item;
 //!
-//! # let store: Arc<dyn store::Store> = unimplemented!();
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> model::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let store: Arc<dyn store::Store> = Arc::new(store_embedded::EmbeddedStore::open(dir.path())?);
 //! let table = Table::new(store, sample::shop("shop"));
 //! table.create_table().await?;
+//!
 //! let order = table.create("Order", item! { "customer_id" => "c1", "total" => 30 }).await?;
-//! let paid = table
-//!     .update("Order", item! { "customer_id" => "c1", "order_id" => order.string("order_id")? },
-//!             Update::new().set("status", "PAID"))
-//!     .await?;
+//! assert_eq!(order.get("pk"), Some(&"CUSTOMER#c1".into())); // computed from `CUSTOMER#{customer_id}`
+//! let key = item! { "customer_id" => "c1", "order_id" => order.string("order_id")? };
+//! let paid = table.update("Order", key, Update::new().set("status", "PAID")).await?;
+//! assert_eq!(paid.string("status")?, "PAID");
+//!
 //! let big = table
 //!     .query("Order")
 //!     .key(item! { "customer_id" => "c1" })
 //!     .filter(attr("total").ge(20))
 //!     .all()
 //!     .await?;
-//! # let _ = (paid, big);
+//! assert_eq!(big.len(), 1);
+//! assert!(table.capacity().write_units >= 2.0);
 //! # Ok(()) }
 //! ```
 //!

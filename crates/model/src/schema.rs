@@ -34,6 +34,12 @@
 //! assert_eq!(sample["pk"], store::AttributeValue::from("USER#author-1"));
 //! ```
 //!
+//! Tools that describe a schema (design documents, the access-pattern matrix,
+//! infrastructure templates) read it through [`Schema::table`], [`Schema::entities`] (each
+//! with [`Entity::attributes`], [`Entity::keys`] and [`Entity::ttl`]),
+//! [`Schema::access_patterns`] (with [`AccessPattern::key_condition_text`]),
+//! [`Schema::indexes`] and [`Schema::sample_item`]; these are kept stable.
+//!
 //! Validation checks, among other things, that templates reference declared attributes of
 //! a keyable type, that every index exists and gets the key attributes it needs, that table
 //! keys can always be computed, and that no two entities' keys on one index can collide or
@@ -1672,5 +1678,52 @@ mod tests {
         let keys = product.index_keys(&with_category).unwrap().unwrap();
         assert_eq!(keys["gsi2pk"], AttributeValue::from("CATEGORY#office"));
         assert_eq!(keys["gsi2sk"], AttributeValue::from("PRODUCT#p1"));
+    }
+
+    fn template() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let segment = prop_oneof![Just("A"), Just("B"), Just("AB"), Just("{x}"), Just("{y}")];
+        proptest::collection::vec(segment, 1..4).prop_map(|s| s.join("#"))
+    }
+
+    proptest::proptest! {
+        /// Whatever two sort templates the validator accepts side by side, no values make
+        /// one entity's key equal the other's, or reach into the other's literal prefix
+        /// unless its own template starts with that prefix (a hierarchy).
+        #[test]
+        fn accepted_templates_never_forge_each_other(
+            t1 in template(),
+            t2 in template(),
+            v1 in ("[AB#%]{0,3}", "[AB#%]{0,3}"),
+            v2 in ("[AB#%]{0,3}", "[AB#%]{0,3}"),
+        ) {
+            let entity = |name: &str, sk: &str| {
+                Entity::new(name)
+                    .attribute(Attribute::string("p").required())
+                    .attribute(Attribute::string("x").required())
+                    .attribute(Attribute::string("y").required())
+                    .key("P#{p}", sk)
+            };
+            let table = TableDefinition::new("t", KeySchema::composite("pk", ScalarType::S, "sk", ScalarType::S));
+            let Ok(schema) = Schema::builder(table).entity(entity("E1", &t1)).entity(entity("E2", &t2)).build() else {
+                return Ok(());
+            };
+            let render = |e: &str, (x, y): &(String, String)| {
+                let item = store::item! { "p" => "p", "x" => x.as_str(), "y" => y.as_str() };
+                let keys = schema.entity(e).unwrap().index_keys(&item).unwrap().unwrap();
+                keys["sk"].as_s().unwrap().to_string()
+            };
+            let (k1, k2) = (render("E1", &v1), render("E2", &v2));
+            proptest::prop_assert_ne!(&k1, &k2);
+            let p1 = KeyTemplate::parse(&t1).unwrap().literal_prefix();
+            let p2 = KeyTemplate::parse(&t2).unwrap().literal_prefix();
+            // Queries only ever use prefixes that end at a separator, or whole keys.
+            if p2.ends_with(crate::key::SEPARATOR) && k1.starts_with(&p2) {
+                proptest::prop_assert!(p1.starts_with(&p2), "{} key {} is inside {}'s prefix {}", t1, k1, t2, p2);
+            }
+            if p1.ends_with(crate::key::SEPARATOR) && k2.starts_with(&p1) {
+                proptest::prop_assert!(p2.starts_with(&p1), "{} key {} is inside {}'s prefix {}", t2, k2, t1, p1);
+            }
+        }
     }
 }
