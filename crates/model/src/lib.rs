@@ -1,6 +1,6 @@
 //! Tally's single-table modelling layer: one DynamoDB table, many entities, typed.
 //!
-//! A [`Schema`](schema::Schema) describes the table once: its indexes, its entities with
+//! A [`Schema`] describes the table once: its indexes, its entities with
 //! typed attributes and key templates per index (`SITE#{site}`, `PV#{ts:13}#{id}`), and the
 //! access patterns the application needs. From it, a [`Table`] computes every key, writes
 //! the entity-type attribute, generates ids and timestamps, checks types and required
