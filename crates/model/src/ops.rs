@@ -527,7 +527,9 @@ impl Table {
         known.extend(plain.iter().map(|(k, v)| (k.to_string(), (*v).clone())));
         for k in e.keys().iter().filter(|k| k.index != Index::Table) {
             let key_hit = k.fields().iter().any(|f| touched.contains(*f));
-            if !key_hit {
+            // An upsert may be creating the item, so it writes every index key it can
+            // compute, touched or not (the values are the same on an existing item).
+            if !key_hit && !upsert {
                 continue;
             }
             // Removing any field of the key takes the item out of the (sparse) index.
@@ -564,6 +566,9 @@ impl Table {
             }
         }
 
+        if full.is_empty() {
+            return Err(invalid("the update has no action".into()));
+        }
         let condition =
             Condition::all((!upsert).then(|| self.exists_condition(true)).into_iter().chain(condition.cloned()));
         let mut r = Renderer::new();

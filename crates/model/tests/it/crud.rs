@@ -204,3 +204,16 @@ async fn typed_structs_round_trip() {
     let wrong = f.table.get("Customer", item! { "customer_id" => id.as_str() }).await.unwrap().unwrap();
     assert!(wrong.i64("email").is_err());
 }
+
+#[tokio::test]
+async fn an_upserted_item_gets_the_index_keys_its_key_fields_determine() {
+    let f = Fixture::new().await;
+    let key = item! { "customer_id" => "c1", "order_id" => "o7" };
+    f.table.upsert("Order", key, Update::new().increment("total", 5)).await.unwrap();
+    let by_id = f.table.query("Order").index("gsi1").key(item! { "order_id" => "o7" }).all().await.unwrap();
+    assert_eq!(by_id.len(), 1, "gsi1 is keyed on the order id alone");
+    assert_eq!(by_id[0].i64("total").unwrap(), 5);
+    assert_eq!(by_id[0].string("status").unwrap(), "PENDING", "defaults are set when absent");
+    let err = f.table.update("Order", item! { "customer_id" => "c1", "order_id" => "o7" }, Update::new()).await;
+    assert!(err.is_ok(), "an empty update still refreshes updated_at");
+}
