@@ -96,9 +96,14 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The wait before retry number `retry` (from 0): exponential, capped, and jittered
+    /// to between half and all of it, so that clients throttled together do not retry
+    /// together. The randomness comes from a fresh ULID's random bits.
     fn delay(&self, retry: u32) -> Duration {
         let factor = 1u32.checked_shl(retry.min(16)).unwrap_or(u32::MAX);
-        self.base_delay.saturating_mul(factor).min(self.max_delay)
+        let full = self.base_delay.saturating_mul(factor).min(self.max_delay);
+        let permille = 500 + (ulid::Ulid::new().random() % 501) as u32;
+        full.saturating_mul(permille) / 1000
     }
 }
 
