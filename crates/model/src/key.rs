@@ -704,6 +704,17 @@ mod tests {
         }
 
         #[test]
+        fn parsing_and_decoding_arbitrary_text_never_panics(s in ".{0,24}") {
+            let _ = KeyTemplate::parse(&s);
+            let _ = decode_str(&s);
+            let _ = decode_int(&s, None);
+            let _ = decode_int(&s, Some(4));
+            let _ = decode_bytes(&s);
+            let t = KeyTemplate::parse("A#{x}#{y}").unwrap();
+            let _ = t.match_key(&s);
+        }
+
+        #[test]
         fn bytes_round_trip(b in proptest::collection::vec(any::<u8>(), 0..8)) {
             prop_assert_eq!(decode_bytes(&encode_bytes(&b)), Ok(b));
         }

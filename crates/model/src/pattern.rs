@@ -442,6 +442,15 @@ mod tests {
         }
 
         #[test]
+        fn parsing_arbitrary_text_never_panics(s in ".{0,20}", t in "[0-9W:T-]{0,17}", g in 0usize..6) {
+            let g = Granularity::ALL[g];
+            let _ = Bucket::parse(&s, g);
+            if let Some(b) = Bucket::parse(&t, g) {
+                prop_assert_eq!(b.key(), t);
+            }
+        }
+
+        #[test]
         fn bucket_keys_sort_like_time(a in 0i64..253_402_300_799_999, b in 0i64..253_402_300_799_999, g in 0usize..6) {
             let g = Granularity::ALL[g];
             let (ka, kb) = (Bucket::containing(a, g), Bucket::containing(b, g));
