@@ -1420,7 +1420,9 @@ impl QueryBuilder {
                 .into_iter()
                 .flat_map(|k| k.attributes().map(|a| a.name.clone()).collect::<Vec<_>>())
                 .chain(self.table.schema().table().key_schema.attributes().map(|a| a.name.clone()))
-                .chain(std::iter::once(et.to_string()));
+                // Asking a global index for an attribute it does not project is an error, so
+                // the entity type is only added where the index stores it.
+                .chain(server_filter.then(|| et.to_string()));
             for name in always {
                 let path = expr::Path::new(name);
                 if !paths.contains(&path) {

@@ -172,3 +172,30 @@ async fn parallel_scans_see_every_item_once() {
     let everything = f.table.scan().segments(2).all().await.unwrap();
     assert_eq!(everything.len(), 21);
 }
+
+#[tokio::test]
+async fn projections_keep_the_keys_and_the_entity_type() {
+    let f = Fixture::new().await;
+    orders(&f, 2, 1).await;
+    let got = f
+        .table
+        .query("Order")
+        .key(item! { "customer_id" => "c1" })
+        .projection(model::expr::Projection::of(["total"]))
+        .all()
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|r| r.get("total").is_some() && r.get("note").is_none()));
+    assert_eq!(ids(&got), ["o00", "o01"], "fields come back from the keys");
+    let keys_only = f
+        .table
+        .query("Order")
+        .index("lsi1")
+        .key(item! { "customer_id" => "c1", "status" => "PENDING" })
+        .projection(model::expr::Projection::of(["order_id"]))
+        .all()
+        .await
+        .unwrap();
+    assert_eq!(keys_only.len(), 2);
+}
