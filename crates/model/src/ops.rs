@@ -262,7 +262,7 @@ impl Table {
         for a in entity.attributes() {
             match a.generated {
                 Some(Generated::Ulid) if !item.contains_key(&a.name) => {
-                    item.insert(a.name.clone(), ulid::Ulid::new().to_string().into());
+                    item.insert(a.name.clone(), new_ulid(now).into());
                 }
                 Some(Generated::CreatedAt) if !item.contains_key(&a.name) => {
                     item.insert(a.name.clone(), now.into());
@@ -518,9 +518,7 @@ impl Table {
                 match (&a.default, a.generated) {
                     (Some(d), _) => full = full.set_if_absent(a.name.as_str(), d.clone()),
                     (None, Some(Generated::CreatedAt)) => full = full.set_if_absent(a.name.as_str(), now),
-                    (None, Some(Generated::Ulid)) => {
-                        full = full.set_if_absent(a.name.as_str(), ulid::Ulid::new().to_string())
-                    }
+                    (None, Some(Generated::Ulid)) => full = full.set_if_absent(a.name.as_str(), new_ulid(now)),
                     _ => {}
                 }
             }
@@ -886,6 +884,13 @@ impl Table {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// A new ULID whose time part is the table clock's `now_ms`, so that ids sort with the
+/// timestamps written beside them, replays and imports included.
+fn new_ulid(now_ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(now_ms).unwrap_or(0));
+    ulid::Ulid::from_datetime(at).to_string()
 }
 
 fn key_error(entity: &Entity, source: KeyError) -> Error {

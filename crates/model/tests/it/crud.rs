@@ -217,3 +217,11 @@ async fn an_upserted_item_gets_the_index_keys_its_key_fields_determine() {
     let err = f.table.update("Order", item! { "customer_id" => "c1", "order_id" => "o7" }, Update::new()).await;
     assert!(err.is_ok(), "an empty update still refreshes updated_at");
 }
+
+#[tokio::test]
+async fn generated_ids_carry_the_table_clock() {
+    let f = Fixture::new().await;
+    let order = f.table.create("Order", item! { "customer_id" => "c1" }).await.unwrap();
+    let id: ulid::Ulid = order.string("order_id").unwrap().parse().unwrap();
+    assert_eq!(id.timestamp_ms() as i64, T0);
+}
