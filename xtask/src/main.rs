@@ -71,8 +71,16 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The criterion benches (every crate's, unless `extra` picks some, say `-p store-dynamodb`),
+/// with dynalite and moto up for the DynamoDB engine's bench against dynalite.
 fn bench(root: &Path, extra: &[String]) -> Result<()> {
-    let mut args = vec!["bench", "--workspace", "--locked"];
+    let mut args = vec!["bench", "--locked"];
+    if !extra.iter().any(|a| a == "-p" || a.starts_with("--package")) {
+        args.push("--workspace");
+    }
     args.extend(extra.iter().map(String::as_str));
-    cargo(root, &args)
+    let emulators = emulators::start(root)?;
+    let result = cargo_with_env(root, &args, &emulators.env());
+    drop(emulators);
+    result
 }
