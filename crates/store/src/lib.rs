@@ -24,6 +24,7 @@
 
 #![deny(missing_docs)]
 
+pub mod counter;
 mod error;
 pub mod limits;
 mod number;
