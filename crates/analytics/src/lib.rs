@@ -11,4 +11,7 @@
 
 #![deny(missing_docs)]
 
+pub mod enrich;
+pub mod event;
 pub mod schema;
+pub mod visitor;
