@@ -793,3 +793,6 @@ pub(crate) fn truncate(text: &str, max: usize) -> &str {
     }
     &text[..end]
 }
+
+#[cfg(test)]
+mod tests;

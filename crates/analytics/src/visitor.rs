@@ -288,3 +288,6 @@ pub fn salt_expires_at_ms(day: UtcDay) -> i64 {
 pub fn next_rotation_ms(now_ms: i64) -> i64 {
     UtcDay::from_unix_ms(now_ms).start_ms().saturating_add(DAY_MS)
 }
+
+#[cfg(test)]
+mod tests;

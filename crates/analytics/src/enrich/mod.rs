@@ -165,3 +165,6 @@ impl Enricher {
         &self.referrers
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,466 @@
+//! Enrichment tests: data-driven tables of real User-Agents, referrers, address ranges and
+//! forwarding headers, and a small MMDB file built by the test itself.
+
+use std::net::IpAddr;
+use std::sync::LazyLock;
+
+use expect_test::{Expect, expect};
+
+use super::*;
+use crate::event::{Event, Limits, RawEvent, RequestHeaders};
+
+/// One enricher for every test: compiling the User-Agent patterns is the slow part.
+static ENRICHER: LazyLock<Enricher> = LazyLock::new(|| {
+    let config = EnricherConfig {
+        trusted_proxies: IpRanges::parse(["10.0.0.0/8", "fd00::/8"]).unwrap(),
+        country_headers: vec!["cf-ipcountry".into()],
+        ..EnricherConfig::default()
+    };
+    Enricher::new(config).unwrap().with_geo(GeoDb::from_bytes(mmdb::build()).unwrap())
+});
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+/// Browser, OS and device of a User-Agent, or the reason it is dropped.
+fn check_ua(user_agent: &str, expect: Expect) {
+    let enricher = &*ENRICHER;
+    let actual = match enricher.bots().check_user_agent(user_agent) {
+        Some(reason) => format!("drop: {reason}"),
+        None => {
+            let c = enricher.user_agents().parse(user_agent);
+            if c.device == DeviceType::Bot {
+                "drop: bot (uap Spider)".to_owned()
+            } else {
+                let v = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+                format!(
+                    "{} {} / {} {} / {}",
+                    c.browser.name,
+                    v(&c.browser.version),
+                    c.os.name,
+                    v(&c.os.version),
+                    c.device.as_str()
+                )
+            }
+        }
+    };
+    expect.assert_eq(&actual);
+}
+
+#[test]
+fn user_agents() {
+    // Desktop browsers.
+    check_ua(
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+        expect![["Chrome 131.0 / Windows 10 / Desktop"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:133.0) Gecko/20100101 Firefox/133.0",
+        expect![["Firefox 133.0 / Windows 10 / Desktop"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36 Edg/131.0.2903.86",
+        expect![["Edge 131.0 / Windows 10 / Desktop"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.2 Safari/605.1.15",
+        expect![["Safari 18.2 / macOS 10.15 / Desktop"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+        expect![["Chrome 131.0 / macOS 10.15 / Desktop"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+        expect![["Chrome 131.0 / Linux - / Desktop"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+        expect![["Firefox 133.0 / Linux - / Desktop"]],
+    );
+    // Phones.
+    check_ua(
+        "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.6778.104 Mobile Safari/537.36",
+        expect![["Chrome 131.0 / Android 14 / Mobile"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Linux; Android 14; SM-S918B) AppleWebKit/537.36 (KHTML, like Gecko) SamsungBrowser/26.0 Chrome/122.0.0.0 Mobile Safari/537.36",
+        expect![["Samsung Internet 26.0 / Android 14 / Mobile"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Android 14; Mobile; rv:133.0) Gecko/133.0 Firefox/133.0",
+        expect![["Firefox 133.0 / Android 14 / Mobile"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Mobile/15E148 Safari/604.1",
+        expect![["Safari 18.1 / iOS 18.1 / Mobile"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) CriOS/131.0.6778.73 Mobile/15E148 Safari/604.1",
+        expect![["Chrome 131.0 / iOS 18.1 / Mobile"]],
+    );
+    // Tablets.
+    check_ua(
+        "Mozilla/5.0 (iPad; CPU OS 17_7 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.7 Mobile/15E148 Safari/604.1",
+        expect![["Safari 17.7 / iOS 17.7 / Tablet"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Linux; Android 13; SM-X710) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+        expect![["Chrome 131.0 / Android 13 / Tablet"]],
+    );
+    // Bots, HTTP libraries and headless browsers.
+    check_ua("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", expect![["drop: bot"]]);
+    check_ua(
+        "Mozilla/5.0 (Linux; Android 6.0.1; Nexus 5X Build/MMB29P) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.6778.69 Mobile Safari/537.36 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+        expect![["drop: bot"]],
+    );
+    check_ua("Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)", expect![["drop: bot"]]);
+    check_ua("curl/8.5.0", expect![["drop: bot"]]);
+    check_ua("python-requests/2.32.3", expect![["drop: bot"]]);
+    check_ua("Wget/1.21.4", expect![["drop: bot"]]);
+    check_ua(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36",
+        expect![["drop: headless_browser"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Unknown; Linux x86_64) AppleWebKit/538.1 (KHTML, like Gecko) PhantomJS/2.1.1 Safari/538.1",
+        expect![["drop: headless_browser"]],
+    );
+    check_ua(
+        "Mozilla/5.0 (Linux; Android 11; moto g power (2022)) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Mobile Safari/537.36 Chrome-Lighthouse",
+        expect![["drop: headless_browser"]],
+    );
+    check_ua("", expect![["drop: empty_user_agent"]]);
+    check_ua("   ", expect![["drop: empty_user_agent"]]);
+    // Odd input parses to something without failing.
+    check_ua("\u{0}\u{ffff}", expect![["Other - / Other - / Other"]]);
+}
+
+/// The source and referrer of a page URL and a referrer on site `example.com`.
+fn check_source(url: &str, referrer: Option<&str>, expect: Expect) {
+    let mut raw = RawEvent::pageview(url, "example.com");
+    raw.referrer = referrer.map(str::to_owned);
+    let event = Event::parse(raw, &Limits::default()).unwrap();
+    let domains = [Hostname::parse("example.com").unwrap()];
+    let a = ENRICHER.referrers().attribute(&event.query, event.referrer.as_ref(), &domains);
+    let show = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    expect.assert_eq(&format!("source={} referrer={}", show(a.source), show(a.referrer)));
+}
+
+#[test]
+fn sources() {
+    let page = "https://example.com/pricing";
+    check_source(page, None, expect![["source=- referrer=-"]]);
+    check_source(page, Some("https://www.google.com/"), expect![["source=Google referrer=google.com"]]);
+    check_source(
+        page,
+        Some("https://www.google.de/search?q=tally"),
+        expect![["source=Google referrer=google.de/search"]],
+    );
+    check_source(page, Some("https://t.co/abc123"), expect![["source=Twitter referrer=t.co/abc123"]]);
+    check_source(
+        page,
+        Some("https://news.ycombinator.com/item?id=1"),
+        expect![["source=Hacker News referrer=news.ycombinator.com/item"]],
+    );
+    check_source(
+        page,
+        Some("https://l.facebook.com/l.php?u=x"),
+        expect![["source=Facebook referrer=l.facebook.com/l.php"]],
+    );
+    check_source(page, Some("https://duckduckgo.com/"), expect![["source=DuckDuckGo referrer=duckduckgo.com"]]);
+    // An unknown host is its own source, without `www.`.
+    check_source(
+        page,
+        Some("https://www.someblog.net/post/1"),
+        expect![["source=someblog.net referrer=someblog.net/post/1"]],
+    );
+    // Self-referrals, from the domain or a subdomain, are ignored; a look-alike domain is not one.
+    check_source(page, Some("https://example.com/"), expect![["source=- referrer=-"]]);
+    check_source(page, Some("https://www.example.com/blog"), expect![["source=- referrer=-"]]);
+    check_source(page, Some("https://docs.example.com/"), expect![["source=- referrer=-"]]);
+    check_source(page, Some("https://notexample.com/"), expect![["source=notexample.com referrer=notexample.com"]]);
+    // A tagged source wins over the referrer; `utm_source` over `source` over `ref`.
+    check_source(
+        "https://example.com/?utm_source=newsletter",
+        Some("https://t.co/x"),
+        expect![["source=newsletter referrer=t.co/x"]],
+    );
+    check_source(
+        "https://example.com/?ref=hn&source=weekly&utm_source=mail",
+        None,
+        expect![["source=mail referrer=-"]],
+    );
+    check_source("https://example.com/?ref=hn&source=weekly", None, expect![["source=weekly referrer=-"]]);
+    check_source("https://example.com/?ref=producthunt", None, expect![["source=producthunt referrer=-"]]);
+    check_source(
+        "https://example.com/?utm_source=",
+        Some("https://t.co/x"),
+        expect![["source=Twitter referrer=t.co/x"]],
+    );
+    // A tag naming a known source, by name in any case or by host, shows as that source.
+    check_source("https://example.com/?utm_source=GOOGLE", None, expect![["source=Google referrer=-"]]);
+    check_source("https://example.com/?utm_source=t.co", None, expect![["source=Twitter referrer=-"]]);
+    check_source("https://example.com/?utm_source=fb", None, expect![["source=Facebook referrer=-"]]);
+    // A tag beats a self-referral; a click id alone names its network.
+    check_source(
+        "https://example.com/?utm_source=app",
+        Some("https://example.com/"),
+        expect![["source=app referrer=-"]],
+    );
+    check_source("https://example.com/?gclid=abc", None, expect![["source=Google Ads referrer=-"]]);
+    // Referrers that are not URLs are ignored.
+    check_source(page, Some("not a url"), expect![["source=- referrer=-"]]);
+    check_source(
+        page,
+        Some("android-app://com.google.android.gm"),
+        expect![["source=Gmail referrer=com.google.android.gm"]],
+    );
+}
+
+fn check_client_ip(peer: &str, headers: &[(&str, &str)], expect: Expect) {
+    let headers: RequestHeaders = headers.iter().copied().collect();
+    let trusted = IpRanges::parse(["10.0.0.0/8", "fd00::/8"]).unwrap();
+    expect.assert_eq(&client_ip(ip(peer), &headers, &trusted).to_string());
+}
+
+#[test]
+fn forwarding_headers_are_believed_only_from_trusted_proxies() {
+    // An untrusted peer's headers are ignored, whatever they say.
+    check_client_ip("203.0.113.7", &[("X-Forwarded-For", "198.51.100.1")], expect![["203.0.113.7"]]);
+    check_client_ip("203.0.113.7", &[("CF-Connecting-IP", "198.51.100.1")], expect![["203.0.113.7"]]);
+    // Behind a trusted proxy: the right-most untrusted address of X-Forwarded-For.
+    check_client_ip("10.0.0.2", &[("X-Forwarded-For", "198.51.100.1")], expect![["198.51.100.1"]]);
+    check_client_ip("10.0.0.2", &[("x-forwarded-for", "1.1.1.1, 198.51.100.1, 10.0.0.9")], expect![["198.51.100.1"]]);
+    check_client_ip(
+        "10.0.0.2",
+        &[("X-Forwarded-For", "1.1.1.1"), ("X-Forwarded-For", "198.51.100.1")],
+        expect![["198.51.100.1"]],
+    );
+    check_client_ip("10.0.0.2", &[("X-Forwarded-For", "198.51.100.1:4711, 10.1.1.1")], expect![["198.51.100.1"]]);
+    check_client_ip("10.0.0.2", &[("X-Forwarded-For", "[2001:db8::5]:443")], expect![["2001:db8::5"]]);
+    check_client_ip("10.0.0.2", &[("X-Forwarded-For", "10.0.0.5, 10.0.0.6")], expect![["10.0.0.5"]]);
+    // A malformed entry stops the walk; the other headers, then the peer, answer.
+    check_client_ip("10.0.0.2", &[("X-Forwarded-For", "198.51.100.1, garbage")], expect![["10.0.0.2"]]);
+    check_client_ip(
+        "10.0.0.2",
+        &[("X-Forwarded-For", "unknown"), ("X-Real-IP", "198.51.100.3")],
+        expect![["198.51.100.3"]],
+    );
+    check_client_ip("10.0.0.2", &[("CF-Connecting-IP", "2001:db8::1")], expect![["2001:db8::1"]]);
+    check_client_ip("10.0.0.2", &[("X-Real-IP", "198.51.100.3")], expect![["198.51.100.3"]]);
+    check_client_ip("10.0.0.2", &[], expect![["10.0.0.2"]]);
+    // IPv6 proxies, and IPv4 peers reported as IPv4-mapped IPv6 by dual-stack sockets.
+    check_client_ip("fd00::1", &[("X-Forwarded-For", "2001:db8::9")], expect![["2001:db8::9"]]);
+    check_client_ip("::ffff:10.0.0.2", &[("X-Forwarded-For", "198.51.100.1")], expect![["198.51.100.1"]]);
+    check_client_ip("::ffff:203.0.113.7", &[], expect![["203.0.113.7"]]);
+}
+
+#[test]
+fn ip_ranges() {
+    let ranges = IpRanges::parse(["192.0.2.0/24", "198.51.100.7", "2001:db8::/32", " 10.1.2.3/8 "]).unwrap();
+    let check = |addr: &str, inside: bool| assert_eq!(ranges.contains(ip(addr)), inside, "{addr}");
+    check("192.0.2.0", true);
+    check("192.0.2.255", true);
+    check("192.0.3.0", false);
+    check("198.51.100.7", true);
+    check("198.51.100.8", false);
+    check("2001:db8:ffff::1", true);
+    check("2001:db9::1", false);
+    check("10.200.0.1", true);
+    check("::ffff:192.0.2.9", true);
+    assert!(IpRanges::parse(["300.0.0.0/8"]).is_err());
+    assert!(IpRanges::parse(["10.0.0.0/33"]).is_err());
+    assert!(IpRanges::parse(["example.com"]).is_err());
+    assert!(!IpRanges::new().contains(ip("192.0.2.1")));
+}
+
+#[test]
+fn countries_from_headers_and_mmdb() {
+    let countries = |peer: &str, headers: &[(&str, &str)]| {
+        let headers: RequestHeaders = headers.iter().copied().collect();
+        ENRICHER.countries.country(ip(peer), &headers).map(|c| c.to_string()).unwrap_or_else(|| "-".into())
+    };
+    assert_eq!(countries("192.0.2.77", &[]), "DE");
+    assert_eq!(countries("198.51.100.1", &[]), "FR");
+    assert_eq!(countries("2001:db8::1", &[]), "JP");
+    assert_eq!(countries("::ffff:192.0.2.1", &[]), "DE");
+    assert_eq!(countries("203.0.113.1", &[]), "-");
+    // A configured CDN header wins; placeholders fall through to the file.
+    assert_eq!(countries("192.0.2.77", &[("CF-IPCountry", "us")]), "US");
+    assert_eq!(countries("192.0.2.77", &[("CF-IPCountry", "XX")]), "DE");
+    assert_eq!(countries("192.0.2.77", &[("CF-IPCountry", "T1")]), "DE");
+    // A header that is not configured is ignored.
+    assert_eq!(countries("192.0.2.77", &[("CloudFront-Viewer-Country", "US")]), "DE");
+    assert!(GeoDb::from_bytes(b"not an mmdb".to_vec()).is_err());
+}
+
+#[test]
+fn enrich_drops_and_enriches() {
+    let domains = [Hostname::parse("example.com").unwrap()];
+    let excluded = IpRanges::parse(["198.51.100.0/24"]).unwrap();
+    let site = SiteContext { domains: &domains, excluded_ips: &excluded };
+    let firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
+    let run = |peer: &str, headers: &[(&str, &str)], ua: &str| {
+        let mut raw = RawEvent::pageview("https://example.com/a", "example.com");
+        raw.peer_ip = ip(peer);
+        raw.user_agent = ua.into();
+        raw.referrer = Some("https://github.com/tally".into());
+        raw.headers = headers.iter().copied().collect();
+        ENRICHER.enrich(&Event::parse(raw, &Limits::default()).unwrap(), &site)
+    };
+    let e = run("10.0.0.2", &[("X-Forwarded-For", "192.0.2.5")], firefox).unwrap();
+    assert_eq!(e.client_ip, ip("192.0.2.5"));
+    assert_eq!(e.country.map(|c| c.to_string()).as_deref(), Some("DE"));
+    assert_eq!((e.browser.name.as_str(), e.device), ("Firefox", DeviceType::Desktop));
+    assert_eq!((e.source.as_deref(), e.referrer.as_deref()), (Some("GitHub"), Some("github.com/tally")));
+    // The excluded range applies to the client behind the proxy, and before the User-Agent.
+    assert_eq!(run("10.0.0.2", &[("X-Forwarded-For", "198.51.100.9")], "").unwrap_err(), DropReason::ExcludedIp);
+    assert_eq!(run("198.51.100.9", &[], firefox).unwrap_err(), DropReason::ExcludedIp);
+    assert_eq!(run("192.0.2.5", &[], "").unwrap_err(), DropReason::EmptyUserAgent);
+    assert_eq!(run("192.0.2.5", &[], "curl/8.5.0").unwrap_err(), DropReason::Bot);
+    let labels: Vec<&str> = DropReason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(labels, ["empty_user_agent", "headless_browser", "bot", "excluded_ip"]);
+}
+
+#[test]
+fn missing_mmdb_file_is_a_start_up_error() {
+    let config = EnricherConfig { mmdb_path: Some("/nonexistent/tally.mmdb".into()), ..EnricherConfig::default() };
+    assert!(matches!(Enricher::new(config), Err(EnrichError::Geo(_))));
+}
+
+/// A minimal MaxMind DB writer, enough for a test database: an IPv6 tree with 24-bit records, a
+/// data section of maps and strings, and the metadata the reader requires. It follows the format
+/// specification (MaxMind DB File Format 2.0).
+mod mmdb {
+    /// Records: a node index, "no data", or an offset into the data section.
+    #[derive(Clone, Copy)]
+    enum Rec {
+        Node(usize),
+        Empty,
+        Data(usize),
+    }
+
+    /// The test networks: two IPv4 ranges (stored under `::/96`), one IPv6 range, and one record
+    /// in each of the two shapes readers see: GeoLite2's `country.iso_code` and ip-location-db's
+    /// `country_code`.
+    pub fn build() -> Vec<u8> {
+        let mut data = Vec::new();
+        let de = data.len();
+        data.extend(map(&[("country", map(&[("iso_code", string("DE"))]))]));
+        let fr = data.len();
+        data.extend(map(&[("country_code", string("FR"))]));
+        let jp = data.len();
+        data.extend(map(&[("country", map(&[("iso_code", string("JP"))]))]));
+
+        let mut nodes: Vec<[Rec; 2]> = vec![[Rec::Empty, Rec::Empty]];
+        let v4 = |a: [u8; 4]| {
+            let mut b = [0u8; 16];
+            b[12..].copy_from_slice(&a);
+            b
+        };
+        insert(&mut nodes, v4([192, 0, 2, 0]), 96 + 24, de);
+        insert(&mut nodes, v4([198, 51, 100, 0]), 96 + 24, fr);
+        let jp_net: std::net::Ipv6Addr = "2001:db8::".parse().unwrap();
+        insert(&mut nodes, jp_net.octets(), 32, jp);
+
+        let count = nodes.len();
+        let value = |r: Rec| -> u32 {
+            match r {
+                Rec::Node(i) => i as u32,
+                Rec::Empty => count as u32,
+                Rec::Data(offset) => (count + 16 + offset) as u32,
+            }
+        };
+        let mut out = Vec::new();
+        for [left, right] in &nodes {
+            out.extend(&value(*left).to_be_bytes()[1..]);
+            out.extend(&value(*right).to_be_bytes()[1..]);
+        }
+        out.extend([0u8; 16]);
+        out.extend(data);
+        out.extend(b"\xAB\xCD\xEFMaxMind.com");
+        out.extend(map(&[
+            ("binary_format_major_version", uint16(2)),
+            ("binary_format_minor_version", uint16(0)),
+            ("build_epoch", uint64(1_700_000_000)),
+            ("database_type", string("Tally-Test-Country")),
+            ("description", map(&[("en", string("Tally test database"))])),
+            ("ip_version", uint16(6)),
+            ("languages", array(&[string("en")])),
+            ("node_count", uint32(count as u32)),
+            ("record_size", uint16(24)),
+        ]));
+        out
+    }
+
+    fn insert(nodes: &mut Vec<[Rec; 2]>, addr: [u8; 16], prefix: usize, data: usize) {
+        let mut node = 0;
+        for i in 0..prefix {
+            let bit = usize::from((addr[i / 8] >> (7 - i % 8)) & 1);
+            if i + 1 == prefix {
+                nodes[node][bit] = Rec::Data(data);
+                return;
+            }
+            node = match nodes[node][bit] {
+                Rec::Node(next) => next,
+                _ => {
+                    nodes.push([Rec::Empty, Rec::Empty]);
+                    let next = nodes.len() - 1;
+                    nodes[node][bit] = Rec::Node(next);
+                    next
+                }
+            };
+        }
+    }
+
+    /// A control byte for `kind` (1 to 7; 8 and up are extended types) and a size below 29.
+    fn control(kind: u8, size: usize) -> Vec<u8> {
+        assert!(size < 29);
+        if kind <= 7 { vec![kind << 5 | size as u8] } else { vec![size as u8, kind - 7] }
+    }
+
+    fn string(s: &str) -> Vec<u8> {
+        let mut out = control(2, s.len());
+        out.extend(s.as_bytes());
+        out
+    }
+
+    fn uint(kind: u8, value: u64) -> Vec<u8> {
+        let bytes = value.to_be_bytes();
+        let skip = bytes.iter().take_while(|&&b| b == 0).count();
+        let mut out = control(kind, 8 - skip);
+        out.extend(&bytes[skip..]);
+        out
+    }
+
+    fn uint16(value: u16) -> Vec<u8> {
+        uint(5, value.into())
+    }
+
+    fn uint32(value: u32) -> Vec<u8> {
+        uint(6, value.into())
+    }
+
+    fn uint64(value: u64) -> Vec<u8> {
+        uint(9, value)
+    }
+
+    fn map(entries: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut out = control(7, entries.len());
+        for (key, value) in entries {
+            out.extend(string(key));
+            out.extend(value);
+        }
+        out
+    }
+
+    fn array(items: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = control(11, items.len());
+        for item in items {
+            out.extend(item);
+        }
+        out
+    }
+}
