@@ -51,6 +51,7 @@
 
 pub mod error;
 pub mod expr;
+pub mod generate;
 pub mod key;
 pub mod ops;
 pub mod pattern;

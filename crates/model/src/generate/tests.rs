@@ -327,7 +327,7 @@ fn yaml_quotes_what_would_change_meaning() {
     }
     // Plain where it is safe, so the templates stay readable.
     expect_test::expect![[r#"
-        AWS::Thing: "Fn::GetAtt"
+        "AWS::Thing": "Fn::GetAtt"
         plain: PAY_PER_REQUEST
         spaced: A small shop
         numbers:
