@@ -1,0 +1,49 @@
+//! The `tally` binary, run as a user runs it.
+
+use std::process::{Command, Output};
+
+fn tally(args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_tally")).args(args).output().expect("run tally");
+    assert!(output.status.success(), "tally {} failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+fn stdout(args: &[&str]) -> String {
+    String::from_utf8(tally(args).stdout).expect("utf-8 output")
+}
+
+#[test]
+fn schema_doc_describes_every_entity_and_access_pattern() {
+    let doc = stdout(&["schema", "doc"]);
+    let schema = analytics::schema::tally_schema(analytics::schema::TABLE_NAME);
+    for entity in schema.entities() {
+        assert!(doc.contains(entity.name()), "the doc names {}", entity.name());
+    }
+    for pattern in schema.access_patterns() {
+        assert!(doc.contains(&pattern.name), "the doc lists {}", pattern.name);
+    }
+}
+
+#[test]
+fn cloudformation_json_names_the_table_and_its_indexes() {
+    let text = stdout(&["schema", "cloudformation", "--format", "json", "--table", "tally-test"]);
+    for needle in ["AWS::DynamoDB::Table", "tally-test", "gsi1", "gsi2", "TimeToLiveSpecification"] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn create_table_is_idempotent_on_the_embedded_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    assert!(stdout(&["schema", "create-table", "--data", data]).contains("created table tally"));
+    assert!(stdout(&["schema", "create-table", "--data", data]).contains("already exists"));
+}
+
+#[test]
+fn unknown_commands_fail_with_usage() {
+    let output = Command::new(env!("CARGO_BIN_EXE_tally")).arg("frobnicate").output().unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("Usage"));
+}
