@@ -6,5 +6,6 @@
 
 mod conformance;
 mod emulator;
+mod faults;
 mod retries;
 mod unsupported;
