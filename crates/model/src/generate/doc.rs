@@ -327,15 +327,19 @@ fn sample_item(out: &mut String, schema: &Schema, e: &Entity, item: &Item) {
     order.push(schema.entity_type_attribute().to_string());
     order.extend(e.attributes().iter().map(|a| a.name.clone()));
     order.extend(item.keys().cloned());
-    let mut json = Map::new();
+    // One attribute a line, each value compact: as readable as a table, and still JSON that
+    // `aws dynamodb put-item --item` accepts.
+    let mut seen = Vec::new();
+    let mut lines = Vec::new();
     for name in order {
         if let Some(v) = item.get(&name) {
-            if !json.contains_key(&name) {
-                json.insert(name, dynamo_json(v));
+            if !seen.contains(&name) {
+                lines.push(format!("  {}: {}", Value::String(name.clone()), dynamo_json(v)));
+                seen.push(name);
             }
         }
     }
-    let rendered = serde_json::to_string_pretty(&Value::Object(json)).unwrap_or_default();
+    let rendered = format!("{{\n{}\n}}", lines.join(",\n"));
     let _ = writeln!(out, "\nAs stored (DynamoDB JSON):\n\n```json\n{rendered}\n```\n");
 }
 
