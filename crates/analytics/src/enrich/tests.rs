@@ -464,3 +464,68 @@ mod mmdb {
         out
     }
 }
+
+#[test]
+fn more_user_agents() {
+    check_ua(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) FxiOS/133.0 Mobile/15E148 Safari/605.1.15",
+        expect!["Firefox 133.0 / iOS 18.1 / Mobile"],
+    );
+    check_ua(
+        "Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Mobile Safari/537.36 EdgA/131.0.0.0",
+        expect!["Edge 131.0 / Android 10 / Mobile"],
+    );
+    check_ua(
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36 OPR/115.0.0.0",
+        expect!["Opera 115.0 / Windows 10 / Desktop"],
+    );
+    check_ua(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 [FBAN/FBIOS;FBAV/450.0.0.38.108;FBBV/1;FBDV/iPhone14,5;FBMD/iPhone;FBSN/iOS;FBSV/17.5;FBSS/3;FBCR/;FBID/phone;FBLC/en_US;FBOP/80]",
+        expect!["Facebook 450.0 / iOS 17.5 / Mobile"],
+    );
+    check_ua(
+        "Mozilla/5.0 (SMART-TV; LINUX; Tizen 6.0) AppleWebKit/537.36 (KHTML, like Gecko) 76.0.3809.146/6.0 TV Safari/537.36",
+        expect!["Safari - / Tizen 6.0 / TV"],
+    );
+    check_ua(
+        "Mozilla/5.0 (PlayStation; PlayStation 5/2.26) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/13.0 Safari/605.1.15",
+        expect!["Safari 13.0 / Other - / Console"],
+    );
+    check_ua(
+        "Mozilla/5.0 (X11; CrOS x86_64 14541.0.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+        expect!["Chrome 131.0 / ChromeOS 14541.0 / Desktop"],
+    );
+    check_ua("Mozilla/5.0 (compatible; YandexBot/3.0; +http://yandex.com/bots)", expect!["drop: bot"]);
+    check_ua("Mozilla/5.0 (compatible; AhrefsBot/7.0; +http://ahrefs.com/robot/)", expect!["drop: bot"]);
+    check_ua("facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)", expect!["drop: bot"]);
+    check_ua("Go-http-client/2.0", expect!["drop: bot"]);
+    check_ua("node-fetch/1.0 (+https://github.com/bitinn/node-fetch)", expect!["drop: bot"]);
+    check_ua(
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36 Edg/131.0.0.0 PTST/240201.144907",
+        expect!["drop: bot"],
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Enrichment never panics, whatever the User-Agent, referrer and headers.
+    #[test]
+    fn enrich_never_panics(
+        user_agent in proptest::prelude::any::<String>(),
+        referrer in proptest::option::of(proptest::prelude::any::<String>()),
+        forwarded in "[0-9a-f.:\\[\\], ]{0,60}",
+        country in proptest::prelude::any::<String>(),
+        peer in proptest::prelude::any::<[u8; 16]>(),
+    ) {
+        let mut raw = RawEvent::pageview("https://example.com/", "example.com");
+        raw.user_agent = user_agent;
+        raw.referrer = referrer;
+        raw.peer_ip = IpAddr::from(peer);
+        raw.headers = [("x-forwarded-for", forwarded), ("cf-ipcountry", country)].into_iter().collect();
+        let event = Event::parse(raw, &Limits::default()).unwrap();
+        let domains = [Hostname::parse("example.com").unwrap()];
+        let site = SiteContext { domains: &domains, excluded_ips: &IpRanges::new() };
+        let _ = ENRICHER.enrich(&event, &site);
+    }
+}
