@@ -206,7 +206,7 @@ fn entities_section(out: &mut String, schema: &Schema) {
     for e in schema.entities() {
         let _ = write!(out, "| {} |", text(e.name()));
         for index in &indexes {
-            let cell = e.key(index).map_or_else(|| String::new(), |k| template_pair(k));
+            let cell = e.key(index).map_or_else(String::new, template_pair);
             let _ = write!(out, " {cell} |");
         }
         out.push('\n');
@@ -266,12 +266,8 @@ fn entity_section(out: &mut String, schema: &Schema, e: &Entity) {
     for k in e.keys() {
         // A secondary key with a field that may be absent is sparse: items without it stay
         // out of the index, which is worth knowing when reading the index.
-        let optional: Vec<String> = k
-            .fields()
-            .into_iter()
-            .filter(|f| e.attribute(f).is_some_and(|a| !a.always_present()))
-            .map(|f| code(f))
-            .collect();
+        let optional: Vec<String> =
+            k.fields().into_iter().filter(|f| e.attribute(f).is_some_and(|a| !a.always_present())).map(code).collect();
         if k.index != Index::Table && !optional.is_empty() {
             let _ = writeln!(
                 out,
@@ -332,11 +328,11 @@ fn sample_item(out: &mut String, schema: &Schema, e: &Entity, item: &Item) {
     let mut seen = Vec::new();
     let mut lines = Vec::new();
     for name in order {
-        if let Some(v) = item.get(&name) {
-            if !seen.contains(&name) {
-                lines.push(format!("  {}: {}", Value::String(name.clone()), dynamo_json(v)));
-                seen.push(name);
-            }
+        if let Some(v) = item.get(&name)
+            && !seen.contains(&name)
+        {
+            lines.push(format!("  {}: {}", Value::String(name.clone()), dynamo_json(v)));
+            seen.push(name);
         }
     }
     let rendered = format!("{{\n{}\n}}", lines.join(",\n"));
