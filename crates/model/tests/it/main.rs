@@ -3,6 +3,7 @@
 
 mod batch;
 mod crud;
+mod generate;
 mod query;
 mod retry;
 
