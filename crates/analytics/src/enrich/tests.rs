@@ -529,3 +529,21 @@ proptest::proptest! {
         let _ = ENRICHER.enrich(&event, &site);
     }
 }
+
+#[test]
+fn cached_and_uncached_user_agent_answers_agree() {
+    let parser = UserAgentParser::new().unwrap();
+    for i in 0..(UserAgentParser::CACHE_CAPACITY + 10) {
+        let ua = format!("Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/{}.0.0.0 Safari/537.36", i % 200);
+        assert_eq!(parser.parse(&ua), parser.parse_uncached(&ua));
+    }
+    let ua =
+        "Mozilla/5.0 (iPad; CPU OS 17_7 like Mac OS X) AppleWebKit/605.1.15 Version/17.7 Mobile/15E148 Safari/604.1";
+    assert_eq!(parser.parse(ua), parser.parse(ua));
+}
+
+#[test]
+fn the_enricher_can_be_shared_across_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Enricher>();
+}
