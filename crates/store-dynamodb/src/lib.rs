@@ -85,7 +85,7 @@ use aws_sdk_dynamodb::types::{
     self as sdk, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure, TimeToLiveStatus,
 };
 use store::{
-    BatchGetItem, BatchGetItemOutput, BatchWriteItem, BatchWriteItemOutput, DeleteItem, GetItem, GetItemOutput,
+    BatchGetItem, BatchGetItemOutput, BatchWriteItem, BatchWriteItemOutput, DeleteItem, GetItem, GetItemOutput, Item,
     KeysAndAttributes, PutItem, Query, QueryOutput, ReturnValues, Scan, Select, Store, StoreError, TableDefinition,
     TableDescription, TableStatus, TransactGetItems, TransactGetItemsOutput, TransactWrite, TransactWriteItems,
     TransactWriteItemsOutput, UpdateItem, WriteOutput, WriteRequest,
@@ -171,6 +171,15 @@ impl Options {
             ..Options::default()
         }
     }
+}
+
+/// The attributes a write returned. An empty map is no attributes: DynamoDB omits `Attributes`
+/// when there is nothing to return (an `UPDATED_OLD` of attributes that did not exist), while
+/// dynalite answers `{}`; the embedded engine answers `None`, and so does this engine.
+fn returned(
+    attributes: Option<&std::collections::HashMap<String, sdk::AttributeValue>>,
+) -> Result<Option<Item>, StoreError> {
+    Ok(opt_item(attributes)?.filter(|a| !a.is_empty()))
 }
 
 /// The DynamoDB engine: a [`Store`] over one SDK client. Cheap to clone; share it with `Arc`.
@@ -628,7 +637,7 @@ impl Store for DynamoDbStore {
                 })
             })?;
         Ok(WriteOutput {
-            attributes: opt_item(out.attributes())?,
+            attributes: returned(out.attributes())?,
             consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Write),
         })
     }
@@ -655,7 +664,7 @@ impl Store for DynamoDbStore {
                 })
             })?;
         Ok(WriteOutput {
-            attributes: opt_item(out.attributes())?,
+            attributes: returned(out.attributes())?,
             consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Write),
         })
     }
@@ -681,7 +690,7 @@ impl Store for DynamoDbStore {
                 })
             })?;
         Ok(WriteOutput {
-            attributes: opt_item(out.attributes())?,
+            attributes: returned(out.attributes())?,
             consumed_capacity: capacity(out.consumed_capacity(), &r.table, Units::Write),
         })
     }

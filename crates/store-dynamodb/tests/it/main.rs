@@ -5,6 +5,7 @@
 //! did not run; with `TALLY_REQUIRE_EMULATORS=1` (set by the harness) a missing emulator fails.
 
 mod conformance;
+mod differential;
 mod emulator;
 mod faults;
 mod retries;
