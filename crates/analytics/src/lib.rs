@@ -14,4 +14,5 @@
 pub mod enrich;
 pub mod event;
 pub mod schema;
+pub mod sketch;
 pub mod visitor;

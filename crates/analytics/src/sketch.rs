@@ -1,0 +1,272 @@
+//! The unique-visitor sketch stored in every aggregate: a [`VisitorSketch`] counts distinct
+//! visitor ids approximately, merges with others (a range's visitors are the **union** of its
+//! buckets' sketches, never the sum of their counts), and serialises to a few bytes for the
+//! `visitors_sketch` attribute of an `Aggregate` item.
+//!
+//! ```
+//! use analytics::sketch::VisitorSketch;
+//!
+//! let mut monday = VisitorSketch::new();
+//! let mut tuesday = VisitorSketch::new();
+//! for id in 0..100u64 {
+//!     monday.insert_u64(id);
+//! }
+//! for id in 50..150u64 {
+//!     tuesday.insert_u64(id); // visitors 50..100 came back: they count once in the week
+//! }
+//! let week = VisitorSketch::union([&monday, &tuesday]);
+//! assert_eq!(week.estimate(), 150);
+//!
+//! let stored = week.to_bytes();
+//! assert_eq!(VisitorSketch::from_bytes(&stored).unwrap().estimate(), 150);
+//! ```
+//!
+//! # The algorithm and its parameters
+//!
+//! It is Apache DataSketches' HyperLogLog (the `datasketches` crate, which the spec names: pure
+//! Rust, no dependencies, the same binary image as the Java and C++ libraries), with
+//! `lg_k` = [`LG_K`] = 14 (16,384 registers) stored as `HLL_4` (4 bits a register).
+//!
+//! **Why `lg_k` = 14.** The spec allows 2% error. Sketch errors are bounds at a confidence, and
+//! the custom (DataSketches states its bounds at two standard deviations, ≈ 95%) is to ask that
+//! two relative standard errors fit in it. The estimate Tally reads is the order-independent
+//! (composite) one, whose relative standard error is about 1.04/√k: 1.63% at `lg_k` = 12, 1.15%
+//! at 13, 0.81% at 14. Only 14 keeps two of them (1.63%) under 2%. Measured over 100 sketches of
+//! 10^5 distinct ids each: RMS error 1.45% / 0.97% / 0.76% for `lg_k` 12 / 13 / 14, and the share
+//! of estimates within 2% was 83% / 95% / 100%.
+//!
+//! **Why that stays small.** A sketch is stored sparsely (a list, then a hash set, of 4-byte
+//! register updates) until that would outgrow the dense form, so the many aggregate items with
+//! few visitors (one page in one hour) stay tiny, and the dense `HLL_4` form caps every item at
+//! about 8 KB, far below DynamoDB's 400 KB item limit. Serialised sizes, header included:
+//!
+//! | distinct visitors | bytes  |
+//! |------------------:|-------:|
+//! |                10 |     55 |
+//! |             1,000 |  4,015 |
+//! |           100,000 |  8,243 |
+//!
+//! A write costs one DynamoDB write unit per KB, so an item holding a dense sketch costs about
+//! 9 units to rewrite; whoever flushes aggregates should rewrite such items less often than small
+//! ones. `lg_k` 13 would halve that at the price of 5% of estimates missing the 2% bound.
+//!
+//! **Why the composite estimate.** DataSketches' default (HIP) estimate of a sketch built by
+//! inserting ids is a little more accurate, but it depends on the order in which ids arrived, and
+//! it is lost as soon as sketches are merged. Tally's aggregates must equal a rebuild from raw
+//! events, which inserts in another order and merges in other groupings, so [`VisitorSketch::estimate`]
+//! depends only on the registers: the same visitors give the same number, however they got there.
+//!
+//! # The stored form
+//!
+//! `b"TV"` (Tally visitors), a format version byte (1), then the DataSketches HLL image. The
+//! version lets a later Tally change the parameters or the algorithm and still read what is
+//! stored; sketches of different `lg_k` still merge (the union keeps the smaller `lg_k`).
+//! Reading bytes that are not such an image gives a [`SketchError`], never a panic.
+
+use datasketches::hash::value::raw_bytes;
+use datasketches::hll::{HllSketch, HllType, HllUnion};
+
+/// log2 of the number of HyperLogLog registers; the module doc says why 14.
+pub const LG_K: u8 = 14;
+
+/// The first bytes of every stored sketch: "Tally visitors".
+const MAGIC: [u8; 2] = *b"TV";
+
+/// The stored form's version, bumped whenever the bytes after the header change meaning.
+const FORMAT_VERSION: u8 = 1;
+
+/// Header length: the magic and the version byte.
+const HEADER_LEN: usize = MAGIC.len() + 1;
+
+// The few facts of the DataSketches HLL image that canonical serialisation relies on: byte 7
+// holds the current mode in its low two bits; sparse images hold a preamble, then one
+// little-endian `u32` register update ("coupon") per distinct hash, in no meaningful order.
+const DS_MODE_BYTE: usize = 7;
+const DS_MODE_LIST: u8 = 0;
+const DS_MODE_SET: u8 = 1;
+const DS_LIST_PREAMBLE: usize = 8;
+const DS_SET_PREAMBLE: usize = 12;
+// Dense (`HLL_4`) images: flags in byte 5, the insertion-order (HIP) estimator's state as an
+// `f64` in bytes 8..16, a 40-byte preamble, `k / 2` bytes of registers, then exception coupons.
+const DS_FLAGS_BYTE: usize = 5;
+const DS_OUT_OF_ORDER_FLAG: u8 = 16;
+const DS_HIP_ACCUM: std::ops::Range<usize> = 8..16;
+const DS_DENSE_PREAMBLE: usize = 40;
+
+/// Why stored bytes could not be read as a [`VisitorSketch`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SketchError {
+    /// Fewer bytes than the header.
+    #[error("a visitor sketch is at least {HEADER_LEN} bytes, got {0}")]
+    TooShort(usize),
+    /// The bytes do not start with Tally's magic.
+    #[error("not a Tally visitor sketch (bad magic)")]
+    BadMagic,
+    /// A format version this Tally does not know (written by a newer one).
+    #[error("unsupported visitor sketch format version {0}")]
+    UnsupportedVersion(u8),
+    /// The header is right but the sketch image after it is not.
+    #[error("corrupt visitor sketch: {0}")]
+    Corrupt(String),
+}
+
+impl SketchError {
+    /// Whether the bytes were written by a newer Tally rather than damaged.
+    pub fn is_unsupported_version(&self) -> bool {
+        matches!(self, SketchError::UnsupportedVersion(_))
+    }
+}
+
+/// An approximate set of visitor ids: insert, merge, estimate, store.
+///
+/// Ids are hashed as bytes (`insert_u64(x)` is `insert_bytes(&x.to_le_bytes())`), so the same id
+/// lands in the same register on every platform and in every Tally version of this format.
+#[derive(Clone)]
+pub struct VisitorSketch {
+    inner: HllSketch,
+}
+
+impl VisitorSketch {
+    /// An empty sketch.
+    pub fn new() -> Self {
+        VisitorSketch { inner: empty_hll() }
+    }
+
+    /// Adds a visitor id given as a `u64` (Tally's `VisitorId`).
+    pub fn insert_u64(&mut self, id: u64) {
+        self.insert_bytes(&id.to_le_bytes());
+    }
+
+    /// Adds a visitor id given as a `u128`.
+    pub fn insert_u128(&mut self, id: u128) {
+        self.insert_bytes(&id.to_le_bytes());
+    }
+
+    /// Adds a visitor id given as bytes.
+    pub fn insert_bytes(&mut self, id: &[u8]) {
+        self.inner.update(raw_bytes::from_slice(id));
+    }
+
+    /// Whether nothing was ever inserted.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
+    /// The estimated number of distinct visitors, rounded to the nearest whole visitor. It
+    /// depends only on which ids were inserted, not on their order or on how sketches were merged.
+    pub fn estimate(&self) -> u64 {
+        let e = self.inner.composite_estimate();
+        // A float-to-int `as` saturates and maps NaN to 0, so no estimate can wrap or panic.
+        if e.is_finite() && e > 0.0 { e.round() as u64 } else { 0 }
+    }
+
+    /// Adds every visitor of `other` to `self` (set union; merging is commutative and idempotent).
+    pub fn merge(&mut self, other: &VisitorSketch) {
+        *self = VisitorSketch::union([&*self, other]);
+    }
+
+    /// The union of many sketches: the sketch of every visitor in any of them. One union buffer
+    /// serves them all, so reading a range of buckets costs one pass.
+    pub fn union<'a>(sketches: impl IntoIterator<Item = &'a VisitorSketch>) -> VisitorSketch {
+        let mut union = HllUnion::new(LG_K).expect("LG_K is within DataSketches' range, checked at compile time");
+        for s in sketches {
+            union.update(&s.inner);
+        }
+        VisitorSketch { inner: union.to_sketch(HllType::Hll4) }
+    }
+
+    /// The stored form: the header, then the DataSketches image (sizes in the module doc).
+    ///
+    /// The bytes are canonical: they depend only on which ids the sketch holds, not on the order
+    /// they were inserted in or on how sketches were merged, so an aggregate and its rebuild from
+    /// raw events store identical bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut image = self.inner.serialize();
+        match image.get(DS_MODE_BYTE).map(|m| m & 0b11) {
+            Some(DS_MODE_LIST) => sort_coupons(&mut image, DS_LIST_PREAMBLE),
+            Some(DS_MODE_SET) => sort_coupons(&mut image, DS_SET_PREAMBLE),
+            // A union rebuilds a dense sketch from its registers alone, as `HLL_4`.
+            _ => {
+                image = VisitorSketch::union([self]).inner.serialize();
+                canonical_dense(&mut image);
+            }
+        }
+        let mut out = Vec::with_capacity(HEADER_LEN + image.len());
+        out.extend_from_slice(&MAGIC);
+        out.push(FORMAT_VERSION);
+        out.extend_from_slice(&image);
+        out
+    }
+
+    /// Reads what [`VisitorSketch::to_bytes`] wrote; any other bytes give an error.
+    pub fn from_bytes(bytes: &[u8]) -> Result<VisitorSketch, SketchError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(SketchError::TooShort(bytes.len()));
+        }
+        if bytes[..MAGIC.len()] != MAGIC {
+            return Err(SketchError::BadMagic);
+        }
+        let version = bytes[MAGIC.len()];
+        if version != FORMAT_VERSION {
+            return Err(SketchError::UnsupportedVersion(version));
+        }
+        let inner = HllSketch::deserialize(&bytes[HEADER_LEN..]).map_err(|e| SketchError::Corrupt(e.to_string()))?;
+        // Format 1 is defined with `LG_K` registers. Accepting fewer would let one odd item
+        // drag every union that reads it down to its precision.
+        if inner.lg_config_k() != LG_K {
+            return Err(SketchError::Corrupt(format!("lg_k is {}, format 1 has {LG_K}", inner.lg_config_k())));
+        }
+        Ok(VisitorSketch { inner })
+    }
+}
+
+impl Default for VisitorSketch {
+    fn default() -> Self {
+        VisitorSketch::new()
+    }
+}
+
+impl std::fmt::Debug for VisitorSketch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VisitorSketch").field("estimate", &self.estimate()).finish()
+    }
+}
+
+/// Sorts the coupons of a sparse image, whose order is that of insertion (lists) or of hash-table
+/// probing (sets); the reader re-inserts them, so any order reads back as the same sketch.
+fn sort_coupons(image: &mut [u8], preamble: usize) {
+    let Some(body) = image.get_mut(preamble..) else { return };
+    let mut coupons: Vec<[u8; 4]> = body.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
+    coupons.sort_unstable_by_key(|c| u32::from_le_bytes(*c));
+    for (dst, c) in body.chunks_exact_mut(4).zip(coupons) {
+        dst.copy_from_slice(&c);
+    }
+}
+
+/// Makes a dense `HLL_4` image a function of its registers alone. The out-of-order flag tells
+/// every DataSketches reader to estimate from the registers (as [`VisitorSketch::estimate`] does
+/// anyway), which makes the order-dependent HIP state meaningless, so it is zeroed; the
+/// exception coupons, listed in hash-map order, are sorted. The other header fields (`cur_min`,
+/// its count, and the two register sums, which are exact in `f64` because they add powers of two
+/// spanning fewer than 53 bits) already depend on the registers only.
+fn canonical_dense(image: &mut [u8]) {
+    if image.len() < DS_DENSE_PREAMBLE {
+        return;
+    }
+    image[DS_FLAGS_BYTE] |= DS_OUT_OF_ORDER_FLAG;
+    image[DS_HIP_ACCUM].fill(0);
+    let lg_k = u32::from(image[3]).clamp(1, 21);
+    sort_coupons(image, DS_DENSE_PREAMBLE + (1usize << (lg_k - 1)));
+}
+
+/// An empty HLL with Tally's parameters.
+fn empty_hll() -> HllSketch {
+    HllSketch::new(LG_K, HllType::Hll4).expect("LG_K is within DataSketches' range, checked at compile time")
+}
+
+// DataSketches accepts `lg_k` in [4, 21]; checking it here makes the `expect`s above input-independent.
+const _: () = assert!(LG_K >= 4 && LG_K <= 21);
+
+#[cfg(test)]
+mod tests;

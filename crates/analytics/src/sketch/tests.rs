@@ -1,0 +1,220 @@
+//! Tests of the visitor sketch: accuracy, union semantics, the stored form and hostile bytes.
+
+use expect_test::expect;
+use proptest::prelude::*;
+
+use super::*;
+
+fn sketch_of(ids: impl IntoIterator<Item = u64>) -> VisitorSketch {
+    let mut s = VisitorSketch::new();
+    for id in ids {
+        s.insert_u64(id);
+    }
+    s
+}
+
+/// Relative error of `estimate` against `truth`.
+fn rel_err(estimate: u64, truth: u64) -> f64 {
+    (estimate as f64 - truth as f64).abs() / truth as f64
+}
+
+/// Ids that look like Tally's visitor ids (keyed hashes), not a run of small integers.
+fn scrambled(i: u64) -> u64 {
+    i.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) ^ 0x5555_aaaa_1234_5678
+}
+
+#[test]
+fn within_two_percent_at_100k_visitors() {
+    for seed in 0..3u64 {
+        let s = sketch_of((0..100_000).map(|i| scrambled(i + seed * 1_000_000)));
+        let err = rel_err(s.estimate(), 100_000);
+        assert!(err <= 0.02, "seed {seed}: estimate {} is {:.2}% off", s.estimate(), err * 100.0);
+    }
+}
+
+#[test]
+fn small_counts_are_exact() {
+    // Sparse sketches count coupons, so a page with a handful of visitors shows the true number.
+    for n in [0u64, 1, 2, 10, 100] {
+        assert_eq!(sketch_of((0..n).map(scrambled)).estimate(), n);
+    }
+    assert!(VisitorSketch::new().is_empty());
+    assert!(!sketch_of([1]).is_empty());
+}
+
+#[test]
+fn inserting_an_id_twice_counts_once() {
+    let s = sketch_of((0..1000).chain(0..1000).map(scrambled));
+    assert_eq!(s.estimate(), sketch_of((0..1000).map(scrambled)).estimate());
+}
+
+#[test]
+fn union_of_days_equals_sketch_of_the_week_not_the_sum() {
+    // Seven days of 30,000 visitors each; each day shares 10,000 with the day before, as
+    // returning visitors do. The week has 7 * 20,000 + 10,000 = 150,000 distinct visitors.
+    let day = |d: u64| (d * 20_000..d * 20_000 + 30_000).map(scrambled);
+    let days: Vec<VisitorSketch> = (0..7).map(|d| sketch_of(day(d))).collect();
+    let week_direct = sketch_of((0..7).flat_map(day));
+    let week_union = VisitorSketch::union(&days);
+
+    // The union holds exactly the registers of the direct sketch, so the estimates are equal, not close.
+    assert_eq!(week_union.estimate(), week_direct.estimate());
+    assert!(rel_err(week_union.estimate(), 150_000) <= 0.02, "{}", week_union.estimate());
+    let sum: u64 = days.iter().map(VisitorSketch::estimate).sum();
+    assert!(sum > 200_000, "the sum double counts returning visitors: {sum}");
+
+    // Merging one by one, in another grouping and order, gives the same answer.
+    let mut folded = VisitorSketch::new();
+    for d in days.iter().rev() {
+        folded.merge(d);
+    }
+    assert_eq!(folded.estimate(), week_direct.estimate());
+}
+
+#[test]
+fn merging_is_commutative_and_idempotent() {
+    let a = sketch_of((0..5_000).map(scrambled));
+    let b = sketch_of((3_000..40_000).map(scrambled));
+    let mut ab = a.clone();
+    ab.merge(&b);
+    let mut ba = b.clone();
+    ba.merge(&a);
+    assert_eq!(ab.estimate(), ba.estimate());
+    assert_eq!(ab.to_bytes(), ba.to_bytes());
+    let mut abb = ab.clone();
+    abb.merge(&b);
+    assert_eq!(abb.estimate(), ab.estimate());
+    // An empty sketch is the union's identity.
+    let mut a_empty = a.clone();
+    a_empty.merge(&VisitorSketch::new());
+    assert_eq!(a_empty.estimate(), a.estimate());
+}
+
+#[test]
+fn estimate_ignores_insertion_order() {
+    let forward = sketch_of((0..50_000).map(scrambled));
+    let backward = sketch_of((0..50_000).rev().map(scrambled));
+    assert_eq!(forward.estimate(), backward.estimate());
+}
+
+#[test]
+fn id_kinds_hash_as_their_little_endian_bytes() {
+    let mut a = VisitorSketch::new();
+    a.insert_u64(42);
+    a.insert_u128(7);
+    let mut b = VisitorSketch::new();
+    b.insert_bytes(&42u64.to_le_bytes());
+    b.insert_bytes(&7u128.to_le_bytes());
+    assert_eq!(a.to_bytes(), b.to_bytes());
+    assert_eq!(a.estimate(), 2);
+}
+
+#[test]
+fn round_trip() {
+    for n in [0u64, 1, 10, 1_000, 5_000, 100_000] {
+        let s = sketch_of((0..n).map(scrambled));
+        let bytes = s.to_bytes();
+        let back = VisitorSketch::from_bytes(&bytes).unwrap();
+        assert_eq!(back.estimate(), s.estimate(), "n = {n}");
+        assert_eq!(back.to_bytes(), bytes, "n = {n}");
+        // A read sketch keeps working: merging into it adds visitors.
+        let mut more = back;
+        more.merge(&sketch_of((n..n + 10).map(scrambled)));
+        assert!(more.estimate() >= s.estimate());
+    }
+}
+
+#[test]
+fn stored_sizes() {
+    // These figures are the module doc's table; update both together.
+    let sizes: Vec<String> = [10u64, 1_000, 100_000]
+        .iter()
+        .map(|&n| format!("{n}: {} B", sketch_of((0..n).map(scrambled)).to_bytes().len()))
+        .collect();
+    expect!["10: 55 B, 1000: 4015 B, 100000: 8243 B"].assert_eq(&sizes.join(", "));
+    // A range's union is read, never stored, but it must not be bigger than a stored sketch.
+    let union = VisitorSketch::union([&sketch_of((0..10).map(scrambled))]);
+    assert!(union.to_bytes().len() <= 8243);
+}
+
+#[test]
+fn stored_form_header() {
+    let bytes = sketch_of([1, 2, 3]).to_bytes();
+    assert_eq!(&bytes[..3], b"TV\x01");
+    let err = |b: &[u8]| VisitorSketch::from_bytes(b).unwrap_err().to_string();
+    expect!["a visitor sketch is at least 3 bytes, got 2"].assert_eq(&err(b"TV"));
+    expect!["not a Tally visitor sketch (bad magic)"].assert_eq(&err(b"XX\x01rest"));
+    let mut newer = bytes.clone();
+    newer[2] = 2;
+    assert!(VisitorSketch::from_bytes(&newer).unwrap_err().is_unsupported_version());
+    assert!(matches!(VisitorSketch::from_bytes(b"TV\x01"), Err(SketchError::Corrupt(_))));
+    assert!(matches!(VisitorSketch::from_bytes(&bytes[..bytes.len() - 1]), Err(SketchError::Corrupt(_))));
+}
+
+/// Valid stored sketches in each of DataSketches' modes (list, set, dense), to mutate.
+fn valid_images() -> &'static [Vec<u8>] {
+    static IMAGES: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    IMAGES.get_or_init(|| {
+        [0u64, 3, 200, 3_000, 20_000].iter().map(|&n| sketch_of((0..n).map(scrambled)).to_bytes()).collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let _ = VisitorSketch::from_bytes(&bytes);
+        // With a valid header the bytes reach the DataSketches reader itself.
+        let mut framed = b"TV\x01".to_vec();
+        framed.extend_from_slice(&bytes);
+        if let Ok(s) = VisitorSketch::from_bytes(&framed) {
+            let _ = s.estimate();
+            let _ = VisitorSketch::union([&s, &s]).estimate();
+        }
+    }
+
+    #[test]
+    fn mutated_images_never_panic(
+        which in 0usize..5,
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+    ) {
+        let mut bytes = valid_images()[which].clone();
+        for (at, value) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        if truncate {
+            bytes.truncate(cut.index(bytes.len() + 1));
+        }
+        // Whatever a damaged item holds, reading, estimating, merging and writing it back must not panic.
+        if let Ok(s) = VisitorSketch::from_bytes(&bytes) {
+            let _ = s.estimate();
+            let mut merged = sketch_of([1, 2, 3]);
+            merged.merge(&s);
+            let _ = merged.estimate();
+            let _ = s.to_bytes();
+        }
+    }
+}
+
+#[test]
+fn stored_bytes_are_canonical() {
+    // The same visitors give the same bytes whatever the insertion order and merge grouping, so
+    // an aggregate and its rebuild from raw events store identical items.
+    for n in [3u64, 10, 300, 2_000, 30_000] {
+        let forward = sketch_of((0..n).map(scrambled));
+        let backward = sketch_of((0..n).rev().map(scrambled));
+        let halves =
+            VisitorSketch::union([&sketch_of((n / 2..n).map(scrambled)), &sketch_of((0..n / 2).map(scrambled))]);
+        let mut odd_even = sketch_of((0..n).filter(|i| i % 2 == 1).map(scrambled));
+        odd_even.merge(&sketch_of((0..n).filter(|i| i % 2 == 0).map(scrambled)));
+        let bytes = forward.to_bytes();
+        assert_eq!(backward.to_bytes(), bytes, "n = {n}: reversed");
+        assert_eq!(halves.to_bytes(), bytes, "n = {n}: halves");
+        assert_eq!(odd_even.to_bytes(), bytes, "n = {n}: odd and even");
+        assert_eq!(VisitorSketch::from_bytes(&bytes).unwrap().to_bytes(), bytes, "n = {n}: read back");
+    }
+}
