@@ -13,6 +13,7 @@
 
 pub mod enrich;
 pub mod event;
+pub mod goal;
 pub mod schema;
 pub mod sketch;
 pub mod visitor;
