@@ -558,7 +558,7 @@ fn runner(cases: u32) -> TestRunner {
 }
 
 /// Runs `cases` generated sequences against the embedded engine and the server at `var`.
-fn differential<S: Strategy<Value = Vec<T>>, T: std::fmt::Debug + Clone>(
+fn differential<S: Strategy<Value = Vec<T>>, T: std::fmt::Debug + Clone + 'static>(
     server: &'static str,
     var: &str,
     cases: u32,
@@ -566,9 +566,7 @@ fn differential<S: Strategy<Value = Vec<T>>, T: std::fmt::Debug + Clone>(
     apply: impl AsyncFn(&dyn Store, &str, &T) -> Observed + Copy,
     definition_table: &'static str,
     expected: &[&str],
-) where
-    T: 'static,
-{
+) {
     let Some(endpoint) = endpoint(server, var) else { return };
     // A longer hunt: TALLY_DIFFERENTIAL_CASES=1000 (the default keeps the test run short).
     let cases = std::env::var("TALLY_DIFFERENTIAL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);

@@ -586,7 +586,7 @@ async fn run_mixed(dynalite: &str, seed: u64) {
     faults.quiesce().await;
 
     let injected = faults.injected.lock().unwrap().clone();
-    let l = ledger.lock().unwrap();
+    let l = std::mem::take(&mut *ledger.lock().unwrap());
     eprintln!(
         "faults: injected {injected:?}; {} puts, {} versioned updates, {} counters, {} batch items acknowledged; \
          {} lost answers recovered, {} flushes found already applied, {} writes unacknowledged",
@@ -646,7 +646,6 @@ async fn run_mixed(dynalite: &str, seed: u64) {
             assert!(found.contains(key), "acknowledged batch item {key:?} is missing");
         }
     }
-    drop(l);
     direct.delete_table(&table).await.expect("delete the table");
 }
 
