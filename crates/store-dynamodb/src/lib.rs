@@ -45,6 +45,13 @@
 //! connection after the last attempt) must reuse the same token — derived, for instance, from
 //! the flush it is writing — and must retry within ten minutes.
 //!
+//! Where one conditional write per item will do, [`store::counter::CounterFlush`] is the
+//! cheaper way, and it works on every engine and emulator: the deltas travel with a per-flush
+//! marker under the condition that the item's marker is lower, so a repeat (by the SDK or the
+//! caller, minutes or days later) fails its condition and is reported as already applied. The
+//! fault test (`tests/it/faults.rs`) drives counters that way through a proxy that drops
+//! answers after forwarding, and checks that every total is exact.
+//!
 //! # What this crate is not
 //!
 //! It does not chunk batches, follow query pages or model entities: the `model` crate does that
