@@ -14,6 +14,7 @@
 pub mod enrich;
 pub mod event;
 pub mod goal;
+pub mod period;
 pub mod schema;
 pub mod sketch;
 pub mod visitor;
