@@ -277,7 +277,11 @@ impl ConversionRate {
 impl fmt::Display for ConversionRate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tenths = self.scaled(10);
-        if tenths % 10 == 0 { write!(f, "{}", tenths / 10) } else { write!(f, "{}.{}", tenths / 10, tenths % 10) }
+        if tenths.is_multiple_of(10) {
+            write!(f, "{}", tenths / 10)
+        } else {
+            write!(f, "{}.{}", tenths / 10, tenths % 10)
+        }
     }
 }
 
