@@ -20,12 +20,12 @@
 //!
 //! # Pattern syntax
 //!
-//! Plausible documents pageview goals with two wildcards, and Tally follows that: `*` matches
+//! Tally follows Plausible's original definition of pageview goals, two wildcards: `*` matches
 //! any run of characters **within one path segment** (never a `/`), `**` matches any run of
 //! characters **across segments**, and every other character matches itself, case-sensitively,
 //! against the whole path (a pattern is anchored at both ends: `/blog` does not match `/blog/`).
 //! Plausible's own code has since loosened a single `*` to cross segments too and added `|`
-//! alternatives; Tally keeps the documented, stricter meaning, so `/blog/*` means "a post", and
+//! alternatives; Tally keeps the original, stricter meaning, so `/blog/*` means "a post", and
 //! treats `|` as a literal character. Matching runs in O(pattern × path) time on any input: no
 //! regular expression is built, so no pattern can be slow.
 //!
