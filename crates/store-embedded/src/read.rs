@@ -463,7 +463,10 @@ mod tests {
 
     fn contains(range: &KeyRange, key: &[u8]) -> bool {
         use std::ops::RangeBounds;
-        (range.start.as_ref().map(|v| v.as_slice()), range.end.as_ref().map(|v| v.as_slice())).contains(&key)
+        // Spelled out: with `bytes` in the build graph, `contains` on a tuple of bounds is ambiguous.
+        let bounds: (Bound<&[u8]>, Bound<&[u8]>) =
+            (range.start.as_ref().map(|v| v.as_slice()), range.end.as_ref().map(|v| v.as_slice()));
+        RangeBounds::<[u8]>::contains(&bounds, key)
     }
 
     fn key(pk: &str, sk: AttributeValue) -> Vec<u8> {
