@@ -353,6 +353,15 @@ struct Ledger {
     already_applied: u64,
     /// Writes given up on (unacknowledged; they may or may not be present).
     abandoned: u64,
+    /// Errors the workload saw, by the start of their message.
+    errors: BTreeMap<String, u64>,
+}
+
+impl Ledger {
+    fn error(&mut self, e: &store::StoreError) {
+        let text: String = e.to_string().chars().take(70).collect();
+        *self.errors.entry(text).or_default() += 1;
+    }
 }
 
 type Shared = Arc<Mutex<Ledger>>;
@@ -374,7 +383,10 @@ async fn puts(store: Arc<dyn Store>, direct: Arc<dyn Store>, table: String, task
                 ledger.lock().unwrap().recovered += 1;
                 true
             }
-            Err(_) => false,
+            Err(e) => {
+                ledger.lock().unwrap().error(&e);
+                false
+            }
         };
         let mut l = ledger.lock().unwrap();
         if acked {
@@ -432,7 +444,8 @@ async fn versioned(
                     break;
                 }
                 // Another writer moved the version, or our own lost attempt did: re-read decides.
-                Err(e) if e.is_condition_failed() || e.is_retryable() => {}
+                Err(e) if e.is_condition_failed() => {}
+                Err(e) if e.is_retryable() => ledger.lock().unwrap().error(&e),
                 Err(e) => panic!("versioned update failed with a non-retryable error: {e:?}"),
             }
         }
@@ -466,7 +479,10 @@ async fn counter(
                     outcome = Some(o);
                     break;
                 }
-                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) if e.is_retryable() => {
+                    ledger.lock().unwrap().error(&e);
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
                 Err(e) => panic!("counter flush failed with a non-retryable error: {e:?}"),
             }
         }
@@ -498,7 +514,7 @@ async fn batches(store: DynamoDbStore, table: String, task: u32, ledger: Shared)
                     acked = true;
                     break;
                 }
-                Err(e) if e.is_retryable() => {}
+                Err(e) if e.is_retryable() => ledger.lock().unwrap().error(&e),
                 Err(e) => panic!("batch write failed with a non-retryable error: {e:?}"),
             }
         }
@@ -589,14 +605,16 @@ async fn run_mixed(dynalite: &str, seed: u64) {
     let l = std::mem::take(&mut *ledger.lock().unwrap());
     eprintln!(
         "faults: injected {injected:?}; {} puts, {} versioned updates, {} counters, {} batch items acknowledged; \
-         {} lost answers recovered, {} flushes found already applied, {} writes unacknowledged",
+         {} lost answers recovered, {} flushes found already applied, {} writes unacknowledged; errors seen \
+         after the SDK's retries: {:?}",
         l.puts.len(),
         l.updates.values().map(BTreeSet::len).sum::<usize>(),
         l.counters.len(),
         l.batches.len(),
         l.recovered,
         l.already_applied,
-        l.abandoned
+        l.abandoned,
+        l.errors
     );
     for fault in FAULTS {
         assert!(injected.get(&fault).copied().unwrap_or(0) > 0, "{fault:?} was never injected: {injected:?}");
