@@ -342,6 +342,7 @@ struct QuerySpec {
     limit: Option<u32>,
     filter: Option<Cond>,
     count: bool,
+    projection: Option<Vec<&'static str>>,
 }
 
 #[derive(Clone, Debug)]
@@ -351,7 +352,7 @@ enum Op {
     /// `ReturnValues` is `NONE` or `ALL_OLD` only: dynalite accepts `ALL_NEW` on a delete
     /// (`unsupported.rs`, return-values).
     Delete(Item, Option<Cond>, bool),
-    Get(Item),
+    Get(Item, Option<Vec<&'static str>>),
     Query(QuerySpec),
     Batch(Vec<WriteRequest>),
 }
@@ -380,8 +381,9 @@ fn query_strategy() -> impl Strategy<Value = QuerySpec> {
         prop::option::of(cond(false, false)),
         prop::bool::weighted(0.15),
         any::<bool>(),
+        prop::option::of(projection()),
     )
-        .prop_map(|(gsi, tr, gr, forward, limit, filter, count, first)| QuerySpec {
+        .prop_map(|(gsi, tr, gr, forward, limit, filter, count, first, projection)| QuerySpec {
             gsi,
             hash: match (gsi, first) {
                 (false, true) => "a",
@@ -394,7 +396,25 @@ fn query_strategy() -> impl Strategy<Value = QuerySpec> {
             limit,
             filter,
             count,
+            projection,
         })
+}
+
+/// Projected paths: top-level attributes, keys, a list element and an absent attribute.
+fn projection() -> impl Strategy<Value = Vec<&'static str>> {
+    prop::sample::subsequence(vec!["pk", "s", "n", "tags", "l", "l[0]", "gn", "absent"], 1..4)
+}
+
+/// A projection expression with a placeholder for every attribute name.
+fn render_projection(paths: &[&str], r: &mut Render) -> String {
+    let rendered: Vec<String> = paths
+        .iter()
+        .map(|p| match p.split_once('[') {
+            Some((name, index)) => format!("{}[{index}", r.name(name)),
+            None => r.name(p),
+        })
+        .collect();
+    rendered.join(", ")
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -417,7 +437,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         )
             .prop_map(|(k, a, c, rv)| Op::Update(k, a, c, rv)),
         2 => (key_strategy(), prop::option::of(cond(true, false)), any::<bool>()).prop_map(|(k, c, old)| Op::Delete(k, c, old)),
-        2 => key_strategy().prop_map(Op::Get),
+        2 => (key_strategy(), prop::option::of(projection())).prop_map(|(k, p)| Op::Get(k, p)),
         4 => query_strategy().prop_map(Op::Query),
         // Sometimes one key twice in a batch: a validation error.
         2 => prop::collection::vec(write, 1..5).prop_map(Op::Batch),
@@ -470,11 +490,15 @@ async fn apply(store: &dyn Store, table: &str, op: &Op) -> Observed {
             d.return_values = if *old { ReturnValues::AllOld } else { ReturnValues::None };
             store.delete_item(d).await.map(|o| format!("{:?}", o.attributes)).map_err(kind)
         }
-        Op::Get(key) => store
-            .get_item(GetItem::new(table, key.clone()).consistent())
-            .await
-            .map(|o| format!("{:?}", o.item))
-            .map_err(kind),
+        Op::Get(key, projection) => {
+            let mut get = GetItem::new(table, key.clone()).consistent();
+            if let Some(paths) = projection {
+                let mut r = Render::default();
+                get.projection = Some(render_projection(paths, &mut r));
+                get.attrs = r.attrs;
+            }
+            store.get_item(get).await.map(|o| format!("{:?}", o.item)).map_err(kind)
+        }
         Op::Query(q) => {
             let mut r = Render::default();
             let (hash, range_attr) = if q.gsi { ("g", "gn") } else { ("pk", "sk") };
@@ -497,8 +521,11 @@ async fn apply(store: &dyn Store, table: &str, op: &Op) -> Observed {
                 key_condition = format!("{key_condition} AND {text}");
             }
             let filter = q.filter.as_ref().map(|f| f.render(&mut r));
+            // With `Select=COUNT` too, sometimes: DynamoDB refuses the pair (validation).
+            let projection = q.projection.as_ref().map(|p| render_projection(p, &mut r));
             let mut query = Query::new(table, key_condition).attributes(r.attrs);
             query.filter = filter;
+            query.projection = projection;
             query.index = q.gsi.then(|| GSI.to_string());
             query.scan_forward = q.forward;
             query.limit = q.limit;
