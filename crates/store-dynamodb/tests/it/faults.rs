@@ -280,8 +280,8 @@ fn number(item: &Item, attribute: &str) -> i64 {
     item.get(attribute).and_then(AttributeValue::as_n).and_then(|n| n.to_i64()).unwrap_or(0)
 }
 
-/// Regression guard for the hazard itself: a plain `ADD` whose answer is lost is retried by the
-/// SDK and counts twice. If this ever counts once, the proxy no longer injects the dangerous
+/// Guard for the hazard itself: a plain `ADD` whose answer is lost is retried by the SDK and
+/// counts twice. If this ever counts once, the proxy no longer injects the dangerous
 /// case and the mixed test below proves less than it claims.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_add_retried_after_a_lost_answer_counts_twice() {
@@ -295,7 +295,9 @@ async fn a_plain_add_retried_after_a_lost_answer_counts_twice() {
     let add = UpdateItem::new(&table, key.clone(), "ADD #v :one").name("#v", "views").value(":one", 1);
     store.update_item(add).await.expect("the SDK's retry succeeds");
     faults.quiesce().await;
-    assert_eq!(number(&get(direct.as_ref(), &table, key).await.expect("item"), "views"), 2);
+    // Twice; more if a slow machine also timed the retry out.
+    let views = number(&get(direct.as_ref(), &table, key).await.expect("item"), "views");
+    assert!(views >= 2, "the lost answer's retry counted {views} time(s)");
     direct.delete_table(&table).await.expect("delete the table");
 }
 
@@ -315,7 +317,9 @@ async fn a_counter_flush_retried_after_a_lost_answer_counts_once() {
         (Fault::DelayAfter, Some(FlushOutcome::AlreadyApplied)),
         // Held past the timeout, then forwarded: the retry may land before or after it.
         (Fault::DelayBefore, None),
-        (Fault::DropBefore, Some(FlushOutcome::Applied)),
+        // Not forwarded, so the retry applies it — unless a slow machine times that retry out
+        // too, when a third attempt finds it applied. Either is right; the sum below decides.
+        (Fault::DropBefore, None),
     ];
     let mut flushes = Vec::new();
     for (n, (fault, expected)) in script.into_iter().enumerate() {
