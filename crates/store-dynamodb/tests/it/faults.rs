@@ -1,6 +1,7 @@
 //! Faults between the SDK and dynalite: a loopback HTTP proxy written here injects throttling,
 //! 500s, dropped connections (before forwarding, and after — the write applied, its answer
-//! lost) and answers delayed past the client's attempt timeout. Under a concurrent mixed
+//! lost) and answers delayed past the client's attempt timeout, and leaves batch writes
+//! unprocessed (so `batch_write_all` resends them). Under a concurrent mixed
 //! workload (create-only puts, versioned conditional updates, counter flushes, batch writes)
 //! every acknowledged write is present, nothing is applied twice, and the run ends in bounded
 //! time.
@@ -51,8 +52,12 @@ enum Fault {
     DelayBefore,
     /// Forwarded, and the answer held past the attempt timeout.
     DelayAfter,
+    /// A `BatchWriteItem` not forwarded but answered with every write unprocessed, as DynamoDB
+    /// does when a partition is busy (other requests are forwarded and answered).
+    Unprocessed,
 }
 
+/// The faults any request may get at random; batch writes may also get [`Fault::Unprocessed`].
 const FAULTS: [Fault; 7] = [
     Fault::Throttle,
     Fault::ServerErrorBefore,
@@ -100,10 +105,12 @@ struct Faults {
     rate: u64,
     injected: Mutex<BTreeMap<Fault, u64>>,
     in_flight: AtomicUsize,
+    /// Batch writes seen while random faults were on.
+    batch_writes: AtomicUsize,
 }
 
 impl Faults {
-    fn pick(&self) -> Fault {
+    fn pick(&self, batch_write: bool) -> Fault {
         if let Some(f) = self.script.lock().unwrap().pop_front() {
             return f;
         }
@@ -111,6 +118,10 @@ impl Faults {
             return Fault::None;
         }
         let mut rng = self.rng.lock().unwrap();
+        // The first batch write of a run is always left unprocessed, so that the case is met.
+        if batch_write && (self.batch_writes.fetch_add(1, Ordering::SeqCst) == 0 || rng.below(100) < 20) {
+            return Fault::Unprocessed;
+        }
         if rng.below(100) >= self.rate {
             return Fault::None;
         }
@@ -140,6 +151,7 @@ async fn proxy(upstream: &str, seed: u64, rate: u64) -> (String, Arc<Faults>) {
         rate,
         injected: Mutex::default(),
         in_flight: AtomicUsize::new(0),
+        batch_writes: AtomicUsize::new(0),
     });
     let state = faults.clone();
     // The accept loop ends with the test's runtime.
@@ -161,7 +173,12 @@ async fn proxy(upstream: &str, seed: u64, rate: u64) -> (String, Arc<Faults>) {
 /// Serves one request on `conn` (the proxy answers `Connection: close`, so one per connection).
 async fn serve(mut conn: TcpStream, upstream: &str, faults: &Faults) {
     let Some(request) = read_request(&mut conn).await else { return };
-    let fault = faults.pick();
+    let unprocessed = unprocessed_answer(&request);
+    let fault = match faults.pick(unprocessed.is_some()) {
+        // A scripted `Unprocessed` for a request that is not a batch write.
+        Fault::Unprocessed if unprocessed.is_none() => Fault::None,
+        fault => fault,
+    };
     *faults.injected.lock().unwrap().entry(fault).or_default() += 1;
     let canned = |status: u16, body: &str| {
         format!(
@@ -172,6 +189,7 @@ async fn serve(mut conn: TcpStream, upstream: &str, faults: &Faults) {
         .into_bytes()
     };
     let answer = match fault {
+        Fault::Unprocessed => canned(200, unprocessed.as_deref().unwrap_or_default()),
         Fault::Throttle => canned(400, THROTTLE_BODY),
         Fault::ServerErrorBefore => canned(500, INTERNAL_BODY),
         Fault::DropBefore => return,
@@ -193,6 +211,42 @@ async fn serve(mut conn: TcpStream, upstream: &str, faults: &Faults) {
     };
     let _ = conn.write_all(&answer).await;
     let _ = conn.shutdown().await;
+}
+
+/// For a `BatchWriteItem`, the answer that leaves every write unprocessed: its `RequestItems`
+/// echoed as `UnprocessedItems`. `None` for any other request.
+fn unprocessed_answer(request: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(request);
+    if !text.contains("DynamoDB_20120810.BatchWriteItem") {
+        return None;
+    }
+    let start = text.find("\"RequestItems\":")? + "\"RequestItems\":".len();
+    let object = json_object(&text[start..])?;
+    Some(format!("{{\"UnprocessedItems\":{object}}}"))
+}
+
+/// The JSON object at the start of `text` (after spaces), by matching braces outside strings.
+fn json_object(text: &str) -> Option<&str> {
+    let text = text.trim_start();
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, c) in text.char_indices() {
+        match (in_string, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (true, false, '"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, '"') => in_string = true,
+            (false, _, '{') => depth += 1,
+            (false, _, '}') => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(&text[..=i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Sends `request` upstream on a new connection with `Connection: close`, returns the raw answer.
@@ -620,7 +674,7 @@ async fn run_mixed(dynalite: &str, seed: u64) {
         l.abandoned,
         l.errors
     );
-    for fault in FAULTS {
+    for fault in FAULTS.into_iter().chain([Fault::Unprocessed]) {
         assert!(injected.get(&fault).copied().unwrap_or(0) > 0, "{fault:?} was never injected: {injected:?}");
     }
     assert!(l.recovered + l.already_applied > 0, "no write was applied with its answer lost: the test proved nothing");
