@@ -24,6 +24,10 @@
 //! throttling, `InternalServerError`, other 5xx answers, dropped connections and timeouts with
 //! jittered exponential backoff, a bounded number of times and within a bounded time
 //! ([`Options::max_attempts`], [`Options::attempt_timeout`], [`Options::operation_timeout`]).
+//! Retries also draw on a quota (the SDK's token bucket: a retry costs 5 units of 500, a retried
+//! timeout 10, a success gives 1 back), so that a failing server is not hammered: once it is
+//! spent, calls fail on their first error until successes refill it. Each store has a quota of
+//! its own, not one shared by every client in the process.
 //! `create_table` returns once the table and its indexes are active (and TTL and point-in-time
 //! recovery are switched on, where the server supports them); `delete_table` returns once the
 //! table is gone, so that its name is free again, as with the embedded engine.
@@ -80,7 +84,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::retry::{RetryConfig, RetryPartition, TokenBucket};
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
@@ -238,7 +242,13 @@ impl DynamoDbStore {
                 "no AWS region: set AWS_REGION, a profile region, or region= in the store URL",
             ));
         }
-        Ok(Self::from_client(Client::new(&config), options.table_wait))
+        // A retry quota of this store's own. The SDK's default token bucket is shared by every
+        // client of the process with the same partition (service and region): one store's run
+        // of failures would switch off retries for all the others (the fault test did exactly
+        // that to the retry tests running beside it).
+        let partition = RetryPartition::custom("tally-dynamodb-store").token_bucket(TokenBucket::default()).build();
+        let config = aws_sdk_dynamodb::config::Builder::from(&config).retry_partition(partition).build();
+        Ok(Self::from_client(Client::from_conf(config), options.table_wait))
     }
 
     /// Wraps an SDK client configured elsewhere (its retry and timeout settings are kept).

@@ -243,3 +243,26 @@ async fn batch_get_all_merges_the_rounds() {
     assert_eq!(found, vec![item! { "pk" => "a" }, item! { "pk" => "b" }]);
     assert!(out.unprocessed_keys.is_empty());
 }
+
+/// Regression: every store shared the SDK's process-wide retry quota (its token bucket), so one
+/// store facing a failing server — the fault test's — switched off retries for every other
+/// store in the process, and the tests above failed when they ran beside the fault test.
+#[tokio::test]
+async fn one_stores_failures_do_not_spend_another_stores_retries() {
+    use store::Store;
+    let put = || PutItem::new("t", item! { "pk" => "a" });
+    let (failing, failing_bodies) = scripted(vec![INTERNAL; 5000]).await;
+    let spent = store(&failing).await;
+    // 60 calls of 4 attempts: 180 retries at 5 units each, far beyond the quota of 500.
+    for _ in 0..60 {
+        assert!(spent.put_item(put()).await.is_err());
+    }
+    let before = failing_bodies.lock().unwrap().len();
+    assert!(spent.put_item(put()).await.is_err());
+    let attempts = failing_bodies.lock().unwrap().len() - before;
+    assert_eq!(attempts, 1, "the quota was not spent, so this test shows nothing");
+
+    let (flaky, bodies) = scripted(vec![INTERNAL]).await;
+    store(&flaky).await.put_item(put()).await.expect("another store still retries");
+    assert_eq!(bodies.lock().unwrap().len(), 2);
+}
