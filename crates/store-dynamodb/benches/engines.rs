@@ -111,6 +111,23 @@ fn bench(c: &mut Criterion, runtime: &Runtime, engines: &[Engine], tally: &Tally
     }
     group.finish();
 
+    let mut group = c.benchmark_group("put_concurrent_64");
+    group.sample_size(10).measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    group.throughput(Throughput::Elements(workload::CONCURRENT));
+    for engine in engines {
+        group.bench_with_input(BenchmarkId::from_parameter(engine.name), engine, |b, e| {
+            b.iter_custom(|iters| {
+                measure(tally, "put_concurrent_64", e, workload::CONCURRENT, iters, runtime, |e| {
+                    Box::pin(async move {
+                        let first = e.next.fetch_add(workload::CONCURRENT, Ordering::Relaxed);
+                        workload::concurrent_puts(e.store.as_ref(), TABLE, first).await.expect("puts");
+                    })
+                })
+            })
+        });
+    }
+    group.finish();
+
     let mut group = c.benchmark_group("batch_write_25");
     group.sample_size(10).measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     group.throughput(Throughput::Elements(25));
@@ -162,7 +179,7 @@ fn report(tally: &Tally) {
     let _ = writeln!(out, "\nitems/s over every measured iteration (warm-up included), and the ratio:");
     let _ = writeln!(out, "| operation | embedded | dynalite | embedded ÷ dynalite |");
     let _ = writeln!(out, "|---|---:|---:|---:|");
-    for op in ["put_single", "batch_write_25", "query_page_100", "gsi_query_page_100"] {
+    for op in ["put_single", "put_concurrent_64", "batch_write_25", "query_page_100", "gsi_query_page_100"] {
         let (e, d) = (rate(op, "embedded"), rate(op, "dynalite"));
         let show = |r: Option<f64>| r.map_or("—".to_string(), |r| format!("{r:.0}"));
         let ratio = match (e, d) {

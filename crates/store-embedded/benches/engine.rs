@@ -1,5 +1,5 @@
 //! Criterion benches of the embedded engine on the shared storage workload
-//! (`store::workload`): a single put, a 25-item batch write, a 100-item query page on the
+//! (`store::workload`): a single put, 64 concurrent puts, a 25-item batch write, a 100-item query page on the
 //! table and on a GSI. Every write is durable before it returns.
 //!
 //! Run with `cargo bench -p store-embedded --bench engine`. The DynamoDB engine's bench runs
@@ -37,6 +37,14 @@ fn engine(c: &mut Criterion) {
         b.iter(|| {
             let i = next.fetch_add(1, Ordering::Relaxed);
             runtime.block_on(workload::put(store.as_ref(), TABLE, i)).unwrap()
+        })
+    });
+
+    group.throughput(Throughput::Elements(workload::CONCURRENT));
+    group.bench_function("put_concurrent_64", |b| {
+        b.iter(|| {
+            let first = next.fetch_add(workload::CONCURRENT, Ordering::Relaxed);
+            runtime.block_on(workload::concurrent_puts(store.as_ref(), TABLE, first)).unwrap()
         })
     });
 

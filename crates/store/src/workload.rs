@@ -54,6 +54,16 @@ pub async fn put(store: &dyn Store, table: &str, i: u64) -> Result<()> {
     store.put_item(PutItem::new(table, event_item(i))).await.map(drop)
 }
 
+/// Callers writing at once in [`concurrent_puts`], as an ingesting server's requests do.
+pub const CONCURRENT: u64 = 64;
+
+/// [`CONCURRENT`] `PutItem`s of the items from `first`, all in flight at once: what an engine
+/// does under a server's concurrent requests (the embedded engine group-commits them).
+pub async fn concurrent_puts(store: &dyn Store, table: &str, first: u64) -> Result<()> {
+    let puts = (first..first + CONCURRENT).map(|i| put(store, table, i));
+    futures::future::try_join_all(puts).await.map(drop)
+}
+
 /// One `BatchWriteItem` of the 25 items from `first`, resending unprocessed items until done.
 pub async fn batch_write(store: &dyn Store, table: &str, first: u64) -> Result<()> {
     let writes = (first..first + 25).map(|i| WriteRequest::Put(event_item(i))).collect();
