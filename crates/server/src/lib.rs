@@ -1,0 +1,44 @@
+//! Tally's HTTP server: the only crate that knows HTTP and JSON. Today it holds the ingestion
+//! wire layer — Plausible's `POST /api/event` and Umami's `POST /api/send`, read exactly as their
+//! official trackers send them, with CORS — and `GET /health`. It will grow the Stats API,
+//! realtime and the dashboard.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use server::{AppState, Ingest, IngestOutcome, SiteRef};
+//! use analytics::event::RawEvent;
+//!
+//! struct Discard;
+//!
+//! #[async_trait::async_trait]
+//! impl Ingest for Discard {
+//!     async fn ingest(&self, _event: RawEvent, _site: SiteRef) -> IngestOutcome {
+//!         IngestOutcome::Accepted
+//!     }
+//! }
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8000").await?;
+//! server::serve(listener, server::router(AppState::new(Arc::new(Discard)))).await
+//! # }
+//! ```
+//!
+//! What it is not: not the analytics pipeline (validation, enrichment, storage and aggregation
+//! belong to the `analytics` crate, reached through the [`Ingest`] trait) and not `tally serve`
+//! (configuration, the store and the pipeline are wired in the `tally` binary).
+
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod ingest;
+pub mod routes;
+pub mod wire;
+
+pub use error::ServerError;
+pub use ingest::{Ingest, IngestOutcome, SiteRef};
+pub use routes::{AppState, MAX_BODY_BYTES, router};
+
+/// Serves `app` on `listener` until the process ends, giving handlers the peer's address.
+pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std::io::Result<()> {
+    axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
+}

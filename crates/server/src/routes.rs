@@ -1,0 +1,163 @@
+//! The router: ingestion routes for the Plausible and Umami trackers, with CORS, and `/health`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use analytics::event::RequestHeaders;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+
+use crate::error::ServerError;
+use crate::ingest::{Ingest, IngestOutcome, SiteRef};
+use crate::wire::umami::SendKind;
+use crate::wire::{RequestMeta, plausible, umami};
+
+/// Largest request body accepted, as the spec sets it.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Where events go.
+    pub ingest: Arc<dyn Ingest>,
+}
+
+impl AppState {
+    /// State around `ingest`.
+    pub fn new(ingest: Arc<dyn Ingest>) -> Self {
+        AppState { ingest }
+    }
+}
+
+/// Tally's routes. Serve them with [`crate::serve`] (or with connect info of type
+/// `SocketAddr`), so handlers see the peer's address.
+pub fn router(state: AppState) -> Router {
+    let ingestion = Router::new()
+        .route("/api/event", post(plausible_event).options(preflight))
+        .route("/api/send", post(umami_send).options(preflight))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::map_response(allow_any_origin));
+    Router::new().merge(ingestion).route("/health", get(health)).with_state(state)
+}
+
+async fn health() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], r#"{"status":"ok"}"#)
+}
+
+/// Trackers post from any site's pages, without credentials, so any origin may.
+async fn allow_any_origin(mut response: Response) -> Response {
+    response.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    response
+}
+
+/// Answers a CORS preflight. Plausible's tracker sends `text/plain` and needs none; Umami's
+/// sends `application/json` and `x-umami-cache`, and so does any client posting JSON.
+async fn preflight(headers: HeaderMap) -> Response {
+    let allow_headers = headers
+        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from_static("content-type, x-umami-cache"));
+    (
+        StatusCode::NO_CONTENT,
+        [
+            (header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("POST, OPTIONS")),
+            (header::ACCESS_CONTROL_ALLOW_HEADERS, allow_headers),
+            (header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400")),
+        ],
+    )
+        .into_response()
+}
+
+/// Reads the request's metadata. Cookies and credentials are never passed on.
+fn request_meta(headers: &HeaderMap, peer: Option<SocketAddr>) -> RequestMeta {
+    let mut kept = RequestHeaders::new();
+    for (name, value) in headers {
+        if name == header::COOKIE || name == header::AUTHORIZATION {
+            continue;
+        }
+        if let Ok(value) = value.to_str() {
+            kept.push(name.as_str(), value);
+        }
+    }
+    let received_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let mut meta = RequestMeta {
+        user_agent: headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned(),
+        headers: kept,
+        received_ms,
+        ..RequestMeta::default()
+    };
+    if let Some(peer) = peer {
+        meta.peer_ip = peer.ip();
+    }
+    meta
+}
+
+fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ServerError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ServerError::PayloadTooLarge { limit: MAX_BODY_BYTES }
+        } else {
+            ServerError::BadRequest { message: format!("could not read the body: {rejection}") }
+        }
+    })
+}
+
+type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
+
+/// `POST /api/event`: `202 ok` for stored and dropped events alike, as Plausible answers, so a
+/// bot learns nothing from the answer.
+async fn plausible_event(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServerError> {
+    let bytes = body(bytes)?;
+    let meta = request_meta(&headers, peer.map(|Extension(ConnectInfo(addr))| addr));
+    let raw = plausible::parse(&bytes, meta)?;
+    match state.ingest.ingest(raw, SiteRef::Domain).await {
+        IngestOutcome::Accepted | IngestOutcome::Dropped(_) | IngestOutcome::UnknownSite => {
+            Ok((StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "ok").into_response())
+        }
+        IngestOutcome::Invalid(error) => Err(error.into()),
+        IngestOutcome::Failed(error) => Err(ServerError::Internal(error)),
+    }
+}
+
+/// `POST /api/send`: Umami's answers — `{"cache": token}` when taken, `{"beep":"boop"}` for a
+/// dropped event, 400 `Website not found.` for an unknown website.
+///
+/// The cache token is opaque to the tracker, which sends it back in `x-umami-cache`. Umami's
+/// carries a session id; Tally's carries only the website id, because Tally keeps no visitor
+/// identifiers on the client, and Tally does not read it back.
+async fn umami_send(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServerError> {
+    let bytes = body(bytes)?;
+    let meta = request_meta(&headers, peer.map(|Extension(ConnectInfo(addr))| addr));
+    let send = umami::parse(&bytes, meta)?;
+    let cache = serde_json::json!({ "cache": format!("tally.{}", send.website) });
+    let json = |value: serde_json::Value| ([(header::CONTENT_TYPE, "application/json")], value.to_string());
+    let SendKind::Event(raw) = send.kind else {
+        return Ok(json(cache).into_response());
+    };
+    match state.ingest.ingest(*raw, SiteRef::UmamiWebsite(send.website)).await {
+        IngestOutcome::Accepted => Ok(json(cache).into_response()),
+        IngestOutcome::Dropped(_) => Ok(json(serde_json::json!({ "beep": "boop" })).into_response()),
+        IngestOutcome::UnknownSite => Err(ServerError::BadRequest { message: "Website not found.".into() }),
+        IngestOutcome::Invalid(error) => Err(error.into()),
+        IngestOutcome::Failed(error) => Err(ServerError::Internal(error)),
+    }
+}

@@ -1,0 +1,88 @@
+//! Plausible's Events API body, `POST /api/event`, read the way Plausible reads it.
+//!
+//! Every field has a short name (what the tracker sends) and a long one (what the Events API
+//! documentation shows); the short one wins when both are present. Accepted shapes:
+//!
+//! | field | names | shape |
+//! |---|---|---|
+//! | event name | `n`, `name` | string, required |
+//! | page URL | `u`, `url` | string, required |
+//! | site domain(s) | `d`, `domain` | string, comma-separated; absent → the URL's host |
+//! | referrer | `r`, `referrer` | string or `null` |
+//! | properties | `p`, `props`, `m`, `meta` | object, or a string holding a JSON object |
+//! | hash routing | `h`, `hashMode` | `1` or `true` turns it on |
+//! | interactive | `i`, `interactive` | `false` marks a non-interactive event |
+//! | revenue | `$`, `revenue` | `{currency, amount}`, amount a number or a string |
+//!
+//! As Plausible does, property values that are `null`, empty, arrays or objects are left out
+//! rather than refused, properties that are neither an object nor a string holding one are
+//! ignored, and unknown fields (the tracker's version `v`, engagement's `e` and `sd`) are ignored.
+
+use analytics::event::RawEvent;
+use serde_json::{Map, Value};
+
+use super::{RequestMeta, WireError};
+
+/// Reads a Plausible Events API body sent with `meta`.
+///
+/// ```
+/// use server::wire::{RequestMeta, plausible};
+///
+/// let body = br#"{"n":"pageview","u":"https://example.com/","d":"example.com","r":null}"#;
+/// let raw = plausible::parse(body, RequestMeta::default()).unwrap();
+/// assert_eq!(raw.name, "pageview");
+/// assert_eq!(raw.domain, "example.com");
+/// ```
+pub fn parse(body: &[u8], meta: RequestMeta) -> Result<RawEvent, WireError> {
+    let map = super::parse_object(body)?;
+
+    let name = super::string(pick(&map, "n", "name").ok_or(WireError::Missing("name"))?, "name")?;
+    let url = super::string(pick(&map, "u", "url").ok_or(WireError::Missing("url"))?, "url")?;
+    let domain = match super::optional_string(pick(&map, "d", "domain"), "domain")? {
+        Some(domain) => domain,
+        // Plausible falls back to the page's host; an unreadable URL leaves the domain empty, and
+        // validation then reports the URL.
+        None => url::Url::parse(url.trim()).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default(),
+    };
+    let referrer = super::optional_string(pick(&map, "r", "referrer"), "referrer")?;
+    let props = ["p", "props", "m", "meta"].iter().find_map(|k| present(&map, k)).map(props).unwrap_or_default();
+    let hash_mode = matches!(pick(&map, "h", "hashMode"), Some(Value::Bool(true)))
+        || pick(&map, "h", "hashMode").and_then(Value::as_i64) == Some(1);
+    // `false` is a value here, so the short name is looked up on its own.
+    let interactive = map.get("i").or_else(|| map.get("interactive")) != Some(&Value::Bool(false));
+    let revenue = super::revenue(pick(&map, "$", "revenue"), "revenue")?;
+
+    let mut raw = meta.event(name, url, domain);
+    raw.referrer = referrer;
+    raw.props = props;
+    raw.hash_mode = hash_mode;
+    raw.interactive = interactive;
+    raw.revenue = revenue;
+    Ok(raw)
+}
+
+/// The value under `short`, else under `long`; `null` counts as absent.
+fn pick<'a>(map: &'a Map<String, Value>, short: &str, long: &str) -> Option<&'a Value> {
+    present(map, short).or_else(|| present(map, long))
+}
+
+fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    map.get(key).filter(|v| !v.is_null())
+}
+
+/// Properties from an object or from a string holding one, scalar values only.
+fn props(value: &Value) -> Vec<(String, String)> {
+    let decoded;
+    let object = match value {
+        Value::Object(map) => map,
+        Value::String(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => {
+                decoded = map;
+                &decoded
+            }
+            _ => return Vec::new(),
+        },
+        _ => return Vec::new(),
+    };
+    object.iter().filter_map(|(k, v)| Some((k.clone(), super::scalar_text(v)?))).collect()
+}
