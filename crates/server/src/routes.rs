@@ -57,12 +57,13 @@ async fn allow_any_origin(mut response: Response) -> Response {
 }
 
 /// Answers a CORS preflight. Plausible's tracker sends `text/plain` and needs none; Umami's
-/// sends `application/json` and `x-umami-cache`, and so does any client posting JSON.
+/// sends `application/json` with `x-umami-cache`, `x-umami-website-id` and `x-umami-hostname`, and
+/// any client posting JSON needs one. The headers asked for are allowed: nothing here reads
+/// credentials.
 async fn preflight(headers: HeaderMap) -> Response {
-    let allow_headers = headers
-        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
-        .cloned()
-        .unwrap_or_else(|| HeaderValue::from_static("content-type, x-umami-cache"));
+    let allow_headers = headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS).cloned().unwrap_or_else(|| {
+        HeaderValue::from_static("content-type, x-umami-cache, x-umami-website-id, x-umami-hostname")
+    });
     (
         StatusCode::NO_CONTENT,
         [

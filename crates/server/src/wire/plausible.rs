@@ -9,7 +9,7 @@
 //! | page URL | `u`, `url` | string, required |
 //! | site domain(s) | `d`, `domain` | string, comma-separated; absent → the URL's host |
 //! | referrer | `r`, `referrer` | string or `null` |
-//! | properties | `p`, `props`, `m`, `meta` | object, or a string holding a JSON object |
+//! | properties | `m`, `meta`, `p`, `props` (first present wins) | object, or a string holding a JSON object |
 //! | hash routing | `h`, `hashMode` | `1` or `true` turns it on |
 //! | interactive | `i`, `interactive` | `false` marks a non-interactive event |
 //! | revenue | `$`, `revenue` | `{currency, amount}`, amount a number or a string |
@@ -45,7 +45,7 @@ pub fn parse(body: &[u8], meta: RequestMeta) -> Result<RawEvent, WireError> {
         None => url::Url::parse(url.trim()).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default(),
     };
     let referrer = super::optional_string(pick(&map, "r", "referrer"), "referrer")?;
-    let props = ["p", "props", "m", "meta"].iter().find_map(|k| present(&map, k)).map(props).unwrap_or_default();
+    let props = ["m", "meta", "p", "props"].iter().find_map(|k| present(&map, k)).map(props).unwrap_or_default();
     let hash_mode = matches!(pick(&map, "h", "hashMode"), Some(Value::Bool(true)))
         || pick(&map, "h", "hashMode").and_then(Value::as_i64) == Some(1);
     // `false` is a value here, so the short name is looked up on its own.

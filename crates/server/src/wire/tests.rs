@@ -85,9 +85,10 @@ fn plausible_props() {
         r#"{"n":"Buy","u":"https://a.com/","d":"a.com","p":"{\"plan\":\"pro\"}"}"#,
         expect![[r#"Buy https://a.com/ domain="a.com" props=[("plan", "pro")]"#]],
     );
+    // Plausible looks for `m` and `meta` (the older names) before `p` and `props`.
     check(
         r#"{"n":"Buy","u":"https://a.com/","d":"a.com","props":{"a":"1"},"meta":{"b":"2"}}"#,
-        expect![[r#"Buy https://a.com/ domain="a.com" props=[("a", "1")]"#]],
+        expect![[r#"Buy https://a.com/ domain="a.com" props=[("b", "2")]"#]],
     );
     check(
         r#"{"n":"Buy","u":"https://a.com/","d":"a.com","m":{"b":"2"}}"#,

@@ -131,7 +131,10 @@ async fn cors_preflight_is_answered() {
                 &[
                     ("origin", "https://example.com"),
                     ("access-control-request-method", "POST"),
-                    ("access-control-request-headers", "content-type,x-umami-cache"),
+                    (
+                        "access-control-request-headers",
+                        "content-type,x-umami-cache,x-umami-hostname,x-umami-website-id",
+                    ),
                 ],
                 "",
             )
@@ -139,7 +142,10 @@ async fn cors_preflight_is_answered() {
         assert!(answer.status.is_success(), "{path}: {}", answer.status);
         assert_eq!(answer.headers["access-control-allow-origin"], "*");
         assert_eq!(answer.headers["access-control-allow-methods"], "POST, OPTIONS");
-        assert_eq!(answer.headers["access-control-allow-headers"], "content-type,x-umami-cache");
+        assert_eq!(
+            answer.headers["access-control-allow-headers"],
+            "content-type,x-umami-cache,x-umami-hostname,x-umami-website-id"
+        );
         assert_eq!(answer.headers["access-control-max-age"], "86400");
     }
 }
@@ -158,12 +164,22 @@ async fn umami_tracker_request_is_accepted_with_a_cache_token() {
     assert_eq!(answer.headers["access-control-allow-origin"], "*");
     let json: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     let token = json["cache"].as_str().unwrap().to_owned();
-    // The tracker sends the token back on its next request.
+    // The tracker sends the token back on its next request; its newest version sends an absolute
+    // URL and names the website and host in headers too.
+    let body = format!(
+        r#"{{"type":"event","payload":{{"website":"{WEBSITE}","screen":"390x844","language":"de-DE","title":"Pricing","hostname":"example.com","url":"https://example.com/pricing?plan=pro","referrer":"https://example.com/","name":"Signup","data":{{"plan":"pro"}}}}}}"#
+    );
     let again = app
         .send(
             Method::POST,
             "/api/send",
-            &[("content-type", "application/json"), ("user-agent", BROWSER), ("x-umami-cache", &token)],
+            &[
+                ("content-type", "application/json"),
+                ("user-agent", BROWSER),
+                ("x-umami-cache", &token),
+                ("x-umami-website-id", WEBSITE),
+                ("x-umami-hostname", "example.com"),
+            ],
             body,
         )
         .await;
@@ -176,6 +192,9 @@ async fn umami_tracker_request_is_accepted_with_a_cache_token() {
     assert_eq!(raw.domain, "example.com");
     assert_eq!(raw.name, "pageview");
     assert_eq!(raw.user_agent, BROWSER);
+    let (raw, _) = &events[1];
+    assert_eq!((raw.name.as_str(), raw.url.as_str()), ("Signup", "https://example.com/pricing?plan=pro"));
+    assert_eq!(raw.props, [("plan".to_owned(), "pro".to_owned())]);
 }
 
 #[tokio::test]

@@ -58,9 +58,11 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
 fn arbitrary_bodies_never_5xx() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let app = runtime.block_on(TestApp::spawn());
+    let cases = std::sync::atomic::AtomicU32::new(0);
     let mut runner = TestRunner::new(Config { cases: 256, ..Config::default() });
     runner
         .run(&body(), |bytes| {
+            cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for path in ["/api/event", "/api/send"] {
                 let answer = runtime.block_on(app.post(path, "text/plain", bytes.clone()));
                 prop_assert!(
@@ -75,4 +77,5 @@ fn arbitrary_bodies_never_5xx() {
             Ok(())
         })
         .unwrap();
+    assert!(cases.into_inner() >= 256);
 }
