@@ -150,6 +150,26 @@ async fn cors_preflight_is_answered() {
     }
 }
 
+#[tokio::test]
+async fn pipeline_failure_is_a_generic_500() {
+    let app = TestApp::spawn().await;
+    app.recorder.failing.store(true, std::sync::atomic::Ordering::Relaxed);
+    let plausible =
+        app.post("/api/event", "text/plain", r#"{"n":"pageview","u":"https://example.com/","d":"example.com"}"#).await;
+    let umami = app
+        .post(
+            "/api/send",
+            "application/json",
+            format!(r#"{{"type":"event","payload":{{"website":"{WEBSITE}","hostname":"example.com"}}}}"#),
+        )
+        .await;
+    for answer in [plausible, umami] {
+        // The cause is logged, never sent to the client.
+        assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(answer.body, r#"{"error":"internal server error"}"#);
+    }
+}
+
 const WEBSITE: &str = "c37edc28-ee5f-4c62-9ce3-377fa6f600a8";
 
 #[tokio::test]

@@ -18,10 +18,12 @@ use hyper_util::rt::TokioExecutor;
 use server::{AppState, Ingest, IngestOutcome, SiteRef};
 
 /// Records every event, and answers as a pipeline would: the name `Bot` is dropped, the domain
-/// `unknown.example` (or the nil website id) is no site, and anything else is validated.
+/// `unknown.example` (or the nil website id) is no site, and anything else is validated; once
+/// `failing` is set, everything fails as it would with a broken store.
 #[derive(Default)]
 pub(crate) struct Recorder {
     events: Mutex<Vec<(RawEvent, SiteRef)>>,
+    pub(crate) failing: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) const UNKNOWN_WEBSITE: &str = "00000000-0000-0000-0000-000000000000";
@@ -32,6 +34,9 @@ impl Ingest for Recorder {
         self.events.lock().unwrap().push((event.clone(), site.clone()));
         if event.name == "Bot" {
             return IngestOutcome::Dropped(DropReason::Bot);
+        }
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return IngestOutcome::Failed("store unreachable at 10.0.0.7".into());
         }
         if event.domain == "unknown.example" || site == SiteRef::UmamiWebsite(UNKNOWN_WEBSITE.into()) {
             return IngestOutcome::UnknownSite;
