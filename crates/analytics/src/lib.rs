@@ -17,4 +17,5 @@ pub mod goal;
 pub mod period;
 pub mod schema;
 pub mod sketch;
+pub mod stored;
 pub mod visitor;

@@ -5,20 +5,22 @@
 //! Tally writes is rendered from these templates by the model layer.
 //!
 //! Where the seeds were weak, and what this schema does instead:
-//! - **Raw events are write-sharded by session.** The partition is
-//!   `EV#{site}#{day}#{shard}` with `shard = hash(session) mod 64` and `day` the session's start
-//!   day, so one site's ingestion spreads over 64 partitions a day, and a session with all its
-//!   events (sort keys `S#{session}#…`) is one partition: replaying a session is one Query.
-//! - **Sessions live beside their events**, on the same sharded partitions, not on one hot
-//!   partition per site; a visitor's sessions are found through `gsi2`, whose keys are written
-//!   once when the session starts and which projects keys only, so the per-event session update
-//!   never writes to the index.
+//! - **Raw events are write-sharded by visitor.** The partition is `EV#{site}#{day}#{shard}` with
+//!   `shard = hash(visitor) mod 64` and `day` the UTC day the session started, so one site's
+//!   ingestion spreads over 64 partitions a day, and a session (sort keys
+//!   `V#{visitor}#S#{session}#{seq}`) is one partition: replaying a session is one Query, and so is
+//!   finding a visitor's latest session. The spec asks for a hash of the session; the visitor is
+//!   stable for the whole session too, and hashing it needs no index to find a visitor's sessions.
+//! - **There is no session item to rewrite.** Each event carries its session's visit attributes and
+//!   the session's state just before it (see [`crate::stored`]), so a session is the Query of its
+//!   events, and an event costs one write, not two. Events of one session are serialised by a
+//!   conditional put on their `seq`, so several processes can share a visitor safely.
 //! - **Aggregates are keyed by (site, period, dimension) with the bucket and value in the sort
 //!   key**, so a dashboard range for one dimension is one Query over O(buckets × values) items,
 //!   whatever the traffic; each aggregate carries counters and a mergeable unique-visitor sketch.
 //! - **Every short-lived item has a TTL**: raw events and sessions (site retention, 30 days by
 //!   default), hourly aggregates (90 days), daily aggregates (2 years), salts (72 hours),
-//!   realtime buckets (1 hour). Monthly aggregates are kept forever.
+//!   per-minute realtime aggregates (2 hours). Monthly aggregates are kept forever.
 //! - API keys are stored under the SHA-256 of the key, never the key itself.
 
 use std::time::Duration;
@@ -35,7 +37,6 @@ pub const EVENT_SHARDS: u32 = 64;
 pub fn tally_table(name: &str) -> TableDefinition {
     let mut table = TableDefinition::new(name, KeySchema::composite("pk", ScalarType::S, "sk", ScalarType::S))
         .gsi("gsi1", KeySchema::composite("gsi1pk", ScalarType::S, "gsi1sk", ScalarType::S), Projection::All)
-        .gsi("gsi2", KeySchema::composite("gsi2pk", ScalarType::S, "gsi2sk", ScalarType::S), Projection::KeysOnly)
         .ttl("ttl");
     table.billing = BillingMode::PayPerRequest;
     table.point_in_time_recovery = true;
@@ -46,8 +47,8 @@ pub fn tally_table(name: &str) -> TableDefinition {
 pub fn tally_schema(name: &str) -> Schema {
     Schema::builder(tally_table(name))
         .description(
-            "Tally's analytics store: sites, goals, API keys, salts, raw events, sessions, \
-             pre-computed aggregates and realtime buckets on one table.",
+            "Tally's analytics store: sites, goals, API keys, salts, raw events with their sessions, \
+             pre-computed aggregates (per minute, hour, day and month) and ingestion runs on one table.",
         )
         .entity(
             Entity::new("Site")
@@ -104,49 +105,57 @@ pub fn tally_schema(name: &str) -> Schema {
                 .key("SALT", "DAY#{day}"),
         )
         .entity(
-            Entity::new("Session")
-                .description("A visit, beside its events on the session's shard partition.")
-                .attribute(Attribute::string("site_id").required())
-                .attribute(Attribute::string("day").required().example("2026-11-22"))
-                .attribute(Attribute::number("shard").required().example(17))
-                .attribute(Attribute::string("session_id").ulid())
-                .attribute(Attribute::string("visitor_id").required().example("3f2a9c0d1e4b5a67"))
-                .attribute(Attribute::number("started_at").required().example(1_732_262_400_000i64))
-                .attribute(Attribute::number("last_seen_at").required().example(1_732_262_700_000i64))
-                .attribute(Attribute::string("entry_page").example("/"))
-                .attribute(Attribute::string("exit_page").example("/pricing"))
-                .attribute(Attribute::number("pageviews").default_value(0))
-                .attribute(Attribute::number("events").default_value(0))
-                .attribute(Attribute::string("source").example("Google"))
-                .attribute(Attribute::string("country").example("DE"))
-                .attribute(Attribute::string("device").example("Desktop"))
-                .attribute(Attribute::string("browser").example("Firefox"))
-                .attribute(Attribute::string("os").example("Linux"))
-                .ttl_after("ttl", Duration::from_secs(30 * 86_400))
-                .key("EV#{site_id}#{day}#{shard:3}", "S#{session_id}#SESSION")
-                .gsi("gsi2", "VISITOR#{site_id}#{visitor_id}", "S#{started_at:13}#{session_id}"),
-        )
-        .entity(
             Entity::new("Event")
-                .description("A raw event (pageview or custom), on its session's shard partition.")
+                .description(
+                    "A raw event on its visitor's shard partition; carries its session's visit attributes and \
+                     previous state, so aggregates are a pure function of the stored events.",
+                )
                 .attribute(Attribute::string("site_id").required())
                 .attribute(Attribute::string("day").required().example("2026-11-22"))
                 .attribute(Attribute::number("shard").required().example(17))
-                .attribute(Attribute::string("session_id").required())
-                .attribute(Attribute::string("event_id").ulid())
+                .attribute(Attribute::string("visitor_id").required().example("3f2a9c0d1e4b5a67"))
+                .attribute(Attribute::string("session_id").ulid())
+                .attribute(Attribute::number("seq").required().example(0))
                 .attribute(Attribute::string("name").required().example("pageview"))
                 .attribute(Attribute::number("ts").required().example(1_732_262_400_000i64))
                 .attribute(Attribute::string("hostname").example("example.com"))
                 .attribute(Attribute::string("path").example("/pricing"))
-                .attribute(Attribute::string("referrer"))
                 .attribute(Attribute::map("props"))
-                .attribute(Attribute::number("revenue"))
+                .attribute(Attribute::string("revenue").example("19.99"))
+                .attribute(Attribute::string("currency").example("EUR"))
+                .attribute(Attribute::bool("interactive"))
+                .attribute(Attribute::list("goals"))
+                .attribute(Attribute::number("start_ts").required().example(1_732_262_400_000i64))
+                .attribute(Attribute::string("entry_page").example("/"))
+                .attribute(Attribute::string("source").example("Google"))
+                .attribute(Attribute::string("referrer").example("google.com/"))
+                .attribute(Attribute::string("utm_source"))
+                .attribute(Attribute::string("utm_medium"))
+                .attribute(Attribute::string("utm_campaign"))
+                .attribute(Attribute::string("utm_content"))
+                .attribute(Attribute::string("utm_term"))
+                .attribute(Attribute::string("country").example("DE"))
+                .attribute(Attribute::string("device").example("Desktop"))
+                .attribute(Attribute::string("browser").example("Firefox"))
+                .attribute(Attribute::string("browser_version").example("132"))
+                .attribute(Attribute::string("os").example("Linux"))
+                .attribute(Attribute::string("os_version"))
+                .attribute(Attribute::number("prev_events").default_value(0))
+                .attribute(Attribute::number("prev_pageviews").default_value(0))
+                .attribute(Attribute::number("prev_interactive").default_value(0))
+                .attribute(Attribute::number("prev_last_ts").default_value(0))
+                .attribute(Attribute::string("prev_exit_page"))
+                .attribute(Attribute::string("run").required().example("01JDB3Y5C8M9V7T2X4K6P0QWER"))
+                .attribute(Attribute::number("epoch").required().example(42))
                 .ttl_after("ttl", Duration::from_secs(30 * 86_400))
-                .key("EV#{site_id}#{day}#{shard:3}", "S#{session_id}#EVENT#{event_id}"),
+                .key("EV#{site_id}#{day}#{shard:3}", "V#{visitor_id}#S#{session_id}#{seq:5}"),
         )
         .entity(
             Entity::new("Aggregate")
-                .description("Counters and a unique-visitor sketch for one (site, period, dimension, bucket, value).")
+                .description(
+                    "Counters and a unique-visitor sketch for one (site, period, dimension, bucket, value); \
+                     `flushes` holds the last flush epoch applied per run, so a flush is applied once.",
+                )
                 .attribute(Attribute::string("site_id").required())
                 .attribute(Attribute::string("period").required().example("day"))
                 .attribute(Attribute::string("dimension").required().example("event:page"))
@@ -157,20 +166,29 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::number("events").default_value(0))
                 .attribute(Attribute::number("bounces").default_value(0))
                 .attribute(Attribute::number("duration_ms").default_value(0))
+                .attribute(Attribute::number("visit_pageviews").default_value(0))
                 .attribute(Attribute::binary("visitors_sketch"))
+                .attribute(Attribute::map("flushes"))
+                .attribute(Attribute::number("version").default_value(0))
                 .ttl("ttl")
                 .key("AGG#{site_id}#{period}#{dimension}", "B#{bucket}#{value}"),
         )
         .entity(
-            Entity::new("Realtime")
-                .description("Per-minute pageviews, visitors and pages for the realtime panel; kept one hour.")
-                .attribute(Attribute::string("site_id").required())
-                .attribute(Attribute::number("minute").required().example(28_871_040i64))
-                .attribute(Attribute::number("pageviews").default_value(0))
-                .attribute(Attribute::binary("visitors_sketch"))
-                .attribute(Attribute::map("pages"))
-                .ttl_after("ttl", Duration::from_secs(3600))
-                .key("RT#{site_id}", "M#{minute:10}"),
+            Entity::new("Run")
+                .description(
+                    "One ingesting process's run: the (site, day) partitions it wrote events to and the last \
+                     flush epoch it finished, so a crashed run's unflushed events can be found and counted once.",
+                )
+                .attribute(Attribute::string("run_id").ulid())
+                .attribute(Attribute::string("host").example("tally-1"))
+                .attribute(Attribute::number("pid").example(4242))
+                .attribute(Attribute::number("heartbeat_ms").required().example(1_732_262_400_000i64))
+                .attribute(Attribute::number("flushed_epoch").default_value(0))
+                .attribute(Attribute::string_set("partitions"))
+                .attribute(Attribute::string("state").default_value("live"))
+                .attribute(Attribute::string("recovered_by"))
+                .ttl("ttl")
+                .key("RUNS", "RUN#{run_id}"),
         )
         .access_pattern(AccessPattern::get("get_site", "A site's settings by id").entity("Site"))
         .access_pattern(
@@ -196,22 +214,19 @@ pub fn tally_schema(name: &str) -> Schema {
                 .descending(),
         )
         .access_pattern(
-            AccessPattern::query("session_with_events", "One session and its events in order (one Query)")
-                .entity("Session")
+            AccessPattern::query("session_events", "One session's events in order (one Query)")
                 .entity("Event")
                 .sort(SortShape::BeginsWith),
         )
         .access_pattern(
-            AccessPattern::query("events_of_shard_day", "Raw events of one shard and day, for rebuilds and funnels")
-                .entity("Session")
-                .entity("Event"),
-        )
-        .access_pattern(
-            AccessPattern::query("sessions_of_visitor", "One visitor's sessions, newest first (GDPR export/delete)")
-                .entity("Session")
-                .index("gsi2")
+            AccessPattern::query("visitor_sessions", "A visitor's latest events and sessions, newest first")
+                .entity("Event")
                 .sort(SortShape::BeginsWith)
                 .descending(),
+        )
+        .access_pattern(
+            AccessPattern::query("events_of_shard_day", "Raw events of one shard and day: rebuilds, recovery, filters")
+                .entity("Event"),
         )
         .access_pattern(
             AccessPattern::query("aggregate_range", "A dimension's buckets over a date range (dashboards, Stats API)")
@@ -219,10 +234,11 @@ pub fn tally_schema(name: &str) -> Schema {
                 .sort(SortShape::Between),
         )
         .access_pattern(
-            AccessPattern::query("realtime_window", "The last 30 minutes of realtime buckets")
-                .entity("Realtime")
+            AccessPattern::query("realtime_window", "The last 30 minutes of per-minute aggregates")
+                .entity("Aggregate")
                 .sort(SortShape::GreaterOrEqual),
         )
+        .access_pattern(AccessPattern::query("runs", "Every ingesting run, to find crashed ones").entity("Run"))
         .build()
         .unwrap_or_else(|e| panic!("Tally's schema is valid: {e}"))
 }
@@ -241,19 +257,11 @@ mod tests {
     }
 
     #[test]
-    fn sessions_and_events_of_one_session_share_a_partition() {
-        let schema = tally_schema(TABLE_NAME);
-        let session = schema.sample_item("Session").unwrap();
-        let event = schema.sample_item("Event").unwrap();
-        assert_eq!(session["pk"], event["pk"]);
-    }
-
-    #[test]
-    fn only_sessions_write_the_visitor_index() {
+    fn no_entity_writes_a_second_index() {
         let schema = tally_schema(TABLE_NAME);
         for entity in schema.entities() {
             let item = schema.sample_item(entity.name()).unwrap();
-            assert_eq!(item.contains_key("gsi2pk"), entity.name() == "Session", "{}", entity.name());
+            assert!(!item.contains_key("gsi2pk"), "{}", entity.name());
         }
     }
 }

@@ -1,0 +1,221 @@
+//! The raw event as stored, and the session arithmetic every aggregate is derived from.
+//!
+//! This module is the contract between ingestion (which writes [`StoredEvent`]s), aggregation
+//! (which turns each one into aggregate deltas) and rebuilds (which do the same from the table).
+//!
+//! **Why every event carries its session's previous state.** A visit's bounce, duration and exit
+//! page change as the visit goes on. Tally counts them the way a collapsing merge does: each event
+//! adds the session's *new* contribution and takes away its *previous* one ([`Contribution`]). The
+//! previous state is written into the event item itself ([`PrevState`]), so an event's deltas are a
+//! pure function of the stored item and the site's time zone. Live aggregation and
+//! `tally aggregate --rebuild` sum the same function over the same items, so they agree by
+//! construction, whatever order events arrived in.
+//!
+//! **Why sessions are serialised by `seq`.** Event `seq = n` of a session is written with the
+//! condition that slot `n` is free. A process that loses that race re-reads the session from the
+//! table and tries `n + 1`, so every event's [`PrevState`] is the fold of exactly the events before
+//! it, even with several `tally serve` processes behind a round-robin load balancer.
+
+use std::collections::BTreeMap;
+
+/// One raw event on its session's partition (`Event` in [`crate::schema`]).
+///
+/// The partition is `EV#{site_id}#{day}#{shard}` with `day` the UTC day the session started and
+/// `shard = visitor_shard(visitor_id)`; the sort key is `V#{visitor_id}#S#{session_id}#{seq}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// The site.
+    pub site_id: String,
+    /// The UTC day (`YYYY-MM-DD`) the session started: part of the partition key.
+    pub day: String,
+    /// `visitor_shard(visitor_id)`.
+    pub shard: u32,
+    /// The visitor id (16 lower-case hex digits).
+    pub visitor_id: String,
+    /// The session id (a ULID).
+    pub session_id: String,
+    /// The event's position in its session, from 0.
+    pub seq: u32,
+    /// Event name: `pageview` or a custom name.
+    pub name: String,
+    /// When it happened, epoch milliseconds.
+    pub ts: i64,
+    /// Page host name, without `www.`.
+    pub hostname: String,
+    /// Page path.
+    pub path: String,
+    /// Custom properties.
+    pub props: BTreeMap<String, String>,
+    /// Revenue amount in decimal text and currency, if any.
+    pub revenue: Option<(String, String)>,
+    /// Whether the event counts against bounces.
+    pub interactive: bool,
+    /// Display names of the site goals this event completed (decided at ingestion).
+    pub goals: Vec<String>,
+    /// The session's visit attributes, copied from its first event.
+    pub visit: VisitAttrs,
+    /// The session as it was just before this event.
+    pub prev: PrevState,
+    /// The ingesting process's run id (a ULID), for exactly-once flushes.
+    pub run: String,
+    /// The flush epoch of `run` this event belongs to.
+    pub epoch: u64,
+    /// Expiry, epoch seconds (the site's raw-event retention).
+    pub ttl: i64,
+}
+
+/// The attributes of a visit, fixed by its first event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct VisitAttrs {
+    /// When the session started, epoch milliseconds.
+    pub start_ts: i64,
+    /// The first page's path.
+    pub entry_page: String,
+    /// Source (`Google`, `Newsletter`); empty for direct.
+    pub source: String,
+    /// Referrer as `host/path`; empty when none.
+    pub referrer: String,
+    /// `utm_source`.
+    pub utm_source: String,
+    /// `utm_medium`.
+    pub utm_medium: String,
+    /// `utm_campaign`.
+    pub utm_campaign: String,
+    /// `utm_content`.
+    pub utm_content: String,
+    /// `utm_term`.
+    pub utm_term: String,
+    /// ISO 3166-1 alpha-2 country; empty when unknown.
+    pub country: String,
+    /// Device type (`Desktop`, `Mobile`, `Tablet`).
+    pub device: String,
+    /// Browser family.
+    pub browser: String,
+    /// Browser major version.
+    pub browser_version: String,
+    /// Operating system family.
+    pub os: String,
+    /// Operating system version.
+    pub os_version: String,
+}
+
+/// A session's running state: what the events before this one added up to.
+/// The empty state (`PrevState::default()`) is before the first event (`seq == 0`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct PrevState {
+    /// Events so far.
+    pub events: u32,
+    /// Page views so far.
+    pub pageviews: u32,
+    /// Interactive events so far (page views count).
+    pub interactive: u32,
+    /// The latest event time so far (epoch ms); 0 when empty.
+    pub last_ts: i64,
+    /// The path of the latest page view so far; empty when none.
+    pub exit_page: String,
+}
+
+impl PrevState {
+    /// Whether no event came before.
+    pub fn is_empty(&self) -> bool {
+        self.events == 0
+    }
+
+    /// The state after `event` (name, time, path, interactive) is added. Events may arrive out of
+    /// time order: the exit page is the page of the latest page view by time.
+    pub fn after(&self, is_pageview: bool, interactive: bool, ts: i64, path: &str) -> PrevState {
+        let later = self.is_empty() || ts >= self.last_ts;
+        PrevState {
+            events: self.events + 1,
+            pageviews: self.pageviews + u32::from(is_pageview),
+            interactive: self.interactive + u32::from(interactive || is_pageview),
+            last_ts: if later { ts } else { self.last_ts },
+            exit_page: if is_pageview && (later || self.exit_page.is_empty()) {
+                path.to_owned()
+            } else {
+                self.exit_page.clone()
+            },
+        }
+    }
+
+    /// What a session in this state contributes to the visit counters; `None` when empty.
+    pub fn contribution(&self, start_ts: i64) -> Option<Contribution> {
+        (!self.is_empty()).then(|| Contribution {
+            visits: 1,
+            bounces: i64::from(self.interactive <= 1),
+            duration_ms: (self.last_ts - start_ts).max(0),
+            visit_pageviews: i64::from(self.pageviews),
+        })
+    }
+}
+
+impl StoredEvent {
+    /// Whether this is a page view.
+    pub fn is_pageview(&self) -> bool {
+        self.name == crate::event::EventName::PAGEVIEW
+    }
+
+    /// The session's state after this event.
+    pub fn next(&self) -> PrevState {
+        self.prev.after(self.is_pageview(), self.interactive, self.ts, &self.path)
+    }
+}
+
+/// One session's share of the visit counters (all counted in the bucket of the session's start).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Contribution {
+    /// Always 1 for a session with events.
+    pub visits: i64,
+    /// 1 when the session is a bounce: at most one interactive event.
+    pub bounces: i64,
+    /// Last event time minus first.
+    pub duration_ms: i64,
+    /// The session's page views.
+    pub visit_pageviews: i64,
+}
+
+/// The write shard of a visitor's events: `0..EVENT_SHARDS`, from the visitor id's hex digits.
+pub fn visitor_shard(visitor_id: &str) -> u32 {
+    let h = visitor_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    (h % u64::from(crate::schema::EVENT_SHARDS)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contributions_telescope_to_the_final_state() {
+        let start = 1_000;
+        let mut s = PrevState::default();
+        assert_eq!(s.contribution(start), None);
+        s = s.after(true, true, 1_000, "/");
+        assert_eq!(
+            s.contribution(start),
+            Some(Contribution { visits: 1, bounces: 1, duration_ms: 0, visit_pageviews: 1 })
+        );
+        s = s.after(true, true, 61_000, "/pricing");
+        assert_eq!(
+            s.contribution(start),
+            Some(Contribution { visits: 1, bounces: 0, duration_ms: 60_000, visit_pageviews: 2 })
+        );
+        assert_eq!(s.exit_page, "/pricing");
+        // A late page view from earlier does not move the exit page or the last time.
+        s = s.after(true, true, 30_000, "/about");
+        assert_eq!((s.exit_page.as_str(), s.last_ts, s.pageviews), ("/pricing", 61_000, 3));
+    }
+
+    #[test]
+    fn a_non_interactive_event_keeps_a_bounce() {
+        let s = PrevState::default().after(true, true, 0, "/").after(false, false, 5_000, "/");
+        assert_eq!(s.contribution(0).unwrap().bounces, 1);
+        assert_eq!(s.contribution(0).unwrap().duration_ms, 5_000);
+    }
+
+    #[test]
+    fn shards_spread_and_stay_in_range() {
+        let shards: std::collections::BTreeSet<u32> =
+            (0..1000u64).map(|i| visitor_shard(&format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))).collect();
+        assert!(shards.len() > 60 && shards.iter().all(|&s| s < crate::schema::EVENT_SHARDS));
+    }
+}
