@@ -180,6 +180,147 @@ pub fn visitor_shard(visitor_id: &str) -> u32 {
     (h % u64::from(crate::schema::EVENT_SHARDS)) as u32
 }
 
+/// The granularity of an aggregate item: its `period` attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Period {
+    /// One UTC minute, labelled by minutes since the epoch (10 digits); realtime only, kept 2 hours,
+    /// for the `total` and `event:page` dimensions only.
+    Minute,
+    /// One hour of site time (`2026-11-22T08`, [`crate::period::Unit::Hour`] labels).
+    Hour,
+    /// One day of site time (`2026-11-22`).
+    Day,
+    /// One month of site time (`2026-11`).
+    Month,
+}
+
+impl Period {
+    /// Every period.
+    pub const ALL: [Period; 4] = [Period::Minute, Period::Hour, Period::Day, Period::Month];
+
+    /// The `period` attribute's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Minute => "minute",
+            Period::Hour => "hour",
+            Period::Day => "day",
+            Period::Month => "month",
+        }
+    }
+
+    /// The period named by [`Period::as_str`].
+    pub fn parse(text: &str) -> Option<Period> {
+        Period::ALL.into_iter().find(|p| p.as_str() == text)
+    }
+}
+
+/// The dimension name of site totals (every event, every visit), with the empty value.
+pub const TOTAL: &str = "total";
+
+/// The event dimensions kept as aggregates (value from the event): counted with the event counters
+/// (`pageviews`, `events`, visitors) in the bucket of the event's time. `event:page` counts page
+/// views only; `event:goal` has one value per goal the event completed; `event:props:{key}` is one
+/// dimension per property key.
+pub const EVENT_DIMENSIONS: [&str; 4] = ["event:page", "event:hostname", "event:name", "event:goal"];
+
+/// The dimensions kept at [`Period::Hour`] (every dimension is kept at day and month; minute keeps
+/// [`TOTAL`] and `event:page`). A query needing another dimension by hour reads raw events.
+pub const HOUR_DIMENSIONS: [&str; 3] = [TOTAL, "event:page", "visit:source"];
+
+/// The dimensions kept at [`Period::Minute`], for the realtime panel.
+pub const MINUTE_DIMENSIONS: [&str; 2] = [TOTAL, "event:page"];
+
+/// The prefix of property dimensions: `event:props:plan`.
+pub const PROPS_PREFIX: &str = "event:props:";
+
+/// The visit dimensions kept as aggregates (value from the session's [`VisitAttrs`], or for
+/// `visit:exit_page` its current exit page): counted with the event counters in the bucket of the
+/// event's time **and** with the visit counters ([`Contribution`]) in the bucket of the session's
+/// start. `visit:exit_page` holds visit counters only (its visitors are reported as its visits,
+/// because a sketch cannot take a visitor out when the exit page moves).
+pub const VISIT_DIMENSIONS: [&str; 15] = [
+    "visit:entry_page",
+    "visit:exit_page",
+    "visit:source",
+    "visit:referrer",
+    "visit:utm_source",
+    "visit:utm_medium",
+    "visit:utm_campaign",
+    "visit:utm_content",
+    "visit:utm_term",
+    "visit:country",
+    "visit:device",
+    "visit:browser",
+    "visit:browser_version",
+    "visit:os",
+    "visit:os_version",
+];
+
+/// The counters of one aggregate item. Event counters are counted in the bucket of each event's
+/// time; visit counters in the bucket of each session's start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Counters {
+    /// Page views (event counter).
+    pub pageviews: i64,
+    /// Events of any name (event counter).
+    pub events: i64,
+    /// Visits (visit counter).
+    pub visits: i64,
+    /// Bouncing visits (visit counter).
+    pub bounces: i64,
+    /// Summed visit durations, ms (visit counter).
+    pub duration_ms: i64,
+    /// Summed page views of the visits (visit counter), for views per visit.
+    pub visit_pageviews: i64,
+}
+
+impl Counters {
+    /// Adds `other` in.
+    pub fn add(&mut self, other: &Counters) {
+        self.pageviews += other.pageviews;
+        self.events += other.events;
+        self.visits += other.visits;
+        self.bounces += other.bounces;
+        self.duration_ms += other.duration_ms;
+        self.visit_pageviews += other.visit_pageviews;
+    }
+
+    /// Adds `c` (sign +1) or takes it away (sign -1).
+    pub fn add_contribution(&mut self, c: &Contribution, sign: i64) {
+        self.visits += sign * c.visits;
+        self.bounces += sign * c.bounces;
+        self.duration_ms += sign * c.duration_ms;
+        self.visit_pageviews += sign * c.visit_pageviews;
+    }
+
+    /// Whether every counter is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Counters::default()
+    }
+}
+
+/// Which aggregate item: the model fields of an `Aggregate` key
+/// (`AGG#{site_id}#{period}#{dimension}` / `B#{bucket}#{value}`), rendered by the model layer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AggKey {
+    /// The site.
+    pub site_id: String,
+    /// Its granularity.
+    pub period: Period,
+    /// [`TOTAL`], one of [`EVENT_DIMENSIONS`] or [`VISIT_DIMENSIONS`], or a [`PROPS_PREFIX`] name.
+    pub dimension: String,
+    /// The bucket label in site time (`2026-11-22T08`, `2026-11-22`, `2026-11`), or for
+    /// [`Period::Minute`] the UTC minute since the epoch as 10 zero-padded digits.
+    pub bucket: String,
+    /// The dimension's value; empty for [`TOTAL`] and for a missing value (direct traffic, no UTM).
+    pub value: String,
+}
+
+/// The label of the UTC minute containing `ts_ms`.
+pub fn minute_label(ts_ms: i64) -> String {
+    format!("{:010}", ts_ms.div_euclid(60_000))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
