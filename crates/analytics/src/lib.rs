@@ -18,4 +18,5 @@ pub mod period;
 pub mod schema;
 pub mod sketch;
 pub mod stored;
+pub mod synth;
 pub mod visitor;
