@@ -31,6 +31,7 @@
 
 pub mod error;
 pub mod ingest;
+pub mod metrics;
 pub mod routes;
 pub mod wire;
 

@@ -26,12 +26,20 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub struct AppState {
     /// Where events go.
     pub ingest: Arc<dyn Ingest>,
+    /// Where `/metrics` reads its figures; `None` answers 404.
+    pub metrics: Option<Arc<dyn crate::metrics::MetricsSource>>,
 }
 
 impl AppState {
     /// State around `ingest`.
     pub fn new(ingest: Arc<dyn Ingest>) -> Self {
-        AppState { ingest }
+        AppState { ingest, metrics: None }
+    }
+
+    /// Serves `/metrics` from `source`.
+    pub fn with_metrics(mut self, source: Arc<dyn crate::metrics::MetricsSource>) -> Self {
+        self.metrics = Some(source);
+        self
     }
 }
 
@@ -43,7 +51,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/send", post(umami_send).options(preflight))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::map_response(allow_any_origin));
-    Router::new().merge(ingestion).route("/health", get(health)).with_state(state)
+    Router::new()
+        .merge(ingestion)
+        .route("/health", get(health))
+        .route("/metrics", get(crate::metrics::handler))
+        .with_state(state)
 }
 
 async fn health() -> impl IntoResponse {

@@ -1,0 +1,168 @@
+//! `GET /metrics`: Tally's operational figures in the Prometheus text exposition format.
+//!
+//! The server knows nothing of where the figures come from: the `tally` binary hands it a
+//! [`MetricsSource`] (any `Fn() -> MetricsSnapshot` is one) that reads the pipeline's counters,
+//! the aggregator's state and the table's capacity meter, and this module only renders them.
+//!
+//! ```
+//! use server::metrics::{MetricsSnapshot, render};
+//!
+//! let mut snapshot = MetricsSnapshot::default();
+//! snapshot.events_accepted = 3;
+//! snapshot.events_dropped.push(("bot".into(), 1));
+//! let text = render(&snapshot);
+//! assert!(text.contains("tally_events_accepted_total 3\n"));
+//! assert!(text.contains("tally_events_dropped_total{reason=\"bot\"} 1\n"));
+//! ```
+
+use std::fmt::Write;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::routes::AppState;
+
+/// The figures `/metrics` reports, read at the moment of the request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsSnapshot {
+    /// Events stored since the process started.
+    pub events_accepted: u64,
+    /// Events dropped on purpose (bots, excluded addresses, unknown sites), by reason.
+    pub events_dropped: Vec<(String, u64)>,
+    /// Events refused by validation.
+    pub events_invalid: u64,
+    /// Seconds since the oldest unflushed aggregate delta was taken in; 0 when none waits.
+    pub flush_lag_seconds: f64,
+    /// Stored events whose aggregate deltas are not flushed yet.
+    pub pending_events: u64,
+    /// Write request units the table has consumed through this process.
+    pub store_write_units: f64,
+    /// Read request units the table has consumed through this process.
+    pub store_read_units: f64,
+}
+
+/// Where the figures come from: the `tally` binary implements it over the analytics crate.
+pub trait MetricsSource: Send + Sync + 'static {
+    /// The figures as they are now.
+    fn snapshot(&self) -> MetricsSnapshot;
+}
+
+impl<F> MetricsSource for F
+where
+    F: Fn() -> MetricsSnapshot + Send + Sync + 'static,
+{
+    fn snapshot(&self) -> MetricsSnapshot {
+        self()
+    }
+}
+
+/// The content type of the Prometheus text format, version 0.0.4.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `GET /metrics`: the figures of the configured source, or 404 when the server has none.
+pub(crate) async fn handler(State(state): State<AppState>) -> Response {
+    match &state.metrics {
+        Some(source) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&source.snapshot())).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// Renders `snapshot` in the Prometheus text format, one `# HELP` and `# TYPE` per family.
+pub fn render(snapshot: &MetricsSnapshot) -> String {
+    let mut out = String::new();
+    family(&mut out, "tally_events_accepted_total", "counter", "Events stored.");
+    sample(&mut out, "tally_events_accepted_total", "", snapshot.events_accepted as f64);
+    family(&mut out, "tally_events_dropped_total", "counter", "Events dropped on purpose, by reason.");
+    for (reason, count) in &snapshot.events_dropped {
+        let labels = format!("{{reason=\"{}\"}}", escape_label(reason));
+        sample(&mut out, "tally_events_dropped_total", &labels, *count as f64);
+    }
+    family(&mut out, "tally_events_invalid_total", "counter", "Events refused by validation.");
+    sample(&mut out, "tally_events_invalid_total", "", snapshot.events_invalid as f64);
+    family(&mut out, "tally_flush_lag_seconds", "gauge", "Age of the oldest aggregate delta not yet flushed.");
+    sample(&mut out, "tally_flush_lag_seconds", "", snapshot.flush_lag_seconds);
+    family(&mut out, "tally_pending_events", "gauge", "Stored events whose aggregate deltas are not yet flushed.");
+    sample(&mut out, "tally_pending_events", "", snapshot.pending_events as f64);
+    family(&mut out, "tally_store_write_units_total", "counter", "Write request units consumed by the table.");
+    sample(&mut out, "tally_store_write_units_total", "", snapshot.store_write_units);
+    family(&mut out, "tally_store_read_units_total", "counter", "Read request units consumed by the table.");
+    sample(&mut out, "tally_store_read_units_total", "", snapshot.store_read_units);
+    out
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &str, value: f64) {
+    let _ = if value.is_finite() {
+        writeln!(out, "{name}{labels} {value}")
+    } else if value.is_nan() {
+        writeln!(out, "{name}{labels} NaN")
+    } else if value > 0.0 {
+        writeln!(out, "{name}{labels} +Inf")
+    } else {
+        writeln!(out, "{name}{labels} -Inf")
+    };
+}
+
+/// Escapes a label value as the text format requires: backslash, double quote and newline.
+fn escape_label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_rendered_with_its_values() {
+        let snapshot = MetricsSnapshot {
+            events_accepted: 10,
+            events_dropped: vec![("bot".into(), 2), ("excluded_ip".into(), 1)],
+            events_invalid: 4,
+            flush_lag_seconds: 1.5,
+            pending_events: 7,
+            store_write_units: 12.0,
+            store_read_units: 0.5,
+        };
+        let text = render(&snapshot);
+        for line in [
+            "tally_events_accepted_total 10",
+            "tally_events_dropped_total{reason=\"bot\"} 2",
+            "tally_events_dropped_total{reason=\"excluded_ip\"} 1",
+            "tally_events_invalid_total 4",
+            "tally_flush_lag_seconds 1.5",
+            "tally_pending_events 7",
+            "tally_store_write_units_total 12",
+            "tally_store_read_units_total 0.5",
+            "# TYPE tally_pending_events gauge",
+            "# TYPE tally_events_accepted_total counter",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped_and_odd_numbers_rendered() {
+        let snapshot = MetricsSnapshot {
+            events_dropped: vec![("a\"b\\c\nd".into(), 1)],
+            flush_lag_seconds: f64::NAN,
+            store_read_units: f64::INFINITY,
+            ..MetricsSnapshot::default()
+        };
+        let text = render(&snapshot);
+        assert!(text.contains("tally_events_dropped_total{reason=\"a\\\"b\\\\c\\nd\"} 1\n"), "{text}");
+        assert!(text.contains("tally_flush_lag_seconds NaN\n"));
+        assert!(text.contains("tally_store_read_units_total +Inf\n"));
+    }
+
+    #[test]
+    fn a_closure_is_a_source() {
+        let source: Box<dyn MetricsSource> =
+            Box::new(|| MetricsSnapshot { pending_events: 3, ..MetricsSnapshot::default() });
+        assert_eq!(source.snapshot().pending_events, 3);
+    }
+}
