@@ -1,0 +1,699 @@
+//! Exactly-once aggregation: acknowledged events become aggregate items, counted once, whatever
+//! crashes, retries or concurrent processes happen (see `crates/analytics/DESIGN.md`, "Exactly
+//! once").
+//!
+//! An [`Aggregator`] is one process's **run**: a ULID registered as a `Run` item with a heartbeat,
+//! the `(site, day)` partitions it writes events to and the last epoch it flushed. Ingestion takes
+//! a [`Ticket`] in the current **epoch** before writing an event (the event carries the run and the
+//! epoch), and commits the stored event to the ticket once the write is durable, or drops the
+//! ticket when it definitely failed. Every `flush_interval` the current epoch is closed (new tickets
+//! go to the next one), the flush waits until every ticket of the closed epoch is settled, and
+//! writes each touched aggregate item once with `flushes[run] = epoch` and `version + 1` under the
+//! condition that the version is the one read: an item that already has this epoch is skipped, so
+//! a flush retried after a failure never counts twice.
+//!
+//! A run that dies (heartbeat older than `dead_after`, or its pid gone on this host) is claimed by
+//! a live one, which reads the dead run's unflushed events back from the partitions it listed and
+//! applies them with the dead run's id and epochs ([`recovery`]). `rebuild` recomputes a site's
+//! aggregates from its raw events and compares or replaces them.
+//!
+//! ```no_run
+//! # async fn demo(table: model::Table, sites: std::sync::Arc<dyn analytics::aggregate::SiteSettingsSource>,
+//! #               event: analytics::stored::StoredEvent) -> Result<(), analytics::aggregate::AggregateError> {
+//! use analytics::aggregate::{Aggregator, AggregatorConfig};
+//!
+//! let aggregator = Aggregator::start(table, sites, AggregatorConfig::default()).await?;
+//! aggregator.register_partition(&event.site_id, &event.day).await?;
+//! let ticket = aggregator.begin();
+//! // … write the event with `run = ticket.run_id()` and `epoch = ticket.epoch()` …
+//! ticket.commit(&event);
+//! aggregator.shutdown().await?;
+//! # Ok(()) }
+//! ```
+
+mod apply;
+mod codec;
+mod deltas;
+pub mod rebuild;
+pub mod recovery;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use model::Table;
+use model::expr::{Update, attr};
+use store::{AttributeValue, item};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+pub use self::codec::{event_from_record, event_item};
+pub use self::deltas::{Delta, bucket_label, deltas, period_keeps, visit_value, visitor_u64};
+pub use self::rebuild::{Difference, RebuildMode, RebuildReport, rebuild};
+
+use self::apply::{Accumulator, ItemCache};
+use crate::period::{PeriodError, SiteZone};
+use crate::sketch::SketchError;
+use crate::stored::StoredEvent;
+
+/// What went wrong while aggregating, recovering or rebuilding.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AggregateError {
+    /// The table refused or failed an operation.
+    #[error("aggregate storage: {0}")]
+    Model(#[from] model::Error),
+    /// An instant or date outside the supported range, or a bad zone.
+    #[error(transparent)]
+    Period(#[from] PeriodError),
+    /// A stored visitor sketch could not be read.
+    #[error("stored visitor sketch: {0}")]
+    Sketch(#[from] SketchError),
+    /// A stored item does not have the shape Tally writes.
+    #[error("cannot read a stored {what}: {reason}")]
+    Decode {
+        /// The entity.
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The site settings could not be loaded.
+    #[error("site settings: {0}")]
+    Sites(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// An aggregate item kept changing under optimistic writes; the flush is retried later.
+    #[error("aggregate item {key} kept changing after {attempts} attempts")]
+    Contended {
+        /// The item, as `site/period/dimension/bucket/value`.
+        key: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The aggregator was shut down.
+    #[error("the aggregator is shut down")]
+    Stopped,
+}
+
+impl AggregateError {
+    /// Wraps an error of a [`SiteSettingsSource`].
+    pub fn sites(e: impl std::error::Error + Send + Sync + 'static) -> AggregateError {
+        AggregateError::Sites(Box::new(e))
+    }
+}
+
+/// What aggregation needs to know of a site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteSettings {
+    /// The site's time zone: hour, day and month buckets are in site time.
+    pub zone: SiteZone,
+    /// Days hourly aggregates are kept.
+    pub retention_hourly_days: u32,
+    /// Days daily aggregates are kept.
+    pub retention_daily_days: u32,
+}
+
+impl SiteSettings {
+    /// The settings of a site that is no longer known: UTC and the default retention, so its
+    /// events are still counted (and a rebuild counts them the same way).
+    pub fn fallback() -> SiteSettings {
+        SiteSettings { zone: SiteZone::utc(), retention_hourly_days: 90, retention_daily_days: 730 }
+    }
+}
+
+/// Where site settings come from (the `sites` module, cached; a map in tests).
+#[async_trait]
+pub trait SiteSettingsSource: Send + Sync + 'static {
+    /// The settings of `site_id`, or `None` when there is no such site.
+    async fn site_settings(&self, site_id: &str) -> Result<Option<SiteSettings>, AggregateError>;
+}
+
+/// How an [`Aggregator`] runs.
+#[derive(Debug, Clone)]
+pub struct AggregatorConfig {
+    /// How often the current epoch is closed and flushed.
+    pub flush_interval: Duration,
+    /// How often the run's heartbeat is written (and dead runs looked for).
+    pub heartbeat_interval: Duration,
+    /// How old a heartbeat must be for its run to count as dead.
+    pub dead_after: Duration,
+    /// This machine's name, to tell a dead local pid from a live remote one.
+    pub host: String,
+    /// This process's id.
+    pub pid: u32,
+    /// Aggregate writes in flight at once during a flush.
+    pub write_concurrency: usize,
+    /// Attempts per aggregate item when other runs write it at the same time.
+    pub max_attempts: u32,
+    /// Aggregate items whose version and sketch are kept in memory between flushes.
+    pub cache_items: usize,
+}
+
+impl Default for AggregatorConfig {
+    fn default() -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned());
+        AggregatorConfig {
+            flush_interval: Duration::from_secs(2),
+            heartbeat_interval: Duration::from_secs(5),
+            dead_after: Duration::from_secs(30),
+            host,
+            pid: std::process::id(),
+            write_concurrency: 32,
+            max_attempts: 16,
+            cache_items: 200_000,
+        }
+    }
+}
+
+/// A snapshot of an aggregator's counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AggregatorStats {
+    /// The epoch new tickets go to.
+    pub current_epoch: u64,
+    /// Committed events not yet flushed.
+    pub pending_events: u64,
+    /// Tickets taken and not yet settled.
+    pub open_tickets: u64,
+    /// Age of the oldest unflushed committed event, milliseconds (0 when none).
+    pub flush_lag_ms: u64,
+    /// Epochs flushed since start.
+    pub epochs_flushed: u64,
+    /// Aggregate items written since start.
+    pub items_written: u64,
+    /// Aggregate items skipped because they already had the epoch.
+    pub items_skipped: u64,
+    /// Optimistic write conflicts (another run wrote the item first) retried.
+    pub conflicts: u64,
+    /// Flushes that failed (and will be retried).
+    pub flush_errors: u64,
+    /// Write units consumed by the last successful flush (aggregate items and the run item).
+    pub last_flush_write_units: f64,
+    /// Write units consumed by every flush since start.
+    pub flush_write_units: f64,
+    /// Dead runs this aggregator recovered.
+    pub runs_recovered: u64,
+}
+
+/// One epoch's accumulator and its open tickets.
+#[derive(Default)]
+struct EpochSlot {
+    open: u64,
+    closed: bool,
+    acc: Accumulator,
+    /// Committed events of sites whose zone was not cached yet; folded in before the flush.
+    unzoned: Vec<StoredEvent>,
+    /// The accumulator, frozen once the epoch is closed and settled; dropped once flushed.
+    frozen: Option<Arc<Accumulator>>,
+    events: u64,
+    oldest_ms: Option<i64>,
+}
+
+#[derive(Default)]
+struct Epochs {
+    current: u64,
+    slots: BTreeMap<u64, EpochSlot>,
+}
+
+#[derive(Default)]
+struct Counts {
+    epochs_flushed: u64,
+    items_written: u64,
+    items_skipped: u64,
+    conflicts: u64,
+    flush_errors: u64,
+    last_flush_write_units: f64,
+    flush_write_units: f64,
+    runs_recovered: u64,
+}
+
+pub(crate) struct Shared {
+    table: Table,
+    sites: Arc<dyn SiteSettingsSource>,
+    config: AggregatorConfig,
+    run_id: String,
+    epochs: Mutex<Epochs>,
+    settled: Notify,
+    settings: RwLock<HashMap<String, SiteSettings>>,
+    partitions: Mutex<HashSet<(String, String)>>,
+    /// Held for the whole of a flush: the flushes of one run are strictly sequential.
+    flush: tokio::sync::Mutex<ItemCache>,
+    /// Runs whose `Run` item says `done` or `recovered`: their `flushes` entries can go.
+    finished: RwLock<BTreeSet<String>>,
+    counts: Mutex<Counts>,
+    stopped: AtomicBool,
+}
+
+/// One process's aggregation run. Share it as `Arc<Aggregator>`.
+pub struct Aggregator {
+    shared: Arc<Shared>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    stop: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Aggregator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aggregator").field("run_id", &self.shared.run_id).finish_non_exhaustive()
+    }
+}
+
+/// A slot in an epoch, taken before an event is written. [`Ticket::commit`] hands the stored
+/// event's deltas in; dropping the ticket without committing says the write failed.
+pub struct Ticket {
+    shared: Arc<Shared>,
+    epoch: u64,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket").field("run_id", &self.shared.run_id).field("epoch", &self.epoch).finish()
+    }
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// The `Run` item's encoding of a `(site, day)` partition. Site ids are ULIDs and days
+/// `YYYY-MM-DD`, so neither holds a space.
+pub(crate) fn partition_text(site_id: &str, day: &str) -> String {
+    format!("{site_id} {day}")
+}
+
+/// The inverse of [`partition_text`].
+pub(crate) fn parse_partition(text: &str) -> Option<(&str, &str)> {
+    text.rsplit_once(' ')
+}
+
+/// Seconds a finished run's item is kept (for the record, and so `flushes` entries can be
+/// dropped), before the table's TTL removes it.
+const FINISHED_RUN_TTL_S: i64 = 7 * 86_400;
+
+impl Ticket {
+    /// The epoch the event must be written with.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The run the event must be written with.
+    pub fn run_id(&self) -> &str {
+        &self.shared.run_id
+    }
+
+    /// Hands in the event as stored: its deltas join this ticket's epoch.
+    pub fn commit(self, event: &StoredEvent) {
+        let settings = self.shared.settings.read().ok().and_then(|s| s.get(&event.site_id).cloned());
+        let mut computed = Accumulator::default();
+        if let Some(s) = &settings {
+            apply::accumulate(&mut computed, event, &s.zone);
+        }
+        if let Ok(mut epochs) = self.shared.epochs.lock()
+            && let Some(slot) = epochs.slots.get_mut(&self.epoch)
+        {
+            if settings.is_some() {
+                apply::merge(&mut slot.acc, computed);
+            } else {
+                slot.unzoned.push(event.clone());
+            }
+            slot.events += 1;
+            slot.oldest_ms.get_or_insert_with(now_ms);
+        }
+        // Drop settles the slot.
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Ok(mut epochs) = self.shared.epochs.lock()
+            && let Some(slot) = epochs.slots.get_mut(&self.epoch)
+        {
+            slot.open = slot.open.saturating_sub(1);
+        }
+        self.shared.settled.notify_waiters();
+    }
+}
+
+impl Aggregator {
+    /// Registers a new run on `table` and starts its flush and heartbeat tasks (on the current
+    /// tokio runtime). Dead runs are looked for at once and on every heartbeat.
+    pub async fn start(
+        table: Table,
+        sites: Arc<dyn SiteSettingsSource>,
+        config: AggregatorConfig,
+    ) -> Result<Arc<Aggregator>, AggregateError> {
+        let record = table
+            .create(
+                "Run",
+                item! {
+                    "host" => config.host.as_str(),
+                    "pid" => config.pid,
+                    "heartbeat_ms" => now_ms(),
+                    "flushed_epoch" => 0,
+                    "state" => "live",
+                },
+            )
+            .await?;
+        let run_id = record.string("run_id")?.to_owned();
+        let shared = Arc::new(Shared {
+            table,
+            sites,
+            config,
+            run_id,
+            epochs: Mutex::new(Epochs { current: 1, slots: BTreeMap::new() }),
+            settled: Notify::new(),
+            settings: RwLock::default(),
+            partitions: Mutex::default(),
+            flush: tokio::sync::Mutex::new(ItemCache::default()),
+            finished: RwLock::default(),
+            counts: Mutex::default(),
+            stopped: AtomicBool::new(false),
+        });
+        let (stop, _) = watch::channel(false);
+        let tasks = vec![
+            tokio::spawn(flush_task(Arc::downgrade(&shared), stop.subscribe())),
+            tokio::spawn(heartbeat_task(Arc::downgrade(&shared), stop.subscribe())),
+        ];
+        Ok(Arc::new(Aggregator { shared, tasks: Mutex::new(tasks), stop }))
+    }
+
+    /// This run's id.
+    pub fn run_id(&self) -> &str {
+        &self.shared.run_id
+    }
+
+    /// Takes a slot in the current epoch, before writing an event.
+    pub fn begin(&self) -> Ticket {
+        let mut epoch = 0;
+        if let Ok(mut epochs) = self.shared.epochs.lock() {
+            epoch = epochs.current;
+            epochs.slots.entry(epoch).or_default().open += 1;
+        }
+        Ticket { shared: self.shared.clone(), epoch }
+    }
+
+    /// Records durably that this run writes events to `(site_id, day)`, before its first write
+    /// there, so recovery can find them; cached after. Also loads the site's settings.
+    pub async fn register_partition(&self, site_id: &str, day: &str) -> Result<(), AggregateError> {
+        let pair = (site_id.to_owned(), day.to_owned());
+        if self.shared.partitions.lock().is_ok_and(|p| p.contains(&pair)) {
+            return Ok(());
+        }
+        let partition = AttributeValue::Ss(BTreeSet::from([partition_text(site_id, day)]));
+        self.shared
+            .table
+            .update(
+                "Run",
+                item! { "run_id" => self.shared.run_id.as_str() },
+                Update::new().add("partitions", partition),
+            )
+            .await?;
+        if let Ok(mut p) = self.shared.partitions.lock() {
+            p.insert(pair);
+        }
+        self.shared.settings_of(BTreeSet::from([site_id.to_owned()])).await?;
+        Ok(())
+    }
+
+    /// Closes the current epoch (if it has tickets) and flushes every closed epoch, oldest first.
+    pub async fn flush_now(&self) -> Result<(), AggregateError> {
+        self.shared.flush_now().await
+    }
+
+    /// Stops the tasks, flushes what is left, and marks the run `done`.
+    pub async fn shutdown(&self) -> Result<(), AggregateError> {
+        let _ = self.stop.send(true);
+        let tasks = self.tasks.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default();
+        for task in tasks {
+            let _ = task.await;
+        }
+        self.shared.flush_now().await?;
+        self.shared.stopped.store(true, Ordering::SeqCst);
+        self.shared
+            .table
+            .update(
+                "Run",
+                item! { "run_id" => self.shared.run_id.as_str() },
+                Update::new()
+                    .set("state", "done")
+                    .set("heartbeat_ms", now_ms())
+                    .set("ttl", now_ms() / 1000 + FINISHED_RUN_TTL_S),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Stops the tasks without flushing or marking the run, as if the process were killed; the
+    /// run's unflushed events are left to recovery. For tests.
+    #[doc(hidden)]
+    pub fn abort(&self) {
+        self.shared.stopped.store(true, Ordering::SeqCst);
+        if let Ok(tasks) = self.tasks.lock() {
+            tasks.iter().for_each(JoinHandle::abort);
+        }
+    }
+
+    /// Looks for dead runs now and recovers them; returns how many. (The heartbeat task does this
+    /// on its own; tests call it to avoid waiting.)
+    #[doc(hidden)]
+    pub async fn recover_now(&self) -> Result<u64, AggregateError> {
+        recovery::recover_dead_runs(&self.shared).await
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> AggregatorStats {
+        let mut stats = AggregatorStats::default();
+        if let Ok(epochs) = self.shared.epochs.lock() {
+            stats.current_epoch = epochs.current;
+            let now = now_ms();
+            for slot in epochs.slots.values() {
+                stats.pending_events += slot.events;
+                stats.open_tickets += slot.open;
+                if let Some(t) = slot.oldest_ms {
+                    stats.flush_lag_ms = stats.flush_lag_ms.max((now - t).max(0) as u64);
+                }
+            }
+        }
+        if let Ok(c) = self.shared.counts.lock() {
+            stats.epochs_flushed = c.epochs_flushed;
+            stats.items_written = c.items_written;
+            stats.items_skipped = c.items_skipped;
+            stats.conflicts = c.conflicts;
+            stats.flush_errors = c.flush_errors;
+            stats.last_flush_write_units = c.last_flush_write_units;
+            stats.flush_write_units = c.flush_write_units;
+            stats.runs_recovered = c.runs_recovered;
+        }
+        stats
+    }
+}
+
+impl Drop for Aggregator {
+    fn drop(&mut self) {
+        // Tasks hold only a weak reference and stop on their own; stopping them here makes it prompt.
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Shared {
+    /// The settings of these sites, from the cache or the source (unknown sites get
+    /// [`SiteSettings::fallback`]).
+    async fn settings_of(&self, sites: BTreeSet<String>) -> Result<HashMap<String, SiteSettings>, AggregateError> {
+        let mut out = HashMap::new();
+        for site in sites {
+            let cached = self.settings.read().ok().and_then(|s| s.get(&site).cloned());
+            let settings = match cached {
+                Some(s) => s,
+                None => {
+                    let s = self.sites.site_settings(&site).await?.unwrap_or_else(SiteSettings::fallback);
+                    if let Ok(mut cache) = self.settings.write() {
+                        cache.insert(site.clone(), s.clone());
+                    }
+                    s
+                }
+            };
+            out.insert(site, settings);
+        }
+        Ok(out)
+    }
+
+    /// Waits until every ticket of `epoch` is settled.
+    async fn settle(&self, epoch: u64) {
+        loop {
+            let notified = self.settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let open = self.epochs.lock().ok().and_then(|e| e.slots.get(&epoch).map(|s| s.open)).unwrap_or(0);
+            if open == 0 {
+                return;
+            }
+            // A ticket settled between the check and the wait still wakes us: `enable` came first.
+            // The timeout only guards against a poisoned lock hiding a slot.
+            let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
+        }
+    }
+
+    /// Freezes the accumulator of a closed, settled epoch (folding in events whose zone was not
+    /// cached at commit). The frozen accumulator stays in its slot until the epoch is flushed, so a
+    /// failed or abandoned flush loses nothing.
+    async fn freeze(&self, epoch: u64) -> Result<Option<Arc<Accumulator>>, AggregateError> {
+        let unzoned_sites: BTreeSet<String> = match self.epochs.lock() {
+            Ok(e) => match e.slots.get(&epoch) {
+                Some(slot) if slot.frozen.is_some() => return Ok(slot.frozen.clone()),
+                Some(slot) => slot.unzoned.iter().map(|e| e.site_id.clone()).collect(),
+                None => return Ok(None),
+            },
+            Err(_) => return Ok(None),
+        };
+        let settings = self.settings_of(unzoned_sites).await?;
+        let Ok(mut epochs) = self.epochs.lock() else { return Ok(None) };
+        let Some(slot) = epochs.slots.get_mut(&epoch) else { return Ok(None) };
+        let mut acc = std::mem::take(&mut slot.acc);
+        for event in std::mem::take(&mut slot.unzoned) {
+            let zone = settings.get(&event.site_id).map_or_else(SiteZone::utc, |s| s.zone.clone());
+            apply::accumulate(&mut acc, &event, &zone);
+        }
+        let frozen = Arc::new(acc);
+        slot.frozen = Some(frozen.clone());
+        Ok(Some(frozen))
+    }
+
+    async fn flush_now(&self) -> Result<(), AggregateError> {
+        let mut cache = self.flush.lock().await;
+        if let Ok(mut epochs) = self.epochs.lock() {
+            let current = epochs.current;
+            if epochs.slots.get(&current).is_some_and(|s| s.open > 0 || s.events > 0) {
+                if let Some(slot) = epochs.slots.get_mut(&current) {
+                    slot.closed = true;
+                }
+                epochs.current += 1;
+            }
+        }
+        loop {
+            let next = self.epochs.lock().ok().and_then(|e| e.slots.iter().find(|(_, s)| s.closed).map(|(k, _)| *k));
+            let Some(epoch) = next else { return Ok(()) };
+            match self.flush_epoch(epoch, &mut cache).await {
+                Ok(()) => {
+                    if let Ok(mut epochs) = self.epochs.lock() {
+                        epochs.slots.remove(&epoch);
+                    }
+                }
+                Err(e) => {
+                    if let Ok(mut c) = self.counts.lock() {
+                        c.flush_errors += 1;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    async fn flush_epoch(&self, epoch: u64, cache: &mut ItemCache) -> Result<(), AggregateError> {
+        self.settle(epoch).await;
+        let Some(acc) = self.freeze(epoch).await? else { return Ok(()) };
+        let table = self.table.metered();
+        let settings = self.settings_of(acc.keys().map(|k| k.site_id.clone()).collect()).await?;
+        let finished = self.finished.read().map(|f| f.clone()).unwrap_or_default();
+        let writer = apply::Writer {
+            table: &table,
+            run_id: &self.run_id,
+            epoch,
+            settings: &settings,
+            finished: &finished,
+            concurrency: self.config.write_concurrency,
+            max_attempts: self.config.max_attempts,
+        };
+        let outcome = writer.apply(&acc, cache).await;
+        if let Ok(mut c) = self.counts.lock() {
+            c.items_written += outcome.written;
+            c.items_skipped += outcome.skipped;
+            c.conflicts += outcome.conflicts;
+        }
+        outcome.result?;
+        cache.trim(epoch, self.config.cache_items);
+        table
+            .update(
+                "Run",
+                item! { "run_id" => self.run_id.as_str() },
+                Update::new().set("flushed_epoch", epoch).set("heartbeat_ms", now_ms()),
+            )
+            .await?;
+        let units = table.capacity().write_units;
+        if let Ok(mut c) = self.counts.lock() {
+            c.epochs_flushed += 1;
+            c.last_flush_write_units = units;
+            c.flush_write_units += units;
+        }
+        Ok(())
+    }
+
+    /// Writes the heartbeat, refreshes the set of finished runs and the cached site settings.
+    async fn heartbeat(&self) -> Result<(), AggregateError> {
+        self.table
+            .update_with(
+                "Run",
+                item! { "run_id" => self.run_id.as_str() },
+                Update::new().set("heartbeat_ms", now_ms()),
+                Some(&attr("state").eq("live")),
+                false,
+            )
+            .await?;
+        let runs = recovery::list_runs(&self.table).await?;
+        let finished: BTreeSet<String> =
+            runs.iter().filter(|r| r.state == "done" || r.state == "recovered").map(|r| r.run_id.clone()).collect();
+        if let Ok(mut f) = self.finished.write() {
+            *f = finished;
+        }
+        // Settings change rarely (a zone edit, a retention change); reloading them here keeps the
+        // cache fresh without a lookup per event.
+        let sites: Vec<String> = self.settings.read().map(|s| s.keys().cloned().collect()).unwrap_or_default();
+        for site in sites {
+            if let Some(s) = self.sites.site_settings(&site).await?
+                && let Ok(mut cache) = self.settings.write()
+            {
+                cache.insert(site, s);
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => !*stop.borrow(),
+        _ = stop.changed() => false,
+    }
+}
+
+async fn flush_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
+    let interval = match shared.upgrade() {
+        Some(s) => s.config.flush_interval,
+        None => return,
+    };
+    while sleep_or_stop(interval, &mut stop).await {
+        let Some(shared) = shared.upgrade() else { return };
+        // A failed flush keeps its epoch and is retried on the next tick; it is counted in stats.
+        let _ = shared.flush_now().await;
+    }
+}
+
+async fn heartbeat_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
+    let interval = match shared.upgrade() {
+        Some(s) => {
+            let _ = recovery::recover_dead_runs(&s).await;
+            s.config.heartbeat_interval
+        }
+        None => return,
+    };
+    while sleep_or_stop(interval, &mut stop).await {
+        let Some(shared) = shared.upgrade() else { return };
+        // Errors here are transient storage errors; the next beat tries again.
+        let _ = shared.heartbeat().await;
+        let _ = recovery::recover_dead_runs(&shared).await;
+    }
+}

@@ -1,0 +1,256 @@
+//! Stored events and aggregate items as model items, converted by hand (no serde in this crate).
+//!
+//! [`event_item`] and [`event_from_record`] are the one place the `Event` entity's attributes are
+//! spelled: ingestion writes with the first, aggregation, recovery, rebuilds and raw-event queries
+//! read with the second. Empty strings, maps and lists are left out of the item (they cost bytes on
+//! every one of millions of events) and read back as empty.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use model::Record;
+use store::{AttributeValue, Item};
+
+use super::AggregateError;
+use crate::sketch::VisitorSketch;
+use crate::stored::{AggKey, Counters, Period, PrevState, StoredEvent, VisitAttrs};
+
+/// The `Event` entity's fields of a stored event, ready for `table.put("Event", …)` (the model
+/// layer adds the keys).
+pub fn event_item(e: &StoredEvent) -> Item {
+    let mut item = Item::new();
+    let mut text = |name: &str, value: &str| {
+        if !value.is_empty() {
+            item.insert(name.to_owned(), AttributeValue::from(value));
+        }
+    };
+    text("site_id", &e.site_id);
+    text("day", &e.day);
+    text("visitor_id", &e.visitor_id);
+    text("session_id", &e.session_id);
+    text("name", &e.name);
+    text("hostname", &e.hostname);
+    text("path", &e.path);
+    let v = &e.visit;
+    for (name, value) in [
+        ("entry_page", &v.entry_page),
+        ("source", &v.source),
+        ("referrer", &v.referrer),
+        ("utm_source", &v.utm_source),
+        ("utm_medium", &v.utm_medium),
+        ("utm_campaign", &v.utm_campaign),
+        ("utm_content", &v.utm_content),
+        ("utm_term", &v.utm_term),
+        ("country", &v.country),
+        ("device", &v.device),
+        ("browser", &v.browser),
+        ("browser_version", &v.browser_version),
+        ("os", &v.os),
+        ("os_version", &v.os_version),
+        ("prev_exit_page", &e.prev.exit_page),
+        ("run", &e.run),
+    ] {
+        text(name, value);
+    }
+    if let Some((amount, currency)) = &e.revenue {
+        text("revenue", amount);
+        text("currency", currency);
+    }
+    item.insert("shard".into(), e.shard.into());
+    item.insert("seq".into(), e.seq.into());
+    item.insert("ts".into(), e.ts.into());
+    item.insert("start_ts".into(), v.start_ts.into());
+    item.insert("interactive".into(), e.interactive.into());
+    item.insert("prev_events".into(), e.prev.events.into());
+    item.insert("prev_pageviews".into(), e.prev.pageviews.into());
+    item.insert("prev_interactive".into(), e.prev.interactive.into());
+    item.insert("prev_last_ts".into(), e.prev.last_ts.into());
+    item.insert("epoch".into(), e.epoch.into());
+    item.insert("ttl".into(), e.ttl.into());
+    if !e.props.is_empty() {
+        let props = e.props.iter().map(|(k, v)| (k.clone(), AttributeValue::from(v.as_str()))).collect();
+        item.insert("props".into(), AttributeValue::M(props));
+    }
+    if !e.goals.is_empty() {
+        item.insert("goals".into(), AttributeValue::L(e.goals.iter().map(|g| g.as_str().into()).collect()));
+    }
+    item
+}
+
+fn decode_error(what: &str, reason: impl Into<String>) -> AggregateError {
+    AggregateError::Decode { what: what.to_owned(), reason: reason.into() }
+}
+
+/// Reads an optional string attribute; absent reads as empty.
+fn text(r: &Record, name: &str) -> Result<String, AggregateError> {
+    Ok(r.opt_string(name)?.unwrap_or_default().to_owned())
+}
+
+fn number<T: TryFrom<i64>>(r: &Record, name: &str) -> Result<T, AggregateError> {
+    let n = r.opt_i64(name)?.unwrap_or(0);
+    T::try_from(n).map_err(|_| decode_error("Event", format!("`{name}` = {n} is out of range")))
+}
+
+/// The stored event of an `Event` record (from a get, a query or [`event_item`] via the model).
+pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
+    let props = match r.get("props") {
+        None => BTreeMap::new(),
+        Some(AttributeValue::M(m)) => m
+            .iter()
+            .map(|(k, v)| match v.as_s() {
+                Some(s) => Ok((k.clone(), s.to_owned())),
+                None => Err(decode_error("Event", format!("property `{k}` is not a string"))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(decode_error("Event", "`props` is not a map")),
+    };
+    let goals = match r.get("goals") {
+        None => Vec::new(),
+        Some(AttributeValue::L(l)) => l
+            .iter()
+            .map(|g| g.as_s().map(str::to_owned).ok_or_else(|| decode_error("Event", "a goal is not a string")))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(decode_error("Event", "`goals` is not a list")),
+    };
+    let revenue = match (r.opt_string("revenue")?, r.opt_string("currency")?) {
+        (Some(amount), currency) => Some((amount.to_owned(), currency.unwrap_or_default().to_owned())),
+        (None, _) => None,
+    };
+    Ok(StoredEvent {
+        site_id: r.string("site_id")?.to_owned(),
+        day: r.string("day")?.to_owned(),
+        shard: number(r, "shard")?,
+        visitor_id: r.string("visitor_id")?.to_owned(),
+        session_id: text(r, "session_id")?,
+        seq: number(r, "seq")?,
+        name: r.string("name")?.to_owned(),
+        ts: r.i64("ts")?,
+        hostname: text(r, "hostname")?,
+        path: text(r, "path")?,
+        props,
+        revenue,
+        interactive: r.opt_bool("interactive")?.unwrap_or(true),
+        goals,
+        visit: VisitAttrs {
+            start_ts: r.i64("start_ts")?,
+            entry_page: text(r, "entry_page")?,
+            source: text(r, "source")?,
+            referrer: text(r, "referrer")?,
+            utm_source: text(r, "utm_source")?,
+            utm_medium: text(r, "utm_medium")?,
+            utm_campaign: text(r, "utm_campaign")?,
+            utm_content: text(r, "utm_content")?,
+            utm_term: text(r, "utm_term")?,
+            country: text(r, "country")?,
+            device: text(r, "device")?,
+            browser: text(r, "browser")?,
+            browser_version: text(r, "browser_version")?,
+            os: text(r, "os")?,
+            os_version: text(r, "os_version")?,
+        },
+        prev: PrevState {
+            events: number(r, "prev_events")?,
+            pageviews: number(r, "prev_pageviews")?,
+            interactive: number(r, "prev_interactive")?,
+            last_ts: number(r, "prev_last_ts")?,
+            exit_page: text(r, "prev_exit_page")?,
+        },
+        run: r.string("run")?.to_owned(),
+        epoch: number(r, "epoch")?,
+        ttl: r.opt_i64("ttl")?.unwrap_or(0),
+    })
+}
+
+/// The model fields of an aggregate item's key.
+pub(crate) fn agg_key_fields(key: &AggKey) -> Item {
+    store::item! {
+        "site_id" => key.site_id.as_str(),
+        "period" => key.period.as_str(),
+        "dimension" => key.dimension.as_str(),
+        "bucket" => key.bucket.as_str(),
+        "value" => key.value.as_str(),
+    }
+}
+
+/// The key of an `Aggregate` record.
+pub(crate) fn agg_key_from_record(r: &Record) -> Result<AggKey, AggregateError> {
+    let period = r.string("period")?;
+    Ok(AggKey {
+        site_id: r.string("site_id")?.to_owned(),
+        period: Period::parse(period).ok_or_else(|| decode_error("Aggregate", format!("unknown period {period:?}")))?,
+        dimension: r.string("dimension")?.to_owned(),
+        bucket: r.string("bucket")?.to_owned(),
+        value: r.opt_string("value")?.unwrap_or_default().to_owned(),
+    })
+}
+
+/// An aggregate item as read: what a flush needs to write the next version.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StoredAggregate {
+    /// `None` when the item does not exist yet.
+    pub version: Option<i64>,
+    pub counters: Counters,
+    pub sketch: Option<VisitorSketch>,
+    pub flushes: BTreeMap<String, u64>,
+}
+
+impl StoredAggregate {
+    /// Decodes an `Aggregate` record.
+    pub fn from_record(r: &Record) -> Result<StoredAggregate, AggregateError> {
+        let counter = |name: &str| -> Result<i64, AggregateError> { Ok(r.opt_i64(name)?.unwrap_or(0)) };
+        let sketch = match r.get("visitors_sketch") {
+            Some(AttributeValue::B(bytes)) => Some(VisitorSketch::from_bytes(bytes)?),
+            _ => None,
+        };
+        let flushes = match r.get("flushes") {
+            Some(AttributeValue::M(m)) => m
+                .iter()
+                .filter_map(|(run, v)| v.as_n().and_then(|n| n.to_i64()).map(|e| (run.clone(), e.max(0) as u64)))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        Ok(StoredAggregate {
+            version: Some(counter("version")?),
+            counters: Counters {
+                pageviews: counter("pageviews")?,
+                events: counter("events")?,
+                visits: counter("visits")?,
+                bounces: counter("bounces")?,
+                duration_ms: counter("duration_ms")?,
+                visit_pageviews: counter("visit_pageviews")?,
+            },
+            sketch,
+            flushes,
+        })
+    }
+
+    /// The whole item of the next version, for a conditional put.
+    pub fn to_item(&self, key: &AggKey, version: i64, ttl: Option<i64>, finished: &BTreeSet<String>) -> Item {
+        let mut item = agg_key_fields(key);
+        let c = &self.counters;
+        for (name, value) in [
+            ("pageviews", c.pageviews),
+            ("events", c.events),
+            ("visits", c.visits),
+            ("bounces", c.bounces),
+            ("duration_ms", c.duration_ms),
+            ("visit_pageviews", c.visit_pageviews),
+            ("version", version),
+        ] {
+            item.insert(name.into(), value.into());
+        }
+        if let Some(s) = &self.sketch {
+            item.insert("visitors_sketch".into(), AttributeValue::B(s.to_bytes()));
+        }
+        let flushes = self
+            .flushes
+            .iter()
+            .filter(|(run, _)| !finished.contains(*run))
+            .map(|(run, e)| (run.clone(), AttributeValue::from(*e)))
+            .collect();
+        item.insert("flushes".into(), AttributeValue::M(flushes));
+        if let Some(ttl) = ttl {
+            item.insert("ttl".into(), ttl.into());
+        }
+        item
+    }
+}

@@ -1,0 +1,237 @@
+//! `tally aggregate --rebuild`: a site's aggregates recomputed from its raw events.
+//!
+//! The rebuild sums the same [`deltas`](super::deltas) over the site's stored events as live
+//! aggregation does, so on a healthy table [`RebuildMode::Verify`] finds no difference. Events are
+//! read from the partitions of the UTC days `first - 1 ..= last + 1` (a partition's day is the UTC
+//! day its session started, so a session that began the evening before, in site time or in UTC,
+//! is still found), and only buckets whose site-time date is within `[first, last]` are kept: hours
+//! and days inside the range, months wholly inside it, never minutes (they are realtime only and
+//! expire after two hours).
+//!
+//! [`RebuildMode::Replace`] overwrites the items of the range with the rebuilt ones (and deletes
+//! stored items the events do not produce). It must run with **ingestion for the site stopped**:
+//! a live flush between the read of the events and the write of an item would be overwritten. Each
+//! written item's `flushes` holds, for every run seen in the events, the highest epoch seen, so a
+//! later flush of an epoch already counted by the rebuild is skipped.
+//!
+//! Stored items are found by querying each dimension Tally keeps (and each property dimension the
+//! events name); an item of a property key that no event in the range carries is not looked for.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::stream::{self, StreamExt, TryStreamExt};
+use jiff::civil::Date;
+use model::Table;
+use store::item;
+
+use super::apply::{Accumulator, accumulate};
+use super::codec::{StoredAggregate, agg_key_fields, agg_key_from_record, event_from_record};
+use super::{AggregateError, SiteSettings, SiteSettingsSource};
+use crate::period::{DateRange, SiteZone, Unit};
+use crate::schema::EVENT_SHARDS;
+use crate::sketch::VisitorSketch;
+use crate::stored::{AggKey, Counters, EVENT_DIMENSIONS, HOUR_DIMENSIONS, Period, TOTAL, VISIT_DIMENSIONS};
+
+/// Whether a rebuild only compares or also writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebuildMode {
+    /// Compare the stored items with the rebuilt ones; write nothing.
+    Verify,
+    /// Overwrite the stored items of the range with the rebuilt ones. Stop ingestion for the site
+    /// first.
+    Replace,
+}
+
+/// One item whose stored and rebuilt values differ (a missing item counts as zeros).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    /// The item.
+    pub key: AggKey,
+    /// The stored counters; `None` when the item is not stored.
+    pub stored: Option<Counters>,
+    /// The rebuilt counters; `None` when the events produce no such item.
+    pub rebuilt: Option<Counters>,
+    /// The stored visitor estimate.
+    pub stored_visitors: u64,
+    /// The rebuilt visitor estimate.
+    pub rebuilt_visitors: u64,
+}
+
+/// What a rebuild found (and did).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebuildReport {
+    /// Raw events read.
+    pub events_read: u64,
+    /// Items compared: stored or rebuilt, in the range.
+    pub items_compared: u64,
+    /// Items that differ.
+    pub differences: Vec<Difference>,
+    /// Items written ([`RebuildMode::Replace`]).
+    pub items_written: u64,
+    /// Stored items deleted because the events produce none ([`RebuildMode::Replace`]).
+    pub items_deleted: u64,
+}
+
+/// Whether the bucket of `key` lies within `[first, last]` in site time.
+fn in_range(key: &AggKey, zone: &SiteZone, first: Date, last: Date) -> bool {
+    let unit = match key.period {
+        Period::Minute => return false,
+        Period::Hour => Unit::Hour,
+        Period::Day => Unit::Day,
+        Period::Month => Unit::Month,
+    };
+    let Ok(bucket) = zone.bucket_by_label(unit, &key.bucket) else { return false };
+    let start = bucket.first_date();
+    match key.period {
+        Period::Month => start >= first && start.last_of_month() <= last,
+        _ => start >= first && start <= last,
+    }
+}
+
+/// Reads a site's events around `[first, last]`, rebuilds its aggregates in that range, and
+/// compares them with the stored ones or replaces them. `progress` is told the number of events
+/// read so far.
+pub async fn rebuild(
+    table: &Table,
+    sites: &dyn SiteSettingsSource,
+    site_id: &str,
+    first: Date,
+    last: Date,
+    mode: RebuildMode,
+    progress: &dyn Fn(u64),
+) -> Result<RebuildReport, AggregateError> {
+    let range = DateRange::new(first, last)?;
+    let settings = sites.site_settings(site_id).await?.unwrap_or_else(SiteSettings::fallback);
+    let zone = &settings.zone;
+    let mut report = RebuildReport::default();
+
+    // Every partition of the UTC days around the range.
+    let mut days = Vec::new();
+    let mut day =
+        first.yesterday().map_err(|e| AggregateError::Period(crate::period::PeriodError::OutOfRange(e.to_string())))?;
+    let end =
+        last.tomorrow().map_err(|e| AggregateError::Period(crate::period::PeriodError::OutOfRange(e.to_string())))?;
+    while day <= end {
+        days.push(day.to_string());
+        match day.tomorrow() {
+            Ok(d) => day = d,
+            Err(_) => break,
+        }
+    }
+    let queries: Vec<(String, u32)> =
+        days.iter().flat_map(|d| (0..EVENT_SHARDS).map(move |s| (d.clone(), s))).collect();
+    let mut pages = stream::iter(queries)
+        .map(|(day, shard)| {
+            table.query("Event").key(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).all()
+        })
+        .buffer_unordered(16);
+    let mut acc = Accumulator::default();
+    let mut runs: BTreeMap<String, u64> = BTreeMap::new();
+    while let Some(records) = pages.next().await {
+        for record in records? {
+            let event = event_from_record(&record)?;
+            accumulate(&mut acc, &event, zone);
+            let max = runs.entry(event.run.clone()).or_default();
+            *max = (*max).max(event.epoch);
+            report.events_read += 1;
+        }
+        progress(report.events_read);
+    }
+    acc.retain(|key, _| in_range(key, zone, first, last));
+
+    // The stored items of the range, one query per (period, dimension).
+    let (start_ms, end_ms) = zone.bounds_ms(&range)?;
+    let props: BTreeSet<String> = acc.keys().map(|k| k.dimension.clone()).collect();
+    let mut stored: BTreeMap<AggKey, StoredAggregate> = BTreeMap::new();
+    for (period, unit) in [(Period::Hour, Unit::Hour), (Period::Day, Unit::Day), (Period::Month, Unit::Month)] {
+        let lo = zone.bucket(unit, start_ms)?.label();
+        let hi = zone.bucket(unit, end_ms - 1)?.label();
+        let dimensions: BTreeSet<&str> = if period == Period::Hour {
+            HOUR_DIMENSIONS.into_iter().collect()
+        } else {
+            [TOTAL]
+                .into_iter()
+                .chain(EVENT_DIMENSIONS)
+                .chain(VISIT_DIMENSIONS)
+                .chain(props.iter().map(String::as_str))
+                .collect()
+        };
+        for dimension in dimensions {
+            let records = table
+                .query("Aggregate")
+                .key(item! { "site_id" => site_id, "period" => period.as_str(), "dimension" => dimension })
+                .between(item! { "bucket" => lo.as_str() }, item! { "bucket" => hi.as_str() })
+                .consistent()
+                .all()
+                .await?;
+            for r in records {
+                let key = agg_key_from_record(&r)?;
+                if in_range(&key, zone, first, last) {
+                    stored.insert(key, StoredAggregate::from_record(&r)?);
+                }
+            }
+        }
+    }
+
+    // Compare.
+    let keys: BTreeSet<&AggKey> = acc.keys().chain(stored.keys()).collect();
+    report.items_compared = keys.len() as u64;
+    let sketch_of = |visitors: &std::collections::HashSet<u64>| {
+        let mut s = VisitorSketch::new();
+        visitors.iter().for_each(|&v| s.insert_u64(v));
+        s
+    };
+    for key in &keys {
+        let rebuilt = acc.get(*key);
+        let old = stored.get(*key);
+        let rebuilt_counters = rebuilt.map(|p| p.counters).unwrap_or_default();
+        let stored_counters = old.map(|s| s.counters).unwrap_or_default();
+        let rebuilt_visitors = rebuilt.map_or(0, |p| sketch_of(&p.visitors).estimate());
+        let stored_visitors = old.and_then(|s| s.sketch.as_ref()).map_or(0, VisitorSketch::estimate);
+        if rebuilt_counters != stored_counters || rebuilt_visitors != stored_visitors {
+            report.differences.push(Difference {
+                key: (*key).clone(),
+                stored: old.map(|s| s.counters),
+                rebuilt: rebuilt.map(|p| p.counters),
+                stored_visitors,
+                rebuilt_visitors,
+            });
+        }
+    }
+    if mode == RebuildMode::Verify {
+        return Ok(report);
+    }
+
+    // Replace: the rebuilt items, then delete the stored ones the events do not produce.
+    let now_s = jiff::Timestamp::now().as_second();
+    let no_finished = BTreeSet::new();
+    let writes: Vec<_> = acc
+        .iter()
+        .map(|(key, pending)| {
+            let item = StoredAggregate {
+                version: None,
+                counters: pending.counters,
+                sketch: (!pending.visitors.is_empty()).then(|| sketch_of(&pending.visitors)),
+                flushes: runs.clone(),
+            };
+            let version = stored.get(key).and_then(|s| s.version).map_or(1, |v| v + 1);
+            let ttl = match key.period {
+                Period::Minute => Some(now_s + 2 * 3600),
+                Period::Hour => Some(now_s + i64::from(settings.retention_hourly_days) * 86_400),
+                Period::Day => Some(now_s + i64::from(settings.retention_daily_days) * 86_400),
+                Period::Month => None,
+            };
+            item.to_item(key, version, ttl, &no_finished)
+        })
+        .collect();
+    report.items_written = writes.len() as u64;
+    stream::iter(writes).map(|item| table.put("Aggregate", item)).buffer_unordered(32).try_collect::<Vec<_>>().await?;
+    let gone: Vec<_> = stored.keys().filter(|k| !acc.contains_key(*k)).collect();
+    report.items_deleted = gone.len() as u64;
+    stream::iter(gone)
+        .map(|key| table.delete("Aggregate", agg_key_fields(key)))
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(report)
+}

@@ -1,0 +1,212 @@
+//! Crash recovery: a dead run's unflushed events, counted once by a live run.
+//!
+//! A run is dead when its heartbeat is older than `dead_after`, or when it ran on this host and
+//! its pid is gone. A live run claims it with a conditional update (`state` and `heartbeat_ms` as
+//! read, so two claimers cannot both win and a run that was only slow keeps itself), reads the
+//! events it wrote with `epoch > flushed_epoch` from the partitions it listed, and applies them
+//! epoch by epoch **with the dead run's id and epochs**. Items an interrupted flush already reached
+//! carry `flushes[dead run] >= epoch` and are skipped; the rest get the epoch once. The dead run's
+//! `flushed_epoch` advances after each epoch, so a claimer that dies in turn leaves a run (in state
+//! `recovering`) that the next claimer resumes where it stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use model::expr::{Update, attr};
+use model::{Record, Table};
+use store::item;
+
+use super::apply::{self, Accumulator, ItemCache};
+use super::codec::event_from_record;
+use super::{AggregateError, FINISHED_RUN_TTL_S, Shared, now_ms, parse_partition};
+use crate::schema::EVENT_SHARDS;
+use crate::stored::StoredEvent;
+
+/// A `Run` item as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunInfo {
+    /// The run id.
+    pub run_id: String,
+    /// The host it ran on.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its last heartbeat, epoch milliseconds.
+    pub heartbeat_ms: i64,
+    /// The last epoch it (or its recoverer) flushed completely.
+    pub flushed_epoch: u64,
+    /// `(site, day)` partitions it wrote events to.
+    pub partitions: BTreeSet<(String, String)>,
+    /// `live`, `recovering`, `recovered` or `done`.
+    pub state: String,
+    /// The run that claimed it, if any.
+    pub recovered_by: Option<String>,
+}
+
+impl RunInfo {
+    fn from_record(r: &Record) -> Result<RunInfo, AggregateError> {
+        let partitions = match r.get("partitions") {
+            Some(_) => r
+                .string_set("partitions")?
+                .iter()
+                .filter_map(|p| parse_partition(p).map(|(s, d)| (s.to_owned(), d.to_owned())))
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        Ok(RunInfo {
+            run_id: r.string("run_id")?.to_owned(),
+            host: r.opt_string("host")?.unwrap_or_default().to_owned(),
+            pid: u32::try_from(r.opt_i64("pid")?.unwrap_or(0)).unwrap_or(0),
+            heartbeat_ms: r.opt_i64("heartbeat_ms")?.unwrap_or(0),
+            flushed_epoch: u64::try_from(r.opt_i64("flushed_epoch")?.unwrap_or(0)).unwrap_or(0),
+            partitions,
+            state: r.opt_string("state")?.unwrap_or("live").to_owned(),
+            recovered_by: r.opt_string("recovered_by")?.map(str::to_owned),
+        })
+    }
+}
+
+/// Every run registered on the table.
+pub async fn list_runs(table: &Table) -> Result<Vec<RunInfo>, AggregateError> {
+    table.query("Run").consistent().all().await?.iter().map(RunInfo::from_record).collect()
+}
+
+/// Whether a process with this pid is gone from this host. Without `/proc` nothing can be told,
+/// and the heartbeat alone decides.
+fn pid_gone(pid: u32) -> bool {
+    let proc = std::path::Path::new("/proc");
+    proc.join("self").exists() && !proc.join(pid.to_string()).exists()
+}
+
+/// Looks for dead runs (and abandoned recoveries), claims and recovers each; returns how many.
+pub(crate) fn recover_dead_runs(shared: &Shared) -> BoxFuture<'_, Result<u64, AggregateError>> {
+    // Boxed so the spawned heartbeat task's future is `Send` without higher-ranked lifetime
+    // trouble from the closures below.
+    Box::pin(recover_dead_runs_inner(shared))
+}
+
+async fn recover_dead_runs_inner(shared: &Shared) -> Result<u64, AggregateError> {
+    let runs = list_runs(&shared.table).await?;
+    let now = now_ms();
+    let dead_after = i64::try_from(shared.config.dead_after.as_millis()).unwrap_or(i64::MAX);
+    let is_dead = |r: &RunInfo| {
+        r.run_id != shared.run_id
+            && (now - r.heartbeat_ms > dead_after || (r.host == shared.config.host && pid_gone(r.pid)))
+    };
+    let alive: BTreeSet<&str> =
+        runs.iter().filter(|r| r.state == "live" && !is_dead(r)).map(|r| r.run_id.as_str()).collect();
+    let mut recovered = 0;
+    for run in &runs {
+        let claimable = match run.state.as_str() {
+            "live" => is_dead(run),
+            // A recovery whose claimer died is taken over; recovery is idempotent, so resuming it
+            // from its `flushed_epoch` counts nothing twice.
+            "recovering" => {
+                run.recovered_by.as_deref().is_none_or(|by| by != shared.run_id && !alive.contains(by))
+                    && run.run_id != shared.run_id
+            }
+            _ => false,
+        };
+        if !claimable {
+            continue;
+        }
+        let mut condition = attr("state").eq(run.state.as_str()).and(attr("heartbeat_ms").eq(run.heartbeat_ms));
+        if let Some(by) = &run.recovered_by {
+            condition = condition.and(attr("recovered_by").eq(by.as_str()));
+        }
+        let claim = shared
+            .table
+            .update_with(
+                "Run",
+                item! { "run_id" => run.run_id.as_str() },
+                Update::new().set("state", "recovering").set("recovered_by", shared.run_id.as_str()),
+                Some(&condition),
+                false,
+            )
+            .await;
+        match claim {
+            Ok(_) => {}
+            // Another process claimed it first, or the run beat again: not ours to recover.
+            Err(e) if e.is_condition_failed() => continue,
+            Err(e) => return Err(e.into()),
+        }
+        recover_run(shared, run).await?;
+        recovered += 1;
+        if let Ok(mut c) = shared.counts.lock() {
+            c.runs_recovered += 1;
+        }
+    }
+    Ok(recovered)
+}
+
+/// Reads the events `run` wrote with `epoch > after` from its listed partitions.
+pub(crate) async fn unflushed_events(
+    table: &Table,
+    run: &RunInfo,
+    after: u64,
+) -> Result<BTreeMap<u64, Vec<StoredEvent>>, AggregateError> {
+    let queries: Vec<_> = run
+        .partitions
+        .iter()
+        .flat_map(|(site, day)| (0..EVENT_SHARDS).map(move |shard| (site.clone(), day.clone(), shard)))
+        .collect();
+    let pages: Vec<Vec<Record>> = stream::iter(queries)
+        .map(|(site, day, shard)| {
+            table
+                .query("Event")
+                .key(item! { "site_id" => site.as_str(), "day" => day.as_str(), "shard" => shard })
+                .filter(attr("run").eq(run.run_id.as_str()).and(attr("epoch").gt(after)))
+                .consistent()
+                .all()
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await?;
+    let mut by_epoch: BTreeMap<u64, Vec<StoredEvent>> = BTreeMap::new();
+    for record in pages.iter().flatten() {
+        let event = event_from_record(record)?;
+        by_epoch.entry(event.epoch).or_default().push(event);
+    }
+    Ok(by_epoch)
+}
+
+async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateError> {
+    let by_epoch = unflushed_events(&shared.table, run, run.flushed_epoch).await?;
+    let sites: BTreeSet<String> = by_epoch.values().flatten().map(|e| e.site_id.clone()).collect();
+    let settings = shared.settings_of(sites).await?;
+    let finished = shared.finished.read().map(|f| f.clone()).unwrap_or_default();
+    let mut cache = ItemCache::default();
+    let key = || item! { "run_id" => run.run_id.as_str() };
+    let ours = attr("recovered_by").eq(shared.run_id.as_str());
+    for (epoch, events) in by_epoch {
+        let mut acc = Accumulator::default();
+        for event in &events {
+            let zone =
+                settings.get(&event.site_id).map(|s| s.zone.clone()).unwrap_or_else(crate::period::SiteZone::utc);
+            apply::accumulate(&mut acc, event, &zone);
+        }
+        let writer = apply::Writer {
+            table: &shared.table,
+            run_id: &run.run_id,
+            epoch,
+            settings: &settings,
+            finished: &finished,
+            concurrency: shared.config.write_concurrency,
+            max_attempts: shared.config.max_attempts,
+        };
+        writer.apply(&acc, &mut cache).await.result?;
+        shared.table.update_with("Run", key(), Update::new().set("flushed_epoch", epoch), Some(&ours), false).await?;
+    }
+    shared
+        .table
+        .update_with(
+            "Run",
+            key(),
+            Update::new().set("state", "recovered").set("ttl", now_ms() / 1000 + FINISHED_RUN_TTL_S),
+            Some(&ours),
+            false,
+        )
+        .await?;
+    Ok(())
+}
