@@ -1,32 +1,60 @@
 //! `tally`: Tally's command line.
 //!
-//! Commands are thin: they parse arguments, open the store and call the library crates.
-//! Today: `tally schema doc|matrix|cloudformation|terraform|create-table`.
+//! Commands are thin: they read the configuration, open the store and call the library crates.
+//! Every command takes `--config` and the settings flags (`--store`, `--table`, …); see
+//! [`config`] for the file, the `TALLY_*` variables and their precedence.
+
+mod capacity;
+mod config;
+mod logging;
+mod store;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use store::Store;
+
+use crate::config::{Config, Layer};
 
 /// Privacy-first web analytics on a DynamoDB single-table design.
 #[derive(Parser)]
 #[command(name = "tally", version, about)]
 struct Cli {
+    /// A TOML configuration file [default: ./tally.toml when it exists].
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    settings: Layer,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Prints the effective configuration (file, environment and flags applied) as TOML.
+    Config,
     /// Tally's table design, generated from its one schema definition.
     Schema {
         #[command(subcommand)]
         what: SchemaCommand,
-        /// Table name.
-        #[arg(long, global = true, default_value = analytics::schema::TABLE_NAME, env = "TALLY_TABLE")]
-        table: String,
+    },
+    /// Prices a traffic level on DynamoDB on-demand from measured per-event costs.
+    Capacity {
+        /// Events ingested per day, over all sites.
+        #[arg(long)]
+        events_per_day: f64,
+        /// Dashboards opened per day.
+        #[arg(long, default_value_t = 200.0)]
+        dashboards_per_day: f64,
+        /// Sites.
+        #[arg(long, default_value_t = 1.0)]
+        sites: f64,
+        /// Days raw events are kept.
+        #[arg(long, default_value_t = 30.0)]
+        raw_retention_days: f64,
+        /// A JSON file written by `tally bench --output FILE` [default: the figures in BENCHMARKS.md].
+        #[arg(long, value_name = "FILE")]
+        from_bench: Option<PathBuf>,
     },
 }
 
@@ -44,12 +72,8 @@ enum SchemaCommand {
     },
     /// A Terraform `aws_dynamodb_table` resource.
     Terraform,
-    /// Creates the table in the embedded engine (a directory) if it does not exist.
-    CreateTable {
-        /// Directory of the embedded engine.
-        #[arg(long, default_value = "./tally-data", env = "TALLY_DATA")]
-        data: PathBuf,
-    },
+    /// Creates the table in the configured store if it does not exist.
+    CreateTable,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -58,44 +82,67 @@ enum Format {
     Yaml,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Schema { what, table } => schema(what, &table),
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            // One line, causes included, as a person reads it.
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 
-fn schema(what: SchemaCommand, table: &str) -> Result<()> {
-    let schema = analytics::schema::tally_schema(table);
+fn run(cli: Cli) -> Result<std::process::ExitCode> {
+    let config = Config::load(cli.config.as_deref(), cli.settings, |name| std::env::var(name).ok())?;
+    match cli.command {
+        Command::Config => print!("{}", config.to_toml()),
+        Command::Schema { what } => schema(what, &config)?,
+        Command::Capacity { events_per_day, dashboards_per_day, sites, raw_retention_days, from_bench } => {
+            let costs = match from_bench {
+                Some(path) => capacity::Costs::from_file(&path)?,
+                None => capacity::Costs::built_in(),
+            };
+            let traffic = capacity::Traffic {
+                events_per_day,
+                dashboards_per_day,
+                sites,
+                raw_retention_days,
+                aggregate_days: 365.0,
+            };
+            print!("{}", capacity::report(&costs, &traffic));
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A multi-threaded runtime for one command.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+}
+
+fn schema(what: SchemaCommand, config: &Config) -> Result<()> {
+    let schema = analytics::schema::tally_schema(&config.table);
     let text = match what {
         SchemaCommand::Doc => model::generate::design_doc(&schema),
         SchemaCommand::Matrix => model::generate::access_matrix(&schema),
         SchemaCommand::Cloudformation { format: Format::Json } => model::generate::cloudformation_json(&schema),
         SchemaCommand::Cloudformation { format: Format::Yaml } => model::generate::cloudformation_yaml(&schema),
         SchemaCommand::Terraform => model::generate::terraform(&schema),
-        SchemaCommand::CreateTable { data } => return create_table(&schema, &data),
+        SchemaCommand::CreateTable => {
+            logging::init(config)?;
+            return runtime()?.block_on(async {
+                let (_, created) = store::open_reporting(config).await?;
+                if created {
+                    println!("created table {} in {}", config.table, config.store);
+                } else {
+                    println!("table {} already exists in {}", config.table, config.store);
+                }
+                Ok(())
+            });
+        }
     };
     print!("{text}");
     Ok(())
-}
-
-fn create_table(schema: &model::schema::Schema, data: &std::path::Path) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let store: Arc<dyn Store> = Arc::new(
-            store_embedded::EmbeddedStore::open(data)
-                .with_context(|| format!("opening the embedded store at {}", data.display()))?,
-        );
-        match store.create_table(schema.table().clone()).await {
-            Ok(description) => {
-                println!("created table {} in {}", description.definition.name, data.display());
-                Ok(())
-            }
-            Err(store::StoreError::ResourceInUse(_)) => {
-                println!("table {} already exists in {}", schema.table_name(), data.display());
-                Ok(())
-            }
-            Err(e) => Err(e).context("creating the table"),
-        }
-    })
 }

@@ -43,3 +43,16 @@ pub use routes::{AppState, MAX_BODY_BYTES, router};
 pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std::io::Result<()> {
     axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
 }
+
+/// Serves `app` on `listener` until `signal` completes, then stops accepting connections and
+/// returns once the requests in flight are answered, so every acknowledged event has been handed
+/// to the pipeline before the caller flushes it.
+pub async fn serve_with_shutdown(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    signal: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .with_graceful_shutdown(signal)
+        .await
+}

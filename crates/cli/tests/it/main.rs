@@ -1,5 +1,7 @@
 //! The `tally` binary, run as a user runs it.
 
+mod config;
+
 use std::process::{Command, Output};
 
 fn tally(args: &[&str]) -> Output {
@@ -37,8 +39,8 @@ fn create_table_is_idempotent_on_the_embedded_engine() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data = data.to_str().unwrap();
-    assert!(stdout(&["schema", "create-table", "--data", data]).contains("created table tally"));
-    assert!(stdout(&["schema", "create-table", "--data", data]).contains("already exists"));
+    assert!(stdout(&["schema", "create-table", "--store", data]).contains("created table tally"));
+    assert!(stdout(&["schema", "create-table", "--store", data]).contains("already exists"));
 }
 
 #[test]

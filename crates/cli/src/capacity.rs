@@ -1,0 +1,226 @@
+//! `tally capacity`: the monthly DynamoDB on-demand bill for a traffic level, from per-event and
+//! per-dashboard costs that `tally bench` measured.
+//!
+//! The arithmetic is deliberately plain, so anyone can check it against AWS's price list:
+//! request units per month times the price per million, plus stored gigabytes times the price per
+//! gigabyte-month. The prices are those of us-east-1 on-demand tables (Standard table class).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+/// Dollars per million write request units (on demand, us-east-1, Standard).
+pub const WRITE_PRICE_PER_MILLION: f64 = 0.625;
+/// Dollars per million read request units (on demand, us-east-1, Standard).
+pub const READ_PRICE_PER_MILLION: f64 = 0.125;
+/// Dollars per gigabyte-month of table storage (Standard).
+pub const STORAGE_PRICE_PER_GB_MONTH: f64 = 0.25;
+/// Days in an average month.
+pub const DAYS_PER_MONTH: f64 = 30.4375;
+/// The bytes DynamoDB adds to every item for storage billing.
+pub const ITEM_OVERHEAD_BYTES: f64 = 100.0;
+
+/// What one event and one dashboard cost, as `tally bench` measured them.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct Costs {
+    /// Where the figures come from: a bench file's path, or the built-in measurement.
+    #[serde(skip)]
+    pub source: String,
+    /// Write request units per ingested event, amortised over flushes.
+    pub write_units_per_event: f64,
+    /// Read request units per ingested event (session and salt lookups that miss the cache).
+    pub read_units_per_event: f64,
+    /// Read request units of one dashboard: a 30-day overview plus six breakdowns.
+    pub read_units_per_dashboard: f64,
+    /// Billed bytes of one raw event item (DynamoDB's 100-byte item overhead included).
+    pub raw_bytes_per_event: f64,
+    /// Billed bytes of the aggregate items one day of one site's traffic adds.
+    pub aggregate_bytes_per_site_day: f64,
+}
+
+impl Costs {
+    /// The figures of the release-build `tally bench --events 1000000` run recorded in
+    /// BENCHMARKS.md, used when no `--from-bench` file is given.
+    pub fn built_in() -> Costs {
+        Costs {
+            source: "the release-build `tally bench --events 1000000` run recorded in BENCHMARKS.md".into(),
+            write_units_per_event: 1.12,
+            read_units_per_event: 0.02,
+            read_units_per_dashboard: 60.0,
+            raw_bytes_per_event: 700.0,
+            aggregate_bytes_per_site_day: 400_000.0,
+        }
+    }
+
+    /// Reads the JSON file `tally bench --output FILE` wrote.
+    pub fn from_file(path: &Path) -> Result<Costs> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut costs: Costs =
+            serde_json::from_str(&text).with_context(|| format!("{} is not a tally bench result", path.display()))?;
+        costs.source = path.display().to_string();
+        Ok(costs)
+    }
+}
+
+/// The traffic to price.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Traffic {
+    /// Events ingested per day, over all sites.
+    pub events_per_day: f64,
+    /// Dashboards opened per day.
+    pub dashboards_per_day: f64,
+    /// Sites.
+    pub sites: f64,
+    /// Days raw events are kept.
+    pub raw_retention_days: f64,
+    /// Days of aggregates kept (they are small; a year is assumed).
+    pub aggregate_days: f64,
+}
+
+/// A month's estimate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// Write request units per month.
+    pub write_units: f64,
+    /// Read request units per month.
+    pub read_units: f64,
+    /// Stored gigabytes at steady state.
+    pub storage_gb: f64,
+    /// Dollars per month for writes.
+    pub write_cost: f64,
+    /// Dollars per month for reads.
+    pub read_cost: f64,
+    /// Dollars per month for storage.
+    pub storage_cost: f64,
+}
+
+impl Estimate {
+    /// Prices `traffic` at `costs`.
+    pub fn new(costs: &Costs, traffic: &Traffic) -> Estimate {
+        let events = traffic.events_per_day * DAYS_PER_MONTH;
+        let write_units = events * costs.write_units_per_event;
+        let read_units = events * costs.read_units_per_event
+            + traffic.dashboards_per_day * DAYS_PER_MONTH * costs.read_units_per_dashboard;
+        let bytes = traffic.events_per_day * traffic.raw_retention_days * costs.raw_bytes_per_event
+            + traffic.sites * traffic.aggregate_days * costs.aggregate_bytes_per_site_day;
+        let storage_gb = bytes / 1e9;
+        Estimate {
+            write_units,
+            read_units,
+            storage_gb,
+            write_cost: write_units / 1e6 * WRITE_PRICE_PER_MILLION,
+            read_cost: read_units / 1e6 * READ_PRICE_PER_MILLION,
+            storage_cost: storage_gb * STORAGE_PRICE_PER_GB_MONTH,
+        }
+    }
+
+    /// Dollars per month in all.
+    pub fn total(&self) -> f64 {
+        self.write_cost + self.read_cost + self.storage_cost
+    }
+}
+
+/// The report `tally capacity` prints.
+pub fn report(costs: &Costs, traffic: &Traffic) -> String {
+    let e = Estimate::new(costs, traffic);
+    format!(
+        "Tally on DynamoDB on-demand: {events} events/day, {dash} dashboards/day, {sites} site(s)\n\
+         \n\
+         measured costs ({source}):\n\
+         \x20 {wpe:.3} write units per event, {rpe:.3} read units per event\n\
+         \x20 {rpd:.1} read units per dashboard (30-day overview plus six breakdowns)\n\
+         \x20 {bpe:.0} bytes per raw event, {bpd:.0} bytes of aggregates per site-day\n\
+         \n\
+         per month:\n\
+         \x20 writes   {wu:>16.0} WRU  ${wc:>10.2}   (at ${wp} per million)\n\
+         \x20 reads    {ru:>16.0} RRU  ${rc:>10.2}   (at ${rp} per million)\n\
+         \x20 storage  {gb:>16.3} GB   ${sc:>10.2}   (at ${sp} per GB-month)\n\
+         \x20 total                          ${total:>10.2}\n\
+         \n\
+         assumptions: on-demand capacity, Standard table class, us-east-1 prices; {month} days a month;\n\
+         raw events kept {raw} days, aggregates {agg} days; 100 bytes of DynamoDB overhead per item;\n\
+         no global tables, backups, streams or data transfer; free tier not deducted.\n",
+        events = traffic.events_per_day,
+        dash = traffic.dashboards_per_day,
+        sites = traffic.sites,
+        source = costs.source,
+        wpe = costs.write_units_per_event,
+        rpe = costs.read_units_per_event,
+        rpd = costs.read_units_per_dashboard,
+        bpe = costs.raw_bytes_per_event,
+        bpd = costs.aggregate_bytes_per_site_day,
+        wu = e.write_units,
+        wc = e.write_cost,
+        wp = WRITE_PRICE_PER_MILLION,
+        ru = e.read_units,
+        rc = e.read_cost,
+        rp = READ_PRICE_PER_MILLION,
+        gb = e.storage_gb,
+        sc = e.storage_cost,
+        sp = STORAGE_PRICE_PER_GB_MONTH,
+        total = e.total(),
+        month = DAYS_PER_MONTH,
+        raw = traffic.raw_retention_days,
+        agg = traffic.aggregate_days,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn costs() -> Costs {
+        Costs {
+            source: "test".into(),
+            write_units_per_event: 1.0,
+            read_units_per_event: 0.0,
+            read_units_per_dashboard: 100.0,
+            raw_bytes_per_event: 1_000.0,
+            aggregate_bytes_per_site_day: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_million_events_a_day_at_one_unit_each_costs_what_the_price_list_says() {
+        let traffic = Traffic {
+            events_per_day: 1e6,
+            dashboards_per_day: 0.0,
+            sites: 1.0,
+            raw_retention_days: 30.0,
+            aggregate_days: 365.0,
+        };
+        let e = Estimate::new(&costs(), &traffic);
+        assert!((e.write_units - 30_437_500.0).abs() < 1e-6);
+        assert!((e.write_cost - 19.0234375).abs() < 1e-9);
+        assert_eq!(e.read_cost, 0.0);
+        // 30 days of a million 1 KB events is 30 GB.
+        assert!((e.storage_gb - 30.0).abs() < 1e-9);
+        assert!((e.total() - (19.0234375 + 7.5)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn dashboards_are_priced_as_reads() {
+        let traffic = Traffic {
+            events_per_day: 0.0,
+            dashboards_per_day: 1_000.0,
+            sites: 1.0,
+            raw_retention_days: 30.0,
+            aggregate_days: 0.0,
+        };
+        let e = Estimate::new(&costs(), &traffic);
+        assert!((e.read_units - 3_043_750.0).abs() < 1e-6);
+        assert!((e.read_cost - 0.38046875).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_bench_file_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.json");
+        std::fs::write(&path, serde_json::to_string(&costs()).unwrap()).unwrap();
+        let read = Costs::from_file(&path).unwrap();
+        assert_eq!(read.write_units_per_event, 1.0);
+        assert_eq!(read.source, path.display().to_string());
+        std::fs::write(&path, "{}").unwrap();
+        assert!(Costs::from_file(&path).is_err());
+    }
+}

@@ -1,0 +1,41 @@
+//! Opening the configured store and Tally's table on it.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use model::Table;
+use store::Store;
+
+use crate::config::{Config, StoreSpec};
+
+/// Opens the store `config` names and returns Tally's table on it, creating the table when it
+/// does not exist yet.
+pub async fn open(config: &Config) -> Result<Table> {
+    Ok(open_reporting(config).await?.0)
+}
+
+/// Like [`open`], also saying whether the table was created just now.
+pub async fn open_reporting(config: &Config) -> Result<(Table, bool)> {
+    let store: Arc<dyn Store> = match &config.store {
+        StoreSpec::Embedded(dir) => Arc::new(
+            store_embedded::EmbeddedStore::open(dir)
+                .with_context(|| format!("opening the embedded store at {}", dir.display()))?,
+        ),
+        StoreSpec::DynamoDb(url) => Arc::new(
+            store_dynamodb::DynamoDbStore::connect(url.options.clone())
+                .await
+                .with_context(|| format!("connecting to {url}"))?,
+        ),
+    };
+    let table = Table::new(store, analytics::schema::tally_schema(&config.table));
+    let created = match table.create_table().await {
+        Ok(_) => true,
+        Err(e) if is_in_use(&e) => false,
+        Err(e) => return Err(e).with_context(|| format!("creating table {} in {}", config.table, config.store)),
+    };
+    Ok((table, created))
+}
+
+fn is_in_use(error: &model::Error) -> bool {
+    matches!(error, model::Error::Store(store::StoreError::ResourceInUse(_)))
+}
