@@ -1,3 +1,358 @@
-//! Unit tests of the pure parts: deltas of single events (expect tests) and the item codecs.
+//! Unit tests of the pure parts: the deltas of single events (expect tests) and the event codec.
+
+use expect_test::{Expect, expect};
 
 use super::*;
+use crate::stored::{AggKey, Counters, PrevState, VisitAttrs};
+
+/// 2026-11-22T07:30:00Z.
+const T0: i64 = 1_795_332_600_000;
+
+fn pageview(path: &str, ts: i64, prev: &PrevState) -> StoredEvent {
+    StoredEvent {
+        site_id: "S1".into(),
+        day: "2026-11-22".into(),
+        shard: 3,
+        visitor_id: "00000000000000ff".into(),
+        session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
+        seq: prev.events,
+        name: "pageview".into(),
+        ts,
+        hostname: "example.com".into(),
+        path: path.into(),
+        props: Default::default(),
+        revenue: None,
+        interactive: true,
+        goals: vec![],
+        visit: VisitAttrs {
+            start_ts: T0,
+            entry_page: "/".into(),
+            source: "Google".into(),
+            country: "DE".into(),
+            device: "Desktop".into(),
+            browser: "Firefox".into(),
+            ..Default::default()
+        },
+        prev: prev.clone(),
+        run: "R1".into(),
+        epoch: 1,
+        ttl: 0,
+    }
+}
+
+/// One line per delta, keeping those whose dimension passes `keep`: period, dimension, value,
+/// bucket, then the non-zero counters and the visitor.
+fn render(event: &StoredEvent, zone: &SiteZone, keep: impl Fn(&str) -> bool) -> String {
+    let mut out = String::new();
+    for (k, d) in deltas(event, zone) {
+        if !keep(&k.dimension) {
+            continue;
+        }
+        let c = d.counters;
+        let mut line = format!("{} {}={:?} @{}:", k.period.as_str(), k.dimension, k.value, k.bucket);
+        for (name, v) in [
+            ("pv", c.pageviews),
+            ("ev", c.events),
+            ("visits", c.visits),
+            ("bounces", c.bounces),
+            ("dur", c.duration_ms),
+            ("vpv", c.visit_pageviews),
+        ] {
+            if v != 0 {
+                line.push_str(&format!(" {name}={v}"));
+            }
+        }
+        if let Some(v) = d.visitor {
+            line.push_str(&format!(" visitor={v:x}"));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+fn check(event: &StoredEvent, keep: impl Fn(&str) -> bool, expected: Expect) {
+    expected.assert_eq(&render(event, &SiteZone::utc(), keep));
+}
+
+fn focus(dimension: &str) -> bool {
+    matches!(dimension, "total" | "event:page" | "visit:exit_page" | "visit:source" | "event:name")
+}
+
+#[test]
+fn a_first_page_view() {
+    let e = pageview("/", T0, &PrevState::default());
+    check(
+        &e,
+        |_| true,
+        expect![[r#"
+            minute event:page="/" @0029922210: pv=1 ev=1 visitor=ff
+            minute total="" @0029922210: pv=1 ev=1 visitor=ff
+            hour event:page="/" @2026-11-22T07: pv=1 ev=1 visitor=ff
+            hour total="" @2026-11-22T07: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            hour visit:source="Google" @2026-11-22T07: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day event:hostname="example.com" @2026-11-22: pv=1 ev=1 visitor=ff
+            day event:name="pageview" @2026-11-22: pv=1 ev=1 visitor=ff
+            day event:page="/" @2026-11-22: pv=1 ev=1 visitor=ff
+            day total="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:browser="Firefox" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:browser_version="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:country="DE" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:device="Desktop" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:entry_page="/" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:exit_page="/" @2026-11-22: visits=1 bounces=1 vpv=1
+            day visit:os="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:os_version="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:referrer="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:source="Google" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:utm_campaign="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:utm_content="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:utm_medium="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:utm_source="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            day visit:utm_term="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month event:hostname="example.com" @2026-11: pv=1 ev=1 visitor=ff
+            month event:name="pageview" @2026-11: pv=1 ev=1 visitor=ff
+            month event:page="/" @2026-11: pv=1 ev=1 visitor=ff
+            month total="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:browser="Firefox" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:browser_version="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:country="DE" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:device="Desktop" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:entry_page="/" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:exit_page="/" @2026-11: visits=1 bounces=1 vpv=1
+            month visit:os="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:os_version="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:referrer="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:source="Google" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:utm_campaign="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:utm_content="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:utm_medium="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:utm_source="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            month visit:utm_term="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+        "#]],
+    );
+}
+
+#[test]
+fn a_second_page_view_undoes_the_bounce_and_moves_the_exit_page() {
+    let first = pageview("/", T0, &PrevState::default());
+    let second = pageview("/pricing", T0 + 90_000, &first.next());
+    check(
+        &second,
+        |d| focus(d) && d != "visit:source",
+        expect![[r#"
+            minute event:page="/pricing" @0029922211: pv=1 ev=1 visitor=ff
+            minute total="" @0029922211: pv=1 ev=1 visitor=ff
+            hour event:page="/pricing" @2026-11-22T07: pv=1 ev=1 visitor=ff
+            hour total="" @2026-11-22T07: pv=1 ev=1 bounces=-1 dur=90000 vpv=1 visitor=ff
+            day event:name="pageview" @2026-11-22: pv=1 ev=1 visitor=ff
+            day event:page="/pricing" @2026-11-22: pv=1 ev=1 visitor=ff
+            day total="" @2026-11-22: pv=1 ev=1 bounces=-1 dur=90000 vpv=1 visitor=ff
+            day visit:exit_page="/" @2026-11-22: visits=-1 bounces=-1 vpv=-1
+            day visit:exit_page="/pricing" @2026-11-22: visits=1 dur=90000 vpv=2
+            month event:name="pageview" @2026-11: pv=1 ev=1 visitor=ff
+            month event:page="/pricing" @2026-11: pv=1 ev=1 visitor=ff
+            month total="" @2026-11: pv=1 ev=1 bounces=-1 dur=90000 vpv=1 visitor=ff
+            month visit:exit_page="/" @2026-11: visits=-1 bounces=-1 vpv=-1
+            month visit:exit_page="/pricing" @2026-11: visits=1 dur=90000 vpv=2
+        "#]],
+    );
+}
+
+#[test]
+fn a_custom_event_with_props_and_goals() {
+    let first = pageview("/", T0, &PrevState::default());
+    let mut signup = pageview("/signup", T0 + 30_000, &first.next());
+    signup.name = "Signup".into();
+    signup.props = [("plan".to_owned(), "pro".to_owned()), ("trial".to_owned(), "yes".to_owned())].into();
+    signup.goals = vec!["Signup".into(), "Visit /signup".into()];
+    check(
+        &signup,
+        |d| d.starts_with("event:") || d == "total" || d == "visit:exit_page",
+        expect![[r#"
+            minute total="" @0029922210: ev=1 visitor=ff
+            hour total="" @2026-11-22T07: ev=1 bounces=-1 dur=30000 visitor=ff
+            day event:goal="Signup" @2026-11-22: ev=1 visitor=ff
+            day event:goal="Visit /signup" @2026-11-22: ev=1 visitor=ff
+            day event:hostname="example.com" @2026-11-22: ev=1 visitor=ff
+            day event:name="Signup" @2026-11-22: ev=1 visitor=ff
+            day event:props:plan="pro" @2026-11-22: ev=1 visitor=ff
+            day event:props:trial="yes" @2026-11-22: ev=1 visitor=ff
+            day total="" @2026-11-22: ev=1 bounces=-1 dur=30000 visitor=ff
+            day visit:exit_page="/" @2026-11-22: bounces=-1 dur=30000
+            month event:goal="Signup" @2026-11: ev=1 visitor=ff
+            month event:goal="Visit /signup" @2026-11: ev=1 visitor=ff
+            month event:hostname="example.com" @2026-11: ev=1 visitor=ff
+            month event:name="Signup" @2026-11: ev=1 visitor=ff
+            month event:props:plan="pro" @2026-11: ev=1 visitor=ff
+            month event:props:trial="yes" @2026-11: ev=1 visitor=ff
+            month total="" @2026-11: ev=1 bounces=-1 dur=30000 visitor=ff
+            month visit:exit_page="/" @2026-11: bounces=-1 dur=30000
+        "#]],
+    );
+}
+
+#[test]
+fn a_non_interactive_event_keeps_the_bounce() {
+    let first = pageview("/", T0, &PrevState::default());
+    let mut scroll = pageview("/", T0 + 10_000, &first.next());
+    scroll.name = "Scroll".into();
+    scroll.interactive = false;
+    check(
+        &scroll,
+        |d| d == "total" || d == "visit:exit_page",
+        expect![[r#"
+            minute total="" @0029922210: ev=1 visitor=ff
+            hour total="" @2026-11-22T07: ev=1 dur=10000 visitor=ff
+            day total="" @2026-11-22: ev=1 dur=10000 visitor=ff
+            day visit:exit_page="/" @2026-11-22: dur=10000
+            month total="" @2026-11: ev=1 dur=10000 visitor=ff
+            month visit:exit_page="/" @2026-11: dur=10000
+        "#]],
+    );
+}
+
+#[test]
+fn an_event_late_in_time_order_keeps_the_exit_page_and_counts_in_its_own_bucket() {
+    // The session started at 07:30 and went on to 08:10; a page view from 07:40 arrives last.
+    let first = pageview("/", T0, &PrevState::default());
+    let second = pageview("/pricing", T0 + 40 * 60_000, &first.next());
+    let late = pageview("/about", T0 + 10 * 60_000, &second.next());
+    check(
+        &late,
+        |d| d == "total" || d == "visit:exit_page" || d == "event:page",
+        expect![[r#"
+            minute event:page="/about" @0029922220: pv=1 ev=1 visitor=ff
+            minute total="" @0029922220: pv=1 ev=1 visitor=ff
+            hour event:page="/about" @2026-11-22T07: pv=1 ev=1 visitor=ff
+            hour total="" @2026-11-22T07: pv=1 ev=1 vpv=1 visitor=ff
+            day event:page="/about" @2026-11-22: pv=1 ev=1 visitor=ff
+            day total="" @2026-11-22: pv=1 ev=1 vpv=1 visitor=ff
+            day visit:exit_page="/pricing" @2026-11-22: vpv=1
+            month event:page="/about" @2026-11: pv=1 ev=1 visitor=ff
+            month total="" @2026-11: pv=1 ev=1 vpv=1 visitor=ff
+            month visit:exit_page="/pricing" @2026-11: vpv=1
+        "#]],
+    );
+}
+
+#[test]
+fn visit_counters_go_to_the_bucket_of_the_session_start_in_site_time() {
+    // 22:50 UTC is 23:50 in Berlin; the second event at 23:10 UTC is the next day there.
+    let start = 1_795_387_800_000; // 2026-11-22T22:50:00Z
+    let mut first = pageview("/", start, &PrevState::default());
+    first.visit.start_ts = start;
+    let mut second = pageview("/b", start + 20 * 60_000, &first.next());
+    second.visit.start_ts = start;
+    let berlin = SiteZone::new("Europe/Berlin").unwrap();
+    expect![[r#"
+        day total="" @2026-11-22: bounces=-1 dur=1200000 vpv=1
+        day total="" @2026-11-23: pv=1 ev=1 visitor=ff
+    "#]]
+    .assert_eq(&render(&second, &berlin, |d| d == "total").lines().filter(|l| l.starts_with("day")).fold(
+        String::new(),
+        |mut s, l| {
+            s.push_str(l);
+            s.push('\n');
+            s
+        },
+    ));
+}
+
+#[test]
+fn deltas_of_a_session_telescope_to_its_final_state() {
+    let a = pageview("/", T0, &PrevState::default());
+    let b = pageview("/x", T0 + 5_000, &a.next());
+    let c = pageview("/y", T0 + 9_000, &b.next());
+    let mut sum: BTreeMap<AggKey, Counters> = BTreeMap::new();
+    for e in [&a, &b, &c] {
+        for (k, d) in deltas(e, &SiteZone::utc()) {
+            sum.entry(k).or_default().add(&d.counters);
+        }
+    }
+    let day_total = sum.iter().find(|(k, _)| k.period == crate::stored::Period::Day && k.dimension == "total");
+    let expected = Counters { pageviews: 3, events: 3, visits: 1, bounces: 0, duration_ms: 9_000, visit_pageviews: 3 };
+    assert_eq!(day_total.map(|(_, c)| *c), Some(expected));
+    let exits: Vec<(&str, i64)> = sum
+        .iter()
+        .filter(|(k, c)| k.period == crate::stored::Period::Day && k.dimension == "visit:exit_page" && !c.is_zero())
+        .map(|(k, c)| (k.value.as_str(), c.visits))
+        .collect();
+    assert_eq!(exits, vec![("/y", 1)]);
+}
+
+#[test]
+fn an_event_survives_its_item_round_trip() {
+    let schema = crate::schema::tally_schema("tally");
+    let first = pageview("/", T0, &PrevState::default());
+    let mut e = pageview("/pricing?x", T0 + 1, &first.next());
+    e.props = [("plan".to_owned(), "pro".to_owned())].into();
+    e.goals = vec!["Pricing".into()];
+    e.revenue = Some(("19.99".into(), "EUR".into()));
+    e.interactive = false;
+    e.visit.utm_term = "t".into();
+    let store: Arc<dyn store::Store> = Arc::new(NoStore);
+    let table = Table::new(store, schema);
+    let item = table.build_item("Event", event_item(&e)).expect("the item fits the Event entity");
+    let record = model::Record::new("Event", item);
+    assert_eq!(event_from_record(&record).expect("decodes"), e);
+}
+
+#[test]
+fn the_visitor_number_is_the_ids_hex_digits() {
+    assert_eq!(visitor_u64("3f2a9c0d1e4b5a67"), 0x3f2a_9c0d_1e4b_5a67);
+    // Not hex: hashed, never a panic, always the same.
+    assert_eq!(visitor_u64("not hex"), visitor_u64("not hex"));
+}
+
+/// A store that is never called: `build_item` does no I/O.
+struct NoStore;
+
+#[async_trait]
+impl store::Store for NoStore {
+    async fn create_table(&self, _: store::TableDefinition) -> store::Result<store::TableDescription> {
+        unreachable!("no I/O in this test")
+    }
+    async fn delete_table(&self, _: &str) -> store::Result<store::TableDescription> {
+        unreachable!("no I/O in this test")
+    }
+    async fn describe_table(&self, _: &str) -> store::Result<store::TableDescription> {
+        unreachable!("no I/O in this test")
+    }
+    async fn list_tables(&self) -> store::Result<Vec<String>> {
+        unreachable!("no I/O in this test")
+    }
+    async fn get_item(&self, _: store::GetItem) -> store::Result<store::GetItemOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn put_item(&self, _: store::PutItem) -> store::Result<store::WriteOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn update_item(&self, _: store::UpdateItem) -> store::Result<store::WriteOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn delete_item(&self, _: store::DeleteItem) -> store::Result<store::WriteOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn query(&self, _: store::Query) -> store::Result<store::QueryOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn scan(&self, _: store::Scan) -> store::Result<store::QueryOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn batch_get_item(&self, _: store::BatchGetItem) -> store::Result<store::BatchGetItemOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn batch_write_item(&self, _: store::BatchWriteItem) -> store::Result<store::BatchWriteItemOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn transact_get_items(&self, _: store::TransactGetItems) -> store::Result<store::TransactGetItemsOutput> {
+        unreachable!("no I/O in this test")
+    }
+    async fn transact_write_items(
+        &self,
+        _: store::TransactWriteItems,
+    ) -> store::Result<store::TransactWriteItemsOutput> {
+        unreachable!("no I/O in this test")
+    }
+}
