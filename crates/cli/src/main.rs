@@ -4,8 +4,12 @@
 //! Every command takes `--config` and the settings flags (`--store`, `--table`, …); see
 //! [`config`] for the file, the `TALLY_*` variables and their precedence.
 
+#[allow(dead_code)]
+mod bench;
 mod capacity;
 mod config;
+#[allow(dead_code)]
+mod http;
 mod logging;
 mod store;
 
