@@ -195,6 +195,9 @@ pub struct AggregatorStats {
     pub flush_errors: u64,
     /// Write units consumed by the last successful flush (aggregate items and the run item).
     pub last_flush_write_units: f64,
+    /// Read units consumed by the last successful flush: zero in a steady state, where every
+    /// touched item's version and sketch are cached.
+    pub last_flush_read_units: f64,
     /// Write units consumed by every flush since start.
     pub flush_write_units: f64,
     /// Dead runs this aggregator recovered.
@@ -229,6 +232,7 @@ struct Counts {
     conflicts: u64,
     flush_errors: u64,
     last_flush_write_units: f64,
+    last_flush_read_units: f64,
     flush_write_units: f64,
     runs_recovered: u64,
 }
@@ -486,6 +490,7 @@ impl Aggregator {
             stats.conflicts = c.conflicts;
             stats.flush_errors = c.flush_errors;
             stats.last_flush_write_units = c.last_flush_write_units;
+            stats.last_flush_read_units = c.last_flush_read_units;
             stats.flush_write_units = c.flush_write_units;
             stats.runs_recovered = c.runs_recovered;
         }
@@ -623,11 +628,12 @@ impl Shared {
                 Update::new().set("flushed_epoch", epoch).set("heartbeat_ms", now_ms()),
             )
             .await?;
-        let units = table.capacity().write_units;
+        let units = table.capacity();
         if let Ok(mut c) = self.counts.lock() {
             c.epochs_flushed += 1;
-            c.last_flush_write_units = units;
-            c.flush_write_units += units;
+            c.last_flush_write_units = units.write_units;
+            c.last_flush_read_units = units.read_units;
+            c.flush_write_units += units.write_units;
         }
         Ok(())
     }

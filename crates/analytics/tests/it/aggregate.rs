@@ -1,0 +1,631 @@
+//! Exactly-once aggregation end to end on the embedded engine: events are written as the pipeline
+//! writes them (a ticket, the `Event` item, the commit), flushed, and the aggregate items checked
+//! against hand-computed numbers and against a rebuild from the raw events, through crashes,
+//! interrupted flushes, replays and two runs writing the same items.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use analytics::aggregate::{
+    AggregateError, Aggregator, AggregatorConfig, RebuildMode, RebuildReport, SiteSettings, SiteSettingsSource,
+    event_item, rebuild,
+};
+use analytics::period::{SiteZone, parse_date};
+use analytics::schema::tally_schema;
+use analytics::stored::{Counters, PrevState, StoredEvent, VisitAttrs, visitor_shard};
+use async_trait::async_trait;
+use model::Table;
+use proptest::prelude::*;
+use store::{Store, StoreError, item};
+use store_embedded::EmbeddedStore;
+
+/// 2026-11-22T07:30:00Z.
+const T0: i64 = 1_795_332_600_000;
+
+/// Site settings from a map: `S1` in UTC, `S2` in Berlin.
+struct Sites(HashMap<String, SiteSettings>);
+
+#[async_trait]
+impl SiteSettingsSource for Sites {
+    async fn site_settings(&self, site_id: &str) -> Result<Option<SiteSettings>, AggregateError> {
+        Ok(self.0.get(site_id).cloned())
+    }
+}
+
+fn sites() -> Arc<Sites> {
+    let settings = |zone: SiteZone| SiteSettings { zone, retention_hourly_days: 90, retention_daily_days: 730 };
+    Arc::new(Sites(HashMap::from([
+        ("S1".to_owned(), settings(SiteZone::utc())),
+        ("S2".to_owned(), settings(SiteZone::new("Europe/Berlin").expect("a known zone"))),
+    ])))
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    table: Table,
+}
+
+async fn harness() -> Harness {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).expect("the embedded engine opens"));
+    let table = Table::new(store.clone(), tally_schema("tally"));
+    table.create_table().await.expect("Tally's table is created");
+    Harness { _dir: dir, store, table }
+}
+
+/// Flushes and heartbeats only when a test asks.
+fn quiet() -> AggregatorConfig {
+    AggregatorConfig {
+        flush_interval: Duration::from_secs(3600),
+        heartbeat_interval: Duration::from_secs(3600),
+        ..AggregatorConfig::default()
+    }
+}
+
+/// A session under construction: each event's `prev` is the fold of the session's earlier events
+/// (in `seq` order, which is the order they were stored in, whatever their times).
+struct Session {
+    site_id: String,
+    visitor_id: String,
+    session_id: String,
+    visit: VisitAttrs,
+    state: PrevState,
+}
+
+impl Session {
+    fn new(site_id: &str, visitor: u64, session: u32, start_ts: i64, source: &str) -> Session {
+        Session {
+            site_id: site_id.to_owned(),
+            visitor_id: format!("{visitor:016x}"),
+            session_id: format!("01JDB3Y5C8M9V7T2X4K6P{session:05}"),
+            visit: VisitAttrs {
+                start_ts,
+                source: source.to_owned(),
+                country: "DE".into(),
+                device: "Desktop".into(),
+                browser: "Firefox".into(),
+                ..VisitAttrs::default()
+            },
+            state: PrevState::default(),
+        }
+    }
+
+    fn event(&mut self, name: &str, path: &str, ts: i64, interactive: bool) -> StoredEvent {
+        if self.state.is_empty() {
+            self.visit.entry_page = path.to_owned();
+        }
+        let e = StoredEvent {
+            site_id: self.site_id.clone(),
+            day: SiteZone::utc().date_of(self.visit.start_ts).expect("a supported instant").to_string(),
+            shard: visitor_shard(&self.visitor_id),
+            visitor_id: self.visitor_id.clone(),
+            session_id: self.session_id.clone(),
+            seq: self.state.events,
+            name: name.to_owned(),
+            ts,
+            hostname: "example.com".into(),
+            path: path.to_owned(),
+            props: if name == "Signup" { [("plan".to_owned(), "pro".to_owned())].into() } else { BTreeMap::new() },
+            revenue: None,
+            interactive,
+            goals: if name == "Signup" { vec!["Signup".into()] } else { vec![] },
+            visit: self.visit.clone(),
+            prev: self.state.clone(),
+            run: String::new(),
+            epoch: 0,
+            ttl: ts / 1000 + 30 * 86_400,
+        };
+        self.state = e.next();
+        e
+    }
+
+    fn pageview(&mut self, path: &str, ts: i64) -> StoredEvent {
+        self.event("pageview", path, ts, true)
+    }
+}
+
+/// Stores `e` as the pipeline does: partition registered, ticket taken, the event written with
+/// the ticket's run and epoch, the ticket committed.
+async fn ingest(agg: &Aggregator, table: &Table, mut e: StoredEvent) -> StoredEvent {
+    agg.register_partition(&e.site_id, &e.day).await.expect("the partition is registered");
+    let ticket = agg.begin();
+    e.run = ticket.run_id().to_owned();
+    e.epoch = ticket.epoch();
+    table.put("Event", event_item(&e)).await.expect("the event is stored");
+    ticket.commit(&e);
+    e
+}
+
+/// An aggregate item's counters and visitor estimate, or `None` when it is not stored.
+async fn item(table: &Table, period: &str, dimension: &str, bucket: &str, value: &str) -> Option<(Counters, u64)> {
+    let r = table
+        .get(
+            "Aggregate",
+            item! { "site_id" => "S1", "period" => period, "dimension" => dimension, "bucket" => bucket, "value" => value },
+        )
+        .await
+        .expect("the item is read")?;
+    let n = |name: &str| r.opt_i64(name).expect("a number").unwrap_or(0);
+    let visitors = match r.get("visitors_sketch") {
+        Some(store::AttributeValue::B(b)) => {
+            analytics::sketch::VisitorSketch::from_bytes(b).expect("a sketch").estimate()
+        }
+        _ => 0,
+    };
+    Some((
+        Counters {
+            pageviews: n("pageviews"),
+            events: n("events"),
+            visits: n("visits"),
+            bounces: n("bounces"),
+            duration_ms: n("duration_ms"),
+            visit_pageviews: n("visit_pageviews"),
+        },
+        visitors,
+    ))
+}
+
+async fn verify(table: &Table, site: &str, first: &str, last: &str) -> RebuildReport {
+    let sites = sites();
+    let (first, last) = (parse_date(first).expect("a date"), parse_date(last).expect("a date"));
+    rebuild(table, sites.as_ref(), site, first, last, RebuildMode::Verify, &|_| {}).await.expect("the rebuild runs")
+}
+
+/// Every aggregate item, to compare snapshots.
+async fn aggregates(table: &Table) -> Vec<store::Item> {
+    let mut items: Vec<store::Item> = table
+        .scan()
+        .entity("Aggregate")
+        .all()
+        .await
+        .expect("the table scans")
+        .into_iter()
+        .map(|r| r.into_item())
+        .collect();
+    items.sort_by(|a, b| {
+        format!("{:?}{:?}", a.get("pk"), a.get("sk")).cmp(&format!("{:?}{:?}", b.get("pk"), b.get("sk")))
+    });
+    items
+}
+
+fn counters(
+    pageviews: i64,
+    events: i64,
+    visits: i64,
+    bounces: i64,
+    duration_ms: i64,
+    visit_pageviews: i64,
+) -> Counters {
+    Counters { pageviews, events, visits, bounces, duration_ms, visit_pageviews }
+}
+
+/// Two visits, flushed in two epochs: A views `/` then `/pricing` a minute later; B views `/` and
+/// scrolls (not interactive) 30 seconds later, a bounce.
+async fn two_visits(agg: &Aggregator, table: &Table) -> Vec<StoredEvent> {
+    let mut a = Session::new("S1", 0xa, 1, T0, "Google");
+    let mut b = Session::new("S1", 0xb, 2, T0 + 120_000, "");
+    let mut stored = vec![ingest(agg, table, a.pageview("/", T0)).await];
+    agg.flush_now().await.expect("the first epoch flushes");
+    stored.push(ingest(agg, table, b.pageview("/", T0 + 120_000)).await);
+    stored.push(ingest(agg, table, a.pageview("/pricing", T0 + 60_000)).await);
+    stored.push(ingest(agg, table, b.event("Scroll", "/", T0 + 150_000, false)).await);
+    agg.flush_now().await.expect("the second epoch flushes");
+    stored
+}
+
+#[tokio::test]
+async fn two_visits_add_up_to_hand_computed_aggregates() {
+    let h = harness().await;
+    let agg = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+    let events = two_visits(&agg, &h.table).await;
+    assert_eq!(events.iter().map(|e| e.epoch).collect::<Vec<_>>(), [1, 2, 2, 2]);
+
+    let day = "2026-11-22";
+    assert_eq!(item(&h.table, "day", "total", day, "").await, Some((counters(3, 4, 2, 1, 90_000, 3), 2)));
+    assert_eq!(item(&h.table, "month", "total", "2026-11", "").await, Some((counters(3, 4, 2, 1, 90_000, 3), 2)));
+    assert_eq!(item(&h.table, "hour", "total", "2026-11-22T07", "").await, Some((counters(3, 4, 2, 1, 90_000, 3), 2)));
+    assert_eq!(item(&h.table, "day", "event:page", day, "/").await, Some((counters(2, 2, 0, 0, 0, 0), 2)));
+    assert_eq!(item(&h.table, "day", "event:page", day, "/pricing").await, Some((counters(1, 1, 0, 0, 0, 0), 1)));
+    // The exit page moved from `/` to `/pricing` for A: `/` keeps only B's bouncing visit.
+    assert_eq!(item(&h.table, "day", "visit:exit_page", day, "/").await, Some((counters(0, 0, 1, 1, 30_000, 1), 0)));
+    assert_eq!(
+        item(&h.table, "day", "visit:exit_page", day, "/pricing").await,
+        Some((counters(0, 0, 1, 0, 60_000, 2), 0))
+    );
+    assert_eq!(item(&h.table, "day", "visit:source", day, "Google").await, Some((counters(2, 2, 1, 0, 60_000, 2), 1)));
+    assert_eq!(item(&h.table, "day", "visit:source", day, "").await, Some((counters(1, 2, 1, 1, 30_000, 1), 1)));
+    assert_eq!(item(&h.table, "day", "event:name", day, "Scroll").await, Some((counters(0, 1, 0, 0, 0, 0), 1)));
+    // Minutes count events, not visits.
+    assert_eq!(item(&h.table, "minute", "total", "0029922210", "").await, Some((counters(1, 1, 0, 0, 0, 0), 1)));
+
+    let stats = agg.stats();
+    assert_eq!((stats.epochs_flushed, stats.pending_events, stats.flush_errors), (2, 0, 0));
+    assert!(stats.last_flush_write_units > 0.0 && stats.flush_write_units > stats.last_flush_write_units);
+    let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
+    assert_eq!((report.events_read, report.differences.len()), (4, 0), "{:#?}", report.differences);
+    assert!(report.items_compared > 40);
+    agg.shutdown().await.expect("the run shuts down");
+}
+
+#[tokio::test]
+async fn a_steady_state_flush_reads_nothing() {
+    let h = harness().await;
+    let agg = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+    let mut a = Session::new("S1", 0xa, 1, T0, "Google");
+    ingest(&agg, &h.table, a.pageview("/", T0)).await;
+    agg.flush_now().await.expect("flushes");
+    assert!(agg.stats().last_flush_read_units > 0.0, "the first flush reads the items it touches");
+    ingest(&agg, &h.table, a.pageview("/", T0 + 1_000)).await;
+    agg.flush_now().await.expect("flushes");
+    // The second flush touches the same items, all cached, so it reads none of them again.
+    let stats = agg.stats();
+    assert_eq!(stats.last_flush_read_units, 0.0);
+    assert!(stats.last_flush_write_units > 0.0);
+    // A first page view touches 43 items (listed in the unit test `a_first_page_view`); the
+    // second page view of the same page touches the same ones.
+    assert_eq!(stats.items_written, 2 * 43);
+    agg.shutdown().await.expect("shuts down");
+}
+
+#[tokio::test]
+async fn applying_the_same_epochs_twice_changes_nothing() {
+    let h = harness().await;
+    let a = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+    two_visits(&a, &h.table).await;
+    a.abort();
+    let before = aggregates(&h.table).await;
+    // Pretend the run never recorded its flushes and died: recovery replays every epoch of it.
+    h.table
+        .update(
+            "Run",
+            item! { "run_id" => a.run_id() },
+            model::expr::Update::new().set("flushed_epoch", 0).set("heartbeat_ms", 0),
+        )
+        .await
+        .expect("the run item is rewound");
+    let b = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("a second run starts");
+    wait_recovered(&h.table, a.run_id()).await;
+    assert_eq!(aggregates(&h.table).await, before, "a replayed epoch must be skipped by every item");
+    assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![]);
+    b.shutdown().await.expect("shuts down");
+}
+
+async fn run_state(table: &Table, run_id: &str) -> String {
+    let r = table.get("Run", item! { "run_id" => run_id }).await.expect("reads").expect("the run exists");
+    r.opt_string("state").expect("a string").unwrap_or("live").to_owned()
+}
+
+/// Waits (up to 10 s) until `run_id` is marked recovered.
+async fn wait_recovered(table: &Table, run_id: &str) {
+    for _ in 0..200 {
+        if run_state(table, run_id).await == "recovered" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("run {run_id} was not recovered: {}", run_state(table, run_id).await);
+}
+
+fn recovering() -> AggregatorConfig {
+    AggregatorConfig {
+        heartbeat_interval: Duration::from_millis(50),
+        dead_after: Duration::from_millis(300),
+        flush_interval: Duration::from_secs(3600),
+        ..AggregatorConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_run_is_recovered_by_another() {
+    let h = harness().await;
+    let a = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+    let mut s = Session::new("S1", 0xa, 1, T0, "Google");
+    let mut t = Session::new("S1", 0xb, 2, T0 + 5_000, "Newsletter");
+    ingest(&a, &h.table, s.pageview("/", T0)).await;
+    ingest(&a, &h.table, t.pageview("/blog", T0 + 5_000)).await;
+    a.flush_now().await.expect("flushes");
+    // Two more epochs that are never flushed, then the process dies.
+    ingest(&a, &h.table, s.pageview("/pricing", T0 + 60_000)).await;
+    ingest(&a, &h.table, t.event("Signup", "/signup", T0 + 70_000, true)).await;
+    assert_eq!(a.stats().pending_events, 2);
+    a.abort();
+    assert!(!verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences.is_empty());
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = Aggregator::start(h.table.clone(), sites(), recovering()).await.expect("a second run starts");
+    wait_recovered(&h.table, a.run_id()).await;
+    let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
+    assert_eq!((report.events_read, report.differences), (4, vec![]));
+    assert_eq!(item(&h.table, "day", "total", "2026-11-22", "").await, Some((counters(3, 4, 2, 0, 125_000, 3), 2)));
+    b.shutdown().await.expect("shuts down");
+    assert_eq!(run_state(&h.table, b.run_id()).await, "done");
+}
+
+/// A store that fails every write after the first `n` once armed, as a flush cut off by a crash
+/// or an outage would.
+struct FailingStore {
+    inner: Arc<dyn Store>,
+    /// Writes still allowed; negative means unarmed.
+    left: AtomicI64,
+}
+
+impl FailingStore {
+    fn arm(&self, n: i64) {
+        self.left.store(n, Ordering::SeqCst);
+    }
+
+    fn disarm(&self) {
+        self.left.store(-1, Ordering::SeqCst);
+    }
+
+    fn write(&self) -> store::Result<()> {
+        let left = self.left.load(Ordering::SeqCst);
+        if left < 0 {
+            return Ok(());
+        }
+        if left == 0 || self.left.fetch_sub(1, Ordering::SeqCst) <= 0 {
+            self.left.store(0, Ordering::SeqCst);
+            return Err(StoreError::Internal("injected write failure".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for FailingStore {
+    async fn create_table(&self, d: store::TableDefinition) -> store::Result<store::TableDescription> {
+        self.inner.create_table(d).await
+    }
+    async fn delete_table(&self, name: &str) -> store::Result<store::TableDescription> {
+        self.inner.delete_table(name).await
+    }
+    async fn describe_table(&self, name: &str) -> store::Result<store::TableDescription> {
+        self.inner.describe_table(name).await
+    }
+    async fn list_tables(&self) -> store::Result<Vec<String>> {
+        self.inner.list_tables().await
+    }
+    async fn get_item(&self, r: store::GetItem) -> store::Result<store::GetItemOutput> {
+        self.inner.get_item(r).await
+    }
+    async fn put_item(&self, r: store::PutItem) -> store::Result<store::WriteOutput> {
+        self.write()?;
+        self.inner.put_item(r).await
+    }
+    async fn update_item(&self, r: store::UpdateItem) -> store::Result<store::WriteOutput> {
+        self.write()?;
+        self.inner.update_item(r).await
+    }
+    async fn delete_item(&self, r: store::DeleteItem) -> store::Result<store::WriteOutput> {
+        self.write()?;
+        self.inner.delete_item(r).await
+    }
+    async fn query(&self, r: store::Query) -> store::Result<store::QueryOutput> {
+        self.inner.query(r).await
+    }
+    async fn scan(&self, r: store::Scan) -> store::Result<store::QueryOutput> {
+        self.inner.scan(r).await
+    }
+    async fn batch_get_item(&self, r: store::BatchGetItem) -> store::Result<store::BatchGetItemOutput> {
+        self.inner.batch_get_item(r).await
+    }
+    async fn batch_write_item(&self, r: store::BatchWriteItem) -> store::Result<store::BatchWriteItemOutput> {
+        self.write()?;
+        self.inner.batch_write_item(r).await
+    }
+    async fn transact_get_items(&self, r: store::TransactGetItems) -> store::Result<store::TransactGetItemsOutput> {
+        self.inner.transact_get_items(r).await
+    }
+    async fn transact_write_items(
+        &self,
+        r: store::TransactWriteItems,
+    ) -> store::Result<store::TransactWriteItemsOutput> {
+        self.write()?;
+        self.inner.transact_write_items(r).await
+    }
+}
+
+async fn failing(h: &Harness) -> (Arc<FailingStore>, Table) {
+    let failing = Arc::new(FailingStore { inner: h.store.clone(), left: AtomicI64::new(-1) });
+    let table = Table::new(failing.clone(), tally_schema("tally"));
+    (failing, table)
+}
+
+/// Three sessions over two hours, with props, goals and a late event.
+async fn some_traffic(agg: &Aggregator, table: &Table) -> usize {
+    let mut a = Session::new("S1", 0xa, 1, T0, "Google");
+    let mut b = Session::new("S1", 0xb, 2, T0 + 3_600_000, "");
+    let mut c = Session::new("S1", 0xa, 3, T0 + 7_200_000, "Newsletter");
+    let events = vec![
+        a.pageview("/", T0),
+        b.pageview("/docs", T0 + 3_600_000),
+        a.pageview("/pricing", T0 + 120_000),
+        a.event("Signup", "/signup", T0 + 180_000, true),
+        b.pageview("/docs/start", T0 + 3_660_000),
+        a.pageview("/about", T0 + 60_000),
+        c.pageview("/", T0 + 7_200_000),
+    ];
+    let n = events.len();
+    for e in events {
+        ingest(agg, table, e).await;
+    }
+    n
+}
+
+#[tokio::test]
+async fn an_interrupted_flush_is_retried_without_counting_twice() {
+    let h = harness().await;
+    let (failing, table) = failing(&h).await;
+    let agg = Aggregator::start(table, sites(), quiet()).await.expect("the run starts");
+    some_traffic(&agg, &h.table).await;
+    failing.arm(10);
+    assert!(agg.flush_now().await.is_err());
+    assert_eq!(agg.stats().flush_errors, 1);
+    assert_eq!(agg.stats().pending_events, 7, "an unflushed epoch is kept");
+    let partial = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
+    assert!(!partial.differences.is_empty(), "the flush was cut off halfway");
+    failing.disarm();
+    agg.flush_now().await.expect("the retry flushes");
+    let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
+    assert_eq!((report.events_read, report.differences), (7, vec![]));
+    assert_eq!(agg.stats().pending_events, 0);
+    agg.shutdown().await.expect("shuts down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_flush_of_a_crashed_run_is_completed_by_recovery() {
+    let h = harness().await;
+    let (failing, table) = failing(&h).await;
+    let a = Aggregator::start(table, sites(), quiet()).await.expect("the run starts");
+    some_traffic(&a, &h.table).await;
+    failing.arm(25);
+    assert!(a.flush_now().await.is_err());
+    a.abort();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = Aggregator::start(h.table.clone(), sites(), recovering()).await.expect("a second run starts");
+    wait_recovered(&h.table, a.run_id()).await;
+    let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
+    assert_eq!((report.events_read, report.differences), (7, vec![]));
+    assert!(b.stats().runs_recovered >= 1 || run_state(&h.table, a.run_id()).await == "recovered");
+    b.shutdown().await.expect("shuts down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_writing_the_same_items_add_up() {
+    let h = harness().await;
+    let a = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("run a starts");
+    let b = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("run b starts");
+    let mut n = 0;
+    for round in 0..4u32 {
+        let mut sessions: Vec<Session> = (0..6u64)
+            .map(|v| {
+                Session::new("S1", v + 16 * u64::from(round), round * 10 + v as u32, T0 + i64::from(round), "Google")
+            })
+            .collect();
+        for (i, s) in sessions.iter_mut().enumerate() {
+            let agg = if i % 2 == 0 { &a } else { &b };
+            ingest(agg, &h.table, s.pageview("/", T0 + i64::from(round))).await;
+            ingest(agg, &h.table, s.pageview("/next", T0 + i64::from(round) + 10_000)).await;
+            n += 2;
+        }
+        let (ra, rb) = tokio::join!(a.flush_now(), b.flush_now());
+        ra.expect("run a flushes");
+        rb.expect("run b flushes");
+    }
+    assert_eq!(
+        item(&h.table, "day", "total", "2026-11-22", "").await.map(|(c, v)| (c.pageviews, c.visits, c.bounces, v)),
+        Some((n, 24, 0, 24))
+    );
+    assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![]);
+    a.shutdown().await.expect("a shuts down");
+    b.shutdown().await.expect("b shuts down");
+}
+
+#[tokio::test]
+async fn finished_runs_leave_the_flush_marks() {
+    let h = harness().await;
+    let a = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("run a starts");
+    let mut s = Session::new("S1", 1, 1, T0, "");
+    ingest(&a, &h.table, s.pageview("/", T0)).await;
+    a.shutdown().await.expect("a shuts down");
+    let config = AggregatorConfig { heartbeat_interval: Duration::from_millis(20), ..quiet() };
+    let b = Aggregator::start(h.table.clone(), sites(), config).await.expect("run b starts");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ingest(&b, &h.table, s.pageview("/x", T0 + 1_000)).await;
+    b.flush_now().await.expect("b flushes");
+    let r = h
+        .table
+        .get("Aggregate", item! { "site_id" => "S1", "period" => "day", "dimension" => "total", "bucket" => "2026-11-22", "value" => "" })
+        .await
+        .expect("reads")
+        .expect("exists");
+    let runs: Vec<&str> = r.map("flushes").expect("a map").keys().map(String::as_str).collect();
+    assert_eq!(runs, vec![b.run_id()]);
+    b.shutdown().await.expect("b shuts down");
+}
+
+#[tokio::test]
+async fn replace_rewrites_damaged_aggregates() {
+    let h = harness().await;
+    let agg = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+    some_traffic(&agg, &h.table).await;
+    agg.shutdown().await.expect("shuts down");
+    let key =
+        item! { "site_id" => "S1", "period" => "day", "dimension" => "total", "bucket" => "2026-11-22", "value" => "" };
+    h.table.update("Aggregate", key.clone(), model::expr::Update::new().set("pageviews", 1000)).await.expect("damaged");
+    let report = verify(&h.table, "S1", "2026-11-22", "2026-11-22").await;
+    assert_eq!(report.differences.len(), 1, "{:#?}", report.differences);
+    let sites = sites();
+    let day = parse_date("2026-11-22").expect("a date");
+    let replaced =
+        rebuild(&h.table, sites.as_ref(), "S1", day, day, RebuildMode::Replace, &|_| {}).await.expect("replaces");
+    assert!(replaced.items_written > 0);
+    assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![]);
+}
+
+/// One generated session: site, visitor, start (minutes into 2026-11-10), and events as
+/// (kind, path index, seconds after the start, possibly negative for a late event).
+type SessionSpec = (usize, u64, i64, Vec<(u8, usize, i64)>);
+
+fn session_spec() -> impl Strategy<Value = SessionSpec> {
+    (0..2usize, 0..5u64, 0..(10 * 24 * 60i64), prop::collection::vec((0..4u8, 0..4usize, -600..3600i64), 1..5))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    #[test]
+    fn live_aggregates_equal_the_rebuild(
+        specs in prop::collection::vec(session_spec(), 1..6),
+        order in prop::collection::vec(any::<u32>(), 30),
+        flushes in prop::collection::vec(any::<bool>(), 30),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async {
+            let h = harness().await;
+            let agg = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+            // 2026-11-10T00:00Z.
+            let base = 1_794_268_800_000i64;
+            let paths = ["/", "/pricing", "/docs", "/about"];
+            let mut events: Vec<(u32, StoredEvent)> = Vec::new();
+            let mut k = 0;
+            for (i, (site, visitor, start_min, evs)) in specs.iter().enumerate() {
+                let start = base + start_min * 60_000;
+                let mut s = Session::new(["S1", "S2"][*site], *visitor, i as u32, start, ["", "Google"][i % 2]);
+                // Arrival keys are sorted within the session, so its events arrive in seq order
+                // while sessions interleave at random.
+                let mut keys: Vec<u32> = evs.iter().map(|_| { k += 1; order[k % order.len()] }).collect();
+                keys.sort_unstable();
+                for (j, ((kind, path, offset_s), key)) in evs.iter().zip(keys).enumerate() {
+                    let ts = if j == 0 { start } else { start + offset_s * 1000 };
+                    let e = match kind {
+                        0 | 1 => s.pageview(paths[*path], ts),
+                        2 => s.event("Signup", paths[*path], ts, true),
+                        _ => s.event("Scroll", paths[*path], ts, false),
+                    };
+                    events.push((key, e));
+                }
+            }
+            events.sort_by_key(|(key, _)| *key);
+            let n = events.len() as u64;
+            for (i, (_, e)) in events.into_iter().enumerate() {
+                ingest(&agg, &h.table, e).await;
+                if flushes[i % flushes.len()] {
+                    agg.flush_now().await.expect("flushes");
+                }
+            }
+            agg.flush_now().await.expect("flushes");
+            let mut read = 0;
+            for site in ["S1", "S2"] {
+                let report = verify(&h.table, site, "2026-11-01", "2026-11-30").await;
+                assert_eq!(report.differences, vec![], "site {site}");
+                read += report.events_read;
+            }
+            assert_eq!(read, n);
+            agg.shutdown().await.expect("shuts down");
+        });
+    }
+}

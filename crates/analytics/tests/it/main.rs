@@ -1,0 +1,4 @@
+//! The analytics crate's integration tests, one binary: each module exercises one part of the
+//! pipeline against the embedded engine.
+
+mod aggregate;
