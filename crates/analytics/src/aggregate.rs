@@ -391,7 +391,8 @@ impl Aggregator {
         &self.shared.run_id
     }
 
-    /// Takes a slot in the current epoch, before writing an event.
+    /// Takes a slot in the current epoch, before writing an event. Tickets taken after
+    /// [`Aggregator::shutdown`] are never flushed; the run's events stay findable for a rebuild.
     pub fn begin(&self) -> Ticket {
         let mut epoch = 0;
         if let Ok(mut epochs) = self.shared.epochs.lock() {
@@ -404,6 +405,9 @@ impl Aggregator {
     /// Records durably that this run writes events to `(site_id, day)`, before its first write
     /// there, so recovery can find them; cached after. Also loads the site's settings.
     pub async fn register_partition(&self, site_id: &str, day: &str) -> Result<(), AggregateError> {
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            return Err(AggregateError::Stopped);
+        }
         let pair = (site_id.to_owned(), day.to_owned());
         if self.shared.partitions.lock().is_ok_and(|p| p.contains(&pair)) {
             return Ok(());
@@ -425,12 +429,21 @@ impl Aggregator {
     }
 
     /// Closes the current epoch (if it has tickets) and flushes every closed epoch, oldest first.
+    /// Fails with [`AggregateError::Stopped`] after [`Aggregator::shutdown`] or `abort`.
     pub async fn flush_now(&self) -> Result<(), AggregateError> {
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            return Err(AggregateError::Stopped);
+        }
         self.shared.flush_now().await
     }
 
-    /// Stops the tasks, flushes what is left, and marks the run `done`.
+    /// Stops the tasks, flushes what is left, and marks the run `done`. If the final flush fails
+    /// the run stays `live` without a heartbeat, so another process recovers its events once it
+    /// counts as dead. A second call (or one after `abort`) does nothing.
     pub async fn shutdown(&self) -> Result<(), AggregateError> {
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         let _ = self.stop.send(true);
         let tasks = self.tasks.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default();
         for task in tasks {
@@ -689,8 +702,11 @@ async fn flush_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
 }
 
 async fn heartbeat_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
+    // The first beat runs at once: it loads the set of finished runs (whose flush marks the
+    // flushes drop) and recovers runs that died while no process was watching.
     let interval = match shared.upgrade() {
         Some(s) => {
+            let _ = s.heartbeat().await;
             let _ = recovery::recover_dead_runs(&s).await;
             s.config.heartbeat_interval
         }
