@@ -195,7 +195,13 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
             concurrency: shared.config.write_concurrency,
             max_attempts: shared.config.max_attempts,
         };
-        writer.apply(&acc, &mut cache).await.result?;
+        let outcome = writer.apply(&acc, &mut cache).await;
+        if let Ok(mut c) = shared.counts.lock() {
+            c.items_written += outcome.written;
+            c.items_skipped += outcome.skipped;
+            c.conflicts += outcome.conflicts;
+        }
+        outcome.result?;
         shared.table.update_with("Run", key(), Update::new().set("flushed_epoch", epoch), Some(&ours), false).await?;
     }
     shared
