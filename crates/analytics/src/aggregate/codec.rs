@@ -65,7 +65,11 @@ pub fn event_item(e: &StoredEvent) -> Item {
     item.insert("prev_interactive".into(), e.prev.interactive.into());
     item.insert("prev_last_ts".into(), e.prev.last_ts.into());
     item.insert("epoch".into(), e.epoch.into());
-    item.insert("ttl".into(), e.ttl.into());
+    // No expiry given (0) leaves the `Event` entity's default retention to the model layer: a TTL
+    // of 0 would mean "expired in 1970".
+    if e.ttl > 0 {
+        item.insert("ttl".into(), e.ttl.into());
+    }
     if !e.props.is_empty() {
         let props = e.props.iter().map(|(k, v)| (k.clone(), AttributeValue::from(v.as_str()))).collect();
         item.insert("props".into(), AttributeValue::M(props));

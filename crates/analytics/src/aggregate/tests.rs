@@ -291,6 +291,7 @@ fn an_event_survives_its_item_round_trip() {
     e.revenue = Some(("19.99".into(), "EUR".into()));
     e.interactive = false;
     e.visit.utm_term = "t".into();
+    e.ttl = T0 / 1000 + 30 * 86_400;
     let store: Arc<dyn store::Store> = Arc::new(NoStore);
     let table = Table::new(store, schema);
     let item = table.build_item("Event", event_item(&e)).expect("the item fits the Event entity");
