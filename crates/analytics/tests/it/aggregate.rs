@@ -577,6 +577,50 @@ fn session_spec() -> impl Strategy<Value = SessionSpec> {
     (0..2usize, 0..5u64, 0..(10 * 24 * 60i64), prop::collection::vec((0..4u8, 0..4usize, -600..3600i64), 1..5))
 }
 
+/// The events of generated sessions in a random arrival order: sessions interleave at random,
+/// and each session's events arrive in `seq` order (their times need not be in order).
+fn arrivals(specs: &[SessionSpec], order: &[u32]) -> Vec<StoredEvent> {
+    // 2026-11-10T00:00Z.
+    let base = 1_794_268_800_000i64;
+    let paths = ["/", "/pricing", "/docs", "/about"];
+    let mut events: Vec<(u32, StoredEvent)> = Vec::new();
+    let mut k = 0;
+    for (i, (site, visitor, start_min, evs)) in specs.iter().enumerate() {
+        let start = base + start_min * 60_000;
+        let mut s = Session::new(["S1", "S2"][*site], *visitor, i as u32, start, ["", "Google"][i % 2]);
+        let mut keys: Vec<u32> = evs
+            .iter()
+            .map(|_| {
+                k += 1;
+                order[k % order.len()]
+            })
+            .collect();
+        keys.sort_unstable();
+        for (j, ((kind, path, offset_s), key)) in evs.iter().zip(keys).enumerate() {
+            let ts = if j == 0 { start } else { start + offset_s * 1000 };
+            let e = match kind {
+                0 | 1 => s.pageview(paths[*path], ts),
+                2 => s.event("Signup", paths[*path], ts, true),
+                _ => s.event("Scroll", paths[*path], ts, false),
+            };
+            events.push((key, e));
+        }
+    }
+    events.sort_by_key(|(key, _)| *key);
+    events.into_iter().map(|(_, e)| e).collect()
+}
+
+/// Verifies both sites over November; returns the events read.
+async fn verify_all(table: &Table) -> u64 {
+    let mut read = 0;
+    for site in ["S1", "S2"] {
+        let report = verify(table, site, "2026-11-01", "2026-11-30").await;
+        assert_eq!(report.differences, vec![], "site {site}");
+        read += report.events_read;
+    }
+    read
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
 
@@ -590,45 +634,74 @@ proptest! {
         rt.block_on(async {
             let h = harness().await;
             let agg = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
-            // 2026-11-10T00:00Z.
-            let base = 1_794_268_800_000i64;
-            let paths = ["/", "/pricing", "/docs", "/about"];
-            let mut events: Vec<(u32, StoredEvent)> = Vec::new();
-            let mut k = 0;
-            for (i, (site, visitor, start_min, evs)) in specs.iter().enumerate() {
-                let start = base + start_min * 60_000;
-                let mut s = Session::new(["S1", "S2"][*site], *visitor, i as u32, start, ["", "Google"][i % 2]);
-                // Arrival keys are sorted within the session, so its events arrive in seq order
-                // while sessions interleave at random.
-                let mut keys: Vec<u32> = evs.iter().map(|_| { k += 1; order[k % order.len()] }).collect();
-                keys.sort_unstable();
-                for (j, ((kind, path, offset_s), key)) in evs.iter().zip(keys).enumerate() {
-                    let ts = if j == 0 { start } else { start + offset_s * 1000 };
-                    let e = match kind {
-                        0 | 1 => s.pageview(paths[*path], ts),
-                        2 => s.event("Signup", paths[*path], ts, true),
-                        _ => s.event("Scroll", paths[*path], ts, false),
-                    };
-                    events.push((key, e));
-                }
-            }
-            events.sort_by_key(|(key, _)| *key);
+            let events = arrivals(&specs, &order);
             let n = events.len() as u64;
-            for (i, (_, e)) in events.into_iter().enumerate() {
+            for (i, e) in events.into_iter().enumerate() {
                 ingest(&agg, &h.table, e).await;
                 if flushes[i % flushes.len()] {
                     agg.flush_now().await.expect("flushes");
                 }
             }
             agg.flush_now().await.expect("flushes");
-            let mut read = 0;
-            for site in ["S1", "S2"] {
-                let report = verify(&h.table, site, "2026-11-01", "2026-11-30").await;
-                assert_eq!(report.differences, vec![], "site {site}");
-                read += report.events_read;
-            }
-            assert_eq!(read, n);
+            assert_eq!(verify_all(&h.table).await, n);
             agg.shutdown().await.expect("shuts down");
+        });
+    }
+
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_crash_anywhere_recovered_by_another_run_equals_the_rebuild(
+        specs in prop::collection::vec(session_spec(), 1..6),
+        order in prop::collection::vec(any::<u32>(), 30),
+        flushes in prop::collection::vec(any::<bool>(), 30),
+        crash_at in 0..24usize,
+        fail_after in prop::option::of(0..60i64),
+    ) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
+        rt.block_on(async {
+            let h = harness().await;
+            let (failing, table) = failing(&h).await;
+            let a = Aggregator::start(table, sites(), quiet()).await.expect("run a starts");
+            let successor = AggregatorConfig {
+                dead_after: Duration::from_millis(1),
+                heartbeat_interval: Duration::from_millis(20),
+                ..quiet()
+            };
+            let events = arrivals(&specs, &order);
+            let n = events.len() as u64;
+            let crash_at = crash_at.min(events.len());
+            let mut b = None;
+            for (i, e) in events.into_iter().enumerate() {
+                if i == crash_at {
+                    // The process dies, perhaps in the middle of a flush.
+                    if let Some(writes) = fail_after {
+                        failing.arm(writes);
+                        let _ = a.flush_now().await;
+                    }
+                    a.abort();
+                    b = Some(Aggregator::start(h.table.clone(), sites(), successor.clone()).await.expect("run b starts"));
+                }
+                let agg = b.as_deref().unwrap_or(&a);
+                ingest(agg, &h.table, e).await;
+                if flushes[i % flushes.len()] {
+                    agg.flush_now().await.expect("flushes");
+                }
+            }
+            let b = match b {
+                Some(b) => b,
+                None => {
+                    a.abort();
+                    Aggregator::start(h.table.clone(), sites(), successor).await.expect("run b starts")
+                }
+            };
+            wait_recovered(&h.table, a.run_id()).await;
+            b.flush_now().await.expect("flushes");
+            assert_eq!(verify_all(&h.table).await, n);
+            b.shutdown().await.expect("shuts down");
         });
     }
 }
