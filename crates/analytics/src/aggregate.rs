@@ -98,6 +98,15 @@ pub enum AggregateError {
 }
 
 impl AggregateError {
+    /// Whether trying again later may succeed: a transient storage failure or a contended item.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            AggregateError::Model(e) => e.is_retryable(),
+            AggregateError::Contended { .. } => true,
+            _ => false,
+        }
+    }
+
     /// Wraps an error of a [`SiteSettingsSource`].
     pub fn sites(e: impl std::error::Error + Send + Sync + 'static) -> AggregateError {
         AggregateError::Sites(Box::new(e))
@@ -653,7 +662,10 @@ impl Shared {
 
     /// Writes the heartbeat, refreshes the set of finished runs and the cached site settings.
     async fn heartbeat(&self) -> Result<(), AggregateError> {
-        self.table
+        // A run another process has claimed (it looked dead) fails this condition; the rest of the
+        // beat still runs, and the error is returned at the end.
+        let beat = self
+            .table
             .update_with(
                 "Run",
                 item! { "run_id" => self.run_id.as_str() },
@@ -661,7 +673,7 @@ impl Shared {
                 Some(&attr("state").eq("live")),
                 false,
             )
-            .await?;
+            .await;
         let runs = recovery::list_runs(&self.table).await?;
         let finished: BTreeSet<String> =
             runs.iter().filter(|r| r.state == "done" || r.state == "recovered").map(|r| r.run_id.clone()).collect();
@@ -678,7 +690,7 @@ impl Shared {
                 cache.insert(site, s);
             }
         }
-        Ok(())
+        beat.map(|_| ()).map_err(AggregateError::from)
     }
 }
 
