@@ -321,15 +321,23 @@ impl Ticket {
 
     /// Hands in the event as stored: its deltas join this ticket's epoch.
     pub fn commit(self, event: &StoredEvent) {
-        let settings = self.shared.settings.read().ok().and_then(|s| s.get(&event.site_id).cloned());
+        // The deltas are computed before the epoch lock is taken, so concurrent commits only
+        // contend on the merge.
         let mut computed = Accumulator::default();
-        if let Some(s) = &settings {
-            apply::accumulate(&mut computed, event, &s.zone);
-        }
+        let zoned = match self.shared.settings.read() {
+            Ok(settings) => match settings.get(&event.site_id) {
+                Some(s) => {
+                    apply::accumulate(&mut computed, event, &s.zone);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        };
         if let Ok(mut epochs) = self.shared.epochs.lock()
             && let Some(slot) = epochs.slots.get_mut(&self.epoch)
         {
-            if settings.is_some() {
+            if zoned {
                 apply::merge(&mut slot.acc, computed);
             } else {
                 slot.unzoned.push(event.clone());
