@@ -5,6 +5,7 @@
 //! the bucket of the event's time, visit counters ([`Contribution`]s) to the bucket of the
 //! session's start, the new contribution added and the previous one taken away.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::period::{PeriodError, SiteZone, Unit};
@@ -109,16 +110,16 @@ pub fn deltas(event: &StoredEvent, zone: &SiteZone) -> Vec<(AggKey, Delta)> {
     // Event counters and the visitor, in the bucket of the event's time.
     for period in Period::ALL {
         let Ok(bucket) = bucket_label(period, zone, event.ts) else { continue };
-        let mut values: Vec<(String, &str)> = vec![(TOTAL.to_owned(), "")];
+        let mut values: Vec<(Cow<'static, str>, &str)> = Vec::with_capacity(24);
+        values.push((TOTAL.into(), ""));
         if event.is_pageview() {
-            values.push(("event:page".to_owned(), &event.path));
+            values.push(("event:page".into(), &event.path));
         }
-        values.push(("event:hostname".to_owned(), &event.hostname));
-        values.push(("event:name".to_owned(), &event.name));
-        values.extend(event.goals.iter().map(|g| ("event:goal".to_owned(), g.as_str())));
-        values.extend(event.props.iter().map(|(k, v)| (format!("{PROPS_PREFIX}{k}"), v.as_str())));
-        values
-            .extend(VISIT_DIMENSIONS.iter().filter_map(|d| visit_value(&event.visit, d).map(|v| ((*d).to_owned(), v))));
+        values.push(("event:hostname".into(), &event.hostname));
+        values.push(("event:name".into(), &event.name));
+        values.extend(event.goals.iter().map(|g| ("event:goal".into(), g.as_str())));
+        values.extend(event.props.iter().map(|(k, v)| (format!("{PROPS_PREFIX}{k}").into(), v.as_str())));
+        values.extend(VISIT_DIMENSIONS.iter().filter_map(|d| visit_value(&event.visit, d).map(|v| ((*d).into(), v))));
         for (dimension, value) in values {
             if period_keeps(period, &dimension) {
                 c.add(period, &dimension, &bucket, value, count);

@@ -357,3 +357,20 @@ impl store::Store for NoStore {
         unreachable!("no I/O in this test")
     }
 }
+
+#[test]
+fn tickets_and_aggregators_cross_tasks() {
+    // Ingestion holds a ticket across the await of its event write, inside spawned tasks.
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Ticket>();
+    shareable::<Aggregator>();
+    shareable::<AggregateError>();
+}
+
+#[test]
+fn only_transient_failures_are_retryable() {
+    let throttled = model::Error::Store(store::StoreError::Throttled("slow down".into()));
+    assert!(AggregateError::Model(throttled).is_retryable());
+    assert!(AggregateError::Contended { key: "k".into(), attempts: 16 }.is_retryable());
+    assert!(!AggregateError::Stopped.is_retryable());
+}
