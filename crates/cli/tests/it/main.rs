@@ -1,6 +1,8 @@
 //! The `tally` binary, run as a user runs it.
 
 mod config;
+mod e2e;
+mod support;
 
 use std::process::{Command, Output};
 
