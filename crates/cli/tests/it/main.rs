@@ -1,6 +1,7 @@
 //! The `tally` binary, run as a user runs it.
 
 mod config;
+mod bad_input;
 mod e2e;
 mod support;
 

@@ -70,8 +70,6 @@ pub fn field(text: &str, label: &str) -> String {
 pub struct SiteSetup {
     /// The domain, also the Stats API's `site_id`.
     pub domain: String,
-    /// Tally's site id.
-    pub site_id: String,
     /// The Umami website id.
     pub umami_id: String,
     /// A site API key (Bearer).
@@ -82,12 +80,7 @@ pub struct SiteSetup {
 pub fn add_site(store: &Path, domain: &str, timezone: &str) -> SiteSetup {
     let added = tally_ok(store, &["site", "add", domain, "--timezone", timezone]);
     let key = tally_ok(store, &["key", "create", domain]);
-    SiteSetup {
-        domain: domain.to_owned(),
-        site_id: field(&added, "site id:"),
-        umami_id: field(&added, "umami website id:"),
-        key: field(&key, "key:"),
-    }
+    SiteSetup { domain: domain.to_owned(), umami_id: field(&added, "umami website id:"), key: field(&key, "key:") }
 }
 
 /// A running `tally serve`, killed when dropped (so a failing test leaves no server behind).
@@ -290,17 +283,5 @@ impl Client {
             }
         }
         Ok(Response { status, headers, body })
-    }
-}
-
-/// Polls `probe` until it returns `Some`, failing with the last `Err` after `timeout`.
-pub fn eventually<T>(timeout: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match probe() {
-            Ok(value) => return value,
-            Err(why) if Instant::now() >= deadline => panic!("not reached within {timeout:?}: {why}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
     }
 }
