@@ -4,6 +4,8 @@
 //! Every command takes `--config` and the settings flags (`--store`, `--table`, …); see
 //! [`config`] for the file, the `TALLY_*` variables and their precedence.
 
+// `bench` holds the HTTP load driver so far; `tally bench`, `serve`, `site`, `goal`, `key`,
+// `import` and `aggregate` are wired once `analytics::{sites, pipeline, stats}` land.
 #[allow(dead_code)]
 mod bench;
 mod capacity;
