@@ -56,6 +56,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("site_id").ulid())
                 .attribute(Attribute::string("domain").required().example("example.com"))
                 .attribute(Attribute::string("timezone").default_value("UTC"))
+                .attribute(Attribute::string("umami_id").example("9f1c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b"))
                 .attribute(Attribute::number("retention_event_days").default_value(30))
                 .attribute(Attribute::number("retention_hourly_days").default_value(90))
                 .attribute(Attribute::number("retention_daily_days").default_value(730))
@@ -66,7 +67,7 @@ pub fn tally_schema(name: &str) -> Schema {
         )
         .entity(
             Entity::new("SiteDomain")
-                .description("Maps a domain (or alias) to its site, for ingestion.")
+                .description("Maps a domain, or `umami:{website id}`, to its site, for ingestion.")
                 .attribute(Attribute::string("domain").required().example("example.com"))
                 .attribute(Attribute::string("site_id").required())
                 .key("DOMAIN#{domain}", "DOMAIN"),

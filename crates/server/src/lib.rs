@@ -32,6 +32,7 @@
 pub mod error;
 pub mod ingest;
 pub mod metrics;
+pub mod pipeline;
 pub mod routes;
 pub mod wire;
 

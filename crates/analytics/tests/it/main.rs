@@ -2,3 +2,4 @@
 //! pipeline against the embedded engine.
 
 mod aggregate;
+mod pipeline;

@@ -1,0 +1,461 @@
+//! Sites, their domains and goals, and site API keys, on Tally's table.
+//!
+//! Ingestion resolves every event's domain (or Umami website id) to a site, and the Stats API
+//! authenticates every request by its key, so both are cached for a few seconds: a steady stream
+//! of events costs no reads. A change (a new goal, a revoked key) is seen by every process within
+//! [`CACHE_TTL`].
+//!
+//! API keys are random 32-byte values shown once; the table keeps only their SHA-256, so a copy
+//! of the table gives no usable key.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use model::ops::TxWrite;
+use model::{Record, Table};
+use sha2::{Digest, Sha256};
+use store::item;
+
+use crate::aggregate::{AggregateError, SiteSettings, SiteSettingsSource};
+use crate::enrich::IpRanges;
+use crate::event::Hostname;
+use crate::goal::{Goal, GoalError};
+use crate::period::SiteZone;
+
+/// How long a cached site or key is trusted.
+pub const CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// The prefix of Tally's API keys, so a leaked key is recognisable in logs and scanners.
+pub const KEY_PREFIX: &str = "tly_";
+
+/// What can go wrong with sites and keys.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SitesError {
+    /// The table could not be read or written.
+    #[error(transparent)]
+    Model(#[from] model::Error),
+    /// The domain is not a host name.
+    #[error("{0:?} is not a domain name (write it as example.com, without scheme or path)")]
+    InvalidDomain(String),
+    /// The time zone is not an IANA zone.
+    #[error("{0:?} is not an IANA time zone (such as Europe/Berlin)")]
+    InvalidTimezone(String),
+    /// Another site already has the domain.
+    #[error("the domain {0} already belongs to a site")]
+    DomainTaken(String),
+    /// No site has this id or domain.
+    #[error("no site {0:?}")]
+    NoSuchSite(String),
+    /// The goal is not valid.
+    #[error(transparent)]
+    Goal(#[from] GoalError),
+    /// No key of the site has this id.
+    #[error("the site has no API key {0:?}")]
+    NoSuchKey(String),
+    /// An item in the table does not read back.
+    #[error("a stored {entity} is malformed: {message}")]
+    Corrupt {
+        /// The entity.
+        entity: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A tracked site.
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// Its id (a ULID).
+    pub site_id: String,
+    /// Its main domain.
+    pub domain: String,
+    /// The domains whose referrers are self-referrals (the main domain).
+    pub domains: Vec<Hostname>,
+    /// The Umami website id (a UUID) Umami's tracker sends for it.
+    pub umami_id: String,
+    /// Its time zone.
+    pub zone: SiteZone,
+    /// Days raw events are kept.
+    pub retention_event_days: u32,
+    /// Days hourly aggregates are kept.
+    pub retention_hourly_days: u32,
+    /// Days daily aggregates are kept.
+    pub retention_daily_days: u32,
+    /// Client ranges whose events are dropped.
+    pub excluded_ips: IpRanges,
+    /// Its goals.
+    pub goals: Vec<SiteGoal>,
+}
+
+/// A goal of a site.
+#[derive(Debug, Clone)]
+pub struct SiteGoal {
+    /// Its id (a ULID).
+    pub goal_id: String,
+    /// The goal.
+    pub goal: Goal,
+}
+
+/// A site API key, without the key itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyInfo {
+    /// Its id (a ULID), for revoking.
+    pub key_id: String,
+    /// The site it opens.
+    pub site_id: String,
+    /// What its owner called it.
+    pub name: String,
+    /// Whether it was revoked.
+    pub revoked: bool,
+}
+
+type Cached<T> = Mutex<HashMap<String, (Instant, Option<T>)>>;
+
+/// Sites, goals and keys, with short-lived caches. Share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Sites {
+    table: Table,
+    by_id: Cached<Site>,
+    by_domain: Cached<String>,
+    by_key: Cached<ApiKeyInfo>,
+}
+
+fn cached<T: Clone>(cache: &Cached<T>, key: &str) -> Option<Option<T>> {
+    let guard = cache.lock().ok()?;
+    let (at, value) = guard.get(key)?;
+    (at.elapsed() < CACHE_TTL).then(|| value.clone())
+}
+
+fn remember<T>(cache: &Cached<T>, key: &str, value: Option<T>) {
+    if let Ok(mut guard) = cache.lock() {
+        if guard.len() > 100_000 {
+            guard.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
+        }
+        guard.insert(key.to_owned(), (Instant::now(), value));
+    }
+}
+
+fn corrupt(entity: &'static str) -> impl Fn(model::Error) -> SitesError {
+    move |e| SitesError::Corrupt { entity, message: e.to_string() }
+}
+
+fn hash_key(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn u32_of(record: &Record, name: &str, default: u32) -> u32 {
+    record.opt_i64(name).ok().flatten().and_then(|v| u32::try_from(v).ok()).unwrap_or(default)
+}
+
+/// The key under which an Umami website id maps to its site, beside the domains.
+fn umami_alias(uuid: &str) -> String {
+    format!("umami:{}", uuid.to_ascii_lowercase())
+}
+
+impl Sites {
+    /// Sites on `table`.
+    pub fn new(table: Table) -> Self {
+        Sites { table, by_id: Mutex::default(), by_domain: Mutex::default(), by_key: Mutex::default() }
+    }
+
+    /// Adds a site for `domain` in time zone `timezone`.
+    pub async fn add(&self, domain: &str, timezone: &str) -> Result<Site, SitesError> {
+        let host = Hostname::parse(domain)
+            .filter(|h| h.as_str().contains('.') || h.as_str() == "localhost")
+            .ok_or_else(|| SitesError::InvalidDomain(domain.to_owned()))?;
+        SiteZone::new(timezone).map_err(|_| SitesError::InvalidTimezone(timezone.to_owned()))?;
+        let site_id = ulid::Ulid::new().to_string();
+        let umami_id = uuid_v4();
+        let writes = vec![
+            TxWrite::create(
+                "Site",
+                item! {
+                    "site_id" => site_id.as_str(),
+                    "domain" => host.as_str(),
+                    "timezone" => timezone,
+                    "umami_id" => umami_id.as_str(),
+                },
+            ),
+            TxWrite::create("SiteDomain", item! { "domain" => host.as_str(), "site_id" => site_id.as_str() }),
+            TxWrite::create(
+                "SiteDomain",
+                item! { "domain" => umami_alias(&umami_id).as_str(), "site_id" => site_id.as_str() },
+            ),
+        ];
+        match self.table.transact_write(writes).await {
+            Ok(_) => {}
+            Err(e) if e.is_condition_failed() || e.is_already_exists() || e.is_transaction_canceled() => {
+                return Err(SitesError::DomainTaken(host.as_str().to_owned()));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.get(&site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id))
+    }
+
+    /// Every site.
+    pub async fn list(&self) -> Result<Vec<Site>, SitesError> {
+        let records = self.table.query("Site").index("gsi1").key(item! {}).all().await?;
+        let mut sites = Vec::with_capacity(records.len());
+        for r in records {
+            let id = r.string("site_id").map_err(corrupt("Site"))?.to_owned();
+            if let Some(site) = self.load(&id).await? {
+                sites.push(site);
+            }
+        }
+        Ok(sites)
+    }
+
+    /// Reads a site and its goals (one Query), bypassing the cache.
+    async fn load(&self, site_id: &str) -> Result<Option<Site>, SitesError> {
+        let records = self.table.collection(&["Site", "Goal"]).key(item! { "site_id" => site_id }).all().await?;
+        let Some(site) = records.iter().find(|r| r.entity() == "Site") else {
+            return Ok(None);
+        };
+        let domain = site.string("domain").map_err(corrupt("Site"))?.to_owned();
+        let timezone = site.opt_string("timezone").ok().flatten().unwrap_or("UTC");
+        let zone =
+            SiteZone::new(timezone).map_err(|e| SitesError::Corrupt { entity: "Site", message: e.to_string() })?;
+        let excluded: Vec<String> =
+            site.string_set("excluded_ip_ranges").map(|s| s.into_iter().collect()).unwrap_or_default();
+        let excluded_ips = IpRanges::parse(excluded.iter().map(String::as_str))
+            .map_err(|e| SitesError::Corrupt { entity: "Site", message: e.to_string() })?;
+        let mut goals = Vec::new();
+        for g in records.iter().filter(|r| r.entity() == "Goal") {
+            let goal_id = g.string("goal_id").map_err(corrupt("Goal"))?.to_owned();
+            let goal = match g.string("kind").map_err(corrupt("Goal"))? {
+                "page" => Goal::page(g.string("page_path").map_err(corrupt("Goal"))?)?,
+                _ => Goal::event(g.string("event_name").map_err(corrupt("Goal"))?)?,
+            };
+            goals.push(SiteGoal { goal_id, goal });
+        }
+        Ok(Some(Site {
+            site_id: site_id.to_owned(),
+            domains: Hostname::parse(&domain).into_iter().collect(),
+            domain,
+            umami_id: site.opt_string("umami_id").ok().flatten().unwrap_or_default().to_owned(),
+            zone,
+            retention_event_days: u32_of(site, "retention_event_days", 30),
+            retention_hourly_days: u32_of(site, "retention_hourly_days", 90),
+            retention_daily_days: u32_of(site, "retention_daily_days", 730),
+            excluded_ips,
+            goals,
+        }))
+    }
+
+    /// The site `site_id` (cached for [`CACHE_TTL`]).
+    pub async fn get(&self, site_id: &str) -> Result<Option<Site>, SitesError> {
+        if let Some(hit) = cached(&self.by_id, site_id) {
+            return Ok(hit);
+        }
+        let site = self.load(site_id).await?;
+        remember(&self.by_id, site_id, site.clone());
+        Ok(site)
+    }
+
+    async fn site_of_alias(&self, alias: &str) -> Result<Option<Site>, SitesError> {
+        let site_id = match cached(&self.by_domain, alias) {
+            Some(hit) => hit,
+            None => {
+                let record = self.table.get("SiteDomain", item! { "domain" => alias }).await?;
+                let id = match record {
+                    Some(r) => Some(r.string("site_id").map_err(corrupt("SiteDomain"))?.to_owned()),
+                    None => None,
+                };
+                remember(&self.by_domain, alias, id.clone());
+                id
+            }
+        };
+        match site_id {
+            Some(id) => self.get(&id).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The site of `domain` (without `www.`), if any.
+    pub async fn by_domain(&self, domain: &str) -> Result<Option<Site>, SitesError> {
+        match Hostname::parse(domain) {
+            Some(host) => self.site_of_alias(host.as_str()).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The site of an Umami website id.
+    pub async fn by_umami_id(&self, uuid: &str) -> Result<Option<Site>, SitesError> {
+        if uuid.len() > 64 {
+            return Ok(None);
+        }
+        self.site_of_alias(&umami_alias(uuid)).await
+    }
+
+    /// The site named by its id or its domain.
+    pub async fn resolve(&self, id_or_domain: &str) -> Result<Option<Site>, SitesError> {
+        if id_or_domain.len() == 26
+            && let Some(site) = self.get(id_or_domain).await?
+        {
+            return Ok(Some(site));
+        }
+        self.by_domain(id_or_domain).await
+    }
+
+    /// Removes a site, its domains, goals and keys. Its events and aggregates are left to expire
+    /// by their TTLs (monthly aggregates are kept; a site added again gets a new id).
+    pub async fn remove(&self, site_id: &str) -> Result<bool, SitesError> {
+        let Some(site) = self.load(site_id).await? else {
+            return Ok(false);
+        };
+        for key in self.keys(site_id).await? {
+            let _ = self.revoke_key(site_id, &key.key_id).await;
+            if let Some(hash) = self.key_hash_of(site_id, &key.key_id).await? {
+                self.table.delete("ApiKey", item! { "key_hash" => hash.as_str() }).await?;
+            }
+        }
+        for goal in &site.goals {
+            self.table.delete("Goal", item! { "site_id" => site_id, "goal_id" => goal.goal_id.as_str() }).await?;
+        }
+        self.table.delete("SiteDomain", item! { "domain" => site.domain.as_str() }).await?;
+        if !site.umami_id.is_empty() {
+            self.table.delete("SiteDomain", item! { "domain" => umami_alias(&site.umami_id).as_str() }).await?;
+        }
+        self.table.delete("Site", item! { "site_id" => site_id }).await?;
+        if let Ok(mut c) = self.by_id.lock() {
+            c.remove(site_id);
+        }
+        if let Ok(mut c) = self.by_domain.lock() {
+            c.clear();
+        }
+        Ok(true)
+    }
+
+    /// Adds a goal to a site.
+    pub async fn add_goal(&self, site_id: &str, goal: Goal) -> Result<SiteGoal, SitesError> {
+        if self.load(site_id).await?.is_none() {
+            return Err(SitesError::NoSuchSite(site_id.to_owned()));
+        }
+        let goal_id = ulid::Ulid::new().to_string();
+        let mut fields = item! {
+            "site_id" => site_id,
+            "goal_id" => goal_id.as_str(),
+            "display_name" => goal.display_name(),
+        };
+        match &goal {
+            Goal::Page(pattern) => {
+                fields.insert("kind".into(), "page".into());
+                fields.insert("page_path".into(), pattern.as_str().into());
+            }
+            Goal::Event(name) => {
+                fields.insert("kind".into(), "event".into());
+                fields.insert("event_name".into(), name.as_str().into());
+            }
+        }
+        self.table.create("Goal", fields).await?;
+        if let Ok(mut c) = self.by_id.lock() {
+            c.remove(site_id);
+        }
+        Ok(SiteGoal { goal_id, goal })
+    }
+
+    /// Creates an API key for a site: returns the key (shown once, never stored) and its record.
+    pub async fn create_key(&self, site_id: &str, name: &str) -> Result<(String, ApiKeyInfo), SitesError> {
+        if self.load(site_id).await?.is_none() {
+            return Err(SitesError::NoSuchSite(site_id.to_owned()));
+        }
+        let mut secret = [0u8; 32];
+        rand::fill(&mut secret);
+        let key = format!("{KEY_PREFIX}{}", secret.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let key_id = ulid::Ulid::new().to_string();
+        self.table
+            .create(
+                "ApiKey",
+                item! {
+                    "key_hash" => hash_key(&key).as_str(),
+                    "key_id" => key_id.as_str(),
+                    "site_id" => site_id,
+                    "name" => name,
+                },
+            )
+            .await?;
+        Ok((key, ApiKeyInfo { key_id, site_id: site_id.to_owned(), name: name.to_owned(), revoked: false }))
+    }
+
+    /// A site's keys.
+    pub async fn keys(&self, site_id: &str) -> Result<Vec<ApiKeyInfo>, SitesError> {
+        let records = self.table.query("ApiKey").index("gsi1").key(item! { "site_id" => site_id }).all().await?;
+        records.iter().map(key_info).collect()
+    }
+
+    async fn key_hash_of(&self, site_id: &str, key_id: &str) -> Result<Option<String>, SitesError> {
+        let records = self
+            .table
+            .query("ApiKey")
+            .index("gsi1")
+            .key(item! { "site_id" => site_id, "key_id" => key_id })
+            .all()
+            .await?;
+        Ok(records.first().and_then(|r| r.string("key_hash").ok()).map(str::to_owned))
+    }
+
+    /// Revokes a key; it is refused from then on (within [`CACHE_TTL`] on other processes).
+    pub async fn revoke_key(&self, site_id: &str, key_id: &str) -> Result<(), SitesError> {
+        let hash = self.key_hash_of(site_id, key_id).await?.ok_or_else(|| SitesError::NoSuchKey(key_id.to_owned()))?;
+        let now = jiff::Timestamp::now().as_millisecond();
+        self.table
+            .update("ApiKey", item! { "key_hash" => hash.as_str() }, model::expr::Update::new().set("revoked_at", now))
+            .await?;
+        if let Ok(mut c) = self.by_key.lock() {
+            c.clear();
+        }
+        Ok(())
+    }
+
+    /// The key behind a Bearer token, unless unknown or revoked.
+    pub async fn authenticate(&self, bearer: &str) -> Result<Option<ApiKeyInfo>, SitesError> {
+        if !bearer.starts_with(KEY_PREFIX) || bearer.len() > 200 {
+            return Ok(None);
+        }
+        let hash = hash_key(bearer);
+        if let Some(hit) = cached(&self.by_key, &hash) {
+            return Ok(hit);
+        }
+        let info = match self.table.get("ApiKey", item! { "key_hash" => hash.as_str() }).await? {
+            Some(r) => Some(key_info(&r)?).filter(|k| !k.revoked),
+            None => None,
+        };
+        remember(&self.by_key, &hash, info.clone());
+        Ok(info)
+    }
+}
+
+fn key_info(r: &Record) -> Result<ApiKeyInfo, SitesError> {
+    Ok(ApiKeyInfo {
+        key_id: r.string("key_id").map_err(corrupt("ApiKey"))?.to_owned(),
+        site_id: r.string("site_id").map_err(corrupt("ApiKey"))?.to_owned(),
+        name: r.opt_string("name").ok().flatten().unwrap_or_default().to_owned(),
+        revoked: r.opt_i64("revoked_at").ok().flatten().is_some(),
+    })
+}
+
+/// A random (version 4) UUID in its lower-case text form.
+fn uuid_v4() -> String {
+    let mut b = [0u8; 16];
+    rand::fill(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+#[async_trait]
+impl SiteSettingsSource for Sites {
+    async fn site_settings(&self, site_id: &str) -> Result<Option<SiteSettings>, AggregateError> {
+        let site = self.get(site_id).await.map_err(AggregateError::sites)?;
+        Ok(site.map(|s| SiteSettings {
+            zone: s.zone,
+            retention_hourly_days: s.retention_hourly_days,
+            retention_daily_days: s.retention_daily_days,
+        }))
+    }
+}

@@ -1,0 +1,216 @@
+//! The ingestion pipeline on the embedded engine: sites and keys, sessions (the 30-minute rule,
+//! two processes sharing a visitor), bots, and live aggregates equal to a rebuild.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, event_from_record, rebuild};
+use analytics::enrich::{DropReason, Enricher, EnricherConfig};
+use analytics::event::RawEvent;
+use analytics::goal::Goal;
+use analytics::pipeline::{ImportEvent, IngestResult, Pipeline, SiteSelector};
+use analytics::schema::tally_schema;
+use analytics::sites::Sites;
+use analytics::stored::StoredEvent;
+use futures::StreamExt;
+use model::Table;
+use store::Store;
+use store_embedded::EmbeddedStore;
+
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:132.0) Gecko/20100101 Firefox/132.0";
+const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
+
+struct World {
+    _dir: tempfile::TempDir,
+    table: Table,
+    sites: Arc<Sites>,
+    enricher: Arc<Enricher>,
+}
+
+async fn world() -> World {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).expect("the embedded engine opens"));
+    let table = Table::new(store.clone(), tally_schema("tally"));
+    table.create_table().await.expect("Tally's table is created");
+    let sites = Arc::new(Sites::new(table.clone()));
+    let enricher = Arc::new(Enricher::new(EnricherConfig::default()).expect("the enricher loads"));
+    World { _dir: dir, table, sites, enricher }
+}
+
+fn quiet() -> AggregatorConfig {
+    AggregatorConfig {
+        flush_interval: Duration::from_secs(3600),
+        heartbeat_interval: Duration::from_secs(3600),
+        ..AggregatorConfig::default()
+    }
+}
+
+async fn pipeline(w: &World) -> (Arc<Pipeline>, Arc<Aggregator>) {
+    let aggregator = Aggregator::start(w.table.clone(), w.sites.clone(), quiet()).await.expect("aggregator");
+    let p = Pipeline::new(w.table.clone(), w.sites.clone(), w.enricher.clone(), aggregator.clone());
+    (Arc::new(p), aggregator)
+}
+
+fn pageview(url: &str, ua: &str, ip: [u8; 4], ts: i64) -> RawEvent {
+    let mut raw = RawEvent::pageview(url, "example.com");
+    raw.user_agent = ua.into();
+    raw.peer_ip = IpAddr::from(ip);
+    raw.timestamp_ms = ts;
+    raw
+}
+
+async fn stored_events(w: &World) -> Vec<StoredEvent> {
+    let mut events = Vec::new();
+    let mut pages = w.table.scan().entity("Event").consistent().pages();
+    while let Some(page) = pages.next().await {
+        for r in page.expect("scan").records {
+            events.push(event_from_record(&r).expect("events read back"));
+        }
+    }
+    events.sort_by_key(|e| (e.session_id.clone(), e.seq));
+    events
+}
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+#[tokio::test]
+async fn sites_keys_and_goals_round_trip_and_keys_are_stored_hashed() {
+    let w = world().await;
+    let site = w.sites.add("example.com", "Europe/Berlin").await.expect("site added");
+    assert!(w.sites.add("example.com", "UTC").await.is_err(), "a domain belongs to one site");
+    assert!(w.sites.add("not a domain", "UTC").await.is_err());
+    assert!(w.sites.add("example.org", "Mars/Olympus").await.is_err());
+    assert_eq!(w.sites.by_domain("www.example.com").await.unwrap().unwrap().site_id, site.site_id);
+    assert_eq!(w.sites.by_umami_id(&site.umami_id).await.unwrap().unwrap().site_id, site.site_id);
+    w.sites.add_goal(&site.site_id, Goal::event("Signup").unwrap()).await.unwrap();
+    let (key, info) = w.sites.create_key(&site.site_id, "ci").await.unwrap();
+    assert_eq!(w.sites.authenticate(&key).await.unwrap().unwrap().site_id, site.site_id);
+    assert_eq!(w.sites.authenticate("tly_wrong").await.unwrap(), None);
+    let mut dump = String::new();
+    let mut pages = w.table.scan().pages();
+    while let Some(page) = pages.next().await {
+        dump.push_str(&format!("{:?}", page.unwrap().records));
+    }
+    assert!(!dump.contains(&key), "the key itself is never stored");
+    w.sites.revoke_key(&site.site_id, &info.key_id).await.unwrap();
+    let fresh = Sites::new(w.table.clone());
+    assert_eq!(fresh.authenticate(&key).await.unwrap(), None, "a revoked key is refused");
+    assert!(w.sites.remove(&site.site_id).await.unwrap());
+    assert!(fresh.by_domain("example.com").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_thirty_minute_gap_starts_a_new_visit_and_prev_state_is_the_fold() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, _a) = pipeline(&w).await;
+    let t = now() - 3 * 3_600_000;
+    for (i, (path, dt)) in
+        [("/", 0), ("/pricing", 60_000), ("/docs", 29 * 60_000 + 60_000), ("/", 62 * 60_000)].iter().enumerate()
+    {
+        let r = p
+            .ingest(
+                pageview(&format!("https://example.com{path}"), FIREFOX, [203, 0, 113, 9], t + dt),
+                SiteSelector::Domain,
+            )
+            .await;
+        assert!(matches!(r, IngestResult::Accepted), "event {i}: {r:?}");
+    }
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 4);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id.clone()).collect();
+    assert_eq!(sessions.len(), 2, "the 32-minute gap splits the visit: {events:#?}");
+    let first: Vec<_> = events.iter().filter(|e| e.visit.start_ts == t).collect();
+    assert_eq!(first.iter().map(|e| e.seq).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(first[2].prev.pageviews, 2);
+    assert_eq!(first[2].prev.exit_page, "/pricing");
+    assert_eq!(first[2].prev.last_ts, t + 60_000);
+    assert_eq!(first[0].visit.browser, "Firefox");
+}
+
+#[tokio::test]
+async fn two_processes_sharing_a_visitor_write_one_session_without_gaps() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p1, _a1) = pipeline(&w).await;
+    let (p2, _a2) = pipeline(&w).await;
+    let t = now() - 3_600_000;
+    for i in 0..10i64 {
+        let p = if i % 2 == 0 { &p1 } else { &p2 };
+        let r = p
+            .ingest(
+                pageview(&format!("https://example.com/p{i}"), IPHONE, [198, 51, 100, 7], t + i * 1000),
+                SiteSelector::Domain,
+            )
+            .await;
+        assert!(matches!(r, IngestResult::Accepted), "{r:?}");
+    }
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 10, "no event overwritten");
+    assert!(events.iter().all(|e| e.session_id == events[0].session_id), "one visit across both processes");
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), (0..10).collect::<Vec<u32>>());
+    for pair in events.windows(2) {
+        assert_eq!(pair[1].prev, pair[0].next(), "each event's previous state is its predecessor's next");
+    }
+    assert_eq!(events[0].visit.device, "Mobile");
+}
+
+#[tokio::test]
+async fn bots_unknown_sites_and_invalid_events_are_not_stored() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, _a) = pipeline(&w).await;
+    let t = now();
+    let bot = pageview("https://example.com/", "Googlebot/2.1 (+http://www.google.com/bot.html)", [1, 2, 3, 4], t);
+    assert!(matches!(p.ingest(bot, SiteSelector::Domain).await, IngestResult::Dropped(DropReason::Bot)));
+    let empty = pageview("https://example.com/", "", [1, 2, 3, 4], t);
+    assert!(matches!(p.ingest(empty, SiteSelector::Domain).await, IngestResult::Dropped(_)));
+    let mut other = pageview("https://other.org/", FIREFOX, [1, 2, 3, 4], t);
+    other.domain = "other.org".into();
+    assert!(matches!(p.ingest(other, SiteSelector::Domain).await, IngestResult::UnknownSite));
+    let mut bad = pageview("https://example.com/", FIREFOX, [1, 2, 3, 4], t);
+    bad.name = String::new();
+    assert!(matches!(p.ingest(bad, SiteSelector::Domain).await, IngestResult::Invalid(_)));
+    assert!(stored_events(&w).await.is_empty());
+    assert_eq!(p.counters().dropped.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).sum::<u64>(), 2);
+}
+
+#[tokio::test]
+async fn ingested_and_imported_traffic_aggregates_equal_a_rebuild() {
+    let w = world().await;
+    let site = w.sites.add("example.com", "Europe/Berlin").await.unwrap();
+    w.sites.add_goal(&site.site_id, Goal::page("/pricing").unwrap()).await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    let t = now() - 2 * 3_600_000;
+    for v in 0..20u8 {
+        for step in 0..(v % 4 + 1) {
+            let path = ["/", "/pricing", "/docs", "/blog"][usize::from(step)];
+            let mut raw = pageview(
+                &format!("https://example.com{path}?utm_source=news"),
+                FIREFOX,
+                [10, 0, 0, v],
+                t + i64::from(v) * 1000 + i64::from(step) * 90_000,
+            );
+            raw.referrer = Some("https://www.google.com/".into());
+            assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+        }
+    }
+    let day = 86_400_000;
+    for i in 0..6i64 {
+        let raw = pageview("https://example.com/imported", FIREFOX, [0, 0, 0, 0], t - 3 * day + i * 600_000);
+        let e = ImportEvent { raw, visitor: Some(format!("user-{}", i % 2)), country: Some("DE".into()) };
+        assert!(matches!(p.import(&site, e).await, IngestResult::Accepted));
+    }
+    a.flush_now().await.unwrap();
+    let today = site.zone.date_of(now()).unwrap();
+    let first = site.zone.date_of(t - 4 * day).unwrap();
+    let report = rebuild(&w.table, w.sites.as_ref(), &site.site_id, first, today, RebuildMode::Verify, &|_| {})
+        .await
+        .expect("rebuild runs");
+    assert_eq!(report.events_read, 20 * 5 / 2 + 6 - 0, "every stored event is read: {report:?}");
+    assert!(report.differences.is_empty(), "live aggregates equal the rebuild: {:#?}", report.differences);
+    assert!(report.items_compared > 50);
+}
