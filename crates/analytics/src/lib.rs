@@ -19,6 +19,7 @@ pub mod period;
 pub mod pipeline;
 pub mod schema;
 pub mod sites;
+pub mod stats;
 pub mod sketch;
 pub mod stored;
 pub mod synth;

@@ -34,6 +34,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod pipeline;
 pub mod routes;
+pub mod stats;
 pub mod wire;
 
 pub use error::ServerError;

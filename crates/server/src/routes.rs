@@ -28,12 +28,20 @@ pub struct AppState {
     pub ingest: Arc<dyn Ingest>,
     /// Where `/metrics` reads its figures; `None` answers 404.
     pub metrics: Option<Arc<dyn crate::metrics::MetricsSource>>,
+    /// The Stats API, realtime and import; `None` answers 404.
+    pub reading: Option<Arc<crate::stats::Reading>>,
 }
 
 impl AppState {
     /// State around `ingest`.
     pub fn new(ingest: Arc<dyn Ingest>) -> Self {
-        AppState { ingest, metrics: None }
+        AppState { ingest, metrics: None, reading: None }
+    }
+
+    /// Serves the Stats API, realtime and import from `reading`.
+    pub fn with_reading(mut self, reading: Arc<crate::stats::Reading>) -> Self {
+        self.reading = Some(reading);
+        self
     }
 
     /// Serves `/metrics` from `source`.
@@ -55,6 +63,10 @@ pub fn router(state: AppState) -> Router {
         .merge(ingestion)
         .route("/health", get(health))
         .route("/metrics", get(crate::metrics::handler))
+        .route("/api/v2/query", post(crate::stats::query).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
+        .route("/api/realtime", get(crate::stats::realtime))
+        .route("/api/v1/stats/realtime/visitors", get(crate::stats::realtime_visitors))
+        .route("/api/import", post(crate::stats::import).layer(DefaultBodyLimit::max(crate::stats::MAX_IMPORT_BYTES)))
         .with_state(state)
 }
 

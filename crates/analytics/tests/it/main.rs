@@ -3,3 +3,4 @@
 
 mod aggregate;
 mod pipeline;
+mod stats;

@@ -1,0 +1,562 @@
+//! Reading: Plausible-style queries, the realtime panel and session replays, from aggregate items.
+//!
+//! A query names metrics, a date range in site time, at most one breakdown dimension plus
+//! optionally a time dimension, and filters. It is answered from the aggregate items of **one**
+//! dimension: the breakdown's, or — with no breakdown — the one dimension the filters name, or the
+//! site totals. The range is covered by the fewest month, day and hour buckets
+//! ([`SiteZone::cover`]), one Query per period, so the cost of a year is that of ~65 buckets per
+//! value, whatever the traffic. Visitors are the union of the buckets' sketches, never a sum.
+//!
+//! Filters on a dimension other than the one read would need the raw events (a later addition);
+//! such a query is refused with [`StatsError::Unsupported`] saying so, rather than answered wrong.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use model::Table;
+use store::item;
+
+use crate::aggregate::{SiteSettingsSource, StoredAggregate, agg_key_from_record};
+use crate::period::{Bucket, DateRange, SiteZone, Unit};
+use crate::sketch::VisitorSketch;
+use crate::stored::{
+    Counters, EVENT_DIMENSIONS, HOUR_DIMENSIONS, PROPS_PREFIX, Period, TOTAL, VISIT_DIMENSIONS, minute_label,
+};
+
+/// A metric of the Stats API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// Distinct visitors (sketch union).
+    Visitors,
+    /// Visits (sessions started in the range).
+    Visits,
+    /// Page views.
+    Pageviews,
+    /// Page views per visit.
+    ViewsPerVisit,
+    /// Bouncing visits over visits, percent.
+    BounceRate,
+    /// Mean visit duration, seconds.
+    VisitDuration,
+    /// Events of any name.
+    Events,
+    /// Converting visitors over all visitors, percent (with `event:goal`).
+    ConversionRate,
+}
+
+impl Metric {
+    /// Every metric, in the Stats API's spelling.
+    pub const ALL: [(&'static str, Metric); 8] = [
+        ("visitors", Metric::Visitors),
+        ("visits", Metric::Visits),
+        ("pageviews", Metric::Pageviews),
+        ("views_per_visit", Metric::ViewsPerVisit),
+        ("bounce_rate", Metric::BounceRate),
+        ("visit_duration", Metric::VisitDuration),
+        ("events", Metric::Events),
+        ("conversion_rate", Metric::ConversionRate),
+    ];
+
+    /// The metric named `name`.
+    pub fn parse(name: &str) -> Option<Metric> {
+        Metric::ALL.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        Metric::ALL.iter().find(|(_, m)| *m == self).map(|(n, _)| *n).unwrap_or("visitors")
+    }
+
+    fn is_session_metric(self) -> bool {
+        matches!(self, Metric::Visits | Metric::ViewsPerVisit | Metric::BounceRate | Metric::VisitDuration)
+    }
+}
+
+/// A filter operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterOp {
+    /// The value is one of the list.
+    Is,
+    /// The value is none of the list.
+    IsNot,
+    /// The value contains one of the list.
+    Contains,
+}
+
+/// A filter on one dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    /// The operator.
+    pub op: FilterOp,
+    /// The dimension (`visit:source`, `event:page`, …).
+    pub dimension: String,
+    /// The values.
+    pub values: Vec<String>,
+}
+
+impl Filter {
+    fn accepts(&self, value: &str) -> bool {
+        match self.op {
+            FilterOp::Is => self.values.iter().any(|v| v == value),
+            FilterOp::IsNot => !self.values.iter().any(|v| v == value),
+            FilterOp::Contains => self.values.iter().any(|v| value.contains(v.as_str())),
+        }
+    }
+}
+
+/// A query, validated by [`Query::new`].
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// The site.
+    pub site_id: String,
+    /// Metrics, in answer order.
+    pub metrics: Vec<Metric>,
+    /// The dates, in site time.
+    pub range: DateRange,
+    /// Breakdown dimensions: at most one aggregate dimension and at most one `time:*`.
+    pub dimensions: Vec<String>,
+    /// Filters.
+    pub filters: Vec<Filter>,
+    /// Ordering: a metric or dimension name and whether descending.
+    pub order_by: Vec<(String, bool)>,
+    /// Rows to return.
+    pub limit: usize,
+    /// Rows to skip.
+    pub offset: usize,
+}
+
+/// What is wrong with a query, or why it could not be answered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StatsError {
+    /// A client error, with the message to show.
+    #[error("{0}")]
+    Invalid(String),
+    /// Valid, but not answerable from aggregates yet.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The table failed.
+    #[error(transparent)]
+    Model(#[from] model::Error),
+    /// Stored data does not read back.
+    #[error("stored aggregates are malformed: {0}")]
+    Corrupt(String),
+}
+
+/// One metric's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// A count.
+    Int(i64),
+    /// A ratio, rounded.
+    Float(f64),
+}
+
+/// One row of an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The breakdown values, in query order.
+    pub dimensions: Vec<String>,
+    /// The metric values, in query order.
+    pub metrics: Vec<Value>,
+}
+
+fn is_aggregate_dimension(d: &str) -> bool {
+    d == TOTAL
+        || EVENT_DIMENSIONS.contains(&d)
+        || VISIT_DIMENSIONS.contains(&d)
+        || (d.starts_with(PROPS_PREFIX) && d.len() > PROPS_PREFIX.len() && d.len() <= PROPS_PREFIX.len() + 300)
+}
+
+fn time_unit(d: &str) -> Option<Unit> {
+    d.strip_prefix("time:").and_then(Unit::parse)
+}
+
+impl Query {
+    /// Checks a query's shape: known metrics and dimensions, at most one breakdown dimension and
+    /// one time dimension, session metrics only with visit dimensions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        site_id: String,
+        metrics: Vec<Metric>,
+        range: DateRange,
+        dimensions: Vec<String>,
+        filters: Vec<Filter>,
+        order_by: Vec<(String, bool)>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Query, StatsError> {
+        if metrics.is_empty() {
+            return Err(StatsError::Invalid("at least one metric is required".into()));
+        }
+        let mut time = 0;
+        let mut other = 0;
+        for d in &dimensions {
+            if time_unit(d).is_some() {
+                time += 1;
+            } else if is_aggregate_dimension(d) && d != TOTAL {
+                other += 1;
+                if d.starts_with("event:") && metrics.iter().any(|m| m.is_session_metric()) {
+                    let m = metrics.iter().find(|m| m.is_session_metric()).map_or("", |m| m.name());
+                    return Err(StatsError::Invalid(format!(
+                        "session metric `{m}` cannot be broken down by the event dimension `{d}`"
+                    )));
+                }
+            } else {
+                return Err(StatsError::Invalid(format!("unknown dimension `{d}`")));
+            }
+        }
+        if time > 1 || other > 1 {
+            return Err(StatsError::Unsupported(
+                "at most one time dimension and one other dimension can be combined".into(),
+            ));
+        }
+        for f in &filters {
+            if !is_aggregate_dimension(&f.dimension) || f.dimension == TOTAL {
+                return Err(StatsError::Invalid(format!("unknown filter dimension `{}`", f.dimension)));
+            }
+            if f.values.is_empty() {
+                return Err(StatsError::Invalid(format!("the filter on `{}` needs at least one value", f.dimension)));
+            }
+        }
+        if metrics.contains(&Metric::ConversionRate)
+            && !dimensions.iter().any(|d| d == "event:goal")
+            && !filters.iter().any(|f| f.dimension == "event:goal")
+        {
+            return Err(StatsError::Invalid(
+                "conversion_rate needs the event:goal dimension or a filter on event:goal".into(),
+            ));
+        }
+        for (name, _) in &order_by {
+            if Metric::parse(name).is_none_or(|m| !metrics.contains(&m)) && !dimensions.contains(name) {
+                return Err(StatsError::Invalid(format!(
+                    "cannot order by `{name}`: it is not a queried metric or dimension"
+                )));
+            }
+        }
+        Ok(Query { site_id, metrics, range, dimensions, filters, order_by, limit, offset })
+    }
+}
+
+/// Counters and visitors summed over buckets.
+#[derive(Debug, Clone, Default)]
+struct Sum {
+    counters: Counters,
+    sketch: VisitorSketch,
+}
+
+impl Sum {
+    fn add(&mut self, a: &StoredAggregate) {
+        self.counters.add(&a.counters);
+        if let Some(s) = &a.sketch {
+            self.sketch.merge(s);
+        }
+    }
+}
+
+/// The realtime panel's numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Realtime {
+    /// Distinct visitors in the last 5 minutes.
+    pub current_visitors: u64,
+    /// Page views per UTC minute, the last 30 minutes, oldest first: (minute start ms, count).
+    pub pageviews_per_minute: Vec<(i64, i64)>,
+    /// Pages viewed in the last 30 minutes, most viewed first: (path, visitors, page views).
+    pub top_pages: Vec<(String, u64, i64)>,
+}
+
+/// Answers queries. Share it behind an `Arc`.
+pub struct Stats {
+    table: Table,
+    sites: Arc<dyn SiteSettingsSource>,
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats").finish_non_exhaustive()
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn display_value(dimension: &str, value: &str) -> Option<String> {
+    if !value.is_empty() {
+        return Some(value.to_owned());
+    }
+    (dimension == "visit:source").then(|| "Direct / None".to_owned())
+}
+
+impl Stats {
+    /// Queries over `table`.
+    pub fn new(table: Table, sites: Arc<dyn SiteSettingsSource>) -> Self {
+        Stats { table, sites }
+    }
+
+    async fn zone(&self, site_id: &str) -> Result<SiteZone, StatsError> {
+        let settings = self.sites.site_settings(site_id).await.map_err(|e| StatsError::Corrupt(e.to_string()))?;
+        Ok(settings.map(|s| s.zone).unwrap_or_else(SiteZone::utc))
+    }
+
+    /// The items of `dimension` at `period` with buckets from `first` to `last` (labels).
+    async fn read(
+        &self,
+        site_id: &str,
+        period: Period,
+        dimension: &str,
+        first: &str,
+        last: &str,
+    ) -> Result<Vec<(String, String, StoredAggregate)>, StatsError> {
+        let records = self
+            .table
+            .query("Aggregate")
+            .key(item! { "site_id" => site_id, "period" => period.as_str(), "dimension" => dimension })
+            .between(item! { "bucket" => first }, item! { "bucket" => last })
+            .all()
+            .await?;
+        let mut out = Vec::with_capacity(records.len());
+        for r in &records {
+            let key = agg_key_from_record(r).map_err(|e| StatsError::Corrupt(e.to_string()))?;
+            let agg = StoredAggregate::from_record(r).map_err(|e| StatsError::Corrupt(e.to_string()))?;
+            out.push((key.bucket, key.value, agg));
+        }
+        Ok(out)
+    }
+
+    /// Reads the buckets `wanted` of `dimension`, grouped by (time label, value).
+    async fn gather(
+        &self,
+        site_id: &str,
+        dimension: &str,
+        wanted: &[(Period, Bucket)],
+        label_of: &(dyn Fn(&Bucket) -> String + Sync),
+    ) -> Result<BTreeMap<(String, String), Sum>, StatsError> {
+        let mut by_period: HashMap<Period, BTreeMap<String, &Bucket>> = HashMap::new();
+        for (p, b) in wanted {
+            by_period.entry(*p).or_default().insert(b.label(), b);
+        }
+        let mut out: BTreeMap<(String, String), Sum> = BTreeMap::new();
+        for (period, buckets) in by_period {
+            let (Some(first), Some(last)) = (buckets.keys().next(), buckets.keys().next_back()) else { continue };
+            for (bucket, value, agg) in self.read(site_id, period, dimension, first, last).await? {
+                if let Some(b) = buckets.get(&bucket) {
+                    out.entry((label_of(b), value)).or_default().add(&agg);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Answers `q`.
+    pub async fn query(&self, q: &Query) -> Result<Vec<Row>, StatsError> {
+        let zone = self.zone(&q.site_id).await?;
+        let (start, end) = zone.bounds_ms(&q.range).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let time = q.dimensions.iter().find_map(|d| time_unit(d));
+        let breakdown = q.dimensions.iter().find(|d| time_unit(d).is_none()).cloned();
+        let filtered: BTreeSet<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
+        let source = match (&breakdown, filtered.len()) {
+            (Some(b), _) if filtered.iter().all(|f| f == b) => b.clone(),
+            (None, 0) => TOTAL.to_owned(),
+            (None, 1) => filtered.iter().next().map(|s| (*s).to_owned()).unwrap_or_default(),
+            _ => {
+                return Err(StatsError::Unsupported(
+                    "filters on a dimension other than the breakdown are not answered from aggregates yet".into(),
+                ));
+            }
+        };
+        if q.metrics.iter().any(|m| m.is_session_metric()) && source.starts_with("event:") {
+            return Err(StatsError::Invalid(format!(
+                "session metrics cannot be filtered by the event dimension `{source}`"
+            )));
+        }
+        // Which buckets: hours for an hourly series, days for the other series, the fewest
+        // month/day/hour buckets otherwise.
+        let wanted: Vec<(Period, Bucket)> = match time {
+            Some(Unit::Hour) => {
+                if !HOUR_DIMENSIONS.contains(&source.as_str()) {
+                    return Err(StatsError::Unsupported(format!(
+                        "hourly series are kept for {} only",
+                        HOUR_DIMENSIONS.join(", ")
+                    )));
+                }
+                let b = zone.buckets(Unit::Hour, start, end).map_err(|e| StatsError::Invalid(e.to_string()))?;
+                b.map(|b| (Period::Hour, b)).collect()
+            }
+            Some(_) => {
+                let b = zone.buckets(Unit::Day, start, end).map_err(|e| StatsError::Invalid(e.to_string()))?;
+                b.map(|b| (Period::Day, b)).collect()
+            }
+            None => zone
+                .cover(start, end)
+                .map_err(|e| StatsError::Invalid(e.to_string()))?
+                .into_iter()
+                .filter_map(|b| match b.unit() {
+                    Unit::Hour => Some((Period::Hour, b)),
+                    Unit::Day => Some((Period::Day, b)),
+                    Unit::Month => Some((Period::Month, b)),
+                    Unit::Week => None,
+                })
+                .collect(),
+        };
+        if time.is_none()
+            && wanted.iter().any(|(p, _)| *p == Period::Hour)
+            && !HOUR_DIMENSIONS.contains(&source.as_str())
+        {
+            return Err(StatsError::Unsupported(
+                "ranges that do not start and end on day boundaries need hourly items".into(),
+            ));
+        }
+        let label_of = |b: &Bucket| -> String {
+            match time {
+                None => String::new(),
+                Some(Unit::Hour) => format!("{} {:02}:00:00", b.first_date(), b.label().get(11..13).unwrap_or("00")),
+                Some(Unit::Day) => b.first_date().to_string(),
+                Some(unit) => zone.bucket(unit, b.start_ms()).map(|w| w.first_date().to_string()).unwrap_or_default(),
+            }
+        };
+        let groups = self.gather(&q.site_id, &source, &wanted, &label_of).await?;
+        // Conversion rates divide by all of the range's visitors.
+        let total_visitors = if q.metrics.contains(&Metric::ConversionRate) {
+            let totals = self.gather(&q.site_id, TOTAL, &wanted, &label_of).await?;
+            let mut by_label: HashMap<String, VisitorSketch> = HashMap::new();
+            for ((label, _), sum) in totals {
+                by_label.entry(label).or_default().merge(&sum.sketch);
+            }
+            by_label.into_iter().map(|(l, s)| (l, s.estimate())).collect()
+        } else {
+            HashMap::new()
+        };
+        // Rows: (time label, breakdown value) → sum, with filters applied to the source's values.
+        let mut rows: BTreeMap<(String, String), Sum> = BTreeMap::new();
+        for ((label, value), sum) in groups {
+            if source != TOTAL
+                && !q.filters.iter().all(|f| f.accepts(&display_value(&source, &value).unwrap_or_default()))
+            {
+                continue;
+            }
+            let shown = if breakdown.is_some() {
+                match display_value(&source, &value) {
+                    Some(v) => v,
+                    None => continue,
+                }
+            } else {
+                String::new()
+            };
+            let entry = rows.entry((label, shown)).or_default();
+            entry.counters.add(&sum.counters);
+            entry.sketch.merge(&sum.sketch);
+        }
+        if rows.is_empty() && breakdown.is_none() && time.is_none() {
+            rows.insert((String::new(), String::new()), Sum::default());
+        }
+        let mut out: Vec<Row> = rows
+            .into_iter()
+            .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
+            .map(|((label, value), s)| {
+                let c = &s.counters;
+                let visitors = if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() };
+                let per_visit = |x: i64| if c.visits > 0 { x as f64 / c.visits as f64 } else { 0.0 };
+                let metrics = q
+                    .metrics
+                    .iter()
+                    .map(|m| match m {
+                        Metric::Visitors => Value::Int(visitors as i64),
+                        Metric::Visits => Value::Int(c.visits),
+                        Metric::Pageviews => Value::Int(c.pageviews),
+                        Metric::Events => Value::Int(c.events),
+                        Metric::ViewsPerVisit => Value::Float(round2(per_visit(c.visit_pageviews))),
+                        Metric::BounceRate => Value::Int((per_visit(c.bounces) * 100.0).round() as i64),
+                        Metric::VisitDuration => Value::Int((per_visit(c.duration_ms) / 1000.0).round() as i64),
+                        Metric::ConversionRate => {
+                            let all = total_visitors.get(&label).copied().unwrap_or(0);
+                            let rate = crate::goal::conversion_rate(visitors, all.max(visitors));
+                            Value::Float(rate.percent(2))
+                        }
+                    })
+                    .collect();
+                let dimensions = q
+                    .dimensions
+                    .iter()
+                    .map(|d| if time_unit(d).is_some() { label.clone() } else { value.clone() })
+                    .collect();
+                Row { dimensions, metrics }
+            })
+            .collect();
+        order(&mut out, q);
+        Ok(out.into_iter().skip(q.offset).take(q.limit).collect())
+    }
+
+    /// The realtime panel of a site at `now_ms`.
+    pub async fn realtime(&self, site_id: &str, now_ms: i64) -> Result<Realtime, StatsError> {
+        let this_minute = now_ms.div_euclid(60_000);
+        let first = minute_label((this_minute - 29) * 60_000);
+        let last = minute_label(now_ms);
+        let totals = self.read(site_id, Period::Minute, TOTAL, &first, &last).await?;
+        let mut per_minute: BTreeMap<i64, i64> = (this_minute - 29..=this_minute).map(|m| (m, 0)).collect();
+        let mut current = VisitorSketch::new();
+        for (bucket, _, agg) in &totals {
+            let minute: i64 = bucket.parse().unwrap_or(0);
+            if let Some(c) = per_minute.get_mut(&minute) {
+                *c += agg.counters.pageviews;
+            }
+            if minute > this_minute - 5
+                && let Some(s) = &agg.sketch
+            {
+                current.merge(s);
+            }
+        }
+        let mut pages: HashMap<String, Sum> = HashMap::new();
+        for (_, value, agg) in self.read(site_id, Period::Minute, "event:page", &first, &last).await? {
+            pages.entry(value).or_default().add(&agg);
+        }
+        let mut top_pages: Vec<(String, u64, i64)> =
+            pages.into_iter().map(|(p, s)| (p, s.sketch.estimate(), s.counters.pageviews)).collect();
+        top_pages.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        top_pages.truncate(10);
+        Ok(Realtime {
+            current_visitors: current.estimate(),
+            pageviews_per_minute: per_minute.into_iter().map(|(m, c)| (m * 60_000, c)).collect(),
+            top_pages,
+        })
+    }
+}
+
+fn order(rows: &mut [Row], q: &Query) {
+    let keys: Vec<(Option<usize>, Option<usize>, bool)> = if q.order_by.is_empty() {
+        // Series in time order; breakdowns by their first metric, largest first.
+        match q.dimensions.iter().position(|d| time_unit(d).is_some()) {
+            Some(i) => vec![(None, Some(i), false)],
+            None => vec![(Some(0), None, true)],
+        }
+    } else {
+        q.order_by
+            .iter()
+            .map(|(name, desc)| {
+                let metric = Metric::parse(name).and_then(|m| q.metrics.iter().position(|x| *x == m));
+                let dim = q.dimensions.iter().position(|d| d == name);
+                (metric, dim, *desc)
+            })
+            .collect()
+    };
+    rows.sort_by(|a, b| {
+        for (metric, dim, desc) in &keys {
+            let ord = match (metric, dim) {
+                (Some(i), _) => {
+                    let x = |r: &Row| match r.metrics[*i] {
+                        Value::Int(v) => v as f64,
+                        Value::Float(v) => v,
+                    };
+                    x(a).partial_cmp(&x(b)).unwrap_or(std::cmp::Ordering::Equal)
+                }
+                (None, Some(i)) => a.dimensions[*i].cmp(&b.dimensions[*i]),
+                _ => std::cmp::Ordering::Equal,
+            };
+            let ord = if *desc { ord.reverse() } else { ord };
+            if ord != std::cmp::Ordering::Equal {
+                return ord;
+            }
+        }
+        a.dimensions.cmp(&b.dimensions)
+    });
+}

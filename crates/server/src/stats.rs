@@ -1,0 +1,391 @@
+//! The reading routes, every one behind a site API key: `POST /api/v2/query` in the shape of
+//! Plausible's Stats API v2, `GET /api/realtime`, `GET /api/v1/stats/realtime/visitors` (a bare
+//! number, as Plausible answers) and the backfill route `POST /api/import` (NDJSON lines of events
+//! with their own timestamps).
+//!
+//! A missing, unknown, revoked or other site's key gets `401` with the same message, so a caller
+//! learns nothing about which sites exist.
+
+use std::sync::Arc;
+
+use analytics::event::RawEvent;
+use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
+use analytics::pipeline::{ImportEvent, IngestResult, Pipeline};
+use analytics::sites::{Site, Sites};
+use analytics::stats::{Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
+use axum::body::Bytes;
+use axum::extract::{Query as UrlQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value as Json, json};
+
+use crate::routes::AppState;
+
+/// What the reading routes need.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    /// Queries.
+    pub stats: Arc<Stats>,
+    /// Sites and keys.
+    pub sites: Arc<Sites>,
+    /// The pipeline, for imports.
+    pub pipeline: Arc<Pipeline>,
+}
+
+/// Largest import body accepted.
+pub const MAX_IMPORT_BYTES: usize = 10 * 1024 * 1024;
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], json!({ "error": message.into() }).to_string())
+        .into_response()
+}
+
+fn unauthorized() -> Response {
+    error(
+        StatusCode::UNAUTHORIZED,
+        "Invalid API key or site ID. Please make sure you're using a valid API key with access to the site you've requested.",
+    )
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "reading route failed");
+    error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+}
+
+fn reading(state: &AppState) -> Result<&Reading, Response> {
+    state.reading.as_deref().ok_or_else(|| error(StatusCode::NOT_FOUND, "not found"))
+}
+
+/// The site the request's Bearer key opens, if it is `site` (a domain or id; any when `None`).
+async fn authorize(r: &Reading, headers: &HeaderMap, site: Option<&str>) -> Result<Site, Response> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .ok_or_else(unauthorized)?;
+    let key = r.sites.authenticate(bearer).await.map_err(internal)?.ok_or_else(unauthorized)?;
+    let site_of_key = r.sites.get(&key.site_id).await.map_err(internal)?.ok_or_else(unauthorized)?;
+    match site {
+        None => Ok(site_of_key),
+        Some(name) => {
+            let named = r.sites.resolve(name).await.map_err(internal)?;
+            match named {
+                Some(s) if s.site_id == site_of_key.site_id => Ok(s),
+                _ => Err(unauthorized()),
+            }
+        }
+    }
+}
+
+fn bad(message: impl Into<String>) -> Response {
+    error(StatusCode::BAD_REQUEST, message)
+}
+
+fn strings(v: Option<&Json>, field: &str) -> Result<Vec<String>, Response> {
+    match v {
+        None | Some(Json::Null) => Ok(Vec::new()),
+        Some(Json::Array(items)) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_owned).ok_or_else(|| bad(format!("`{field}` must be a list of strings"))))
+            .collect(),
+        Some(_) => Err(bad(format!("`{field}` must be a list of strings"))),
+    }
+}
+
+fn today(zone: &SiteZone) -> Result<jiff::civil::Date, Response> {
+    zone.date_of(jiff::Timestamp::now().as_millisecond()).map_err(internal)
+}
+
+fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
+    let date = match body.get("date").and_then(Json::as_str) {
+        Some(d) => parse_date(d).map_err(|e| bad(format!("`date`: {e}")))?,
+        None => today(zone)?,
+    };
+    let spec = match body.get("date_range") {
+        Some(Json::String(name)) => RangeSpec::parse(name).map_err(|e| bad(format!("`date_range`: {e}")))?,
+        Some(Json::Array(pair)) if pair.len() == 2 => {
+            let (Some(from), Some(to)) = (pair[0].as_str(), pair[1].as_str()) else {
+                return Err(bad("`date_range` must be a name or two dates"));
+            };
+            let day = |s: &str| s.get(..10).unwrap_or(s).to_owned();
+            RangeSpec::custom(&day(from), &day(to)).map_err(|e| bad(format!("`date_range`: {e}")))?
+        }
+        None => return Err(bad("`date_range` is required")),
+        Some(_) => return Err(bad("`date_range` must be a name (such as \"7d\") or two dates")),
+    };
+    spec.resolve(date, None).map_err(|e| bad(format!("`date_range`: {e}")))
+}
+
+fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
+    let metric_names = strings(body.get("metrics"), "metrics")?;
+    let mut metrics = Vec::new();
+    for m in &metric_names {
+        metrics.push(Metric::parse(m).ok_or_else(|| bad(format!("unknown metric `{m}`")))?);
+    }
+    let range = parse_range(body, &site.zone)?;
+    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    let mut filters = Vec::new();
+    match body.get("filters") {
+        None | Some(Json::Null) => {}
+        Some(Json::Array(list)) => {
+            for f in list {
+                let parts = f
+                    .as_array()
+                    .filter(|p| p.len() == 3)
+                    .ok_or_else(|| bad("each filter is [operator, dimension, [values]]"))?;
+                let op = match parts[0].as_str() {
+                    Some("is") => FilterOp::Is,
+                    Some("is_not") => FilterOp::IsNot,
+                    Some("contains") => FilterOp::Contains,
+                    _ => return Err(bad(format!("unknown filter operator {}", parts[0]))),
+                };
+                let dimension =
+                    parts[1].as_str().ok_or_else(|| bad("a filter's dimension must be a string"))?.to_owned();
+                let values = strings(Some(&parts[2]), "filter values")?;
+                filters.push(Filter { op, dimension, values });
+            }
+        }
+        Some(_) => return Err(bad("`filters` must be a list")),
+    }
+    let mut order_by = Vec::new();
+    match body.get("order_by") {
+        None | Some(Json::Null) => {}
+        Some(Json::Array(list)) => {
+            for o in list {
+                let parts = o
+                    .as_array()
+                    .filter(|p| p.len() == 2)
+                    .ok_or_else(|| bad("each order_by entry is [name, \"asc\"|\"desc\"]"))?;
+                let name = parts[0].as_str().ok_or_else(|| bad("order_by names a metric or dimension"))?;
+                let desc = match parts[1].as_str() {
+                    Some("desc") => true,
+                    Some("asc") => false,
+                    _ => return Err(bad("order_by direction is \"asc\" or \"desc\"")),
+                };
+                order_by.push((name.to_owned(), desc));
+            }
+        }
+        Some(_) => return Err(bad("`order_by` must be a list")),
+    }
+    let pagination = body.get("pagination");
+    let number = |name: &str, default: u64| -> Result<usize, Response> {
+        match pagination.and_then(|p| p.get(name)) {
+            None | Some(Json::Null) => Ok(default as usize),
+            Some(v) => v
+                .as_u64()
+                .filter(|n| *n <= 100_000)
+                .map(|n| n as usize)
+                .ok_or_else(|| bad(format!("pagination.{name} must be a whole number up to 100000"))),
+        }
+    };
+    let limit = number("limit", 10_000)?;
+    let offset = number("offset", 0)?;
+    Query::new(site.site_id.clone(), metrics, range, dimensions, filters, order_by, limit, offset)
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// `POST /api/v2/query`.
+pub async fn query(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let r = match reading(&state) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let body: Json = match serde_json::from_slice(&body) {
+        Ok(v @ Json::Object(_)) => v,
+        Ok(_) => return bad("the body must be a JSON object"),
+        Err(e) => return bad(format!("the body is not JSON: {e}")),
+    };
+    let Some(site_name) = body.get("site_id").and_then(Json::as_str) else {
+        return bad("`site_id` is required");
+    };
+    let site = match authorize(r, &headers, Some(site_name)).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
+    let q = match parse_query(&body, &site) {
+        Ok(q) => q,
+        Err(resp) => return resp,
+    };
+    let rows = match r.stats.query(&q).await {
+        Ok(rows) => rows,
+        Err(e @ (StatsError::Invalid(_) | StatsError::Unsupported(_))) => return bad(e.to_string()),
+        Err(e) => return internal(e),
+    };
+    let results: Vec<Json> = rows
+        .into_iter()
+        .map(|row| {
+            let metrics: Vec<Json> = row
+                .metrics
+                .into_iter()
+                .map(|v| match v {
+                    Value::Int(i) => json!(i),
+                    Value::Float(f) => json!(f),
+                })
+                .collect();
+            json!({ "metrics": metrics, "dimensions": row.dimensions })
+        })
+        .collect();
+    let echo = json!({
+        "site_id": site_name,
+        "metrics": q.metrics.iter().map(|m| m.name()).collect::<Vec<_>>(),
+        "date_range": [q.range.first().to_string(), q.range.last().to_string()],
+        "dimensions": q.dimensions,
+        "filters": body.get("filters").cloned().unwrap_or(json!([])),
+        "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
+        "pagination": { "limit": q.limit, "offset": q.offset },
+    });
+    let answer = json!({ "results": results, "meta": {}, "query": echo });
+    ([(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response()
+}
+
+/// The `site_id` of a GET route's query string.
+#[derive(Debug, serde::Deserialize)]
+pub struct SiteParam {
+    site_id: Option<String>,
+}
+
+/// `GET /api/realtime?site_id=…`: `{current_visitors, pageviews_per_minute: [{minute, pageviews}],
+/// top_pages: [{page, visitors, pageviews}]}` over the last 30 minutes.
+pub async fn realtime(State(state): State<AppState>, headers: HeaderMap, UrlQuery(p): UrlQuery<SiteParam>) -> Response {
+    let r = match reading(&state) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let Some(name) = p.site_id else { return bad("`site_id` is required") };
+    let site = match authorize(r, &headers, Some(&name)).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
+    let now = jiff::Timestamp::now().as_millisecond();
+    match r.stats.realtime(&site.site_id, now).await {
+        Ok(rt) => {
+            let minutes: Vec<Json> = rt
+                .pageviews_per_minute
+                .iter()
+                .map(|(ms, n)| {
+                    let at = jiff::Timestamp::from_millisecond(*ms).map(|t| t.to_string()).unwrap_or_default();
+                    json!({ "minute": at, "pageviews": n })
+                })
+                .collect();
+            let pages: Vec<Json> =
+                rt.top_pages.iter().map(|(p, v, n)| json!({ "page": p, "visitors": v, "pageviews": n })).collect();
+            let body =
+                json!({ "current_visitors": rt.current_visitors, "pageviews_per_minute": minutes, "top_pages": pages });
+            ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+        }
+        Err(e) => internal(e),
+    }
+}
+
+/// `GET /api/v1/stats/realtime/visitors?site_id=…`: the current visitors as a bare number.
+pub async fn realtime_visitors(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    UrlQuery(p): UrlQuery<SiteParam>,
+) -> Response {
+    let r = match reading(&state) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let Some(name) = p.site_id else { return bad("`site_id` is required") };
+    let site = match authorize(r, &headers, Some(&name)).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
+    match r.stats.realtime(&site.site_id, jiff::Timestamp::now().as_millisecond()).await {
+        Ok(rt) => ([(header::CONTENT_TYPE, "application/json")], rt.current_visitors.to_string()).into_response(),
+        Err(e) => internal(e),
+    }
+}
+
+/// One NDJSON import line as an event.
+fn import_line(line: &str, site: &Site) -> Result<ImportEvent, String> {
+    let v: Json = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let obj = v.as_object().ok_or("each line must be a JSON object")?;
+    let text = |name: &str| -> Result<Option<String>, String> {
+        match obj.get(name) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("`{name}` must be a string")),
+        }
+    };
+    let timestamp_ms = match obj.get("timestamp") {
+        Some(Json::Number(n)) => n.as_i64().ok_or("`timestamp` must be whole milliseconds")?,
+        Some(Json::String(s)) => {
+            s.parse::<jiff::Timestamp>().map_err(|e| format!("`timestamp` is not RFC 3339: {e}"))?.as_millisecond()
+        }
+        _ => return Err("`timestamp` is required (RFC 3339 or epoch milliseconds)".into()),
+    };
+    let url = text("url")?.ok_or("`url` is required")?;
+    let mut raw = RawEvent::pageview(&url, &site.domain);
+    raw.timestamp_ms = timestamp_ms;
+    if let Some(name) = text("name")? {
+        raw.name = name;
+    }
+    raw.referrer = text("referrer")?;
+    raw.user_agent = text("user_agent")?.unwrap_or_default();
+    if let Some(ip) = text("ip")? {
+        raw.peer_ip = ip.parse().map_err(|_| format!("`ip` is not an address: {ip:?}"))?;
+    }
+    match obj.get("interactive") {
+        None | Some(Json::Null) => {}
+        Some(Json::Bool(b)) => raw.interactive = *b,
+        Some(_) => return Err("`interactive` must be true or false".into()),
+    }
+    match obj.get("props") {
+        None | Some(Json::Null) => {}
+        Some(Json::Object(props)) => {
+            for (k, v) in props {
+                let value = match v {
+                    Json::String(s) => s.clone(),
+                    Json::Number(_) | Json::Bool(_) => v.to_string(),
+                    _ => return Err(format!("prop `{k}` must be a string, number or boolean")),
+                };
+                raw.props.push((k.clone(), value));
+            }
+        }
+        Some(_) => return Err("`props` must be an object".into()),
+    }
+    Ok(ImportEvent { raw, visitor: text("visitor")?, country: text("country")? })
+}
+
+/// `POST /api/import`: NDJSON events with their own timestamps for the key's site; answers
+/// `{imported, dropped, errors: [{line, error}]}`; a bad line does not stop the others.
+pub async fn import(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let r = match reading(&state) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let site = match authorize(r, &headers, None).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return bad("the body is not UTF-8");
+    };
+    let (mut imported, mut dropped) = (0u64, 0u64);
+    let mut errors = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let event = match import_line(line, &site) {
+            Ok(e) => e,
+            Err(message) => {
+                errors.push(json!({ "line": i + 1, "error": message }));
+                continue;
+            }
+        };
+        match r.pipeline.import(&site, event).await {
+            IngestResult::Accepted => imported += 1,
+            IngestResult::Dropped(_) => dropped += 1,
+            IngestResult::Invalid(e) => errors.push(json!({ "line": i + 1, "error": e.to_string() })),
+            IngestResult::UnknownSite => errors.push(json!({ "line": i + 1, "error": "unknown site" })),
+            IngestResult::Failed(e) => return internal(e),
+            _ => errors.push(json!({ "line": i + 1, "error": "not imported" })),
+        }
+    }
+    let body = json!({ "imported": imported, "dropped": dropped, "errors": errors });
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
