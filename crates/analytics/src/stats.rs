@@ -560,3 +560,166 @@ fn order(rows: &mut [Row], q: &Query) {
         a.dimensions.cmp(&b.dimensions)
     });
 }
+
+/// A visit as its events tell it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    /// An opaque reference (`{day}.{visitor}.{session}`) that finds the session in one Query.
+    pub session_ref: String,
+    /// The visitor id.
+    pub visitor_id: String,
+    /// First event, epoch ms.
+    pub started_at: i64,
+    /// Latest event, epoch ms.
+    pub last_seen_at: i64,
+    /// Events and page views.
+    pub events: u32,
+    /// Page views.
+    pub pageviews: u32,
+    /// Entry and exit page.
+    pub entry_page: String,
+    /// The latest page viewed.
+    pub exit_page: String,
+    /// Source, country, device, browser, OS.
+    pub visit: crate::stored::VisitAttrs,
+}
+
+fn session_ref(e: &crate::stored::StoredEvent) -> String {
+    format!("{}.{}.{}", e.day, e.visitor_id, e.session_id)
+}
+
+/// Splits a session reference into (day, visitor, session), checking each part's shape.
+pub fn parse_session_ref(text: &str) -> Option<(String, String, String)> {
+    let mut parts = text.split('.');
+    let (day, visitor, session) = (parts.next()?, parts.next()?, parts.next()?);
+    let ok = parts.next().is_none()
+        && crate::period::parse_date(day).is_ok()
+        && visitor.len() == 16
+        && visitor.bytes().all(|b| b.is_ascii_hexdigit())
+        && ulid::Ulid::from_string(session).is_ok();
+    ok.then(|| (day.to_owned(), visitor.to_ascii_lowercase(), session.to_owned()))
+}
+
+fn summarize(events: &[crate::stored::StoredEvent]) -> Vec<SessionSummary> {
+    let mut out: Vec<SessionSummary> = Vec::new();
+    for e in events {
+        let state = e.next();
+        match out.last_mut() {
+            Some(s) if s.session_ref == session_ref(e) => {
+                s.last_seen_at = s.last_seen_at.max(state.last_ts);
+                s.events = state.events.max(s.events);
+                s.pageviews = state.pageviews.max(s.pageviews);
+                s.exit_page = state.exit_page.clone();
+            }
+            _ => out.push(SessionSummary {
+                session_ref: session_ref(e),
+                visitor_id: e.visitor_id.clone(),
+                started_at: e.visit.start_ts,
+                last_seen_at: state.last_ts,
+                events: state.events,
+                pageviews: state.pageviews,
+                entry_page: e.visit.entry_page.clone(),
+                exit_page: state.exit_page.clone(),
+                visit: e.visit.clone(),
+            }),
+        }
+    }
+    out
+}
+
+impl Stats {
+    async fn events_of(&self, fields: store::Item) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
+        let records = self.table.query("Event").key(fields).consistent().all().await?;
+        records
+            .iter()
+            .map(|r| crate::aggregate::event_from_record(r).map_err(|e| StatsError::Corrupt(e.to_string())))
+            .collect()
+    }
+
+    /// One session's events in order (one Query).
+    pub async fn session_events(
+        &self,
+        site_id: &str,
+        reference: &str,
+    ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
+        let (day, visitor, session) = parse_session_ref(reference)
+            .ok_or_else(|| StatsError::Invalid(format!("{reference:?} is not a session reference")))?;
+        self.events_of(item! {
+            "site_id" => site_id,
+            "day" => day,
+            "shard" => crate::stored::visitor_shard(&visitor),
+            "visitor_id" => visitor.as_str(),
+            "session_id" => session,
+        })
+        .await
+    }
+
+    /// A visitor's sessions that started on UTC day `day` (one Query), oldest first.
+    pub async fn visitor_sessions(
+        &self,
+        site_id: &str,
+        day: &str,
+        visitor: &str,
+    ) -> Result<Vec<SessionSummary>, StatsError> {
+        Ok(summarize(&self.visitor_events(site_id, day, visitor).await?))
+    }
+
+    async fn visitor_events(
+        &self,
+        site_id: &str,
+        day: &str,
+        visitor: &str,
+    ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
+        crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        if visitor.len() != 16 || !visitor.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(StatsError::Invalid(format!("{visitor:?} is not a visitor id")));
+        }
+        self.events_of(item! {
+            "site_id" => site_id,
+            "day" => day,
+            "shard" => crate::stored::visitor_shard(visitor),
+            "visitor_id" => visitor,
+        })
+        .await
+    }
+
+    /// The latest sessions that started on UTC day `day`, newest first (one Query per shard).
+    pub async fn recent_sessions(
+        &self,
+        site_id: &str,
+        day: &str,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, StatsError> {
+        crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let mut all = Vec::new();
+        for shard in 0..crate::schema::EVENT_SHARDS {
+            let events = self.events_of(item! { "site_id" => site_id, "day" => day, "shard" => shard }).await?;
+            all.extend(summarize(&events));
+        }
+        all.sort_by(|a, b| b.last_seen_at.cmp(&a.last_seen_at));
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    /// Deletes every event of a visitor whose sessions started on UTC day `day` (GDPR erasure);
+    /// returns how many. Aggregates keep their counts (they hold no visitor id).
+    pub async fn delete_visitor(&self, site_id: &str, day: &str, visitor: &str) -> Result<usize, StatsError> {
+        let events = self.visitor_events(site_id, day, visitor).await?;
+        for e in &events {
+            self.table
+                .delete(
+                    "Event",
+                    item! {
+                        "site_id" => site_id,
+                        "day" => day,
+                        "shard" => e.shard,
+                        "visitor_id" => visitor,
+                        "session_id" => e.session_id.as_str(),
+                        "seq" => e.seq,
+                    },
+                )
+                .await?;
+        }
+        Ok(events.len())
+    }
+}

@@ -66,6 +66,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v2/query", post(crate::stats::query).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
         .route("/api/realtime", get(crate::stats::realtime))
         .route("/api/v1/stats/realtime/visitors", get(crate::stats::realtime_visitors))
+        .route("/api/sessions", get(crate::stats::recent_sessions))
+        .route("/api/sessions/{session}", get(crate::stats::session))
+        .route("/api/visitors/{visitor}/sessions", get(crate::stats::visitor_sessions))
+        .route("/api/visitors/{visitor}", axum::routing::delete(crate::stats::delete_visitor))
         .route("/api/import", post(crate::stats::import).layer(DefaultBodyLimit::max(crate::stats::MAX_IMPORT_BYTES)))
         .with_state(state)
 }

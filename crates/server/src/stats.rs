@@ -389,3 +389,144 @@ pub async fn import(State(state): State<AppState>, headers: HeaderMap, body: Byt
     let body = json!({ "imported": imported, "dropped": dropped, "errors": errors });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
+
+/// The parameters of the session routes.
+#[derive(Debug, serde::Deserialize)]
+pub struct SessionParams {
+    site_id: Option<String>,
+    date: Option<String>,
+    limit: Option<usize>,
+}
+
+fn session_json(s: &analytics::stats::SessionSummary) -> Json {
+    json!({
+        "session": s.session_ref,
+        "visitor_id": s.visitor_id,
+        "started_at": s.started_at,
+        "last_seen_at": s.last_seen_at,
+        "events": s.events,
+        "pageviews": s.pageviews,
+        "entry_page": s.entry_page,
+        "exit_page": s.exit_page,
+        "source": s.visit.source,
+        "country": s.visit.country,
+        "device": s.visit.device,
+        "browser": s.visit.browser,
+        "os": s.visit.os,
+    })
+}
+
+fn json_ok(body: Json) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+async fn session_site(state: &AppState, headers: &HeaderMap, p: &SessionParams) -> Result<(Reading, Site), Response> {
+    let r = reading(state)?.clone();
+    let name = p.site_id.as_deref().ok_or_else(|| bad("`site_id` is required"))?;
+    let site = authorize(&r, headers, Some(name)).await?;
+    Ok((r, site))
+}
+
+fn day_param(p: &SessionParams, site: &Site) -> Result<String, Response> {
+    match &p.date {
+        Some(d) => parse_date(d).map(|d| d.to_string()).map_err(|e| bad(format!("`date`: {e}"))),
+        None => {
+            let _ = site;
+            Ok(jiff::Timestamp::now().strftime("%Y-%m-%d").to_string())
+        }
+    }
+}
+
+fn stats_error(e: StatsError) -> Response {
+    match e {
+        StatsError::Invalid(_) | StatsError::Unsupported(_) => bad(e.to_string()),
+        e => internal(e),
+    }
+}
+
+/// `GET /api/sessions?site_id=&date=&limit=`: the latest sessions that started on a UTC day
+/// (today by default), newest first.
+pub async fn recent_sessions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    UrlQuery(p): UrlQuery<SessionParams>,
+) -> Response {
+    let (r, site) = match session_site(&state, &headers, &p).await {
+        Ok(x) => x,
+        Err(resp) => return resp,
+    };
+    let day = match day_param(&p, &site) {
+        Ok(d) => d,
+        Err(resp) => return resp,
+    };
+    match r.stats.recent_sessions(&site.site_id, &day, p.limit.unwrap_or(50).min(1000)).await {
+        Ok(list) => json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() })),
+        Err(e) => stats_error(e),
+    }
+}
+
+/// `GET /api/sessions/{session}?site_id=`: one session's events in order.
+pub async fn session(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Path(reference): axum::extract::Path<String>,
+    UrlQuery(p): UrlQuery<SessionParams>,
+) -> Response {
+    let (r, site) = match session_site(&state, &headers, &p).await {
+        Ok(x) => x,
+        Err(resp) => return resp,
+    };
+    match r.stats.session_events(&site.site_id, &reference).await {
+        Ok(events) if events.is_empty() => error(StatusCode::NOT_FOUND, "no such session"),
+        Ok(events) => {
+            let list: Vec<Json> = events
+                .iter()
+                .map(|e| json!({ "name": e.name, "timestamp": e.ts, "hostname": e.hostname, "path": e.path, "props": e.props }))
+                .collect();
+            json_ok(json!({ "session": reference, "events": list }))
+        }
+        Err(e) => stats_error(e),
+    }
+}
+
+/// `GET /api/visitors/{visitor}/sessions?site_id=&date=`: a visitor's sessions of a UTC day.
+pub async fn visitor_sessions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Path(visitor): axum::extract::Path<String>,
+    UrlQuery(p): UrlQuery<SessionParams>,
+) -> Response {
+    let (r, site) = match session_site(&state, &headers, &p).await {
+        Ok(x) => x,
+        Err(resp) => return resp,
+    };
+    let day = match day_param(&p, &site) {
+        Ok(d) => d,
+        Err(resp) => return resp,
+    };
+    match r.stats.visitor_sessions(&site.site_id, &day, &visitor).await {
+        Ok(list) => json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() })),
+        Err(e) => stats_error(e),
+    }
+}
+
+/// `DELETE /api/visitors/{visitor}?site_id=&date=`: erases a visitor's events of a UTC day.
+pub async fn delete_visitor(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Path(visitor): axum::extract::Path<String>,
+    UrlQuery(p): UrlQuery<SessionParams>,
+) -> Response {
+    let (r, site) = match session_site(&state, &headers, &p).await {
+        Ok(x) => x,
+        Err(resp) => return resp,
+    };
+    let day = match day_param(&p, &site) {
+        Ok(d) => d,
+        Err(resp) => return resp,
+    };
+    match r.stats.delete_visitor(&site.site_id, &day, &visitor).await {
+        Ok(n) => json_ok(json!({ "deleted_events": n })),
+        Err(e) => stats_error(e),
+    }
+}

@@ -191,3 +191,22 @@ async fn bad_queries_say_what_is_wrong() {
     let err = w.stats.query(&q(&w, &[Metric::Visitors], &["event:page"], vec![cross])).await.unwrap_err();
     assert!(matches!(err, StatsError::Unsupported(_)), "{err}");
 }
+
+#[tokio::test]
+async fn sessions_are_listed_replayed_and_erased() {
+    let w = world().await;
+    let day = w.day.to_string();
+    let recent = w.stats.recent_sessions(&w.site.site_id, &day, 10).await.unwrap();
+    assert_eq!(recent.len(), 3);
+    assert_eq!(recent[0].entry_page, "/blog", "the latest session first");
+    let a = recent.iter().find(|s| s.pageviews == 2).expect("a's visit");
+    assert_eq!((a.entry_page.as_str(), a.exit_page.as_str(), a.last_seen_at - a.started_at), ("/", "/pricing", 60_000));
+    let events = w.stats.session_events(&w.site.site_id, &a.session_ref).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["/", "/pricing"]);
+    let mine = w.stats.visitor_sessions(&w.site.site_id, &day, &a.visitor_id).await.unwrap();
+    assert_eq!(mine.len(), 1);
+    assert!(w.stats.session_events(&w.site.site_id, "not-a-ref").await.is_err());
+    assert_eq!(w.stats.delete_visitor(&w.site.site_id, &day, &a.visitor_id).await.unwrap(), 2);
+    assert!(w.stats.visitor_sessions(&w.site.site_id, &day, &a.visitor_id).await.unwrap().is_empty());
+    assert_eq!(w.stats.recent_sessions(&w.site.site_id, &day, 10).await.unwrap().len(), 2);
+}
