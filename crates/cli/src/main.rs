@@ -13,6 +13,7 @@ mod config;
 #[allow(dead_code)]
 mod http;
 mod logging;
+mod serve;
 mod store;
 
 use std::path::PathBuf;
@@ -37,6 +38,50 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs Tally: ingestion, the Stats API and /metrics, until SIGTERM or Ctrl-C.
+    Serve,
+    /// Sites.
+    Site {
+        #[command(subcommand)]
+        what: SiteCommand,
+    },
+    /// Goals of a site.
+    Goal {
+        #[command(subcommand)]
+        what: GoalCommand,
+    },
+    /// Site API keys (for the Stats API and imports).
+    Key {
+        #[command(subcommand)]
+        what: KeyCommand,
+    },
+    /// Imports NDJSON events with their own timestamps (`timestamp`, `url`, `name`, `referrer`,
+    /// `props`, `visitor` or `ip` + `user_agent`, `country`).
+    Import {
+        /// The NDJSON file.
+        file: PathBuf,
+        /// The site (domain or id).
+        #[arg(long)]
+        site: String,
+    },
+    /// Aggregates: `--rebuild` recomputes a site's aggregates from its raw events.
+    Aggregate {
+        /// Recompute (required; the only operation).
+        #[arg(long, required = true)]
+        rebuild: bool,
+        /// The site (domain or id).
+        #[arg(long)]
+        site: String,
+        /// First date (site time) [default: the raw-event retention ago].
+        #[arg(long)]
+        from: Option<String>,
+        /// Last date (site time) [default: today].
+        #[arg(long)]
+        to: Option<String>,
+        /// Only compare and report differences (exit 1 when any); do not write.
+        #[arg(long)]
+        verify: bool,
+    },
     /// Prints the effective configuration (file, environment and flags applied) as TOML.
     Config,
     /// Tally's table design, generated from its one schema definition.
@@ -61,6 +106,59 @@ enum Command {
         /// A JSON file written by `tally bench --output FILE` [default: the figures in BENCHMARKS.md].
         #[arg(long, value_name = "FILE")]
         from_bench: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SiteCommand {
+    /// Adds a site.
+    Add {
+        /// Its domain, such as example.com.
+        domain: String,
+        /// Its IANA time zone.
+        #[arg(long, default_value = "UTC")]
+        timezone: String,
+    },
+    /// Lists sites: id, domain, time zone, Umami website id.
+    List,
+    /// Removes a site (domain or id).
+    Remove {
+        /// The site.
+        site: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum GoalCommand {
+    /// Adds a page goal (`--page /signup/*`) or a custom event goal (`--event Signup`).
+    Add {
+        /// The site (domain or id).
+        site: String,
+        /// A page path pattern.
+        #[arg(long)]
+        page: Option<String>,
+        /// A custom event name.
+        #[arg(long)]
+        event: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Creates a key; it is printed once.
+    Create {
+        /// The site (domain or id).
+        site: String,
+        /// What the key is for.
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+    /// Revokes a key by its id.
+    Revoke {
+        /// The site (domain or id).
+        site: String,
+        /// The key id printed by `key create`.
+        key_id: String,
     },
 }
 
@@ -103,6 +201,33 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> Result<std::process::ExitCode> {
     let config = Config::load(cli.config.as_deref(), cli.settings, |name| std::env::var(name).ok())?;
     match cli.command {
+        Command::Serve => {
+            logging::init(&config)?;
+            runtime()?.block_on(serve::serve(&config))?;
+        }
+        Command::Site { what } => runtime()?.block_on(async {
+            match what {
+                SiteCommand::Add { domain, timezone } => serve::site_add(&config, &domain, &timezone).await,
+                SiteCommand::List => serve::site_list(&config).await,
+                SiteCommand::Remove { site } => serve::site_remove(&config, &site).await,
+            }
+        })?,
+        Command::Goal { what: GoalCommand::Add { site, page, event } } => {
+            runtime()?.block_on(serve::goal_add(&config, &site, page.as_deref(), event.as_deref()))?;
+        }
+        Command::Key { what } => runtime()?.block_on(async {
+            match what {
+                KeyCommand::Create { site, name } => serve::key_create(&config, &site, &name).await,
+                KeyCommand::Revoke { site, key_id } => serve::key_revoke(&config, &site, &key_id).await,
+            }
+        })?,
+        Command::Import { file, site } => runtime()?.block_on(serve::import(&config, &file, &site))?,
+        Command::Aggregate { rebuild: _, site, from, to, verify } => {
+            let clean = runtime()?.block_on(serve::rebuild(&config, &site, from.as_deref(), to.as_deref(), verify))?;
+            if !clean {
+                return Ok(std::process::ExitCode::FAILURE);
+            }
+        }
         Command::Config => print!("{}", config.to_toml()),
         Command::Schema { what } => schema(what, &config)?,
         Command::Capacity { events_per_day, dashboards_per_day, sites, raw_retention_days, from_bench } => {

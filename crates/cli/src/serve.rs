@@ -1,0 +1,301 @@
+//! `tally serve` and the commands that work on a running installation's data: sites, goals, keys,
+//! imports and rebuilds. Each opens the configured store, builds the library objects it needs and
+//! calls them; nothing here decides anything about analytics.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode};
+use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
+use analytics::event::RawEvent;
+use analytics::goal::Goal;
+use analytics::pipeline::{ImportEvent, IngestResult, Pipeline};
+use analytics::sites::{Site, Sites};
+use analytics::stats::Stats;
+use anyhow::{Context, Result, anyhow, bail};
+use model::Table;
+use server::metrics::MetricsSnapshot;
+use server::pipeline::PipelineIngest;
+use server::stats::Reading;
+
+use crate::config::Config;
+
+fn enricher(config: &Config) -> Result<Enricher> {
+    let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))
+        .map_err(|e| anyhow!("trusted proxies: {e}"))?;
+    Enricher::new(EnricherConfig {
+        mmdb_path: config.mmdb.clone(),
+        country_headers: config.country_headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+        trusted_proxies: trusted,
+    })
+    .context("loading the enrichment lists")
+}
+
+fn aggregator_config(config: &Config) -> AggregatorConfig {
+    AggregatorConfig {
+        flush_interval: config.flush_interval,
+        host: hostname(),
+        pid: std::process::id(),
+        ..AggregatorConfig::default()
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Runs the server until SIGTERM or Ctrl-C, then stops taking requests, flushes and exits.
+pub async fn serve(config: &Config) -> Result<()> {
+    let table = crate::store::open(config).await?;
+    let metered = table.metered();
+    let sites = Arc::new(Sites::new(metered.clone()));
+    let aggregator = Aggregator::start(metered.clone(), sites.clone(), aggregator_config(config))
+        .await
+        .context("starting aggregation")?;
+    let pipeline =
+        Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
+    let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
+    let reading = Arc::new(Reading { stats, sites: sites.clone(), pipeline: pipeline.clone() });
+    let metrics_pipeline = pipeline.clone();
+    let metrics_aggregator = aggregator.clone();
+    let metrics_table = metered.clone();
+    let metrics = move || {
+        let c = metrics_pipeline.counters();
+        let a = metrics_aggregator.stats();
+        let capacity = metrics_table.capacity();
+        let mut dropped: Vec<(String, u64)> = DropReason::ALL
+            .iter()
+            .zip(&c.dropped)
+            .map(|(r, n)| (r.as_str().to_owned(), n.load(Ordering::Relaxed)))
+            .collect();
+        dropped.push(("unknown_site".to_owned(), c.unknown_site.load(Ordering::Relaxed)));
+        MetricsSnapshot {
+            events_accepted: c.accepted.load(Ordering::Relaxed),
+            events_dropped: dropped,
+            events_invalid: c.invalid.load(Ordering::Relaxed),
+            flush_lag_seconds: a.flush_lag_ms as f64 / 1000.0,
+            pending_events: a.pending_events,
+            store_write_units: capacity.write_units,
+            store_read_units: capacity.read_units,
+        }
+    };
+    let state =
+        server::AppState::new(Arc::new(PipelineIngest(pipeline))).with_reading(reading).with_metrics(Arc::new(metrics));
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(run = aggregator.run_id(), store = %config.store, "listening on http://{addr}");
+    server::serve_with_shutdown(listener, server::router(state), shutdown_signal()).await?;
+    tracing::info!("stopping: flushing aggregates");
+    aggregator.shutdown().await.context("flushing aggregates at shutdown")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+async fn site_named(sites: &Sites, name: &str) -> Result<Site> {
+    sites.resolve(name).await?.ok_or_else(|| anyhow!("no site {name:?} (give its domain or id)"))
+}
+
+/// `tally site add`.
+pub async fn site_add(config: &Config, domain: &str, timezone: &str) -> Result<()> {
+    let sites = Sites::new(crate::store::open(config).await?);
+    let site = sites.add(domain, timezone).await?;
+    println!("site id: {}", site.site_id);
+    println!("domain: {}", site.domain);
+    println!("timezone: {}", site.zone.name());
+    println!("umami website id: {}", site.umami_id);
+    Ok(())
+}
+
+/// `tally site list`.
+pub async fn site_list(config: &Config) -> Result<()> {
+    let sites = Sites::new(crate::store::open(config).await?);
+    for site in sites.list().await? {
+        println!("{}\t{}\t{}\t{}", site.site_id, site.domain, site.zone.name(), site.umami_id);
+    }
+    Ok(())
+}
+
+/// `tally site remove`.
+pub async fn site_remove(config: &Config, name: &str) -> Result<()> {
+    let sites = Sites::new(crate::store::open(config).await?);
+    let site = site_named(&sites, name).await?;
+    sites.remove(&site.site_id).await?;
+    println!("removed site {} ({}); its events and aggregates expire by their TTLs", site.domain, site.site_id);
+    Ok(())
+}
+
+/// `tally goal add`.
+pub async fn goal_add(config: &Config, site: &str, page: Option<&str>, event: Option<&str>) -> Result<()> {
+    let goal = match (page, event) {
+        (Some(p), None) => Goal::page(p)?,
+        (None, Some(e)) => Goal::event(e)?,
+        _ => bail!("give exactly one of --page PATTERN or --event NAME"),
+    };
+    let sites = Sites::new(crate::store::open(config).await?);
+    let site = site_named(&sites, site).await?;
+    let added = sites.add_goal(&site.site_id, goal).await?;
+    println!("goal id: {}", added.goal_id);
+    println!("goal: {}", added.goal.display_name());
+    Ok(())
+}
+
+/// `tally key create`.
+pub async fn key_create(config: &Config, site: &str, name: &str) -> Result<()> {
+    let sites = Sites::new(crate::store::open(config).await?);
+    let site = site_named(&sites, site).await?;
+    let (key, info) = sites.create_key(&site.site_id, name).await?;
+    println!("key id: {}", info.key_id);
+    println!("key: {key}");
+    eprintln!("the key is shown once; Tally keeps only its SHA-256");
+    Ok(())
+}
+
+/// `tally key revoke`.
+pub async fn key_revoke(config: &Config, site: &str, key_id: &str) -> Result<()> {
+    let sites = Sites::new(crate::store::open(config).await?);
+    let site = site_named(&sites, site).await?;
+    sites.revoke_key(&site.site_id, key_id).await?;
+    println!("revoked key {key_id}");
+    Ok(())
+}
+
+/// One NDJSON line of `tally import`.
+fn import_line(line: &str, site: &Site) -> Result<ImportEvent> {
+    let v: serde_json::Value = serde_json::from_str(line).context("not JSON")?;
+    let text = |name: &str| v.get(name).and_then(serde_json::Value::as_str).map(str::to_owned);
+    let timestamp_ms = match v.get("timestamp") {
+        Some(serde_json::Value::Number(n)) => n.as_i64().ok_or_else(|| anyhow!("`timestamp` must be whole ms"))?,
+        Some(serde_json::Value::String(s)) => s.parse::<jiff::Timestamp>().context("`timestamp`")?.as_millisecond(),
+        _ => bail!("`timestamp` is required"),
+    };
+    let url = text("url").ok_or_else(|| anyhow!("`url` is required"))?;
+    let mut raw = RawEvent::pageview(&url, &site.domain);
+    raw.timestamp_ms = timestamp_ms;
+    if let Some(name) = text("name") {
+        raw.name = name;
+    }
+    raw.referrer = text("referrer");
+    raw.user_agent = text("user_agent").unwrap_or_default();
+    if let Some(ip) = text("ip") {
+        raw.peer_ip = ip.parse().with_context(|| format!("`ip` {ip:?}"))?;
+    }
+    if let Some(b) = v.get("interactive").and_then(serde_json::Value::as_bool) {
+        raw.interactive = b;
+    }
+    if let Some(props) = v.get("props").and_then(serde_json::Value::as_object) {
+        for (k, val) in props {
+            let value = val.as_str().map(str::to_owned).unwrap_or_else(|| val.to_string());
+            raw.props.push((k.clone(), value));
+        }
+    }
+    Ok(ImportEvent { raw, visitor: text("visitor"), country: text("country") })
+}
+
+/// `tally import FILE`: NDJSON events with timestamps, through the ingestion pipeline.
+pub async fn import(config: &Config, file: &Path, site: &str) -> Result<()> {
+    let table = crate::store::open(config).await?;
+    let sites = Arc::new(Sites::new(table.clone()));
+    let site = site_named(&sites, site).await?;
+    let aggregator = Aggregator::start(table.clone(), sites.clone(), aggregator_config(config)).await?;
+    let pipeline = Pipeline::new(table, sites, Arc::new(enricher(config)?), aggregator.clone());
+    let reader =
+        std::io::BufReader::new(std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?);
+    let (mut imported, mut dropped, mut failed) = (0u64, 0u64, 0u64);
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("reading {}", file.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let outcome = match import_line(&line, &site) {
+            Ok(event) => pipeline.import(&site, event).await,
+            Err(e) => {
+                eprintln!("line {}: {e:#}", i + 1);
+                failed += 1;
+                continue;
+            }
+        };
+        match outcome {
+            IngestResult::Accepted => imported += 1,
+            IngestResult::Dropped(_) => dropped += 1,
+            IngestResult::Failed(e) => return Err(anyhow!("line {}: {e}", i + 1)),
+            other => {
+                eprintln!("line {}: {other:?}", i + 1);
+                failed += 1;
+            }
+        }
+        if (imported + dropped + failed) % 10_000 == 0 {
+            eprintln!("… {} lines", imported + dropped + failed);
+        }
+    }
+    aggregator.shutdown().await?;
+    println!("imported: {imported}");
+    println!("dropped: {dropped}");
+    println!("refused: {failed}");
+    Ok(())
+}
+
+/// `tally aggregate --rebuild`.
+pub async fn rebuild(config: &Config, site: &str, from: Option<&str>, to: Option<&str>, verify: bool) -> Result<bool> {
+    let table: Table = crate::store::open(config).await?;
+    let sites = Arc::new(Sites::new(table.clone()));
+    let site = site_named(&sites, site).await?;
+    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
+    let first = match from {
+        Some(d) => analytics::period::parse_date(d)?,
+        None => today.checked_sub(jiff::Span::new().days(i64::from(site.retention_event_days)))?,
+    };
+    let last = match to {
+        Some(d) => analytics::period::parse_date(d)?,
+        None => today,
+    };
+    let mode = if verify { RebuildMode::Verify } else { RebuildMode::Replace };
+    let progress = |n: u64| {
+        if n % 50_000 == 0 && n > 0 {
+            eprintln!("… {n} events read");
+        }
+    };
+    let report =
+        analytics::aggregate::rebuild(&table, sites.as_ref(), &site.site_id, first, last, mode, &progress).await?;
+    println!("site: {} ({})", site.domain, site.site_id);
+    println!("range: {first} to {last}");
+    println!("events read: {}", report.events_read);
+    println!("items compared: {}", report.items_compared);
+    println!("differences: {}", report.differences.len());
+    for d in report.differences.iter().take(20) {
+        println!("  {d:?}");
+    }
+    if !verify {
+        println!("items written: {}", report.items_written);
+        println!("items deleted: {}", report.items_deleted);
+    }
+    Ok(!verify || report.differences.is_empty())
+}
