@@ -3,6 +3,7 @@
 mod config;
 mod bad_input;
 mod e2e;
+mod sigkill;
 mod support;
 
 use std::process::{Command, Output};
