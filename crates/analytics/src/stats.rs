@@ -165,7 +165,10 @@ fn is_aggregate_dimension(d: &str) -> bool {
     d == TOTAL
         || EVENT_DIMENSIONS.contains(&d)
         || VISIT_DIMENSIONS.contains(&d)
-        || (d.starts_with(PROPS_PREFIX) && d.len() > PROPS_PREFIX.len() && d.len() <= PROPS_PREFIX.len() + 300)
+        || (d.starts_with(PROPS_PREFIX)
+            && d.len() > PROPS_PREFIX.len()
+            && d.len() <= PROPS_PREFIX.len() + 300
+            && !d.chars().any(char::is_control))
 }
 
 fn time_unit(d: &str) -> Option<Unit> {
@@ -285,7 +288,7 @@ fn display_value(dimension: &str, value: &str) -> Option<String> {
     if !value.is_empty() {
         return Some(value.to_owned());
     }
-    (dimension == "visit:source").then(|| "Direct / None".to_owned())
+    matches!(dimension, "visit:source" | "visit:referrer").then(|| "Direct / None".to_owned())
 }
 
 impl Stats {
@@ -355,19 +358,22 @@ impl Stats {
         let time = q.dimensions.iter().find_map(|d| time_unit(d));
         let breakdown = q.dimensions.iter().find(|d| time_unit(d).is_none()).cloned();
         let filtered: BTreeSet<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
-        let source = match (&breakdown, filtered.len()) {
-            (Some(b), _) if filtered.iter().all(|f| f == b) => b.clone(),
-            (None, 0) => TOTAL.to_owned(),
-            (None, 1) => filtered.iter().next().map(|s| (*s).to_owned()).unwrap_or_default(),
-            _ => {
-                return Err(StatsError::Unsupported(
-                    "filters on a dimension other than the breakdown are not answered from aggregates yet".into(),
-                ));
-            }
+        // The aggregate path reads one dimension's items; filters on any other dimension need
+        // the raw events (`raw`), filtered event by event and aggregated in memory.
+        let (source, raw) = match (&breakdown, filtered.len()) {
+            (Some(b), _) if filtered.iter().all(|f| f == b) => (b.clone(), false),
+            (None, 0) => (TOTAL.to_owned(), false),
+            (None, 1) => (filtered.iter().next().map(|s| (*s).to_owned()).unwrap_or_default(), false),
+            (Some(b), _) => (b.clone(), true),
+            (None, _) => (TOTAL.to_owned(), true),
         };
-        if q.metrics.iter().any(|m| m.is_session_metric()) && source.starts_with("event:") {
+        let event_filters: Vec<&str> = filtered.iter().copied().filter(|d| d.starts_with("event:")).collect();
+        if q.metrics.iter().any(|m| m.is_session_metric())
+            && (source.starts_with("event:") || (raw && !event_filters.is_empty()))
+        {
             return Err(StatsError::Invalid(format!(
-                "session metrics cannot be filtered by the event dimension `{source}`"
+                "session metrics cannot be combined with an event dimension ({})",
+                if source.starts_with("event:") { source.clone() } else { event_filters.join(", ") }
             )));
         }
         // Which buckets: hours for an hourly series, days for the other series, the fewest
@@ -415,10 +421,17 @@ impl Stats {
                 Some(unit) => zone.bucket(unit, b.start_ms()).map(|w| w.first_date().to_string()).unwrap_or_default(),
             }
         };
-        let groups = self.gather(&q.site_id, &source, &wanted, &label_of).await?;
+        let raw_items = if raw { Some(self.raw_items(&q.site_id, &zone, start, end, &q.filters).await?) } else { None };
+        let groups = match &raw_items {
+            Some(items) => gather_memory(items, &source, &wanted, &label_of),
+            None => self.gather(&q.site_id, &source, &wanted, &label_of).await?,
+        };
         // Conversion rates divide by all of the range's visitors.
         let total_visitors = if q.metrics.contains(&Metric::ConversionRate) {
-            let totals = self.gather(&q.site_id, TOTAL, &wanted, &label_of).await?;
+            let totals = match &raw_items {
+                Some(items) => gather_memory(items, TOTAL, &wanted, &label_of),
+                None => self.gather(&q.site_id, TOTAL, &wanted, &label_of).await?,
+            };
             let mut by_label: HashMap<String, VisitorSketch> = HashMap::new();
             for ((label, _), sum) in totals {
                 by_label.entry(label).or_default().merge(&sum.sketch);
@@ -430,7 +443,8 @@ impl Stats {
         // Rows: (time label, breakdown value) → sum, with filters applied to the source's values.
         let mut rows: BTreeMap<(String, String), Sum> = BTreeMap::new();
         for ((label, value), sum) in groups {
-            if source != TOTAL
+            if !raw
+                && source != TOTAL
                 && !q.filters.iter().all(|f| f.accepts(&display_value(&source, &value).unwrap_or_default()))
             {
                 continue;
@@ -519,6 +533,99 @@ impl Stats {
             pageviews_per_minute: per_minute.into_iter().map(|(m, c)| (m * 60_000, c)).collect(),
             top_pages,
         })
+    }
+}
+
+/// The longest range answered from raw events, in UTC days read.
+pub const MAX_RAW_DAYS: i64 = 32;
+
+/// The values of `dimension` for one stored event, as a filter sees them.
+fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
+    let one = |v: &str| vec![v.to_owned()];
+    match dimension {
+        "event:page" => one(&e.path),
+        "event:hostname" => one(&e.hostname),
+        "event:name" => one(&e.name),
+        "event:goal" => e.goals.clone(),
+        "visit:exit_page" => one(&e.next().exit_page),
+        d if d.starts_with(PROPS_PREFIX) => e.props.get(&d[PROPS_PREFIX.len()..]).map(|v| one(v)).unwrap_or_default(),
+        d => crate::aggregate::visit_value(&e.visit, d)
+            .map(|v| one(&display_value(d, v).unwrap_or_default()))
+            .unwrap_or_default(),
+    }
+}
+
+fn passes(f: &Filter, e: &crate::stored::StoredEvent) -> bool {
+    let values = event_value(e, &f.dimension);
+    match f.op {
+        FilterOp::IsNot => values.iter().all(|v| f.accepts(v)),
+        _ => values.iter().any(|v| f.accepts(v)),
+    }
+}
+
+/// Groups in-memory aggregates as [`Stats::gather`] groups stored ones.
+fn gather_memory(
+    items: &HashMap<crate::stored::AggKey, Sum>,
+    dimension: &str,
+    wanted: &[(Period, Bucket)],
+    label_of: &(dyn Fn(&Bucket) -> String + Sync),
+) -> BTreeMap<(String, String), Sum> {
+    let mut index: HashMap<(Period, String), &Bucket> = HashMap::new();
+    for (p, b) in wanted {
+        index.insert((*p, b.label()), b);
+    }
+    let mut out: BTreeMap<(String, String), Sum> = BTreeMap::new();
+    for (key, sum) in items {
+        if key.dimension != dimension {
+            continue;
+        }
+        if let Some(b) = index.get(&(key.period, key.bucket.clone())) {
+            let entry = out.entry((label_of(b), key.value.clone())).or_default();
+            entry.counters.add(&sum.counters);
+            entry.sketch.merge(&sum.sketch);
+        }
+    }
+    out
+}
+
+impl Stats {
+    /// The site's raw events of the range that pass every filter, aggregated in memory with the
+    /// same deltas live aggregation uses. One Query per shard and UTC day, from the day before
+    /// the range (for visits that began then).
+    async fn raw_items(
+        &self,
+        site_id: &str,
+        zone: &SiteZone,
+        start_ms: i64,
+        end_ms: i64,
+        filters: &[Filter],
+    ) -> Result<HashMap<crate::stored::AggKey, Sum>, StatsError> {
+        let first = crate::visitor::UtcDay::from_unix_ms(start_ms).previous();
+        let last = crate::visitor::UtcDay::from_unix_ms(end_ms.saturating_sub(1));
+        if last.days() - first.days() > MAX_RAW_DAYS {
+            return Err(StatsError::Unsupported(format!(
+                "filters on a dimension other than the breakdown read raw events, for ranges of up to {} days",
+                MAX_RAW_DAYS - 1
+            )));
+        }
+        let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
+        for day in first.days()..=last.days() {
+            let day = crate::visitor::UtcDay::from_days(day).to_string();
+            for shard in 0..crate::schema::EVENT_SHARDS {
+                let events =
+                    self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await?;
+                for e in events.iter().filter(|e| filters.iter().all(|f| passes(f, e))) {
+                    for (key, delta) in crate::aggregate::deltas(e, zone) {
+                        let entry = items.entry(key).or_default();
+                        entry.counters.add(&delta.counters);
+                        if let Some(v) = delta.visitor {
+                            entry.sketch.insert_u64(v);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(items)
     }
 }
 

@@ -286,6 +286,7 @@ pub async fn rebuild(config: &Config, site: &str, from: Option<&str>, to: Option
     let report =
         analytics::aggregate::rebuild(&table, sites.as_ref(), &site.site_id, first, last, mode, &progress).await?;
     println!("site: {} ({})", site.domain, site.site_id);
+    println!("mode: {}", if verify { "verify" } else { "replace" });
     println!("range: {first} to {last}");
     println!("events read: {}", report.events_read);
     println!("items compared: {}", report.items_compared);

@@ -186,10 +186,24 @@ fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
 }
 
 /// `POST /api/v2/query`.
-pub async fn query(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn query(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
     let r = match reading(&state) {
         Ok(r) => r,
         Err(resp) => return resp,
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body is larger than {} bytes", crate::routes::MAX_BODY_BYTES),
+            );
+        }
+        Err(rejection) => return bad(format!("could not read the body: {rejection}")),
     };
     let body: Json = match serde_json::from_slice(&body) {
         Ok(v @ Json::Object(_)) => v,
@@ -361,12 +375,14 @@ pub async fn import(State(state): State<AppState>, headers: HeaderMap, body: Byt
         Ok(s) => s,
         Err(resp) => return resp,
     };
-    let Ok(text) = std::str::from_utf8(&body) else {
-        return bad("the body is not UTF-8");
-    };
     let (mut imported, mut dropped) = (0u64, 0u64);
     let mut errors = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
+        let Ok(line) = std::str::from_utf8(line) else {
+            errors.push(json!({ "line": i + 1, "error": "the line is not UTF-8" }));
+            continue;
+        };
+        let line = line.trim_end_matches('\r');
         if line.trim().is_empty() {
             continue;
         }

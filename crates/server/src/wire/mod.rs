@@ -105,7 +105,7 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, WireError> {
 }
 
 /// The JSON type of `value`, as a message names it.
-fn json_type(value: &Value) -> &'static str {
+pub(crate) fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

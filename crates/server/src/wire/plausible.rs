@@ -45,7 +45,10 @@ pub fn parse(body: &[u8], meta: RequestMeta) -> Result<RawEvent, WireError> {
         None => url::Url::parse(url.trim()).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default(),
     };
     let referrer = super::optional_string(pick(&map, "r", "referrer"), "referrer")?;
-    let props = ["m", "meta", "p", "props"].iter().find_map(|k| present(&map, k)).map(props).unwrap_or_default();
+    let props = match ["m", "meta", "p", "props"].iter().find_map(|k| present(&map, k)) {
+        Some(value) => props(value)?,
+        None => Vec::new(),
+    };
     let hash_mode = matches!(pick(&map, "h", "hashMode"), Some(Value::Bool(true)))
         || pick(&map, "h", "hashMode").and_then(Value::as_i64) == Some(1);
     // `false` is a value here, so the short name is looked up on its own.
@@ -70,8 +73,10 @@ fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     map.get(key).filter(|v| !v.is_null())
 }
 
-/// Properties from an object or from a string holding one, scalar values only.
-fn props(value: &Value) -> Vec<(String, String)> {
+/// Properties from an object or from a string holding one, scalar values only. A string that
+/// holds no object is ignored, as the tracker may send one; any other type is refused, so a
+/// client learns its properties were not recorded.
+fn props(value: &Value) -> Result<Vec<(String, String)>, WireError> {
     let decoded;
     let object = match value {
         Value::Object(map) => map,
@@ -80,9 +85,11 @@ fn props(value: &Value) -> Vec<(String, String)> {
                 decoded = map;
                 &decoded
             }
-            _ => return Vec::new(),
+            _ => return Ok(Vec::new()),
         },
-        _ => return Vec::new(),
+        other => {
+            return Err(WireError::WrongType { field: "props", expected: "an object", found: super::json_type(other) });
+        }
     };
-    object.iter().filter_map(|(k, v)| Some((k.clone(), super::scalar_text(v)?))).collect()
+    Ok(object.iter().filter_map(|(k, v)| Some((k.clone(), super::scalar_text(v)?))).collect())
 }
