@@ -1,4 +1,227 @@
 //! `tally bench`: whole-system figures — ingestion in process and over HTTP, write units per
 //! event, read units and latency of a dashboard — on the embedded engine in a temporary directory.
+//!
+//! The traffic is `analytics::synth`'s: a realistic month of visits to three sites. The figures
+//! are what the spec's targets are about; `--output FILE` writes the per-event and per-dashboard
+//! costs as JSON for `tally capacity --from-bench FILE`.
 
 pub mod load;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use analytics::aggregate::{Aggregator, AggregatorConfig};
+use analytics::enrich::{Enricher, EnricherConfig, IpRanges};
+use analytics::pipeline::{IngestResult, Pipeline, SiteSelector};
+use analytics::sites::Sites;
+use analytics::stats::{Metric, Query, Stats};
+use analytics::synth::{Synth, SynthConfig};
+use anyhow::{Context, Result, bail};
+use model::Table;
+use store::Store;
+
+use crate::capacity::Costs;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Events to ingest.
+    pub events: u64,
+    /// Also measure ingestion over HTTP.
+    pub http: bool,
+    /// Concurrent ingestions (tasks in process, connections over HTTP).
+    pub concurrency: usize,
+    /// Dashboard repetitions for the latency percentiles.
+    pub dashboards: usize,
+    /// Where to write the costs as JSON.
+    pub output: Option<std::path::PathBuf>,
+}
+
+const DOMAINS: [&str; 3] = ["bench.example", "docs.bench.example", "shop.bench.example"];
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    table: Table,
+    sites: Arc<Sites>,
+    aggregator: Arc<Aggregator>,
+    pipeline: Arc<Pipeline>,
+}
+
+async fn setup() -> Result<Setup> {
+    let dir = tempfile::tempdir().context("a temporary directory")?;
+    let store: Arc<dyn Store> = Arc::new(store_embedded::EmbeddedStore::open(dir.path())?);
+    let table = Table::new(store, analytics::schema::tally_schema(analytics::schema::TABLE_NAME)).metered();
+    table.create_table().await?;
+    let sites = Arc::new(Sites::new(table.clone()));
+    for domain in DOMAINS {
+        let site = sites.add(domain, "Europe/Berlin").await?;
+        sites.add_goal(&site.site_id, analytics::goal::Goal::event("Signup")?).await?;
+        sites.add_goal(&site.site_id, analytics::goal::Goal::page("/pricing")?).await?;
+    }
+    let aggregator = Aggregator::start(table.clone(), sites.clone(), AggregatorConfig::default()).await?;
+    let enricher = Enricher::new(EnricherConfig {
+        mmdb_path: None,
+        country_headers: vec![analytics::synth::COUNTRY_HEADER.to_owned()],
+        trusted_proxies: IpRanges::parse(["127.0.0.1/32", "::1/128"]).map_err(|e| anyhow::anyhow!("{e}"))?,
+    })?;
+    let pipeline = Arc::new(Pipeline::new(table.clone(), sites.clone(), Arc::new(enricher), aggregator.clone()));
+    Ok(Setup { _dir: dir, table, sites, aggregator, pipeline })
+}
+
+fn synth(events: u64) -> Synth {
+    let now = jiff::Timestamp::now().as_millisecond();
+    let days = 30;
+    let start = now - now.rem_euclid(86_400_000) - i64::from(days) * 86_400_000;
+    let per_day = events as f64 / f64::from(days);
+    Synth::new(SynthConfig::new(42, DOMAINS.iter().map(|d| (*d).to_owned()).collect(), start, days, per_day))
+}
+
+fn rate(n: u64, elapsed: Duration) -> f64 {
+    n as f64 / elapsed.as_secs_f64().max(1e-9)
+}
+
+/// Runs the bench and prints its figures.
+pub async fn run(options: &BenchOptions) -> Result<()> {
+    let s = setup().await?;
+    eprintln!("tally bench: {} synthetic events, {} at a time", options.events, options.concurrency);
+    // In process: the pipeline directly, events drawn from one generator by many tasks.
+    let events: Vec<_> = synth(options.events).take(options.events as usize).collect();
+    let total = events.len() as u64;
+    let queue = Arc::new(std::sync::Mutex::new(events.into_iter()));
+    s.table.reset_capacity();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..options.concurrency.max(1) {
+        let (queue, pipeline) = (queue.clone(), s.pipeline.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut accepted, mut other) = (0u64, 0u64);
+            loop {
+                let next = queue.lock().ok().and_then(|mut q| q.next());
+                let Some(event) = next else { break };
+                match pipeline.ingest(event, SiteSelector::Domain).await {
+                    IngestResult::Accepted => accepted += 1,
+                    IngestResult::Failed(e) => return Err(anyhow::anyhow!("ingestion failed: {e}")),
+                    _ => other += 1,
+                }
+                if (accepted + other) % 50_000 == 0 {
+                    eprintln!("… {} events", accepted + other);
+                }
+            }
+            Ok::<_, anyhow::Error>((accepted, other))
+        }));
+    }
+    let (mut accepted, mut dropped) = (0, 0);
+    for t in tasks {
+        let (a, d) = t.await??;
+        accepted += a;
+        dropped += d;
+    }
+    let ingest_elapsed = started.elapsed();
+    s.aggregator.flush_now().await?;
+    let all_elapsed = started.elapsed();
+    let ingest_capacity = s.table.reset_capacity();
+    if accepted == 0 {
+        bail!("no event was accepted");
+    }
+    let write_per_event = ingest_capacity.write_units / accepted as f64;
+    let read_per_event = ingest_capacity.read_units / accepted as f64;
+    println!("events: {total} generated, {accepted} accepted, {dropped} dropped (bots)");
+    println!(
+        "in process: {:.0} events/s ingested ({:.2} s), {:.0} events/s including the final flush",
+        rate(accepted, ingest_elapsed),
+        ingest_elapsed.as_secs_f64(),
+        rate(accepted, all_elapsed)
+    );
+    println!("write units per event: {write_per_event:.3} (raw events, aggregates, runs, salts)");
+    println!("read units per event: {read_per_event:.3} (session and salt lookups missing the cache)");
+
+    // A dashboard: a 30-day overview with its daily series and six breakdowns.
+    let stats = Stats::new(s.table.clone(), s.sites.clone());
+    let site = s.sites.by_domain(DOMAINS[0]).await?.context("the bench site")?;
+    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
+    let range = analytics::period::RangeSpec::ThirtyDays.resolve(today, None)?;
+    let overview = [
+        Metric::Visitors,
+        Metric::Visits,
+        Metric::Pageviews,
+        Metric::ViewsPerVisit,
+        Metric::BounceRate,
+        Metric::VisitDuration,
+    ];
+    let mut queries = vec![
+        Query::new(site.site_id.clone(), overview.to_vec(), range, vec![], vec![], vec![], 10_000, 0)?,
+        Query::new(
+            site.site_id.clone(),
+            vec![Metric::Visitors, Metric::Pageviews],
+            range,
+            vec!["time:day".into()],
+            vec![],
+            vec![],
+            10_000,
+            0,
+        )?,
+    ];
+    for dimension in ["event:page", "visit:source", "visit:country", "visit:device", "visit:browser", "visit:os"] {
+        queries.push(Query::new(
+            site.site_id.clone(),
+            vec![Metric::Visitors],
+            range,
+            vec![dimension.into()],
+            vec![],
+            vec![],
+            10,
+            0,
+        )?);
+    }
+    let mut latencies = Vec::new();
+    s.table.reset_capacity();
+    for _ in 0..options.dashboards.max(1) {
+        let t = Instant::now();
+        for q in &queries {
+            stats.query(q).await?;
+        }
+        latencies.push(t.elapsed());
+    }
+    let dashboard_capacity = s.table.reset_capacity();
+    let read_per_dashboard = dashboard_capacity.read_units / options.dashboards.max(1) as f64;
+    println!(
+        "dashboard (30-day overview, daily series, six breakdowns): p50 {:.2} ms, p99 {:.2} ms, {read_per_dashboard:.1} read units",
+        load::percentile(&latencies, 50.0).as_secs_f64() * 1000.0,
+        load::percentile(&latencies, 99.0).as_secs_f64() * 1000.0,
+    );
+
+    if options.http {
+        let h = setup().await?;
+        let state = server::AppState::new(Arc::new(server::pipeline::PipelineIngest(h.pipeline.clone())));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(server::serve(listener, server::router(state)));
+        let requests: Vec<_> =
+            synth(options.events).take(options.events as usize).map(|e| load::plausible_request(&e)).collect();
+        let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(|n| eprintln!("… {n} requests"));
+        let result = load::post_all(addr, requests, options.concurrency, progress).await?;
+        println!(
+            "over HTTP (keep-alive, {} connections): {:.0} requests/s ({} in {:.2} s)",
+            options.concurrency,
+            rate(result.accepted, result.elapsed),
+            result.accepted,
+            result.elapsed.as_secs_f64()
+        );
+        h.aggregator.shutdown().await?;
+    }
+    s.aggregator.shutdown().await?;
+
+    if let Some(path) = &options.output {
+        let costs = Costs {
+            source: String::new(),
+            write_units_per_event: write_per_event,
+            read_units_per_event: read_per_event,
+            read_units_per_dashboard: read_per_dashboard,
+            raw_bytes_per_event: 700.0,
+            aggregate_bytes_per_site_day: 400_000.0,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&costs)?)?;
+        eprintln!("costs written to {}", path.display());
+    }
+    Ok(())
+}

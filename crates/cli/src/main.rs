@@ -4,9 +4,6 @@
 //! Every command takes `--config` and the settings flags (`--store`, `--table`, …); see
 //! [`config`] for the file, the `TALLY_*` variables and their precedence.
 
-// `bench` holds the HTTP load driver so far; `tally bench`, `serve`, `site`, `goal`, `key`,
-// `import` and `aggregate` are wired once `analytics::{sites, pipeline, stats}` land.
-#[allow(dead_code)]
 mod bench;
 mod capacity;
 mod config;
@@ -81,6 +78,25 @@ enum Command {
         /// Only compare and report differences (exit 1 when any); do not write.
         #[arg(long)]
         verify: bool,
+    },
+    /// Measures ingestion (in process and over HTTP), write units per event, and dashboard
+    /// read units and latency, on synthetic traffic in a temporary embedded store.
+    Bench {
+        /// Events to ingest.
+        #[arg(long, default_value_t = 100_000)]
+        events: u64,
+        /// Also measure ingestion over HTTP with keep-alive.
+        #[arg(long)]
+        http: bool,
+        /// Concurrent ingestions (tasks in process, connections over HTTP).
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Dashboards to time for the latency percentiles.
+        #[arg(long, default_value_t = 100)]
+        dashboards: usize,
+        /// Writes the measured costs as JSON, for `tally capacity --from-bench`.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// Prints the effective configuration (file, environment and flags applied) as TOML.
     Config,
@@ -227,6 +243,10 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             if !clean {
                 return Ok(std::process::ExitCode::FAILURE);
             }
+        }
+        Command::Bench { events, http, concurrency, dashboards, output } => {
+            let options = bench::BenchOptions { events, http, concurrency, dashboards, output };
+            runtime()?.block_on(bench::run(&options))?;
         }
         Command::Config => print!("{}", config.to_toml()),
         Command::Schema { what } => schema(what, &config)?,
