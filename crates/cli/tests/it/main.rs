@@ -1,7 +1,7 @@
 //! The `tally` binary, run as a user runs it.
 
-mod config;
 mod bad_input;
+mod config;
 mod e2e;
 mod sigkill;
 mod support;
