@@ -214,3 +214,47 @@ async fn ingested_and_imported_traffic_aggregates_equal_a_rebuild() {
     assert!(report.differences.is_empty(), "live aggregates equal the rebuild: {:#?}", report.differences);
     assert!(report.items_compared > 50);
 }
+
+/// The same pipeline on the DynamoDB engine (moto, started by `cargo xtask test`; dynalite has no
+/// transactions, which adding a site uses): two
+/// processes share a visitor, aggregates equal a rebuild.
+#[tokio::test]
+async fn the_pipeline_runs_unchanged_on_the_dynamodb_engine() {
+    let endpoint = match std::env::var("TALLY_MOTO_ENDPOINT") {
+        Ok(e) if !e.is_empty() => e,
+        _ => {
+            let required = std::env::var("TALLY_REQUIRE_EMULATORS").is_ok_and(|v| v == "1");
+            assert!(!required, "TALLY_MOTO_ENDPOINT is not set but TALLY_REQUIRE_EMULATORS=1");
+            eprintln!("\n!!!!! the pipeline on moto DID NOT RUN: TALLY_MOTO_ENDPOINT is not set !!!!!\n");
+            return;
+        }
+    };
+    let dynamo = store_dynamodb::DynamoDbStore::connect(store_dynamodb::Options::emulator(endpoint)).await.unwrap();
+    let store: Arc<dyn store::Store> = Arc::new(dynamo);
+    let name = format!("tally-pipeline-{}", ulid::Ulid::new().to_string().to_ascii_lowercase());
+    let table = Table::new(store, tally_schema(&name));
+    table.create_table().await.expect("the table is created on moto");
+    let sites = Arc::new(Sites::new(table.clone()));
+    let site = sites.add("example.com", "America/New_York").await.unwrap();
+    let enricher = Arc::new(Enricher::new(EnricherConfig::default()).unwrap());
+    let a1 = Aggregator::start(table.clone(), sites.clone(), quiet()).await.unwrap();
+    let a2 = Aggregator::start(table.clone(), sites.clone(), quiet()).await.unwrap();
+    let p1 = Pipeline::new(table.clone(), sites.clone(), enricher.clone(), a1.clone());
+    let p2 = Pipeline::new(table.clone(), sites.clone(), enricher, a2.clone());
+    let t = now() - 3_600_000;
+    for i in 0..12i64 {
+        let p = if i % 2 == 0 { &p1 } else { &p2 };
+        let ip = [192, 0, 2, (i % 3) as u8];
+        let raw = pageview(&format!("https://example.com/p{}", i % 4), FIREFOX, ip, t + i * 20_000);
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    a1.flush_now().await.unwrap();
+    a2.flush_now().await.unwrap();
+    let today = site.zone.date_of(now()).unwrap();
+    let first = site.zone.date_of(t - 86_400_000).unwrap();
+    let report =
+        rebuild(&table, sites.as_ref(), &site.site_id, first, today, RebuildMode::Verify, &|_| {}).await.unwrap();
+    assert_eq!(report.events_read, 12);
+    assert!(report.differences.is_empty(), "{:#?}", report.differences);
+    let _ = table.store().delete_table(&name).await;
+}
