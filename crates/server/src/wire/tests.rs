@@ -100,7 +100,7 @@ fn plausible_props() {
     );
     check(
         r#"{"n":"Buy","u":"https://a.com/","d":"a.com","p":[1,2]}"#,
-        expect![[r#"Buy https://a.com/ domain="a.com""#]],
+        expect!["error[props]: props must be an object, not an array"],
     );
 }
 
