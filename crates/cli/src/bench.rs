@@ -123,7 +123,10 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     if accepted == 0 {
         bail!("no event was accepted");
     }
-    let write_per_event = ingest_capacity.write_units / accepted as f64;
+    // Flushes measure their own units on a meter of their own; the table's meter saw the rest
+    // (raw events, runs, salts, session and site lookups).
+    let a = s.aggregator.stats();
+    let write_per_event = (ingest_capacity.write_units + a.flush_write_units) / accepted as f64;
     let read_per_event = ingest_capacity.read_units / accepted as f64;
     println!("events: {total} generated, {accepted} accepted, {dropped} dropped (bots)");
     println!(
@@ -132,7 +135,17 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         ingest_elapsed.as_secs_f64(),
         rate(accepted, all_elapsed)
     );
-    println!("write units per event: {write_per_event:.3} (raw events, aggregates, runs, salts)");
+    println!(
+        "write units per event: {write_per_event:.3} ({:.3} raw events, runs and salts; {:.3} aggregates)",
+        ingest_capacity.write_units / accepted as f64,
+        a.flush_write_units / accepted as f64
+    );
+    println!(
+        "aggregation: {} flushes, {} aggregate items written, {:.1} events per item written",
+        a.epochs_flushed,
+        a.items_written,
+        accepted as f64 / a.items_written.max(1) as f64
+    );
     println!("read units per event: {read_per_event:.3} (session and salt lookups missing the cache)");
 
     // A dashboard: a 30-day overview with its daily series and six breakdowns.

@@ -44,9 +44,9 @@ impl Costs {
     pub fn built_in() -> Costs {
         Costs {
             source: "the release-build `tally bench --events 1000000` run recorded in BENCHMARKS.md".into(),
-            write_units_per_event: 1.12,
-            read_units_per_event: 0.02,
-            read_units_per_dashboard: 60.0,
+            write_units_per_event: 1.81,
+            read_units_per_event: 1.73,
+            read_units_per_dashboard: 816.0,
             raw_bytes_per_event: 700.0,
             aggregate_bytes_per_site_day: 400_000.0,
         }
