@@ -315,10 +315,15 @@ impl Pipeline {
         sessions.entry((site_id.to_owned(), visitor.to_owned())).or_default().clone()
     }
 
-    /// The visitor's newest session as stored, if it is live at `ts`.
-    async fn load_session(&self, site_id: &str, visitor: &str, ts: i64) -> Result<Option<Live>, PipelineError> {
-        let today = UtcDay::from_unix_ms(ts);
-        for day in [today, today.previous()] {
+    /// The visitor's newest session as stored on the partitions of `days`, if it is live at `ts`.
+    async fn load_session(
+        &self,
+        site_id: &str,
+        visitor: &str,
+        ts: i64,
+        days: &[UtcDay],
+    ) -> Result<Option<Live>, PipelineError> {
+        for &day in days {
             let newest = self
                 .table
                 .query("Event")
@@ -373,10 +378,18 @@ impl Pipeline {
         let (visitor, slot) = match chosen {
             Some(c) => c,
             None => {
-                // Nothing live in memory: ask the table, older salt first.
+                // Nothing live in memory: ask the table, older salt first. A visit under today's
+                // salt began today; one under yesterday's salt began yesterday (new visits always
+                // take today's). A single id (an import) may have begun either day.
+                let today = UtcDay::from_unix_ms(ts);
                 let mut found = None;
-                for id in ids.iter().rev() {
-                    if let Some(live) = self.load_session(&site.site_id, id, ts).await? {
+                for (i, id) in ids.iter().enumerate().rev() {
+                    let days = match (ids.len(), i) {
+                        (1, _) => vec![today, today.previous()],
+                        (_, 0) => vec![today],
+                        _ => vec![today.previous()],
+                    };
+                    if let Some(live) = self.load_session(&site.site_id, id, ts, &days).await? {
                         found = Some((id.clone(), live));
                         break;
                     }
@@ -433,7 +446,8 @@ impl Pipeline {
                 Err(e) if e.is_condition_failed() || e.is_already_exists() => {
                     // Another process wrote this slot: read the session back and try the next one.
                     drop(ticket);
-                    *guard = self.load_session(&site.site_id, &live.visitor_id, ts).await?;
+                    let today = UtcDay::from_unix_ms(ts);
+                    *guard = self.load_session(&site.site_id, &live.visitor_id, ts, &[today, today.previous()]).await?;
                     if guard.as_ref().is_none_or(|l| l.session_id != live.session_id) && live.next_seq > 0 {
                         *guard = Some(Live { next_seq: live.next_seq + 1, ..live });
                     }

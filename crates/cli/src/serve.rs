@@ -81,7 +81,7 @@ pub async fn serve(config: &Config) -> Result<()> {
             events_invalid: c.invalid.load(Ordering::Relaxed),
             flush_lag_seconds: a.flush_lag_ms as f64 / 1000.0,
             pending_events: a.pending_events,
-            store_write_units: capacity.write_units,
+            store_write_units: capacity.write_units + a.flush_write_units,
             store_read_units: capacity.read_units,
         }
     };
