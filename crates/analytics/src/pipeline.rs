@@ -126,7 +126,9 @@ pub struct Pipeline {
     enricher: Arc<Enricher>,
     aggregator: Arc<Aggregator>,
     limits: Limits,
-    salts: Mutex<HashMap<i64, Salt>>,
+    /// Salts by UTC day; `None` caches that a past day's salt does not exist (no process
+    /// creates a past day's salt, so the answer cannot change).
+    salts: Mutex<HashMap<i64, Option<Salt>>>,
     sessions: Mutex<HashMap<(String, String), Slot>>,
     counters: PipelineCounters,
 }
@@ -270,8 +272,10 @@ impl Pipeline {
     }
 
     async fn salt(&self, day: UtcDay, create: bool) -> Result<Option<Salt>, PipelineError> {
-        if let Some(s) = self.salts.lock().ok().and_then(|m| m.get(&day.days()).cloned()) {
-            return Ok(Some(s));
+        if let Some(cached) = self.salts.lock().ok().and_then(|m| m.get(&day.days()).cloned())
+            && (cached.is_some() || !create)
+        {
+            return Ok(cached);
         }
         let key = item! { "day" => day.to_string() };
         let mut found = self.table.get_with("Salt", key.clone(), true).await?;
@@ -290,12 +294,17 @@ impl Pipeline {
                 Err(e) => return Err(e.into()),
             }
         }
-        let Some(record) = found else { return Ok(None) };
+        let Some(record) = found else {
+            if let Ok(mut m) = self.salts.lock() {
+                m.insert(day.days(), None);
+            }
+            return Ok(None);
+        };
         let salt = Salt::from_bytes(record.bytes("salt").map_err(|_| PipelineError::BadSalt)?)
             .map_err(|_| PipelineError::BadSalt)?;
         if let Ok(mut m) = self.salts.lock() {
             m.retain(|d, _| *d >= day.days() - 3);
-            m.insert(day.days(), salt.clone());
+            m.insert(day.days(), Some(salt.clone()));
         }
         Ok(Some(salt))
     }
