@@ -17,8 +17,6 @@ pub const READ_PRICE_PER_MILLION: f64 = 0.125;
 pub const STORAGE_PRICE_PER_GB_MONTH: f64 = 0.25;
 /// Days in an average month.
 pub const DAYS_PER_MONTH: f64 = 30.4375;
-/// The bytes DynamoDB adds to every item for storage billing.
-pub const ITEM_OVERHEAD_BYTES: f64 = 100.0;
 
 /// What one event and one dashboard cost, as `tally bench` measured them.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]

@@ -9,9 +9,8 @@ use std::sync::atomic::Ordering;
 
 use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode};
 use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
-use analytics::event::RawEvent;
 use analytics::goal::Goal;
-use analytics::pipeline::{ImportEvent, IngestResult, Pipeline};
+use analytics::pipeline::{IngestResult, Pipeline};
 use analytics::sites::{Site, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
@@ -188,38 +187,6 @@ pub async fn key_revoke(config: &Config, site: &str, key_id: &str) -> Result<()>
     Ok(())
 }
 
-/// One NDJSON line of `tally import`.
-fn import_line(line: &str, site: &Site) -> Result<ImportEvent> {
-    let v: serde_json::Value = serde_json::from_str(line).context("not JSON")?;
-    let text = |name: &str| v.get(name).and_then(serde_json::Value::as_str).map(str::to_owned);
-    let timestamp_ms = match v.get("timestamp") {
-        Some(serde_json::Value::Number(n)) => n.as_i64().ok_or_else(|| anyhow!("`timestamp` must be whole ms"))?,
-        Some(serde_json::Value::String(s)) => s.parse::<jiff::Timestamp>().context("`timestamp`")?.as_millisecond(),
-        _ => bail!("`timestamp` is required"),
-    };
-    let url = text("url").ok_or_else(|| anyhow!("`url` is required"))?;
-    let mut raw = RawEvent::pageview(&url, &site.domain);
-    raw.timestamp_ms = timestamp_ms;
-    if let Some(name) = text("name") {
-        raw.name = name;
-    }
-    raw.referrer = text("referrer");
-    raw.user_agent = text("user_agent").unwrap_or_default();
-    if let Some(ip) = text("ip") {
-        raw.peer_ip = ip.parse().with_context(|| format!("`ip` {ip:?}"))?;
-    }
-    if let Some(b) = v.get("interactive").and_then(serde_json::Value::as_bool) {
-        raw.interactive = b;
-    }
-    if let Some(props) = v.get("props").and_then(serde_json::Value::as_object) {
-        for (k, val) in props {
-            let value = val.as_str().map(str::to_owned).unwrap_or_else(|| val.to_string());
-            raw.props.push((k.clone(), value));
-        }
-    }
-    Ok(ImportEvent { raw, visitor: text("visitor"), country: text("country") })
-}
-
 /// `tally import FILE`: NDJSON events with timestamps, through the ingestion pipeline.
 pub async fn import(config: &Config, file: &Path, site: &str) -> Result<()> {
     let table = crate::store::open(config).await?;
@@ -235,10 +202,10 @@ pub async fn import(config: &Config, file: &Path, site: &str) -> Result<()> {
         if line.trim().is_empty() {
             continue;
         }
-        let outcome = match import_line(&line, &site) {
+        let outcome = match server::stats::import_line(&line, &site) {
             Ok(event) => pipeline.import(&site, event).await,
             Err(e) => {
-                eprintln!("line {}: {e:#}", i + 1);
+                eprintln!("line {}: {e}", i + 1);
                 failed += 1;
                 continue;
             }

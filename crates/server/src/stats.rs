@@ -313,8 +313,8 @@ pub async fn realtime_visitors(
     }
 }
 
-/// One NDJSON import line as an event.
-fn import_line(line: &str, site: &Site) -> Result<ImportEvent, String> {
+/// One NDJSON import line as an event of `site` (also used by `tally import`).
+pub fn import_line(line: &str, site: &Site) -> Result<ImportEvent, String> {
     let v: Json = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let obj = v.as_object().ok_or("each line must be a JSON object")?;
     let text = |name: &str| -> Result<Option<String>, String> {
@@ -443,6 +443,17 @@ async fn session_site(state: &AppState, headers: &HeaderMap, p: &SessionParams) 
     Ok((r, site))
 }
 
+/// The site (authorized) and the UTC day (`date`, today by default) of a session route.
+async fn session_day(
+    state: &AppState,
+    headers: &HeaderMap,
+    p: &SessionParams,
+) -> Result<(Reading, Site, String), Response> {
+    let (r, site) = session_site(state, headers, p).await?;
+    let day = day_param(p, &site)?;
+    Ok((r, site, day))
+}
+
 fn day_param(p: &SessionParams, site: &Site) -> Result<String, Response> {
     match &p.date {
         Some(d) => parse_date(d).map(|d| d.to_string()).map_err(|e| bad(format!("`date`: {e}"))),
@@ -467,12 +478,8 @@ pub async fn recent_sessions(
     headers: HeaderMap,
     UrlQuery(p): UrlQuery<SessionParams>,
 ) -> Response {
-    let (r, site) = match session_site(&state, &headers, &p).await {
+    let (r, site, day) = match session_day(&state, &headers, &p).await {
         Ok(x) => x,
-        Err(resp) => return resp,
-    };
-    let day = match day_param(&p, &site) {
-        Ok(d) => d,
         Err(resp) => return resp,
     };
     match r.stats.recent_sessions(&site.site_id, &day, p.limit.unwrap_or(50).min(1000)).await {
@@ -512,12 +519,8 @@ pub async fn visitor_sessions(
     axum::extract::Path(visitor): axum::extract::Path<String>,
     UrlQuery(p): UrlQuery<SessionParams>,
 ) -> Response {
-    let (r, site) = match session_site(&state, &headers, &p).await {
+    let (r, site, day) = match session_day(&state, &headers, &p).await {
         Ok(x) => x,
-        Err(resp) => return resp,
-    };
-    let day = match day_param(&p, &site) {
-        Ok(d) => d,
         Err(resp) => return resp,
     };
     match r.stats.visitor_sessions(&site.site_id, &day, &visitor).await {
@@ -533,12 +536,8 @@ pub async fn delete_visitor(
     axum::extract::Path(visitor): axum::extract::Path<String>,
     UrlQuery(p): UrlQuery<SessionParams>,
 ) -> Response {
-    let (r, site) = match session_site(&state, &headers, &p).await {
+    let (r, site, day) = match session_day(&state, &headers, &p).await {
         Ok(x) => x,
-        Err(resp) => return resp,
-    };
-    let day = match day_param(&p, &site) {
-        Ok(d) => d,
         Err(resp) => return resp,
     };
     match r.stats.delete_visitor(&site.site_id, &day, &visitor).await {
