@@ -325,6 +325,18 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
     stats.check("A totals", &a.key, totals_query.clone(), &[row(&[], &totals_a)], true);
     let tb_s = tb.to_string();
     let dbs = db.to_string();
+    // Site B's live page view may fall in a later flush than A's last events: wait for it too.
+    let totals_b = query(&b.domain, [dbs.as_str(), tb_s.as_str()], &TOTALS, &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let reached = Stats::post(server.addr, &b.key, &totals_b)
+            .and_then(|answer| Stats::rows(&answer, TOTALS.len()))
+            .is_ok_and(|rows| rows.len() == 1 && rows[0].1.get(6) == Some(&2.0));
+        if reached || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     stats.check(
         "B totals (erin and the live page view; nothing of A's)",
         &b.key,
