@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod routes;
 pub mod stats;
+pub mod tracker;
 pub mod wire;
 
 pub use error::ServerError;

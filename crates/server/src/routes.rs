@@ -62,6 +62,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingestion)
         .route("/health", get(health))
+        .route("/js/script.js", get(crate::tracker::script))
+        .route("/js/tally.js", get(crate::tracker::script))
         .route("/metrics", get(crate::metrics::handler))
         .route("/api/v2/query", post(crate::stats::query).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
         .route("/api/realtime", get(crate::stats::realtime))

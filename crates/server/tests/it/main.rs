@@ -3,6 +3,7 @@
 
 mod ingestion;
 mod props;
+mod tracker;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
