@@ -217,7 +217,24 @@ impl VisitorSketch {
         if inner.lg_config_k() != LG_K {
             return Err(SketchError::Corrupt(format!("lg_k is {}, format 1 has {LG_K}", inner.lg_config_k())));
         }
-        Ok(VisitorSketch { inner })
+        let sketch = VisitorSketch { inner };
+        // Some damaged register images deserialise but make the library's arithmetic overflow
+        // later (a regression case the property test found: a corrupted `cur_min`). Exercising
+        // every operation a reader performs once, here, turns such an image into an error instead
+        // of a panic in the middle of a query or a flush.
+        let exercised = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = sketch.estimate();
+            let mut probe = VisitorSketch::new();
+            probe.insert_u64(1);
+            let merged = VisitorSketch::union([&probe, &sketch]);
+            let _ = merged.estimate();
+            let _ = merged.to_bytes();
+            let _ = sketch.to_bytes();
+        }));
+        match exercised {
+            Ok(()) => Ok(sketch),
+            Err(_) => Err(SketchError::Corrupt("the registers do not add up".into())),
+        }
     }
 }
 

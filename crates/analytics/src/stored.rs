@@ -214,6 +214,11 @@ impl Period {
     }
 }
 
+/// The name of the tracker's engagement event (sent on page hide with scroll depth and engaged
+/// time, not interactive). It extends its visit (duration, last seen) but is not an event in the
+/// statistics: it adds no event counters, visitors or `event:*` values.
+pub const ENGAGEMENT: &str = "engagement";
+
 /// The dimension name of site totals (every event, every visit), with the empty value.
 pub const TOTAL: &str = "total";
 

@@ -107,8 +107,10 @@ pub fn deltas(event: &StoredEvent, zone: &SiteZone) -> Vec<(AggKey, Delta)> {
         d.visitor = Some(visitor);
     };
 
-    // Event counters and the visitor, in the bucket of the event's time.
-    for period in Period::ALL {
+    // Event counters and the visitor, in the bucket of the event's time; an engagement event
+    // only extends its visit.
+    let periods: &[Period] = if event.name == crate::stored::ENGAGEMENT { &[] } else { &Period::ALL };
+    for &period in periods {
         let Ok(bucket) = bucket_label(period, zone, event.ts) else { continue };
         let mut values: Vec<(Cow<'static, str>, &str)> = Vec::with_capacity(24);
         values.push((TOTAL.into(), ""));

@@ -258,3 +258,48 @@ async fn the_pipeline_runs_unchanged_on_the_dynamodb_engine() {
     assert!(report.differences.is_empty(), "{:#?}", report.differences);
     let _ = table.store().delete_table(&name).await;
 }
+
+/// The tracker's engagement event extends its visit but is not an event in the statistics.
+#[tokio::test]
+async fn an_engagement_event_extends_the_visit_and_is_not_counted_as_an_event() {
+    let w = world().await;
+    let site = w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    let t = now() - 3_600_000;
+    assert!(matches!(
+        p.ingest(pageview("https://example.com/a", FIREFOX, [192, 0, 2, 1], t), SiteSelector::Domain).await,
+        IngestResult::Accepted
+    ));
+    let mut engagement = pageview("https://example.com/a", FIREFOX, [192, 0, 2, 1], t + 30_000);
+    engagement.name = "engagement".into();
+    engagement.interactive = false;
+    engagement.props = vec![("scroll_depth".into(), "80".into())];
+    assert!(matches!(p.ingest(engagement, SiteSelector::Domain).await, IngestResult::Accepted));
+    a.flush_now().await.unwrap();
+    let stats = analytics::stats::Stats::new(w.table.clone(), w.sites.clone());
+    let day = site.zone.date_of(t).unwrap();
+    let metrics = vec![
+        analytics::stats::Metric::Events,
+        analytics::stats::Metric::Pageviews,
+        analytics::stats::Metric::BounceRate,
+        analytics::stats::Metric::VisitDuration,
+    ];
+    let range = analytics::period::DateRange::new(day, day).unwrap();
+    let q = analytics::stats::Query::new(site.site_id.clone(), metrics, range, vec![], vec![], vec![], 10, 0).unwrap();
+    let rows = stats.query(&q).await.unwrap();
+    use analytics::stats::Value::Int;
+    assert_eq!(rows[0].metrics, vec![Int(1), Int(1), Int(100), Int(30)], "one event, a bounce lasting 30 s");
+    let names = analytics::stats::Query::new(
+        site.site_id.clone(),
+        vec![analytics::stats::Metric::Events],
+        range,
+        vec!["event:name".into()],
+        vec![],
+        vec![],
+        10,
+        0,
+    )
+    .unwrap();
+    let rows = stats.query(&names).await.unwrap();
+    assert_eq!(rows.iter().map(|r| r.dimensions[0].as_str()).collect::<Vec<_>>(), ["pageview"]);
+}
