@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+pub mod accounts;
 pub mod aggregate;
 pub mod enrich;
 pub mod event;

@@ -21,7 +21,8 @@
 //! - **Every short-lived item has a TTL**: raw events and sessions (site retention, 30 days by
 //!   default), hourly aggregates (90 days), daily aggregates (2 years), salts (72 hours),
 //!   per-minute realtime aggregates (2 hours). Monthly aggregates are kept forever.
-//! - API keys are stored under the SHA-256 of the key, never the key itself.
+//! - API keys, login sessions and shared-link tokens are stored under the SHA-256 of the token,
+//!   never the token itself; passwords as Argon2id hashes.
 
 use std::time::Duration;
 
@@ -96,6 +97,45 @@ pub fn tally_schema(name: &str) -> Schema {
                 .timestamps()
                 .key("KEY#{key_hash}", "KEY")
                 .gsi("gsi1", "KEYS#{site_id}", "KEY#{key_id}"),
+        )
+        .entity(
+            Entity::new("User")
+                .description("A dashboard account: its e-mail, an Argon2id password hash (PHC string) and role.")
+                .attribute(Attribute::string("email").required().example("admin@example.com"))
+                .attribute(Attribute::string("user_id").ulid())
+                .attribute(Attribute::string("password_hash").required().example("$argon2id$v=19$m=19456,t=2,p=1$…"))
+                .attribute(Attribute::string("role").default_value("admin"))
+                .timestamps()
+                .key("USER#{email}", "USER")
+                .gsi("gsi1", "USERS", "USER#{email}"),
+        )
+        .entity(
+            Entity::new("Grant")
+                .description(
+                    "A signed-in browser: a login session (`kind` user) or an unlocked password-protected shared \
+                     link (`kind` share), stored as the SHA-256 of the cookie's token; expires by `ttl`.",
+                )
+                .attribute(Attribute::string("token_hash").required().example("9f86d081884c7d65"))
+                .attribute(Attribute::string("kind").required().example("user"))
+                .attribute(Attribute::string("subject").required().example("admin@example.com"))
+                .ttl_after("ttl", Duration::from_secs(30 * 86_400))
+                .key("GRANT#{token_hash}", "GRANT"),
+        )
+        .entity(
+            Entity::new("ShareLink")
+                .description(
+                    "A read-only shared link to one site's dashboard, stored as the SHA-256 of its token, with an \
+                     optional Argon2id password hash; revocable.",
+                )
+                .attribute(Attribute::string("token_hash").required().example("9f86d081884c7d65"))
+                .attribute(Attribute::string("share_id").ulid())
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("name").example("Public dashboard"))
+                .attribute(Attribute::string("password_hash"))
+                .attribute(Attribute::number("revoked_at"))
+                .timestamps()
+                .key("SHARE#{token_hash}", "SHARE")
+                .gsi("gsi1", "SHARES#{site_id}", "SHARE#{share_id}"),
         )
         .entity(
             Entity::new("Salt")
@@ -205,6 +245,18 @@ pub fn tally_schema(name: &str) -> Schema {
         .access_pattern(
             AccessPattern::query("keys_of_site", "A site's API keys, for the admin page")
                 .entity("ApiKey")
+                .index("gsi1")
+                .sort(SortShape::BeginsWith),
+        )
+        .access_pattern(AccessPattern::get("user_by_email", "Sign a user in").entity("User"))
+        .access_pattern(
+            AccessPattern::query("list_users", "Every account (first-run check)").entity("User").index("gsi1"),
+        )
+        .access_pattern(AccessPattern::get("grant_by_hash", "The signed-in browser behind a cookie").entity("Grant"))
+        .access_pattern(AccessPattern::get("share_by_hash", "Open a shared link").entity("ShareLink"))
+        .access_pattern(
+            AccessPattern::query("shares_of_site", "A site's shared links, for the settings page")
+                .entity("ShareLink")
                 .index("gsi1")
                 .sort(SortShape::BeginsWith),
         )

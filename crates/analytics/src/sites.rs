@@ -46,6 +46,14 @@ pub enum SitesError {
     /// Another site already has the domain.
     #[error("the domain {0} already belongs to a site")]
     DomainTaken(String),
+    /// A retention is out of range.
+    #[error("{name} must be between 1 and a few thousand days, not {days}")]
+    InvalidRetention {
+        /// The setting.
+        name: &'static str,
+        /// The value given.
+        days: u32,
+    },
     /// No site has this id or domain.
     #[error("no site {0:?}")]
     NoSuchSite(String),
@@ -63,6 +71,19 @@ pub enum SitesError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// Settings to change on a site; `None` leaves one as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SiteChanges {
+    /// A new IANA time zone.
+    pub timezone: Option<String>,
+    /// Days raw events are kept.
+    pub retention_event_days: Option<u32>,
+    /// Days hourly aggregates are kept.
+    pub retention_hourly_days: Option<u32>,
+    /// Days daily aggregates are kept.
+    pub retention_daily_days: Option<u32>,
 }
 
 /// A tracked site.
@@ -356,6 +377,48 @@ impl Sites {
             c.remove(site_id);
         }
         Ok(SiteGoal { goal_id, goal })
+    }
+
+    /// Removes a goal from a site. Its past conversions stay in the aggregates under its name.
+    pub async fn remove_goal(&self, site_id: &str, goal_id: &str) -> Result<bool, SitesError> {
+        let key = item! { "site_id" => site_id, "goal_id" => goal_id };
+        let existed = self.table.get("Goal", key.clone()).await?.is_some();
+        self.table.delete("Goal", key).await?;
+        if let Ok(mut c) = self.by_id.lock() {
+            c.remove(site_id);
+        }
+        Ok(existed)
+    }
+
+    /// Changes a site's time zone and retention. A new time zone applies to events from now on;
+    /// buckets already written keep the zone they were counted in until rebuilt
+    /// (`tally aggregate --rebuild`).
+    pub async fn update(&self, site_id: &str, changes: &SiteChanges) -> Result<Site, SitesError> {
+        if self.load(site_id).await?.is_none() {
+            return Err(SitesError::NoSuchSite(site_id.to_owned()));
+        }
+        let mut update = model::expr::Update::new();
+        if let Some(tz) = &changes.timezone {
+            SiteZone::new(tz).map_err(|_| SitesError::InvalidTimezone(tz.clone()))?;
+            update = update.set("timezone", tz.as_str());
+        }
+        for (name, value, range) in [
+            ("retention_event_days", changes.retention_event_days, 1..=3650),
+            ("retention_hourly_days", changes.retention_hourly_days, 1..=3650),
+            ("retention_daily_days", changes.retention_daily_days, 1..=36500),
+        ] {
+            if let Some(days) = value {
+                if !range.contains(&days) {
+                    return Err(SitesError::InvalidRetention { name, days });
+                }
+                update = update.set(name, i64::from(days));
+            }
+        }
+        self.table.update("Site", item! { "site_id" => site_id }, update).await?;
+        if let Ok(mut c) = self.by_id.lock() {
+            c.remove(site_id);
+        }
+        self.get(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))
     }
 
     /// Creates an API key for a site: returns the key (shown once, never stored) and its record.

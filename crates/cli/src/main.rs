@@ -12,6 +12,7 @@ mod http;
 mod logging;
 mod serve;
 mod store;
+mod users;
 
 use std::path::PathBuf;
 
@@ -51,6 +52,16 @@ enum Command {
     Key {
         #[command(subcommand)]
         what: KeyCommand,
+    },
+    /// Dashboard accounts (every account is an admin). Passwords are read from standard input.
+    User {
+        #[command(subcommand)]
+        what: UserCommand,
+    },
+    /// Read-only shared links to a site's dashboard.
+    Share {
+        #[command(subcommand)]
+        what: ShareCommand,
     },
     /// Imports NDJSON events with their own timestamps (`timestamp`, `url`, `name`, `referrer`,
     /// `props`, `visitor` or `ip` + `user_agent`, `country`).
@@ -179,6 +190,54 @@ enum KeyCommand {
 }
 
 #[derive(Subcommand)]
+enum UserCommand {
+    /// Creates an account; the password is read from standard input.
+    Add {
+        /// Its e-mail.
+        email: String,
+    },
+    /// Lists the accounts.
+    List,
+    /// Removes an account.
+    Remove {
+        /// Its e-mail.
+        email: String,
+    },
+    /// Sets an account's password, read from standard input.
+    Password {
+        /// Its e-mail.
+        email: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ShareCommand {
+    /// Creates a shared link; its path is printed once.
+    Create {
+        /// The site (domain or id).
+        site: String,
+        /// What the link is for.
+        #[arg(long, default_value = "shared link")]
+        name: String,
+        /// Protects the link with a password, read from standard input.
+        #[arg(long)]
+        password: bool,
+    },
+    /// Lists a site's shared links.
+    List {
+        /// The site (domain or id).
+        site: String,
+    },
+    /// Revokes a shared link by its id.
+    Revoke {
+        /// The site (domain or id).
+        site: String,
+        /// The share id printed by `share create`.
+        share_id: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum SchemaCommand {
     /// The markdown design document: table, indexes, entities, sample items, access patterns.
     Doc,
@@ -235,6 +294,23 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             match what {
                 KeyCommand::Create { site, name } => serve::key_create(&config, &site, &name).await,
                 KeyCommand::Revoke { site, key_id } => serve::key_revoke(&config, &site, &key_id).await,
+            }
+        })?,
+        Command::User { what } => runtime()?.block_on(async {
+            match what {
+                UserCommand::Add { email } => users::add(&config, &email).await,
+                UserCommand::List => users::list(&config).await,
+                UserCommand::Remove { email } => users::remove(&config, &email).await,
+                UserCommand::Password { email } => users::password(&config, &email).await,
+            }
+        })?,
+        Command::Share { what } => runtime()?.block_on(async {
+            match what {
+                ShareCommand::Create { site, name, password } => {
+                    users::share_create(&config, &site, &name, password).await
+                }
+                ShareCommand::List { site } => users::share_list(&config, &site).await,
+                ShareCommand::Revoke { site, share_id } => users::share_revoke(&config, &site, &share_id).await,
             }
         })?,
         Command::Import { file, site } => runtime()?.block_on(serve::import(&config, &file, &site))?,

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use analytics::accounts::Accounts;
 use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode};
 use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
 use analytics::goal::Goal;
@@ -60,7 +61,15 @@ pub async fn serve(config: &Config) -> Result<()> {
     let pipeline =
         Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
-    let reading = Arc::new(Reading { stats, sites: sites.clone(), pipeline: pipeline.clone() });
+    let accounts = Arc::new(Accounts::new(metered.clone()));
+    let setup_token = first_run_token(&accounts).await?;
+    let reading = Arc::new(Reading {
+        stats,
+        sites: sites.clone(),
+        pipeline: pipeline.clone(),
+        accounts,
+        setup_token: setup_token.clone(),
+    });
     let metrics_pipeline = pipeline.clone();
     let metrics_aggregator = aggregator.clone();
     let metrics_table = metered.clone();
@@ -91,11 +100,25 @@ pub async fn serve(config: &Config) -> Result<()> {
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
     tracing::info!(run = aggregator.run_id(), store = %config.store, "listening on http://{addr}");
+    tracing::info!("dashboard: http://{addr}/");
+    if let Some(token) = &setup_token {
+        tracing::warn!("no account yet: create the admin account at http://{addr}/setup?token={token}");
+    }
     server::serve_with_shutdown(listener, server::router(state), shutdown_signal()).await?;
     tracing::info!("stopping: flushing aggregates");
     aggregator.shutdown().await.context("flushing aggregates at shutdown")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The one-time token of the setup link, while no account exists.
+async fn first_run_token(accounts: &Accounts) -> Result<Option<String>> {
+    if accounts.has_users().await.context("reading accounts")? {
+        return Ok(None);
+    }
+    let mut secret = [0u8; 16];
+    rand::fill(&mut secret);
+    Ok(Some(secret.iter().map(|b| format!("{b:02x}")).collect()))
 }
 
 async fn shutdown_signal() {

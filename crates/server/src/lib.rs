@@ -29,6 +29,10 @@
 
 #![deny(missing_docs)]
 
+pub mod account;
+pub mod admin;
+pub mod auth;
+pub mod dashboard;
 pub mod error;
 pub mod ingest;
 pub mod metrics;

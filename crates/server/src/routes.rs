@@ -73,7 +73,32 @@ pub fn router(state: AppState) -> Router {
         .route("/api/visitors/{visitor}/sessions", get(crate::stats::visitor_sessions))
         .route("/api/visitors/{visitor}", axum::routing::delete(crate::stats::delete_visitor))
         .route("/api/import", post(crate::stats::import).layer(DefaultBodyLimit::max(crate::stats::MAX_IMPORT_BYTES)))
+        .merge(accounts_and_settings())
+        .merge(crate::dashboard::routes())
         .with_state(state)
+}
+
+/// Signing in, shared links, and the sites and settings API (see [`crate::account`] and
+/// [`crate::admin`]); small JSON bodies only.
+fn accounts_and_settings() -> Router<AppState> {
+    use crate::{account, admin};
+    use axum::routing::{delete, patch};
+    Router::new()
+        .route("/api/auth", get(account::state))
+        .route("/api/login", post(account::login))
+        .route("/api/logout", post(account::logout))
+        .route("/api/setup", post(account::setup))
+        .route("/api/share/{token}", get(account::share))
+        .route("/api/share/{token}/unlock", post(account::unlock))
+        .route("/api/sites", get(admin::list).post(admin::add))
+        .route("/api/sites/{site}", patch(admin::update).delete(admin::remove))
+        .route("/api/sites/{site}/goals", post(admin::add_goal))
+        .route("/api/sites/{site}/goals/{goal}", delete(admin::remove_goal))
+        .route("/api/sites/{site}/keys", get(admin::keys).post(admin::create_key))
+        .route("/api/sites/{site}/keys/{key}", delete(admin::revoke_key))
+        .route("/api/sites/{site}/shares", get(admin::shares).post(admin::create_share))
+        .route("/api/sites/{site}/shares/{share}", delete(admin::revoke_share))
+        .layer(DefaultBodyLimit::max(16 * 1024))
 }
 
 async fn health() -> impl IntoResponse {

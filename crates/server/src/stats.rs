@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value as Json, json};
 
+use crate::auth::{Need, authorize, error, internal};
 use crate::routes::AppState;
 
 /// What the reading routes need.
@@ -30,55 +31,20 @@ pub struct Reading {
     pub sites: Arc<Sites>,
     /// The pipeline, for imports.
     pub pipeline: Arc<Pipeline>,
+    /// Accounts, logins and shared links.
+    pub accounts: Arc<analytics::accounts::Accounts>,
+    /// The one-time token of the first-run setup link, while no account exists.
+    pub setup_token: Option<String>,
 }
 
 /// Largest import body accepted.
 pub const MAX_IMPORT_BYTES: usize = 10 * 1024 * 1024;
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], json!({ "error": message.into() }).to_string())
-        .into_response()
-}
-
-fn unauthorized() -> Response {
-    error(
-        StatusCode::UNAUTHORIZED,
-        "Invalid API key or site ID. Please make sure you're using a valid API key with access to the site you've requested.",
-    )
-}
-
-fn internal(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "reading route failed");
-    error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-}
-
-fn reading(state: &AppState) -> Result<&Reading, Response> {
+pub(crate) fn reading(state: &AppState) -> Result<&Reading, Response> {
     state.reading.as_deref().ok_or_else(|| error(StatusCode::NOT_FOUND, "not found"))
 }
 
-/// The site the request's Bearer key opens, if it is `site` (a domain or id; any when `None`).
-async fn authorize(r: &Reading, headers: &HeaderMap, site: Option<&str>) -> Result<Site, Response> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .ok_or_else(unauthorized)?;
-    let key = r.sites.authenticate(bearer).await.map_err(internal)?.ok_or_else(unauthorized)?;
-    let site_of_key = r.sites.get(&key.site_id).await.map_err(internal)?.ok_or_else(unauthorized)?;
-    match site {
-        None => Ok(site_of_key),
-        Some(name) => {
-            let named = r.sites.resolve(name).await.map_err(internal)?;
-            match named {
-                Some(s) if s.site_id == site_of_key.site_id => Ok(s),
-                _ => Err(unauthorized()),
-            }
-        }
-    }
-}
-
-fn bad(message: impl Into<String>) -> Response {
+pub(crate) fn bad(message: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, message)
 }
 
@@ -213,8 +179,8 @@ pub async fn query(
     let Some(site_name) = body.get("site_id").and_then(Json::as_str) else {
         return bad("`site_id` is required");
     };
-    let site = match authorize(r, &headers, Some(site_name)).await {
-        Ok(s) => s,
+    let site = match authorize(r, &headers, Some(site_name), Need::Stats).await {
+        Ok((_, s)) => s,
         Err(resp) => return resp,
     };
     let q = match parse_query(&body, &site) {
@@ -267,8 +233,8 @@ pub async fn realtime(State(state): State<AppState>, headers: HeaderMap, UrlQuer
         Err(resp) => return resp,
     };
     let Some(name) = p.site_id else { return bad("`site_id` is required") };
-    let site = match authorize(r, &headers, Some(&name)).await {
-        Ok(s) => s,
+    let site = match authorize(r, &headers, Some(&name), Need::Stats).await {
+        Ok((_, s)) => s,
         Err(resp) => return resp,
     };
     let now = jiff::Timestamp::now().as_millisecond();
@@ -303,8 +269,8 @@ pub async fn realtime_visitors(
         Err(resp) => return resp,
     };
     let Some(name) = p.site_id else { return bad("`site_id` is required") };
-    let site = match authorize(r, &headers, Some(&name)).await {
-        Ok(s) => s,
+    let site = match authorize(r, &headers, Some(&name), Need::Stats).await {
+        Ok((_, s)) => s,
         Err(resp) => return resp,
     };
     match r.stats.realtime(&site.site_id, jiff::Timestamp::now().as_millisecond()).await {
@@ -366,13 +332,18 @@ pub fn import_line(line: &str, site: &Site) -> Result<ImportEvent, String> {
 
 /// `POST /api/import`: NDJSON events with their own timestamps for the key's site; answers
 /// `{imported, dropped, errors: [{line, error}]}`; a bad line does not stop the others.
-pub async fn import(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn import(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    UrlQuery(site): UrlQuery<SiteParam>,
+    body: Bytes,
+) -> Response {
     let r = match reading(&state) {
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let site = match authorize(r, &headers, None).await {
-        Ok(s) => s,
+    let site = match authorize(r, &headers, site.site_id.as_deref(), Need::Visitors).await {
+        Ok((_, s)) => s,
         Err(resp) => return resp,
     };
     let (mut imported, mut dropped) = (0u64, 0u64);
@@ -432,14 +403,14 @@ fn session_json(s: &analytics::stats::SessionSummary) -> Json {
     })
 }
 
-fn json_ok(body: Json) -> Response {
+pub(crate) fn json_ok(body: Json) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 async fn session_site(state: &AppState, headers: &HeaderMap, p: &SessionParams) -> Result<(Reading, Site), Response> {
     let r = reading(state)?.clone();
     let name = p.site_id.as_deref().ok_or_else(|| bad("`site_id` is required"))?;
-    let site = authorize(&r, headers, Some(name)).await?;
+    let (_, site) = authorize(&r, headers, Some(name), Need::Visitors).await?;
     Ok((r, site))
 }
 

@@ -1,0 +1,521 @@
+//! Dashboard accounts, signed-in browsers and read-only shared links, on Tally's table.
+//!
+//! - **Users** sign in with an e-mail and a password. Passwords are kept as Argon2id hashes (PHC
+//!   strings) from the `argon2` crate — RustCrypto's maintained, pure-Rust implementation of the
+//!   algorithm OWASP recommends first — with its default parameters (19 MiB, two passes), and
+//!   hashed on a blocking thread so a sign-in never stalls ingestion. Every user is an admin of
+//!   every site: Tally is self-hosted, and the people who can sign in run it.
+//! - **Grants** are what a browser's cookie stands for: a login session, or a password-protected
+//!   shared link that was unlocked. The cookie holds a random 32-byte token; the table holds only
+//!   its SHA-256, so a copy of the table signs nobody in. Grants expire (30 days for a login,
+//!   7 for a shared link), checked on every read, not left to the table's lazy TTL deletion.
+//! - **Shared links** open one site's dashboard read-only, optionally behind a password, until
+//!   revoked. The link carries a random token, stored hashed like the others.
+//!
+//! Lookups behind a cookie or link are cached for [`CACHE_TTL`], so a dashboard's burst of
+//! queries costs one read; signing out or revoking is seen everywhere within that time.
+//!
+//! ```no_run
+//! # async fn run(table: model::Table) -> Result<(), analytics::accounts::AccountsError> {
+//! use analytics::accounts::Accounts;
+//!
+//! let accounts = Accounts::new(table);
+//! accounts.add_user("admin@example.com", "correct horse battery").await?;
+//! let (cookie, user) = accounts.login("admin@example.com", "correct horse battery").await?.unwrap();
+//! assert_eq!(accounts.session(&cookie).await?.unwrap().email, user.email);
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use argon2::password_hash::SaltString;
+use argon2::{Argon2, PasswordHash, PasswordHasher, PasswordVerifier};
+use model::{Record, Table};
+use sha2::{Digest, Sha256};
+use store::item;
+
+/// How long a cached session or shared link is trusted.
+pub const CACHE_TTL: Duration = Duration::from_secs(5);
+/// How long a login lasts.
+pub const LOGIN_LIFETIME: Duration = Duration::from_secs(30 * 86_400);
+/// How long an unlocked shared link stays unlocked.
+pub const SHARE_UNLOCK_LIFETIME: Duration = Duration::from_secs(7 * 86_400);
+/// Shortest password accepted.
+pub const MIN_PASSWORD_CHARS: usize = 8;
+/// Longest password accepted (hashing cost grows with it).
+pub const MAX_PASSWORD_BYTES: usize = 1024;
+
+/// What can go wrong with accounts and links.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AccountsError {
+    /// The table could not be read or written.
+    #[error(transparent)]
+    Model(#[from] model::Error),
+    /// Not an e-mail address.
+    #[error("{0:?} is not an e-mail address")]
+    InvalidEmail(String),
+    /// The password is too short or too long.
+    #[error("a password must have at least {MIN_PASSWORD_CHARS} characters and at most {MAX_PASSWORD_BYTES} bytes")]
+    InvalidPassword,
+    /// An account with this e-mail exists.
+    #[error("an account for {0} already exists")]
+    EmailTaken(String),
+    /// No account has this e-mail.
+    #[error("no account for {0}")]
+    NoSuchUser(String),
+    /// The site has no shared link with this id.
+    #[error("the site has no shared link {0:?}")]
+    NoSuchShare(String),
+    /// A stored item does not read back.
+    #[error("a stored {entity} is malformed: {message}")]
+    Corrupt {
+        /// The entity.
+        entity: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// Hashing failed (it does not, for valid parameters), or its thread panicked.
+    #[error("password hashing failed: {0}")]
+    Hashing(String),
+}
+
+/// A dashboard account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Its e-mail, lower-cased.
+    pub email: String,
+    /// Its id (a ULID).
+    pub user_id: String,
+    /// Its role (`admin`).
+    pub role: String,
+}
+
+/// A shared link, without its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareInfo {
+    /// Its id (a ULID), for revoking.
+    pub share_id: String,
+    /// The site it shows.
+    pub site_id: String,
+    /// What its owner called it.
+    pub name: String,
+    /// Whether opening it asks for a password.
+    pub has_password: bool,
+    /// Whether it was revoked.
+    pub revoked: bool,
+}
+
+type Cached<T> = Mutex<HashMap<String, (Instant, Option<T>)>>;
+
+/// Accounts, grants and shared links. Share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Accounts {
+    table: Table,
+    sessions: Cached<User>,
+    shares: Cached<ShareInfo>,
+}
+
+fn cached<T: Clone>(cache: &Cached<T>, key: &str) -> Option<Option<T>> {
+    let guard = cache.lock().ok()?;
+    let (at, value) = guard.get(key)?;
+    (at.elapsed() < CACHE_TTL).then(|| value.clone())
+}
+
+fn remember<T>(cache: &Cached<T>, key: &str, value: Option<T>) {
+    if let Ok(mut guard) = cache.lock() {
+        if guard.len() > 10_000 {
+            guard.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
+        }
+        guard.insert(key.to_owned(), (Instant::now(), value));
+    }
+}
+
+fn forget<T>(cache: &Cached<T>) {
+    if let Ok(mut guard) = cache.lock() {
+        guard.clear();
+    }
+}
+
+fn corrupt(entity: &'static str) -> impl Fn(model::Error) -> AccountsError {
+    move |e| AccountsError::Corrupt { entity, message: e.to_string() }
+}
+
+/// A fresh random token: 32 bytes as 64 lower-case hex digits.
+fn new_token() -> String {
+    let mut secret = [0u8; 32];
+    rand::fill(&mut secret);
+    secret.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the table keeps of a token.
+fn hash_token(token: &str) -> String {
+    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `token` looks like one [`new_token`] makes, so junk costs no read.
+fn plausible_token(token: &str) -> bool {
+    token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// `email` lower-cased, if it is an address: one `@`, something on both sides, a dot in the
+/// domain, no spaces or control characters, at most 254 bytes.
+pub fn normalise_email(email: &str) -> Result<String, AccountsError> {
+    let e = email.trim().to_lowercase();
+    let ok = e.len() <= 254
+        && !e.chars().any(|c| c.is_whitespace() || c.is_control())
+        && matches!(e.split_once('@'), Some((local, domain))
+            if !local.is_empty() && domain.contains('.') && !domain.contains('@')
+               && !domain.starts_with('.') && !domain.ends_with('.'));
+    if ok { Ok(e) } else { Err(AccountsError::InvalidEmail(email.to_owned())) }
+}
+
+fn check_password(password: &str) -> Result<(), AccountsError> {
+    if password.chars().count() < MIN_PASSWORD_CHARS || password.len() > MAX_PASSWORD_BYTES {
+        return Err(AccountsError::InvalidPassword);
+    }
+    Ok(())
+}
+
+/// Hashes `password` with Argon2id and a random salt, on a blocking thread.
+async fn hash_password(password: &str) -> Result<String, AccountsError> {
+    let password = password.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut salt = [0u8; 16];
+        rand::fill(&mut salt);
+        let salt = SaltString::encode_b64(&salt).map_err(|e| AccountsError::Hashing(e.to_string()))?;
+        Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .map(|h| h.to_string())
+            .map_err(|e| AccountsError::Hashing(e.to_string()))
+    })
+    .await
+    .map_err(|e| AccountsError::Hashing(e.to_string()))?
+}
+
+/// Whether `password` matches the PHC string `hash`, on a blocking thread. A `None` hash (no
+/// such account) is checked against a dummy, so the answer takes as long either way.
+async fn verify_password(password: &str, hash: Option<String>) -> Result<bool, AccountsError> {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    let known = hash.is_some();
+    let hash = match hash {
+        Some(h) => h,
+        None => match DUMMY.get() {
+            Some(d) => d.clone(),
+            None => {
+                let d = hash_password("tally-dummy-password").await?;
+                DUMMY.get_or_init(|| d).clone()
+            }
+        },
+    };
+    let password = password.to_owned();
+    let matched = tokio::task::spawn_blocking(move || {
+        PasswordHash::new(&hash)
+            .is_ok_and(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+    })
+    .await
+    .map_err(|e| AccountsError::Hashing(e.to_string()))?;
+    Ok(known && matched)
+}
+
+fn user_of(r: &Record) -> Result<User, AccountsError> {
+    Ok(User {
+        email: r.string("email").map_err(corrupt("User"))?.to_owned(),
+        user_id: r.string("user_id").map_err(corrupt("User"))?.to_owned(),
+        role: r.opt_string("role").ok().flatten().unwrap_or("admin").to_owned(),
+    })
+}
+
+fn share_of(r: &Record) -> Result<ShareInfo, AccountsError> {
+    Ok(ShareInfo {
+        share_id: r.string("share_id").map_err(corrupt("ShareLink"))?.to_owned(),
+        site_id: r.string("site_id").map_err(corrupt("ShareLink"))?.to_owned(),
+        name: r.opt_string("name").ok().flatten().unwrap_or_default().to_owned(),
+        has_password: r.opt_string("password_hash").ok().flatten().is_some_and(|h| !h.is_empty()),
+        revoked: r.opt_i64("revoked_at").ok().flatten().is_some(),
+    })
+}
+
+impl Accounts {
+    /// Accounts on `table`.
+    pub fn new(table: Table) -> Self {
+        Accounts { table, sessions: Mutex::default(), shares: Mutex::default() }
+    }
+
+    /// Every account, by e-mail.
+    pub async fn users(&self) -> Result<Vec<User>, AccountsError> {
+        let records = self.table.query("User").index("gsi1").key(item! {}).all().await?;
+        records.iter().map(user_of).collect()
+    }
+
+    /// Whether any account exists (the first-run check).
+    pub async fn has_users(&self) -> Result<bool, AccountsError> {
+        Ok(!self.table.query("User").index("gsi1").key(item! {}).limit(1).all().await?.is_empty())
+    }
+
+    /// Creates an account. Refuses an e-mail that has one.
+    pub async fn add_user(&self, email: &str, password: &str) -> Result<User, AccountsError> {
+        let email = normalise_email(email)?;
+        check_password(password)?;
+        let hash = hash_password(password).await?;
+        let user_id = ulid::Ulid::new().to_string();
+        let created = self
+            .table
+            .create(
+                "User",
+                item! {
+                    "email" => email.as_str(),
+                    "user_id" => user_id.as_str(),
+                    "password_hash" => hash.as_str(),
+                    "role" => "admin",
+                },
+            )
+            .await;
+        match created {
+            Ok(_) => Ok(User { email, user_id, role: "admin".to_owned() }),
+            Err(e) if e.is_condition_failed() || e.is_already_exists() => Err(AccountsError::EmailTaken(email)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sets an account's password. Its existing logins stay valid.
+    pub async fn set_password(&self, email: &str, password: &str) -> Result<(), AccountsError> {
+        let email = normalise_email(email)?;
+        check_password(password)?;
+        if self.table.get("User", item! { "email" => email.as_str() }).await?.is_none() {
+            return Err(AccountsError::NoSuchUser(email));
+        }
+        let hash = hash_password(password).await?;
+        self.table
+            .update("User", item! { "email" => email.as_str() }, model::expr::Update::new().set("password_hash", hash))
+            .await?;
+        Ok(())
+    }
+
+    /// Removes an account; its logins stop working within [`CACHE_TTL`].
+    pub async fn remove_user(&self, email: &str) -> Result<bool, AccountsError> {
+        let email = normalise_email(email)?;
+        let existed = self.table.get("User", item! { "email" => email.as_str() }).await?.is_some();
+        self.table.delete("User", item! { "email" => email.as_str() }).await?;
+        forget(&self.sessions);
+        Ok(existed)
+    }
+
+    /// Signs in: a new login token (for the cookie) and the account, or `None` when the e-mail or
+    /// password is wrong (which one is not said).
+    pub async fn login(&self, email: &str, password: &str) -> Result<Option<(String, User)>, AccountsError> {
+        let record = match normalise_email(email) {
+            Ok(e) if password.len() <= MAX_PASSWORD_BYTES => {
+                self.table.get("User", item! { "email" => e.as_str() }).await?
+            }
+            _ => None,
+        };
+        let hash = record.as_ref().and_then(|r| r.opt_string("password_hash").ok().flatten().map(str::to_owned));
+        if !verify_password(password, hash).await? {
+            return Ok(None);
+        }
+        let Some(record) = record else { return Ok(None) };
+        let user = user_of(&record)?;
+        let token = self.grant("user", &user.email, LOGIN_LIFETIME).await?;
+        Ok(Some((token, user)))
+    }
+
+    async fn grant(&self, kind: &str, subject: &str, lifetime: Duration) -> Result<String, AccountsError> {
+        let token = new_token();
+        let expires = (now_ms() / 1000) + lifetime.as_secs() as i64;
+        self.table
+            .put(
+                "Grant",
+                item! {
+                    "token_hash" => hash_token(&token).as_str(),
+                    "kind" => kind,
+                    "subject" => subject,
+                    "ttl" => expires,
+                },
+            )
+            .await?;
+        Ok(token)
+    }
+
+    /// The live grant behind `token`: its kind and subject.
+    async fn grant_of(&self, token: &str) -> Result<Option<(String, String)>, AccountsError> {
+        if !plausible_token(token) {
+            return Ok(None);
+        }
+        let Some(r) = self.table.get("Grant", item! { "token_hash" => hash_token(token).as_str() }).await? else {
+            return Ok(None);
+        };
+        let expires = r.opt_i64("ttl").ok().flatten().unwrap_or(0);
+        if expires * 1000 <= now_ms() {
+            return Ok(None);
+        }
+        let kind = r.string("kind").map_err(corrupt("Grant"))?.to_owned();
+        let subject = r.string("subject").map_err(corrupt("Grant"))?.to_owned();
+        Ok(Some((kind, subject)))
+    }
+
+    /// The account signed in with login token `token`, if the login is live and the account exists.
+    pub async fn session(&self, token: &str) -> Result<Option<User>, AccountsError> {
+        let key = hash_token(token);
+        if let Some(hit) = cached(&self.sessions, &key) {
+            return Ok(hit);
+        }
+        let user = match self.grant_of(token).await? {
+            Some((kind, email)) if kind == "user" => {
+                match self.table.get("User", item! { "email" => email.as_str() }).await? {
+                    Some(r) => Some(user_of(&r)?),
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        remember(&self.sessions, &key, user.clone());
+        Ok(user)
+    }
+
+    /// Ends the login (or unlock) behind `token`.
+    pub async fn logout(&self, token: &str) -> Result<(), AccountsError> {
+        if plausible_token(token) {
+            self.table.delete("Grant", item! { "token_hash" => hash_token(token).as_str() }).await?;
+        }
+        forget(&self.sessions);
+        Ok(())
+    }
+
+    /// Creates a shared link to `site_id`: its token (shown once, part of the link) and info.
+    pub async fn create_share(
+        &self,
+        site_id: &str,
+        name: &str,
+        password: Option<&str>,
+    ) -> Result<(String, ShareInfo), AccountsError> {
+        let password = password.filter(|p| !p.is_empty());
+        if let Some(p) = password {
+            check_password(p)?;
+        }
+        let token = new_token();
+        let share_id = ulid::Ulid::new().to_string();
+        let mut fields = item! {
+            "token_hash" => hash_token(&token).as_str(),
+            "share_id" => share_id.as_str(),
+            "site_id" => site_id,
+            "name" => name,
+        };
+        if let Some(p) = password {
+            fields.insert("password_hash".to_owned(), hash_password(p).await?.into());
+        }
+        self.table.create("ShareLink", fields).await?;
+        let info = ShareInfo {
+            share_id,
+            site_id: site_id.to_owned(),
+            name: name.to_owned(),
+            has_password: password.is_some(),
+            revoked: false,
+        };
+        Ok((token, info))
+    }
+
+    /// A site's shared links, revoked ones included.
+    pub async fn shares(&self, site_id: &str) -> Result<Vec<ShareInfo>, AccountsError> {
+        let records = self.table.query("ShareLink").index("gsi1").key(item! { "site_id" => site_id }).all().await?;
+        records.iter().map(share_of).collect()
+    }
+
+    /// Revokes a shared link; it stops opening within [`CACHE_TTL`] everywhere.
+    pub async fn revoke_share(&self, site_id: &str, share_id: &str) -> Result<(), AccountsError> {
+        let records = self
+            .table
+            .query("ShareLink")
+            .index("gsi1")
+            .key(item! { "site_id" => site_id, "share_id" => share_id })
+            .all()
+            .await?;
+        let hash = records
+            .first()
+            .and_then(|r| r.string("token_hash").ok())
+            .ok_or_else(|| AccountsError::NoSuchShare(share_id.to_owned()))?
+            .to_owned();
+        self.table
+            .update(
+                "ShareLink",
+                item! { "token_hash" => hash.as_str() },
+                model::expr::Update::new().set("revoked_at", now_ms()),
+            )
+            .await?;
+        forget(&self.shares);
+        Ok(())
+    }
+
+    /// The live shared link with token `token`.
+    pub async fn share(&self, token: &str) -> Result<Option<ShareInfo>, AccountsError> {
+        if !plausible_token(token) {
+            return Ok(None);
+        }
+        let key = hash_token(token);
+        if let Some(hit) = cached(&self.shares, &key) {
+            return Ok(hit);
+        }
+        let info = match self.table.get("ShareLink", item! { "token_hash" => key.as_str() }).await? {
+            Some(r) => Some(share_of(&r)?).filter(|s| !s.revoked),
+            None => None,
+        };
+        remember(&self.shares, &key, info.clone());
+        Ok(info)
+    }
+
+    /// Unlocks a password-protected shared link: a grant token for the cookie, or `None` when the
+    /// link or password is wrong.
+    pub async fn unlock_share(&self, token: &str, password: &str) -> Result<Option<String>, AccountsError> {
+        let Some(info) = self.share(token).await? else { return Ok(None) };
+        let record = self.table.get("ShareLink", item! { "token_hash" => hash_token(token).as_str() }).await?;
+        let hash = record.and_then(|r| r.opt_string("password_hash").ok().flatten().map(str::to_owned));
+        if hash.is_none() || password.len() > MAX_PASSWORD_BYTES || !verify_password(password, hash).await? {
+            return Ok(None);
+        }
+        Ok(Some(self.grant("share", &info.share_id, SHARE_UNLOCK_LIFETIME).await?))
+    }
+
+    /// Whether `grant` is a live unlock of shared link `share_id`.
+    pub async fn share_unlocked(&self, grant: &str, share_id: &str) -> Result<bool, AccountsError> {
+        Ok(matches!(self.grant_of(grant).await?, Some((kind, subject)) if kind == "share" && subject == share_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emails_are_checked_and_lower_cased() {
+        assert_eq!(normalise_email(" Admin@Example.COM ").unwrap(), "admin@example.com");
+        for bad in ["", "admin", "@example.com", "admin@", "admin@example", "a b@example.com", "a@b@c.com", "a@.com"] {
+            assert!(normalise_email(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_random_hex_and_stored_hashed() {
+        let (a, b) = (new_token(), new_token());
+        assert_ne!(a, b);
+        assert!(plausible_token(&a));
+        assert!(!plausible_token("x"));
+        assert_ne!(hash_token(&a), a);
+        assert_eq!(hash_token(&a), hash_token(&a));
+    }
+
+    #[tokio::test]
+    async fn a_password_verifies_against_its_hash_only() {
+        let hash = hash_password("correct horse").await.unwrap();
+        assert!(hash.starts_with("$argon2id$"));
+        assert!(verify_password("correct horse", Some(hash.clone())).await.unwrap());
+        assert!(!verify_password("wrong horse", Some(hash)).await.unwrap());
+        assert!(!verify_password("correct horse", None).await.unwrap());
+        assert!(!verify_password("x", Some("not a phc string".into())).await.unwrap());
+    }
+}

@@ -1,0 +1,454 @@
+// Tally's dashboard: one page, no build step, embedded in the binary. Every figure it shows comes
+// from the public API (POST /api/v2/query, GET /api/realtime, GET /api/sites), so a script with a
+// key can get the same numbers. Signed-in users send the login cookie plus the X-Tally-CSRF token;
+// shared links send X-Tally-Share. The page's state lives in the URL, so a view can be bookmarked.
+"use strict";
+
+const RANGES = [["day", "Today"], ["7d", "Last 7 days"], ["30d", "Last 30 days"], ["month", "Month to date"],
+  ["6mo", "Last 6 months"], ["12mo", "Last 12 months"], ["custom", "Custom…"]];
+const INTERVALS = ["hour", "day", "week", "month"];
+const TOP = [["visitors", "Unique visitors"], ["visits", "Visits"], ["pageviews", "Pageviews"],
+  ["views_per_visit", "Views per visit"], ["bounce_rate", "Bounce rate"], ["visit_duration", "Visit duration"]];
+const PANELS = [
+  { id: "pages", title: "Pages", tabs: [["event:page", "Top pages"], ["visit:entry_page", "Entry pages"], ["visit:exit_page", "Exit pages"]] },
+  { id: "sources", title: "Sources", tabs: [["visit:source", "Sources"], ["visit:referrer", "Referrers"], ["visit:utm_source", "UTM source"],
+    ["visit:utm_medium", "UTM medium"], ["visit:utm_campaign", "UTM campaign"]] },
+  { id: "locations", title: "Locations", tabs: [["visit:country", "Countries"]] },
+  { id: "devices", title: "Devices", tabs: [["visit:device", "Devices"], ["visit:browser", "Browsers"], ["visit:os", "Operating systems"]] },
+  { id: "goals", title: "Goals", tabs: [["event:goal", "Goals"]], metrics: ["visitors", "events", "conversion_rate"] },
+  { id: "events", title: "Custom events", tabs: [["event:name", "Events"], ["props", "Properties"]], metrics: ["visitors", "events"] },
+];
+const S = { csrf: null, share: null, user: null, sites: [], site: null, period: "30d", from: "", to: "",
+  interval: "day", metric: "visitors", filters: [], tabs: {}, prop: "plan", timer: null, seq: 0 };
+
+// ---- helpers ----
+function h(tag, attrs, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const kid of kids.flat()) if (kid !== null && kid !== undefined && kid !== false) el.append(kid instanceof Node ? kid : String(kid));
+  return el;
+}
+const SVG = "http://www.w3.org/2000/svg";
+function s(tag, attrs, ...kids) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, v);
+  for (const kid of kids) el.append(kid instanceof Node ? kid : String(kid));
+  return el;
+}
+async function api(method, path, body) {
+  const headers = {};
+  if (S.csrf) headers["X-Tally-CSRF"] = S.csrf;
+  if (S.share) headers["X-Tally-Share"] = S.share;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(path, { method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body) });
+  let data = null;
+  try { data = await r.json(); } catch (_) { /* not JSON */ }
+  if (!r.ok) { const e = new Error((data && data.error) || r.statusText); e.status = r.status; e.data = data; throw e; }
+  return data;
+}
+function compact(n) {
+  if (n === null || n === undefined) return "–";
+  const a = Math.abs(n);
+  if (a >= 1e9) return (n / 1e9).toFixed(1).replace(/\.0$/, "") + "B";
+  if (a >= 1e6) return (n / 1e6).toFixed(1).replace(/\.0$/, "") + "M";
+  if (a >= 1e4) return (n / 1e3).toFixed(1).replace(/\.0$/, "") + "k";
+  return Number.isInteger(n) ? n.toLocaleString("en") : n.toFixed(2);
+}
+function duration(sec) {
+  if (!sec) return "0s";
+  const m = Math.floor(sec / 60), r = Math.round(sec % 60);
+  return m >= 60 ? `${Math.floor(m / 60)}h ${m % 60}m` : m ? `${m}m ${r}s` : `${r}s`;
+}
+function fmt(metric, v) {
+  if (metric === "bounce_rate" || metric === "conversion_rate") return `${v}%`;
+  if (metric === "visit_duration") return duration(v);
+  if (metric === "views_per_visit") return (v || 0).toFixed(2);
+  return compact(v);
+}
+function addDays(iso, n) {
+  const d = new Date(iso + "T00:00:00Z");
+  d.setUTCDate(d.getUTCDate() + n);
+  return d.toISOString().slice(0, 10);
+}
+function daysBetween(a, b) { return Math.round((new Date(b + "T00:00:00Z") - new Date(a + "T00:00:00Z")) / 864e5); }
+
+// ---- URL state ----
+function readUrl() {
+  const q = new URLSearchParams(location.search);
+  S.period = q.get("period") || "30d";
+  S.from = q.get("from") || ""; S.to = q.get("to") || "";
+  S.interval = q.get("interval") || (S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day");
+  S.metric = q.get("metric") || "visitors";
+  S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, [v.join("|")]]; })
+    .filter((f) => ["is", "is_not", "contains"].includes(f[0]) && f[1]);
+  return q.get("site");
+}
+function writeUrl() {
+  const q = new URLSearchParams();
+  if (S.site && !S.share) q.set("site", S.site.domain);
+  q.set("period", S.period);
+  if (S.period === "custom") { q.set("from", S.from); q.set("to", S.to); }
+  q.set("interval", S.interval);
+  if (S.metric !== "visitors") q.set("metric", S.metric);
+  for (const [op, dim, [v]] of S.filters) q.append("f", `${op}|${dim}|${v}`);
+  history.replaceState(null, "", `${location.pathname}?${q}`);
+}
+function dateRange() { return S.period === "custom" ? [S.from, S.to] : S.period; }
+function query(extra) {
+  return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, ...extra });
+}
+
+// ---- pages ----
+const app = () => document.getElementById("app");
+function show(...kids) { const a = app(); a.replaceChildren(...kids); return a; }
+
+async function boot() {
+  const path = location.pathname;
+  const share = path.match(/^\/share\/([0-9a-f]{64})\/?$/);
+  try {
+    if (share) return await bootShare(share[1]);
+    const auth = await api("GET", "/api/auth");
+    if (path === "/setup") return auth.setup_required ? setupPage() : location.replace("/login");
+    if (!auth.signed_in) {
+      if (auth.setup_required) return show(h("div", { class: "wrap" }, h("h1", {}, "Welcome to Tally"),
+        h("p", {}, "No account exists yet. Open the setup link that ", h("code", {}, "tally serve"), " printed when it started, or run ",
+          h("code", {}, "tally user add EMAIL"), ".")));
+      return loginPage();
+    }
+    S.csrf = auth.csrf; S.user = auth.email;
+    const { sites } = await api("GET", "/api/sites");
+    S.sites = sites;
+    const wanted = readUrl();
+    S.site = sites.find((x) => x.domain === wanted || x.site_id === wanted) || sites[0] || null;
+    if (path === "/settings") return settingsPage();
+    if (!S.site) return settingsPage();
+    dashboard();
+  } catch (e) {
+    show(h("div", { class: "wrap" }, h("p", { class: "error" }, `Could not load: ${e.message}`)));
+  }
+}
+
+async function bootShare(token) {
+  S.share = token;
+  const info = await api("GET", `/api/share/${token}`).catch((e) => ({ error: e.message }));
+  if (info.error) return show(h("div", { class: "wrap" }, h("h1", {}, "Tally"), h("p", { class: "error" }, info.error)));
+  if (info.password_required && !info.unlocked) {
+    const pw = h("input", { type: "password", name: "password", placeholder: "Password", required: true, autocomplete: "current-password" });
+    const msg = h("p", { class: "error" });
+    return show(h("form", { class: "box card", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try { await api("POST", `/api/share/${token}/unlock`, { password: pw.value }); location.reload(); } catch (e) { msg.textContent = e.message; }
+    } }, h("h1", {}, info.domain), h("p", {}, "This dashboard is protected by a password."), pw, h("button", { class: "primary" }, "View dashboard"), msg));
+  }
+  S.sites = [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [] }];
+  S.site = S.sites[0];
+  readUrl();
+  dashboard();
+}
+
+function loginPage() {
+  const email = h("input", { type: "email", name: "email", placeholder: "E-mail", required: true, autocomplete: "username" });
+  const pw = h("input", { type: "password", name: "password", placeholder: "Password", required: true, autocomplete: "current-password" });
+  const msg = h("p", { class: "error", id: "login-error" });
+  show(h("form", { class: "box card", id: "login", onsubmit: async (ev) => {
+    ev.preventDefault();
+    try { await api("POST", "/api/login", { email: email.value, password: pw.value }); location.href = "/" + location.search; } catch (e) { msg.textContent = e.message; }
+  } }, h("h1", {}, "Sign in to Tally"), email, pw, h("button", { class: "primary", type: "submit" }, "Sign in"), msg));
+}
+
+function setupPage() {
+  const token = new URLSearchParams(location.search).get("token") || "";
+  const email = h("input", { type: "email", name: "email", placeholder: "Your e-mail", required: true, autocomplete: "username" });
+  const pw = h("input", { type: "password", name: "password", placeholder: "Password (8+ characters)", required: true, minlength: 8, autocomplete: "new-password" });
+  const msg = h("p", { class: "error" });
+  show(h("form", { class: "box card", onsubmit: async (ev) => {
+    ev.preventDefault();
+    try { await api("POST", "/api/setup", { token, email: email.value, password: pw.value }); location.href = "/settings"; } catch (e) { msg.textContent = e.message; }
+  } }, h("h1", {}, "Create the admin account"), h("p", { class: "note" }, "This account can see and manage every site."), email, pw,
+  h("button", { class: "primary" }, "Create account"), msg));
+}
+
+function topBar() {
+  const picker = h("select", { id: "site-picker", "aria-label": "Site", onchange: (e) => {
+    S.site = S.sites.find((x) => x.site_id === e.target.value); S.filters = []; writeUrl(); dashboard();
+  } }, S.sites.map((x) => h("option", { value: x.site_id, selected: S.site && x.site_id === S.site.site_id }, x.domain)));
+  const range = h("select", { id: "range", "aria-label": "Date range", onchange: (e) => {
+    S.period = e.target.value;
+    if (S.period === "custom" && !S.from) { const t = new Date().toISOString().slice(0, 10); S.to = t; S.from = addDays(t, -13); }
+    S.interval = S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day";
+    writeUrl(); dashboard();
+  } }, RANGES.map(([v, l]) => h("option", { value: v, selected: v === S.period }, l)));
+  const custom = S.period !== "custom" ? null : h("span", { class: "custom" },
+    h("input", { type: "date", id: "from", value: S.from, onchange: (e) => { S.from = e.target.value; writeUrl(); dashboard(); } }), " – ",
+    h("input", { type: "date", id: "to", value: S.to, onchange: (e) => { S.to = e.target.value; writeUrl(); dashboard(); } }));
+  const right = S.share ? [h("span", { class: "note" }, "Shared dashboard")] : [
+    h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
+    h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out")];
+  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom,
+    h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
+}
+
+function filterBar() {
+  if (!S.filters.length) return h("div", { class: "filters", id: "filters" });
+  return h("div", { class: "filters", id: "filters" }, S.filters.map((f, i) => h("span", { class: "chip" },
+    `${f[1].replace(/^(event|visit):/, "")} ${f[0].replace("_", " ")} ${f[2][0]}`,
+    h("button", { "aria-label": "Remove filter", onclick: () => { S.filters.splice(i, 1); writeUrl(); dashboard(); } }, "×"))),
+  h("button", { class: "link", onclick: () => { S.filters = []; writeUrl(); dashboard(); } }, "Clear all"));
+}
+
+function addFilter(dim, value) {
+  S.filters = S.filters.filter((f) => f[1] !== dim);
+  S.filters.push(["is", dim, [value]]);
+  writeUrl(); dashboard();
+}
+
+function dashboard() {
+  clearInterval(S.timer);
+  const seq = ++S.seq;
+  const stats = h("div", { class: "card stats", id: "top-stats" }, TOP.map(([m, label]) => h("button", {
+    class: "stat" + (m === S.metric ? " selected" : ""), id: `stat-${m}`, "data-metric": m,
+    onclick: () => { S.metric = m; writeUrl(); dashboard(); } }, h("div", { class: "label" }, label), h("div", { class: "value" }, "…"), h("div", { class: "change flat" }, ""))));
+  const interval = h("select", { id: "interval", "aria-label": "Interval", onchange: (e) => { S.interval = e.target.value; writeUrl(); loadChart(seq); } },
+    INTERVALS.map((i) => h("option", { value: i, selected: i === S.interval }, i)));
+  const chart = h("div", { class: "card chart-card" }, h("div", { class: "chart-head" },
+    h("strong", {}, (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
+  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), realtimeShell());
+  show(h("div", { class: "wrap" }, topBar(), filterBar(), stats, chart, panels));
+  loadTop(seq); loadChart(seq);
+  for (const p of PANELS) loadPanel(p, seq);
+  loadRealtime(seq);
+  S.timer = setInterval(() => loadRealtime(seq), 10000);
+}
+
+async function loadTop(seq) {
+  const metrics = TOP.map((t) => t[0]);
+  try {
+    const cur = await query({ metrics });
+    if (seq !== S.seq) return;
+    const [first, last] = cur.query.date_range;
+    const n = daysBetween(first, last) + 1;
+    const prev = await query({ metrics, date_range: [addDays(first, -n), addDays(first, -1)] }).catch(() => null);
+    if (seq !== S.seq) return;
+    const now = (cur.results[0] || { metrics: [] }).metrics;
+    const before = prev && prev.results[0] ? prev.results[0].metrics : [];
+    TOP.forEach(([m], i) => {
+      const card = document.getElementById(`stat-${m}`);
+      if (!card) return;
+      card.querySelector(".value").textContent = fmt(m, now[i] || 0);
+      const ch = card.querySelector(".change");
+      if (before[i] === undefined) { ch.textContent = ""; return; }
+      const a = now[i] || 0, b = before[i] || 0;
+      const pct = b === 0 ? (a === 0 ? 0 : 100) : Math.round(((a - b) / b) * 100);
+      const better = m === "bounce_rate" ? pct < 0 : pct > 0;
+      ch.className = "change " + (pct === 0 ? "flat" : better ? "up" : "down");
+      ch.textContent = `${pct > 0 ? "↑" : pct < 0 ? "↓" : ""}${Math.abs(pct)}% vs previous period`;
+      ch.title = `previous: ${fmt(m, b)}`;
+    });
+    document.getElementById("top-stats").dataset.range = `${first}..${last}`;
+  } catch (e) {
+    if (seq === S.seq) document.getElementById("top-stats").replaceChildren(h("p", { class: "error" }, e.message));
+  }
+}
+
+async function loadChart(seq) {
+  const box = document.getElementById("chart-box");
+  try {
+    const res = await query({ metrics: [S.metric], dimensions: [`time:${S.interval}`], order_by: [[`time:${S.interval}`, "asc"]] });
+    if (seq !== S.seq) return;
+    drawChart(box, res.results.map((r) => [r.dimensions[0], r.metrics[0] || 0]));
+  } catch (e) {
+    if (seq === S.seq) box.replaceChildren(h("p", { class: "error" }, e.message));
+  }
+}
+
+function drawChart(box, points) {
+  const W = Math.max(box.clientWidth || 700, 280), H = 240, L = 44, R = 10, T = 10, B = 26;
+  const svg = s("svg", { id: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${S.metric} by ${S.interval}`, "data-points": points.length });
+  const max = Math.max(1, ...points.map((p) => p[1]));
+  const nice = (() => { const e = Math.pow(10, Math.floor(Math.log10(max))); const f = max / e; return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e; })();
+  const x = (i) => L + (points.length <= 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (points.length - 1));
+  const y = (v) => T + (H - T - B) * (1 - v / nice);
+  for (let k = 0; k <= 4; k++) {
+    const v = (nice * k) / 4;
+    svg.append(s("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+    svg.append(s("text", { class: "axis", x: L - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(S.metric, Number.isInteger(v) ? v : +v.toFixed(1))));
+  }
+  if (!points.length) { svg.append(s("text", { class: "axis", x: W / 2, y: H / 2, "text-anchor": "middle" }, "No data for this range")); box.replaceChildren(svg); return; }
+  const step = Math.max(1, Math.ceil(points.length / Math.max(2, Math.floor((W - L) / 90))));
+  points.forEach(([label], i) => {
+    if (i % step === 0) svg.append(s("text", { class: "axis", x: x(i), y: H - 8, "text-anchor": "middle" }, String(label).replace(/^\d{4}-/, "")));
+  });
+  const line = points.map(([, v], i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join("");
+  svg.append(s("path", { class: "area", d: `${line}L${x(points.length - 1).toFixed(1)},${y(0)}L${x(0).toFixed(1)},${y(0)}Z` }));
+  svg.append(s("path", { class: "line", d: line }));
+  points.forEach(([label, v], i) => svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(S.metric, v)}`))));
+  box.replaceChildren(svg);
+}
+
+function panelShell(p) {
+  const tab = S.tabs[p.id] || p.tabs[0][0];
+  const tabs = h("div", { class: "tabs" }, p.tabs.map(([dim, label]) => h("button", { class: dim === tab ? "on" : "", "data-tab": dim,
+    onclick: () => { S.tabs[p.id] = dim; const el = document.querySelector(`[data-panel="${p.id}"]`); el.replaceWith(panelShell(p)); loadPanel(p, S.seq); } }, label)));
+  const extra = tab === "props" ? h("input", { id: "prop-key", value: S.prop, size: 10, "aria-label": "Property",
+    onchange: (e) => { S.prop = e.target.value.trim(); loadPanel(p, S.seq); } }) : null;
+  return h("section", { class: "card panel", "data-panel": p.id }, h("div", { class: "head" }, h("h2", {}, p.title), tabs, extra),
+    h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
+}
+
+async function loadPanel(p, seq) {
+  const el = document.querySelector(`[data-panel="${p.id}"] .body`);
+  if (!el) return;
+  let dim = S.tabs[p.id] || p.tabs[0][0];
+  if (dim === "props") dim = `event:props:${S.prop || "plan"}`;
+  const metrics = p.metrics || ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"];
+  try {
+    const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 } });
+    if (seq !== S.seq) return;
+    el.replaceChildren(rowsTable(dim, metrics, res.results));
+  } catch (e) {
+    if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message));
+  }
+}
+
+function rowsTable(dim, metrics, rows) {
+  if (!rows.length) return h("p", { class: "empty" }, "No data yet");
+  const max = Math.max(1, ...rows.map((r) => r.metrics[0] || 0));
+  const heads = { visitors: "Visitors", visits: "Visits", pageviews: "Pageviews", events: "Events", conversion_rate: "CR" };
+  return h("table", { class: "rows", "data-dimension": dim },
+    h("tr", {}, h("th", {}, dim.replace(/^(event|visit):/, "").replace("props:", "")), metrics.map((m) => h("th", { class: "num" }, heads[m] || m))),
+    rows.map((r) => {
+      const value = String(r.dimensions[0] ?? "");
+      return h("tr", { class: "row", "data-value": value, title: `Filter by ${value}`, onclick: () => addFilter(dim, value) },
+        h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * (r.metrics[0] || 0)) / max}%` }), h("span", {}, value || "(none)")),
+        r.metrics.map((v, i) => h("td", { class: "num" }, fmt(metrics[i], v))));
+    }));
+}
+
+function realtimeShell() {
+  return h("section", { class: "card panel realtime", id: "realtime" }, h("div", { class: "head" }, h("h2", {}, "Realtime")),
+    h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
+}
+
+async function loadRealtime(seq) {
+  try {
+    const rt = await api("GET", `/api/realtime?site_id=${encodeURIComponent(S.site.site_id)}`);
+    if (seq !== S.seq) return;
+    const live = document.getElementById("live");
+    if (live) live.textContent = `${rt.current_visitors} current visitor${rt.current_visitors === 1 ? "" : "s"}`;
+    const max = Math.max(1, ...rt.pageviews_per_minute.map((m) => m.pageviews));
+    const body = document.querySelector("#realtime .body");
+    body.replaceChildren(
+      h("div", {}, h("span", { class: "big", id: "rt-current" }, rt.current_visitors), " visitors in the last 5 minutes"),
+      h("div", { class: "minutes", title: "Pageviews per minute, last 30 minutes" },
+        rt.pageviews_per_minute.map((m) => h("div", { style: `height:${(100 * m.pageviews) / max}%`, title: `${m.minute}: ${m.pageviews}` }))),
+      rt.top_pages.length ? h("table", { class: "rows" }, h("tr", {}, h("th", {}, "Page"), h("th", { class: "num" }, "Visitors")),
+        rt.top_pages.slice(0, 5).map((p) => h("tr", {}, h("td", { class: "name" }, h("span", {}, p.page)), h("td", { class: "num" }, p.visitors))))
+        : h("p", { class: "empty" }, "No pageviews in the last 30 minutes"));
+  } catch (e) {
+    const body = document.querySelector("#realtime .body");
+    if (body && seq === S.seq) body.replaceChildren(h("p", { class: "error" }, e.message));
+  }
+}
+
+// ---- settings ----
+async function settingsPage() {
+  const site = S.site;
+  const out = h("div", { class: "wrap settings" }, h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"),
+    h("span", {}, "Settings"), h("span", { class: "spacer" }), S.user ? h("span", { class: "note" }, S.user) : null));
+  const msg = (el, text, cls) => { el.textContent = text; el.className = cls || "note"; };
+
+  const newDomain = h("input", { id: "new-domain", placeholder: "example.com" });
+  const newTz = h("input", { id: "new-timezone", placeholder: "Europe/Berlin", value: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC" });
+  const addMsg = h("span");
+  out.append(h("section", { class: "card" }, h("h2", {}, "Sites"),
+    S.sites.length ? h("div", { class: "row" }, h("select", { id: "settings-site", onchange: (e) => {
+      location.href = `/settings?site=${encodeURIComponent(e.target.value)}`; } },
+      S.sites.map((x) => h("option", { value: x.domain, selected: site && x.site_id === site.site_id }, x.domain))),
+      site ? h("a", { href: `/?site=${encodeURIComponent(site.domain)}` }, "Open dashboard") : null) : h("p", {}, "No sites yet: add your first one."),
+    h("form", { class: "row", id: "add-site", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try { const x = await api("POST", "/api/sites", { domain: newDomain.value, timezone: newTz.value }); location.href = `/settings?site=${encodeURIComponent(x.domain)}`; } catch (e) { msg(addMsg, e.message, "error"); }
+    } }, newDomain, newTz, h("button", { class: "primary" }, "Add site"), addMsg)));
+  show(out);
+  if (!site) return;
+
+  const origin = location.origin;
+  out.append(h("section", { class: "card" }, h("h2", {}, `Tracking ${site.domain}`),
+    h("p", {}, "Tally's script:"), h("pre", {}, `<script defer data-domain="${site.domain}" src="${origin}/js/script.js"></script>`),
+    h("p", {}, "Or Umami's tracker, unchanged:"), h("pre", {}, `<script defer src="…/script.js" data-website-id="${site.umami_id}" data-host-url="${origin}"></script>`)));
+
+  const tz = h("input", { id: "timezone", value: site.timezone });
+  const ret = ["retention_event_days", "retention_hourly_days", "retention_daily_days"].map((k) => h("input", { id: k, type: "number", min: 1, value: site[k], style: "width:7em" }));
+  const genMsg = h("span");
+  out.append(h("section", { class: "card" }, h("h2", {}, "General"),
+    h("form", { onsubmit: async (ev) => {
+      ev.preventDefault();
+      try {
+        await api("PATCH", `/api/sites/${site.site_id}`, { timezone: tz.value, retention_event_days: +ret[0].value, retention_hourly_days: +ret[1].value, retention_daily_days: +ret[2].value });
+        msg(genMsg, "Saved.");
+      } catch (e) { msg(genMsg, e.message, "error"); }
+    } }, h("div", { class: "row" }, h("label", { for: "timezone" }, "Time zone"), tz),
+    h("div", { class: "row" }, "Keep raw events", ret[0], "days, hourly figures", ret[1], "days, daily figures", ret[2], "days (monthly: forever)"),
+    h("div", { class: "row" }, h("button", { class: "primary" }, "Save"), genMsg)),
+    h("div", { class: "row" }, h("button", { class: "link", id: "remove-site", onclick: async () => {
+      if (!confirm(`Remove ${site.domain}? Its settings, goals and keys go; its data expires.`)) return;
+      await api("DELETE", `/api/sites/${site.site_id}`); location.href = "/settings";
+    } }, "Remove this site"))));
+
+  const goalInput = h("input", { id: "goal-input", placeholder: "Signup  or  /pricing*" });
+  const goalMsg = h("span");
+  out.append(h("section", { class: "card" }, h("h2", {}, "Goals"),
+    h("table", { class: "rows", id: "goals" }, site.goals.map((g) => h("tr", {}, h("td", {}, g.display_name), h("td", { class: "note" }, g.kind),
+      h("td", { class: "num" }, h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/goals/${g.goal_id}`); location.reload(); } }, "Remove"))))),
+    h("form", { class: "row", id: "add-goal", onsubmit: async (ev) => {
+      ev.preventDefault();
+      const v = goalInput.value.trim();
+      try { await api("POST", `/api/sites/${site.site_id}/goals`, v.startsWith("/") ? { page_path: v } : { event_name: v }); location.reload(); } catch (e) { msg(goalMsg, e.message, "error"); }
+    } }, goalInput, h("button", {}, "Add goal"), h("span", { class: "note" }, "A custom event name, or a page path (with * wildcards)."), goalMsg)));
+
+  const keysBox = h("div");
+  const keyName = h("input", { id: "key-name", placeholder: "Key name" });
+  out.append(h("section", { class: "card" }, h("h2", {}, "API keys"), keysBox,
+    h("form", { class: "row", id: "create-key", onsubmit: async (ev) => {
+      ev.preventDefault();
+      const k = await api("POST", `/api/sites/${site.site_id}/keys`, { name: keyName.value || "dashboard" });
+      keysBox.prepend(h("p", {}, "Copy this key now; it is not shown again:", h("div", { class: "secret", id: "new-key" }, k.key)));
+      loadKeys();
+    } }, keyName, h("button", {}, "Create key"))));
+  async function loadKeys() {
+    const { keys } = await api("GET", `/api/sites/${site.site_id}/keys`);
+    keysBox.querySelector("table")?.remove();
+    keysBox.append(h("table", { class: "rows" }, keys.map((k) => h("tr", {}, h("td", {}, k.name), h("td", { class: "note" }, k.revoked ? "revoked" : "active"),
+      h("td", { class: "num" }, k.revoked ? "" : h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/keys/${k.key_id}`); loadKeys(); } }, "Revoke"))))));
+  }
+  loadKeys();
+
+  const sharesBox = h("div");
+  const shareName = h("input", { id: "share-name", placeholder: "Link name" });
+  const sharePw = h("input", { id: "share-password", type: "password", placeholder: "Password (optional)", autocomplete: "new-password" });
+  const shareMsg = h("span");
+  out.append(h("section", { class: "card" }, h("h2", {}, "Shared links"), h("p", { class: "note" }, "Read-only dashboards for people without an account."), sharesBox,
+    h("form", { class: "row", id: "create-share", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try {
+        const x = await api("POST", `/api/sites/${site.site_id}/shares`, { name: shareName.value || "shared link", password: sharePw.value });
+        const url = origin + x.path;
+        sharesBox.prepend(h("p", {}, "The link (copy it now; it is not shown again): ", h("a", { class: "secret", id: "new-share", href: url }, url)));
+        loadShares();
+      } catch (e) { msg(shareMsg, e.message, "error"); }
+    } }, shareName, sharePw, h("button", {}, "Create link"), shareMsg)));
+  async function loadShares() {
+    const { shares } = await api("GET", `/api/sites/${site.site_id}/shares`);
+    sharesBox.querySelector("table")?.remove();
+    sharesBox.append(h("table", { class: "rows" }, shares.map((x) => h("tr", {}, h("td", {}, x.name), h("td", { class: "note" }, x.revoked ? "revoked" : x.has_password ? "password" : "open"),
+      h("td", { class: "num" }, x.revoked ? "" : h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/shares/${x.share_id}`); loadShares(); } }, "Revoke"))))));
+  }
+  loadShares();
+}
+
+boot();

@@ -1,0 +1,298 @@
+//! The sites and settings API, what the dashboard's site picker and settings page use:
+//!
+//! | route | who | does |
+//! |---|---|---|
+//! | `GET /api/sites` | anyone signed in, a key, a shared link | the sites the caller may see |
+//! | `POST /api/sites {domain, timezone}` | users | adds a site |
+//! | `PATCH /api/sites/{site} {timezone, retention_*_days}` | users | changes settings |
+//! | `DELETE /api/sites/{site}` | users | removes a site |
+//! | `POST /api/sites/{site}/goals {event_name \| page_path}`, `DELETE …/goals/{id}` | users | goals |
+//! | `GET, POST {name} /api/sites/{site}/keys`, `DELETE …/keys/{id}` | users | API keys; a new key is shown once |
+//! | `GET, POST {name, password} /api/sites/{site}/shares`, `DELETE …/shares/{id}` | users | shared links; a new link is shown once |
+//!
+//! `{site}` is a site id or domain. Bodies are `application/json`; answers are JSON, errors
+//! `{"error": …}`.
+
+use analytics::goal::Goal;
+use analytics::sites::{Site, SiteChanges, SitesError};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value as Json, json};
+
+use crate::account::{field, json_object, optional_field};
+use crate::auth::{Need, Principal, authorize, error, internal, principal};
+use crate::routes::AppState;
+use crate::stats::{Reading, bad, json_ok, reading};
+
+fn site_json(site: &Site, full: bool) -> Json {
+    let mut v = json!({ "site_id": site.site_id, "domain": site.domain, "timezone": site.zone.name() });
+    if full {
+        v["umami_id"] = json!(site.umami_id);
+        v["retention_event_days"] = json!(site.retention_event_days);
+        v["retention_hourly_days"] = json!(site.retention_hourly_days);
+        v["retention_daily_days"] = json!(site.retention_daily_days);
+    }
+    v["goals"] = site
+        .goals
+        .iter()
+        .map(|g| {
+            let (kind, target) = match &g.goal {
+                Goal::Page(p) => ("page", p.as_str().to_owned()),
+                Goal::Event(name) => ("event", name.clone()),
+            };
+            json!({ "goal_id": g.goal_id, "kind": kind, "target": target, "display_name": g.goal.display_name() })
+        })
+        .collect();
+    v
+}
+
+fn sites_error(e: SitesError) -> Response {
+    match e {
+        e @ (SitesError::InvalidDomain(_)
+        | SitesError::InvalidTimezone(_)
+        | SitesError::InvalidRetention { .. }
+        | SitesError::Goal(_)) => bad(e.to_string()),
+        e @ SitesError::DomainTaken(_) => error(StatusCode::CONFLICT, e.to_string()),
+        e @ (SitesError::NoSuchSite(_) | SitesError::NoSuchKey(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        e => internal(e),
+    }
+}
+
+async fn manage(state: &AppState, headers: &HeaderMap, site: &str) -> Result<(Reading, Site), Response> {
+    let r = reading(state)?.clone();
+    let (_, site) = authorize(&r, headers, Some(site), Need::Manage).await?;
+    Ok((r, site))
+}
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(resp) => return resp,
+        }
+    };
+}
+
+/// `GET /api/sites`.
+pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let r = tri!(reading(&state));
+    let who = tri!(principal(r, &headers).await);
+    let full = matches!(who, Principal::User(_));
+    let sites = match who.site_id() {
+        Some(id) => match r.sites.get(id).await {
+            Ok(site) => site.into_iter().collect(),
+            Err(e) => return internal(e),
+        },
+        None => match r.sites.list().await {
+            Ok(list) => list,
+            Err(e) => return internal(e),
+        },
+    };
+    let who_json = match &who {
+        Principal::User(u) => json!({ "kind": "user", "email": u.email }),
+        Principal::Key(_) => json!({ "kind": "key" }),
+        Principal::Share(s) => json!({ "kind": "share", "name": s.name }),
+    };
+    json_ok(json!({ "sites": sites.iter().map(|s| site_json(s, full)).collect::<Vec<_>>(), "principal": who_json }))
+}
+
+/// `POST /api/sites`.
+pub async fn add(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let r = tri!(reading(&state));
+    let who = tri!(principal(r, &headers).await);
+    if !matches!(who, Principal::User(_)) {
+        return crate::auth::unauthorized();
+    }
+    let map = tri!(json_object(&headers, &body));
+    let domain = tri!(field(&map, "domain"));
+    let timezone = tri!(optional_field(&map, "timezone")).unwrap_or("UTC");
+    match r.sites.add(domain, timezone).await {
+        Ok(site) => (StatusCode::CREATED, json_ok(site_json(&site, true))).into_response(),
+        Err(e) => sites_error(e),
+    }
+}
+
+fn days(map: &Map<String, Json>, name: &str) -> Result<Option<u32>, Response> {
+    match map.get(name) {
+        None | Some(Json::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| bad(format!("`{name}` must be a whole number of days"))),
+    }
+}
+
+/// `PATCH /api/sites/{site}`.
+pub async fn update(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let changes = SiteChanges {
+        timezone: tri!(optional_field(&map, "timezone")).map(str::to_owned),
+        retention_event_days: tri!(days(&map, "retention_event_days")),
+        retention_hourly_days: tri!(days(&map, "retention_hourly_days")),
+        retention_daily_days: tri!(days(&map, "retention_daily_days")),
+    };
+    match r.sites.update(&site.site_id, &changes).await {
+        Ok(site) => json_ok(site_json(&site, true)),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}`.
+pub async fn remove(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.sites.remove(&site.site_id).await {
+        Ok(_) => json_ok(json!({ "removed": site.site_id })),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `POST /api/sites/{site}/goals`.
+pub async fn add_goal(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let goal = match (tri!(optional_field(&map, "event_name")), tri!(optional_field(&map, "page_path"))) {
+        (Some(name), None) => Goal::event(name),
+        (None, Some(path)) => Goal::page(path),
+        _ => return bad("give exactly one of `event_name` and `page_path`"),
+    };
+    let goal = match goal {
+        Ok(g) => g,
+        Err(e) => return bad(e.to_string()),
+    };
+    match r.sites.add_goal(&site.site_id, goal).await {
+        Ok(g) => (StatusCode::CREATED, json_ok(json!({ "goal_id": g.goal_id, "display_name": g.goal.display_name() })))
+            .into_response(),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}/goals/{goal}`.
+pub async fn remove_goal(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, goal)): Path<(String, String)>,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.sites.remove_goal(&site.site_id, &goal).await {
+        Ok(true) => json_ok(json!({ "removed": goal })),
+        Ok(false) => error(StatusCode::NOT_FOUND, "no such goal"),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `GET /api/sites/{site}/keys`.
+pub async fn keys(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.sites.keys(&site.site_id).await {
+        Ok(keys) => json_ok(json!({
+            "keys": keys.iter().map(|k| json!({ "key_id": k.key_id, "name": k.name, "revoked": k.revoked })).collect::<Vec<_>>()
+        })),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `POST /api/sites/{site}/keys`: the new key, shown this once.
+pub async fn create_key(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let name = tri!(optional_field(&map, "name")).unwrap_or("dashboard");
+    if name.len() > 200 {
+        return bad("`name` is longer than 200 bytes");
+    }
+    match r.sites.create_key(&site.site_id, name).await {
+        Ok((key, info)) => {
+            (StatusCode::CREATED, json_ok(json!({ "key": key, "key_id": info.key_id, "name": info.name })))
+                .into_response()
+        }
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}/keys/{key}`.
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, key)): Path<(String, String)>,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.sites.revoke_key(&site.site_id, &key).await {
+        Ok(()) => json_ok(json!({ "revoked": key })),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `GET /api/sites/{site}/shares`.
+pub async fn shares(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.accounts.shares(&site.site_id).await {
+        Ok(list) => json_ok(json!({
+            "shares": list.iter().map(|s| json!({
+                "share_id": s.share_id, "name": s.name, "has_password": s.has_password, "revoked": s.revoked
+            })).collect::<Vec<_>>()
+        })),
+        Err(e) => internal(e),
+    }
+}
+
+/// `POST /api/sites/{site}/shares`: the new link's path, shown this once.
+pub async fn create_share(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let name = tri!(optional_field(&map, "name")).unwrap_or("shared link");
+    if name.len() > 200 {
+        return bad("`name` is longer than 200 bytes");
+    }
+    let password = tri!(optional_field(&map, "password"));
+    match r.accounts.create_share(&site.site_id, name, password).await {
+        Ok((token, info)) => (
+            StatusCode::CREATED,
+            json_ok(json!({
+                "share_id": info.share_id, "name": info.name, "has_password": info.has_password,
+                "token": token, "path": format!("/share/{token}"),
+            })),
+        )
+            .into_response(),
+        Err(analytics::accounts::AccountsError::InvalidPassword) => {
+            bad(analytics::accounts::AccountsError::InvalidPassword.to_string())
+        }
+        Err(e) => internal(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}/shares/{share}`.
+pub async fn revoke_share(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, share)): Path<(String, String)>,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.accounts.revoke_share(&site.site_id, &share).await {
+        Ok(()) => json_ok(json!({ "revoked": share })),
+        Err(analytics::accounts::AccountsError::NoSuchShare(_)) => error(StatusCode::NOT_FOUND, "no such shared link"),
+        Err(e) => internal(e),
+    }
+}
