@@ -169,7 +169,7 @@ fn install_moto(tools: &Path) -> Result<PathBuf> {
 }
 
 /// Runs an install command with its output captured; prints the output only if it fails.
-fn run_quietly(mut command: Command, what: &str) -> Result<()> {
+pub(crate) fn run_quietly(mut command: Command, what: &str) -> Result<()> {
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = command.spawn().with_context(|| format!("starting {what}"))?;
     let started = Instant::now();

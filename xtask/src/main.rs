@@ -8,6 +8,7 @@
 //! Tasks are Rust rather than shell scripts so that they run the same everywhere and are
 //! reviewed like the rest of the code.
 
+mod browser;
 mod emulators;
 mod tidy;
 
@@ -23,11 +24,18 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
         Some("emulators") => emulators::run_with(&root, &args[1..]),
+        Some("browser") => {
+            for (name, value) in browser::install(&root)? {
+                println!("export {name}={value}");
+            }
+            Ok(())
+        }
         _ => {
             eprintln!("usage: cargo xtask <test|bench|emulators> [args…]");
             eprintln!("  test       run every test, as CI does");
             eprintln!("  bench      run the criterion benches");
             eprintln!("  emulators  run a command (say, cargo test -p store-dynamodb) with dynalite and moto up");
+            eprintln!("  browser    install Chromium and playwright-core; print the variables the browser tests read");
             std::process::exit(2);
         }
     }
@@ -61,7 +69,10 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     all.extend(&extra);
     // dynalite and moto for the DynamoDB engine's tests; stopped when `emulators` drops.
     let emulators = emulators::start(root)?;
-    cargo_with_env(root, &all, &emulators.env())?;
+    // Chromium and playwright-core for the dashboard and tracker tests.
+    let mut env = emulators.env();
+    env.extend(browser::install(root)?);
+    cargo_with_env(root, &all, &env)?;
     drop(emulators);
     // Benches are compiled, so they cannot rot, but not run: their figures come from `cargo xtask bench`.
     cargo(root, &["test", "--workspace", "--benches", "--no-run", "--locked"])?;

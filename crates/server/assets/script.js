@@ -12,7 +12,7 @@
   var dom = a("data-domain") || l.hostname, hash = a("data-hash") !== null;
   var types = "pdf,zip,gz,tgz,dmg,exe,msi,pkg,deb,rpm,apk,csv,xlsx,docx,pptx,txt,mp3,mp4,mov,avi,7z,rar,iso".split(",")
     .concat((a("data-file-types") || "").split(",")).filter(Boolean);
-  var last, start = Date.now(), shown = 0, depth = 0, sent = 0;
+  var last, href, start = Date.now(), shown = 0, depth = 0, sent = 0;
   function skip() {
     try { if (w.localStorage.tally_ignore === "true") return 1 } catch (e) {}
     return a("data-allow-localhost") === null && (/^(localhost|127\.|\[::1\])/.test(l.hostname) || l.protocol === "file:");
@@ -20,7 +20,7 @@
   function send(n, o) {
     if (skip()) return;
     o = o || {};
-    var b = { n: n, u: l.href, d: dom, r: d.referrer || null };
+    var b = { n: n, u: o.u || l.href, d: dom, r: d.referrer || null };
     if (hash) b.h = 1;
     if (o.props) b.p = o.props;
     if (o.revenue) b.$ = o.revenue;
@@ -33,14 +33,15 @@
     var t = shown ? Date.now() - start : 0;
     if (last && !sent && (t > 0 || depth > 0)) {
       sent = 1;
-      send("engagement", { i: false, props: { scroll_depth: String(depth), engaged_ms: String(t) } });
+      send("engagement", { i: false, u: href, props: { scroll_depth: String(depth), engaged_ms: String(t) } });
     }
   }
   function page() {
     var p = l.pathname + (hash ? l.hash : "");
     if (p === last) return;
     engaged();
-    last = p; sent = 0; depth = 0; start = Date.now(); shown = d.visibilityState !== "hidden";
+    last = p; href = l.href; sent = 0; depth = 0; start = Date.now(); shown = d.visibilityState !== "hidden";
+    scroll();
     send("pageview");
   }
   function scroll() {
@@ -69,6 +70,5 @@
   var q = (w.tally && w.tally.q) || [];
   w.tally = function (n, o) { send(n, o) };
   q.forEach(function (c) { send(c[0], c[1]) });
-  scroll();
   page();
 })(window, document);

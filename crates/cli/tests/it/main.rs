@@ -1,6 +1,7 @@
 //! The `tally` binary, run as a user runs it.
 
 mod bad_input;
+mod browser;
 mod config;
 mod e2e;
 mod sigkill;

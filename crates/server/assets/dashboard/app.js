@@ -225,8 +225,14 @@ function dashboard() {
   S.timer = setInterval(() => loadRealtime(seq), 10000);
 }
 
+// Visits and the per-visit metrics describe whole visits, which a filter on a page or an event
+// does not select; the Stats API refuses that combination, so the dashboard does not ask.
+const SESSION_METRICS = new Set(["visits", "views_per_visit", "bounce_rate", "visit_duration"]);
+const eventFiltered = () => S.filters.some((f) => f[1].startsWith("event:"));
+const allowed = (m) => !(eventFiltered() && SESSION_METRICS.has(m));
+
 async function loadTop(seq) {
-  const metrics = TOP.map((t) => t[0]);
+  const metrics = TOP.map((t) => t[0]).filter(allowed);
   try {
     const cur = await query({ metrics });
     if (seq !== S.seq) return;
@@ -236,9 +242,15 @@ async function loadTop(seq) {
     if (seq !== S.seq) return;
     const now = (cur.results[0] || { metrics: [] }).metrics;
     const before = prev && prev.results[0] ? prev.results[0].metrics : [];
-    TOP.forEach(([m], i) => {
+    TOP.forEach(([m]) => {
       const card = document.getElementById(`stat-${m}`);
+      const i = metrics.indexOf(m);
       if (!card) return;
+      if (i < 0) {
+        card.querySelector(".value").textContent = "–";
+        card.querySelector(".change").textContent = "not with a page or event filter";
+        return;
+      }
       card.querySelector(".value").textContent = fmt(m, now[i] || 0);
       const ch = card.querySelector(".change");
       if (before[i] === undefined) { ch.textContent = ""; return; }
@@ -258,16 +270,42 @@ async function loadTop(seq) {
 async function loadChart(seq) {
   const box = document.getElementById("chart-box");
   try {
-    const res = await query({ metrics: [S.metric], dimensions: [`time:${S.interval}`], order_by: [[`time:${S.interval}`, "asc"]] });
+    const metric = allowed(S.metric) ? S.metric : "visitors";
+    const res = await query({ metrics: [metric], dimensions: [`time:${S.interval}`], order_by: [[`time:${S.interval}`, "asc"]] });
     if (seq !== S.seq) return;
-    drawChart(box, res.results.map((r) => [r.dimensions[0], r.metrics[0] || 0]));
+    const got = new Map(res.results.map((r) => [r.dimensions[0], r.metrics[0] || 0]));
+    const labels = bucketLabels(S.interval, ...res.query.date_range);
+    for (const k of got.keys()) if (!labels.includes(k)) labels.push(k);
+    labels.sort();
+    drawChart(box, labels.map((l) => [l, got.get(l) || 0]));
   } catch (e) {
     if (seq === S.seq) box.replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
+// Every bucket label of a range, as the Stats API writes them, so empty buckets draw as zero.
+function isoWeek(iso) {
+  const d = new Date(iso + "T00:00:00Z");
+  const day = (d.getUTCDay() + 6) % 7;
+  d.setUTCDate(d.getUTCDate() - day + 3);
+  const year = d.getUTCFullYear();
+  const jan4 = new Date(Date.UTC(year, 0, 4));
+  const week = 1 + Math.round(((d - jan4) / 864e5 - 3 + ((jan4.getUTCDay() + 6) % 7)) / 7);
+  return `${year}-W${String(week).padStart(2, "0")}`;
+}
+function bucketLabels(interval, first, last) {
+  const out = [];
+  if (!first || !last || daysBetween(first, last) > 3700) return out;
+  for (let d = first; d <= last; d = addDays(d, 1)) {
+    const label = interval === "hour" ? null : interval === "day" ? d : interval === "week" ? isoWeek(d) : d.slice(0, 7);
+    if (label === null) { for (let hr = 0; hr < 24; hr++) out.push(`${d}T${String(hr).padStart(2, "0")}`); }
+    else if (out[out.length - 1] !== label) out.push(label);
+  }
+  return out;
+}
+
 function drawChart(box, points) {
-  const W = Math.max(box.clientWidth || 700, 280), H = 240, L = 44, R = 10, T = 10, B = 26;
+  const W = Math.max(box.clientWidth || 700, 280), H = 240, L = 44, R = 24, T = 10, B = 26;
   const svg = s("svg", { id: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${S.metric} by ${S.interval}`, "data-points": points.length });
   const max = Math.max(1, ...points.map((p) => p[1]));
   const nice = (() => { const e = Math.pow(10, Math.floor(Math.log10(max))); const f = max / e; return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e; })();
@@ -286,7 +324,7 @@ function drawChart(box, points) {
   const line = points.map(([, v], i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join("");
   svg.append(s("path", { class: "area", d: `${line}L${x(points.length - 1).toFixed(1)},${y(0)}L${x(0).toFixed(1)},${y(0)}Z` }));
   svg.append(s("path", { class: "line", d: line }));
-  points.forEach(([label, v], i) => svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(S.metric, v)}`))));
+  if (points.length <= 400) points.forEach(([label, v], i) => svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(S.metric, v)}`))));
   box.replaceChildren(svg);
 }
 
@@ -305,11 +343,13 @@ async function loadPanel(p, seq) {
   if (!el) return;
   let dim = S.tabs[p.id] || p.tabs[0][0];
   if (dim === "props") dim = `event:props:${S.prop || "plan"}`;
-  const metrics = p.metrics || ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"];
+  const metrics = (p.metrics || ["visitors", dim.startsWith("event:") || eventFiltered() ? "pageviews" : "visits"]).filter(allowed);
   try {
     const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 } });
     if (seq !== S.seq) return;
-    el.replaceChildren(rowsTable(dim, metrics, res.results));
+    // Page views are not custom events, and engagement is part of a visit, not an event.
+    const results = dim === "event:name" ? res.results.filter((r) => !["pageview", "engagement"].includes(r.dimensions[0])) : res.results;
+    el.replaceChildren(rowsTable(dim, metrics, results));
   } catch (e) {
     if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message));
   }

@@ -1,0 +1,215 @@
+// Tally's browser test, driven by `tests/it/browser.rs`: headless Chromium (Debian's) through
+// playwright-core against a running `tally serve`.
+//
+// 1. A site page on http://shop.test (mapped to loopback) with Tally's tracker: a page view, a
+//    custom event queued before the script loaded, an SPA navigation, an outbound click, and the
+//    engagement event sent when the page is hidden. A second page uses Plausible's official
+//    tracker package unchanged. The Stats API must then report every one of them.
+// 2. The dashboard: sign in, compare the top stats with the Stats API for the same range, click a
+//    page to filter by it, check the chart is drawn (a screenshot that is not blank), a phone-sized
+//    screen without sideways scrolling, and a shared link.
+//
+// Environment: TALLY_URL, TALLY_KEY, TALLY_SITE, TALLY_EMAIL, TALLY_PASSWORD, TALLY_SHARE_PATH,
+// TALLY_CHROMIUM, TALLY_NODE_MODULES, TALLY_OUT (where screenshots go). Prints one JSON line of
+// findings; any failed check throws, and the process exits non-zero.
+import { createServer } from "node:http";
+import { createRequire } from "node:module";
+import { readFileSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import assert from "node:assert/strict";
+
+const env = (name) => { const v = process.env[name]; if (!v) throw new Error(`${name} is not set`); return v; };
+const TALLY = env("TALLY_URL"), KEY = env("TALLY_KEY"), SITE = env("TALLY_SITE"), OUT = env("TALLY_OUT");
+const modules = env("TALLY_NODE_MODULES");
+const require = createRequire(join(modules, "noop.js"));
+const { chromium } = require("playwright-core");
+mkdirSync(OUT, { recursive: true });
+const found = {};
+const log = (...a) => console.error("browser:", ...a);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// A desktop Chrome: headless Chromium's own User-Agent says "HeadlessChrome" and is dropped as a bot.
+const UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36";
+
+// ---- the site's pages, served on a port of their own ----
+const plausibleJs = readFileSync(join(modules, "@plausible-analytics/tracker/plausible.js"));
+const sitePage = (PORT) => `<!doctype html><html><head><meta charset="utf-8"><title>Shop</title>
+<script>window.tally=window.tally||function(){(tally.q=tally.q||[]).push(arguments)};tally("Signup",{props:{plan:"pro"}});</script>
+<script defer data-domain="${SITE}" src="${TALLY}/js/script.js"></script></head>
+<body style="height:3000px"><h1>Shop</h1>
+<a id="spa" href="/pricing" onclick="event.preventDefault();history.pushState({}, '', '/pricing');document.querySelector('h1').textContent='Pricing'">Pricing</a>
+<a id="out" href="http://elsewhere.test:${PORT}/landing">Elsewhere</a></body></html>`;
+const plausiblePage = `<!doctype html><html><head><meta charset="utf-8"><title>Plausible tracker</title>
+<script type="module">import { init, track } from "/vendor/plausible.js";
+init({ domain: "${SITE}", endpoint: "${TALLY}/api/event", logging: false });
+track("Purchase", { props: { via: "plausible" } });</script></head><body>Bought</body></html>`;
+const pages = createServer((req, res) => {
+  const path = new URL(req.url, "http://x").pathname;
+  if (path === "/vendor/plausible.js") { res.writeHead(200, { "content-type": "text/javascript" }); return res.end(plausibleJs); }
+  res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+  res.end(path === "/plausible.html" ? plausiblePage : req.headers.host.startsWith("elsewhere.test") ? "<p>elsewhere</p>" : sitePage(port));
+});
+await new Promise((r) => pages.listen(0, "127.0.0.1", r));
+const port = pages.address().port;
+
+const browser = await chromium.launch({
+  executablePath: env("TALLY_CHROMIUM"),
+  // The User-Agent is set for the whole browser: a per-page override does not reach beacons sent
+  // while a page unloads, which would go out as HeadlessChrome and be dropped as a bot.
+  args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-blink-features=AutomationControlled", `--user-agent=${UA}`,
+    "--host-resolver-rules=MAP shop.test 127.0.0.1, MAP elsewhere.test 127.0.0.1"],
+});
+
+async function stats(body) {
+  const r = await fetch(`${TALLY}/api/v2/query`, { method: "POST", headers: { authorization: `Bearer ${KEY}` }, body: JSON.stringify({ site_id: SITE, ...body }) });
+  const json = await r.json();
+  if (!r.ok) throw new Error(`stats query failed: ${JSON.stringify(json)}`);
+  return json;
+}
+async function until(what, check, ms = 20000) {
+  const start = Date.now();
+  let last;
+  while (Date.now() - start < ms) {
+    last = await check();
+    if (last.ok) return last;
+    await sleep(250);
+  }
+  throw new Error(`${what} never happened; last seen: ${JSON.stringify(last)}`);
+}
+const rows = (res) => Object.fromEntries(res.results.map((r) => [r.dimensions[0], r.metrics]));
+
+try {
+  // ---- 1. the trackers ----
+  // Beacons' bodies are not visible to the browser's request events, so each step waits for the
+  // number of requests, and the contents are checked in what Tally stored.
+  const site = await browser.newContext();
+  let sent = 0;
+  site.on("request", (r) => { if (r.url().startsWith(`${TALLY}/api/event`)) sent++; });
+  const page = await site.newPage();
+  await page.goto(`http://shop.test:${port}/`);
+  await until("the page view and the queued event are sent", async () => ({ ok: sent >= 2, sent }));
+  await page.click("#spa");
+  await until("the SPA navigation is sent", async () => ({ ok: sent >= 3, sent }));
+  await page.mouse.wheel(0, 1500);
+  await sleep(1500); // engaged time, so the visit has a duration
+  await page.click("#out");
+  await page.waitForURL(`http://elsewhere.test:${port}/landing`);
+  const official = await site.newPage();
+  await official.goto(`http://shop.test:${port}/plausible.html`);
+  await until("every tracker request is sent", async () => ({ ok: sent >= 7, sent }));
+  found.tracker_requests = sent;
+  await site.close();
+
+  const range = { date_range: "day" };
+  const pagesSeen = await until("the Stats API reports every page", async () => {
+    const r = rows(await stats({ ...range, metrics: ["pageviews"], dimensions: ["event:page"] }));
+    return { ok: r["/"]?.[0] === 1 && r["/pricing"]?.[0] === 1 && r["/plausible.html"]?.[0] === 1, r };
+  });
+  found.pages = pagesSeen.r;
+  const events = await until("the Stats API reports every custom event", async () => {
+    const r = rows(await stats({ ...range, metrics: ["events"], dimensions: ["event:name"] }));
+    return { ok: ["Signup", "Outbound Link: Click", "Purchase"].every((n) => r[n]?.[0] === 1), r };
+  });
+  found.events = events.r;
+  assert.equal(events.r.engagement, undefined, "engagement is not a custom event");
+  const goal = rows(await stats({ ...range, metrics: ["visitors", "conversion_rate"], dimensions: ["event:goal"] }));
+  assert.equal(goal.Signup?.[0], 1, `goal Signup: ${JSON.stringify(goal)}`);
+  const props = rows(await stats({ ...range, metrics: ["events"], dimensions: ["event:props:plan"] }));
+  assert.equal(props.pro?.[0], 1, `property plan: ${JSON.stringify(props)}`);
+  const outbound = rows(await stats({ ...range, metrics: ["events"], dimensions: ["event:props:url"] }));
+  assert.equal(outbound[`http://elsewhere.test:${port}/landing`]?.[0], 1, `outbound url: ${JSON.stringify(outbound)}`);
+  const top = (await stats({ ...range, metrics: ["visitors", "visits", "pageviews", "visit_duration"] })).results[0].metrics;
+  found.top_today = top;
+  assert.equal(top[2], 3, "three page views");
+  assert.ok(top[3] >= 1, `the engagement extends the visit: duration ${top[3]}`);
+  const get = async (path) => (await fetch(`${TALLY}${path}`, { headers: { authorization: `Bearer ${KEY}` } })).json();
+  const engagement = await until("the engagement event is stored in its session", async () => {
+    let replay = [];
+    for (const s of (await get(`/api/sessions?site_id=${SITE}`)).sessions) {
+      replay = replay.concat((await get(`/api/sessions/${s.session}?site_id=${SITE}`)).events || []);
+    }
+    const e = replay.find((x) => x.name === "engagement" && x.path === "/pricing");
+    return { ok: !!e, e, names: replay.map((x) => `${x.name} ${x.path}`) };
+  });
+  found.session_events = engagement.names;
+  const ep = Object.fromEntries(Array.isArray(engagement.e.props) ? engagement.e.props : Object.entries(engagement.e.props || {}));
+  assert.ok(Number(ep.engaged_ms) > 1000, `engaged time: ${JSON.stringify(ep)}`);
+  assert.ok(Number(ep.scroll_depth) > 0, `scroll depth: ${JSON.stringify(ep)}`);
+
+  // ---- 2. the dashboard ----
+  const desk = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
+  const dash = await desk.newPage();
+  const pageErrors = [];
+  dash.on("pageerror", (e) => pageErrors.push(String(e)));
+  await dash.goto(`${TALLY}/`);
+  await dash.waitForSelector("form#login");
+  await dash.fill("input[name=email]", env("TALLY_EMAIL"));
+  await dash.fill("input[name=password]", env("TALLY_PASSWORD"));
+  await dash.click("form#login button[type=submit]");
+  await dash.waitForSelector("#top-stats[data-range]");
+  const [from, to] = (await dash.getAttribute("#top-stats", "data-range")).split("..");
+  const api = (await stats({ date_range: [from, to], metrics: ["visitors", "visits", "pageviews", "views_per_visit", "bounce_rate"] })).results[0].metrics;
+  const shown = async (m) => (await dash.textContent(`#stat-${m} .value`)).trim();
+  assert.equal(await shown("visitors"), String(api[0]), "visitors on the dashboard");
+  assert.equal(await shown("visits"), String(api[1]), "visits on the dashboard");
+  assert.equal(await shown("pageviews"), String(api[2]), "pageviews on the dashboard");
+  assert.equal(await shown("views_per_visit"), api[3].toFixed(2), "views per visit on the dashboard");
+  assert.equal(await shown("bounce_rate"), `${api[4]}%`, "bounce rate on the dashboard");
+  found.dashboard_range = [from, to];
+  found.dashboard_top = { visitors: await shown("visitors"), pageviews: await shown("pageviews") };
+
+  await dash.waitForSelector("#chart path.line");
+  await dash.waitForSelector('[data-panel="pages"] tr.row[data-value="/pricing"]');
+  const shot = join(OUT, "dashboard.png");
+  await dash.screenshot({ path: shot, fullPage: true });
+  const chartPng = await dash.locator("#chart").screenshot();
+  // Count the chart's pixels that are not the card's white: a drawn line and area are thousands.
+  const inked = await dash.evaluate(async (b64) => {
+    const img = new Image();
+    img.src = `data:image/png;base64,${b64}`;
+    await img.decode();
+    const c = document.createElement("canvas");
+    c.width = img.width; c.height = img.height;
+    const ctx = c.getContext("2d");
+    ctx.drawImage(img, 0, 0);
+    const d = ctx.getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235) n++;
+    return n;
+  }, chartPng.toString("base64"));
+  found.chart_inked_pixels = inked;
+  assert.ok(inked > 500, `the chart is blank (${inked} inked pixels)`);
+
+  await dash.click('[data-panel="pages"] tr.row[data-value="/pricing"]');
+  await dash.waitForSelector("#filters .chip");
+  const filtered = (await stats({ date_range: [from, to], metrics: ["visitors", "pageviews"], filters: [["is", "event:page", ["/pricing"]]] })).results[0].metrics;
+  await dash.waitForFunction((v) => document.querySelector("#stat-pageviews .value")?.textContent.trim() === v, String(filtered[1]));
+  assert.match(dash.url(), /f=is%7Cevent%3Apage%7C%2Fpricing/);
+  found.filtered_pageviews = filtered[1];
+  await dash.screenshot({ path: join(OUT, "dashboard-filtered.png"), fullPage: true });
+
+  await dash.setViewportSize({ width: 390, height: 844 });
+  await dash.waitForTimeout(300);
+  const overflow = await dash.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 1, `the phone-sized page scrolls sideways by ${overflow}px`);
+  await dash.screenshot({ path: join(OUT, "dashboard-phone.png"), fullPage: true });
+  assert.deepEqual(pageErrors, [], "the dashboard threw");
+  await desk.close();
+
+  // ---- 3. a shared link, and a stranger ----
+  const guest = await browser.newContext();
+  const shared = await guest.newPage();
+  await shared.goto(`${TALLY}${env("TALLY_SHARE_PATH")}?period=day`);
+  await shared.waitForSelector("#top-stats[data-range]");
+  const today = (await stats({ date_range: "day", metrics: ["visitors"] })).results[0].metrics;
+  assert.equal((await shared.textContent("#stat-visitors .value")).trim(), String(today[0]), "visitors on the shared link");
+  assert.equal(await shared.locator("#settings-link").count(), 0, "a shared link has no settings");
+  const stranger = await guest.newPage();
+  await stranger.goto(`${TALLY}/settings`);
+  await stranger.waitForSelector("form#login");
+  await guest.close();
+  found.screenshot = shot;
+  console.log(JSON.stringify(found));
+} finally {
+  await browser.close();
+  pages.close();
+}
