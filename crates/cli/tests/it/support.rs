@@ -139,6 +139,19 @@ impl Server {
         Server { child, addr, logs }
     }
 
+    /// The first log line from now on that contains `needle` (within 20 s).
+    pub fn wait_for_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.logs.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("tally serve never logged {needle:?}");
+    }
+
     /// A new connection to the server.
     pub fn client(&self) -> Client {
         Client::connect(self.addr)

@@ -39,9 +39,16 @@ async fn the_tracker_sends_what_the_event_route_reads_without_a_preflight() {
     let app = TestApp::spawn().await;
     let script = app.send(Method::GET, "/js/script.js", &[], "").await.body;
     // The body shape it builds, with every field it may set.
-    for field in
-        ["n: n", "u: l.href", "d: dom", "r: d.referrer", "b.h = 1", "b.p = o.props", "b.$ = o.revenue", "b.i = false"]
-    {
+    for field in [
+        "n: n",
+        "u: o.u || l.href",
+        "d: dom",
+        "r: d.referrer",
+        "b.h = 1",
+        "b.p = o.props",
+        "b.$ = o.revenue",
+        "b.i = false",
+    ] {
         assert!(script.contains(field), "the tracker sets {field}");
     }
     assert!(script.contains(r#"type: "text/plain""#), "beacons are text/plain, so no CORS preflight");

@@ -1,0 +1,250 @@
+//! Accounts and access over real HTTP: the first-run setup link, sign-in and sign-out, cookies
+//! and CSRF, the settings API, shared links with and without a password, and a table of every
+//! non-ingestion route against every kind of caller that must be refused.
+
+use serde_json::{Value, json};
+
+use crate::support::{Client, Response, Server, add_site, tally_ok};
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
+    r.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+/// The `name=value` of a `Set-Cookie` answer.
+fn cookie_of(r: &Response) -> String {
+    header(r, "set-cookie").expect("a cookie").split(';').next().unwrap().to_owned()
+}
+
+struct Browser {
+    client: Client,
+    cookie: String,
+    csrf: String,
+}
+
+impl Browser {
+    fn get(&mut self, path: &str) -> Response {
+        let (cookie, csrf) = (self.cookie.clone(), self.csrf.clone());
+        self.client.request("GET", path, &[("cookie", &cookie), ("x-tally-csrf", &csrf)], b"")
+    }
+    fn send(&mut self, method: &str, path: &str, body: &Value) -> Response {
+        let (cookie, csrf) = (self.cookie.clone(), self.csrf.clone());
+        self.client.request(
+            method,
+            path,
+            &[JSON, ("cookie", &cookie), ("x-tally-csrf", &csrf)],
+            body.to_string().as_bytes(),
+        )
+    }
+}
+
+#[test]
+fn first_run_sign_in_settings_and_shared_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let other = add_site(&store, "other.test", "UTC");
+    let server = Server::start(&store);
+    let line = server.wait_for_log("/setup?token=");
+    let token = line.split("token=").nth(1).unwrap().split_whitespace().next().unwrap().trim_matches('"').to_owned();
+    let mut c = server.client();
+
+    // No account yet: the page is told to ask for the setup link.
+    assert_eq!(c.request("GET", "/api/auth", &[], b"").json()["setup_required"], true);
+    let setup = json!({ "token": "0".repeat(32), "email": "owner@shop.test", "password": "correct horse" });
+    assert_eq!(c.post_json("/api/setup", &[], &setup).status, 403, "a wrong setup token");
+    let setup = json!({ "token": token, "email": "owner@shop.test", "password": "short" });
+    assert_eq!(c.post_json("/api/setup", &[], &setup).status, 400, "a too short password");
+    let setup = json!({ "token": token, "email": "owner@shop.test", "password": "correct horse" });
+    let r = c.request("POST", "/api/setup", &[("content-type", "text/plain")], setup.to_string().as_bytes());
+    assert_eq!(r.status, 415, "JSON only, so a cross-site form cannot post it");
+    let r = c.post_json("/api/setup", &[], &setup);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let set_cookie = header(&r, "set-cookie").unwrap().to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set_cookie.contains(flag), "{set_cookie} lacks {flag}");
+    }
+    assert!(!set_cookie.contains("Secure"), "plain HTTP: no Secure flag");
+    assert_eq!(c.post_json("/api/setup", &[], &setup).status, 409, "setup works once");
+
+    // Sign in; a wrong password says nothing about which part was wrong.
+    let wrong = c.post_json("/api/login", &[], &json!({ "email": "owner@shop.test", "password": "wrong horse" }));
+    let nobody = c.post_json("/api/login", &[], &json!({ "email": "nobody@shop.test", "password": "correct horse" }));
+    assert_eq!((wrong.status, nobody.status), (401, 401));
+    assert_eq!(wrong.json(), nobody.json());
+    let behind_https = c.request(
+        "POST",
+        "/api/login",
+        &[JSON, ("x-forwarded-proto", "https")],
+        json!({ "email": "Owner@Shop.test", "password": "correct horse" }).to_string().as_bytes(),
+    );
+    assert!(header(&behind_https, "set-cookie").unwrap().contains("Secure"), "Secure behind HTTPS");
+    let login = c.post_json("/api/login", &[], &json!({ "email": "owner@shop.test", "password": "correct horse" }));
+    assert_eq!(login.status, 200);
+    let mut b = Browser {
+        client: server.client(),
+        cookie: cookie_of(&login),
+        csrf: login.json()["csrf"].as_str().unwrap().to_owned(),
+    };
+
+    // The cookie alone is not enough: the CSRF header must come with it.
+    let r = c.request("GET", "/api/sites", &[("cookie", &b.cookie)], b"");
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = c.request("GET", "/api/sites", &[("cookie", &b.cookie), ("x-tally-csrf", "0123")], b"");
+    assert_eq!(r.status, 403);
+
+    // Settings: add a site, change it, goals, keys (shown once), shared links.
+    let r = b.send("POST", "/api/sites", &json!({ "domain": "shop.test", "timezone": "Europe/Berlin" }));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(b.send("POST", "/api/sites", &json!({ "domain": "shop.test" })).status, 409);
+    assert_eq!(b.send("POST", "/api/sites", &json!({ "domain": "not a domain" })).status, 400);
+    let r =
+        b.send("PATCH", "/api/sites/shop.test", &json!({ "timezone": "America/New_York", "retention_event_days": 60 }));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        (r.json()["timezone"].clone(), r.json()["retention_event_days"].clone()),
+        (json!("America/New_York"), json!(60))
+    );
+    assert_eq!(b.send("PATCH", "/api/sites/shop.test", &json!({ "timezone": "Mars/Olympus" })).status, 400);
+    assert_eq!(b.send("PATCH", "/api/sites/shop.test", &json!({ "retention_event_days": 0 })).status, 400);
+    let goal = b.send("POST", "/api/sites/shop.test/goals", &json!({ "event_name": "Signup" }));
+    assert_eq!(goal.status, 201);
+    let page_goal = b.send("POST", "/api/sites/shop.test/goals", &json!({ "page_path": "/pricing*" })).json();
+    assert_eq!(b.send("POST", "/api/sites/shop.test/goals", &json!({})).status, 400);
+    let sites = b.get("/api/sites").json();
+    let shop = sites["sites"].as_array().unwrap().iter().find(|s| s["domain"] == "shop.test").unwrap().clone();
+    assert_eq!(shop["goals"].as_array().unwrap().len(), 2);
+    let gone =
+        b.send("DELETE", &format!("/api/sites/shop.test/goals/{}", page_goal["goal_id"].as_str().unwrap()), &json!({}));
+    assert_eq!(gone.status, 200);
+    let key = b.send("POST", "/api/sites/shop.test/keys", &json!({ "name": "ci" })).json();
+    let key_secret = key["key"].as_str().unwrap().to_owned();
+    let listed = b.get("/api/sites/shop.test/keys").text();
+    assert!(listed.contains("ci") && !listed.contains(&key_secret), "a key is shown once: {listed}");
+    let open = b.send("POST", "/api/sites/shop.test/shares", &json!({ "name": "public" })).json();
+    let open_token = open["token"].as_str().unwrap().to_owned();
+    let locked =
+        b.send("POST", "/api/sites/shop.test/shares", &json!({ "name": "team", "password": "open sesame" })).json();
+    let locked_token = locked["token"].as_str().unwrap().to_owned();
+    let listed = b.get("/api/sites/shop.test/shares").text();
+    assert!(!listed.contains(&open_token) && !listed.contains(&locked_token), "links are shown once");
+
+    let query = json!({ "site_id": "shop.test", "metrics": ["visitors"], "date_range": "7d" }).to_string();
+    let other_query = json!({ "site_id": "other.test", "metrics": ["visitors"], "date_range": "7d" }).to_string();
+    // A signed-in user reads every site.
+    assert_eq!(b.send("POST", "/api/v2/query", &serde_json::from_str(&other_query).unwrap()).status, 200);
+
+    // A shared link reads its site's statistics, and nothing else.
+    let share = |t: &str| ("x-tally-share", t.to_owned());
+    let (name, value) = share(&open_token);
+    let mut s = server.client();
+    assert_eq!(s.request("POST", "/api/v2/query", &[(name, &value)], query.as_bytes()).status, 200);
+    assert_eq!(s.request("GET", "/api/realtime?site_id=shop.test", &[(name, &value)], b"").status, 200);
+    let info = s.request("GET", &format!("/api/share/{open_token}"), &[], b"").json();
+    assert_eq!((info["domain"].clone(), info["password_required"].clone()), (json!("shop.test"), json!(false)));
+    // The password-protected link needs unlocking, once per browser.
+    let (lname, lvalue) = share(&locked_token);
+    let r = s.request("POST", "/api/v2/query", &[(lname, &lvalue)], query.as_bytes());
+    assert_eq!((r.status, r.json()["password_required"].clone()), (401, json!(true)));
+    let unlock = format!("/api/share/{locked_token}/unlock");
+    assert_eq!(s.post_json(&unlock, &[], &json!({ "password": "wrong" })).status, 401);
+    let unlocked = s.post_json(&unlock, &[], &json!({ "password": "open sesame" }));
+    assert_eq!(unlocked.status, 200);
+    let share_cookie = cookie_of(&unlocked);
+    let r = s.request("POST", "/api/v2/query", &[(lname, &lvalue), ("cookie", &share_cookie)], query.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    // An unlock of one link does not open another protected link.
+    let third =
+        b.send("POST", "/api/sites/shop.test/shares", &json!({ "name": "x", "password": "another one" })).json();
+    let third_token = third["token"].as_str().unwrap().to_owned();
+    let r = s.request("POST", "/api/v2/query", &[(lname, &third_token), ("cookie", &share_cookie)], query.as_bytes());
+    assert_eq!(r.status, 401);
+
+    // Every route that is not ingestion refuses the wrong caller.
+    let (oname, ovalue) = share(&open_token);
+    let anonymous: Vec<(&str, &str)> = vec![];
+    let other_key = format!("Bearer {}", other.key);
+    let shop_key = format!("Bearer {key_secret}");
+    let wrong_csrf = vec![("cookie", b.cookie.as_str()), ("x-tally-csrf", "00000000000000000000000000000000")];
+    let callers: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("anonymous", anonymous),
+        ("wrong csrf", wrong_csrf),
+        ("junk cookie", vec![("cookie", "tally_session=abc"), ("x-tally-csrf", "x")]),
+        ("other site's key", vec![("authorization", other_key.as_str())]),
+        ("junk key", vec![("authorization", "Bearer tly_0000")]),
+        ("junk share", vec![("x-tally-share", "ffff")]),
+    ];
+    let routes: Vec<(&str, String, Vec<u8>)> = vec![
+        ("POST", "/api/v2/query".into(), query.clone().into_bytes()),
+        ("GET", "/api/realtime?site_id=shop.test".into(), vec![]),
+        ("GET", "/api/v1/stats/realtime/visitors?site_id=shop.test".into(), vec![]),
+        ("GET", "/api/sessions?site_id=shop.test".into(), vec![]),
+        ("GET", "/api/visitors/abc/sessions?site_id=shop.test".into(), vec![]),
+        ("DELETE", "/api/visitors/abc?site_id=shop.test".into(), vec![]),
+        ("POST", "/api/import?site_id=shop.test".into(), b"{}".to_vec()),
+        ("PATCH", "/api/sites/shop.test".into(), br#"{"timezone":"UTC"}"#.to_vec()),
+        ("DELETE", "/api/sites/shop.test".into(), vec![]),
+        ("POST", "/api/sites/shop.test/goals".into(), br#"{"event_name":"X"}"#.to_vec()),
+        ("GET", "/api/sites/shop.test/keys".into(), vec![]),
+        ("POST", "/api/sites/shop.test/keys".into(), b"{}".to_vec()),
+        ("GET", "/api/sites/shop.test/shares".into(), vec![]),
+        ("POST", "/api/sites/shop.test/shares".into(), b"{}".to_vec()),
+        ("POST", "/api/sites".into(), br#"{"domain":"evil.test"}"#.to_vec()),
+    ];
+    let mut refused = 0;
+    for (who, headers) in &callers {
+        for (method, path, body) in &routes {
+            let mut all = headers.clone();
+            all.push(JSON);
+            let r = c.request(method, path, &all, body);
+            assert!(matches!(r.status, 401 | 403), "{who}: {method} {path} answered {}: {}", r.status, r.text());
+            refused += 1;
+        }
+    }
+    // A shared link and a site key may not manage the site, nor a shared link read visitors.
+    for (method, path, body) in routes.iter().skip(3) {
+        let r = c.request(method, path, &[JSON, (oname, &ovalue)], body);
+        assert!(matches!(r.status, 401 | 403), "shared link: {method} {path} answered {}", r.status);
+        refused += 1;
+    }
+    for (method, path, body) in routes.iter().skip(7) {
+        let r = c.request(method, path, &[JSON, ("authorization", shop_key.as_str())], body);
+        assert!(matches!(r.status, 401 | 403), "site key: {method} {path} answered {}", r.status);
+        refused += 1;
+    }
+    eprintln!("{refused} wrong callers refused");
+    let sites = b.get("/api/sites").json();
+    assert_eq!(sites["sites"].as_array().unwrap().len(), 2, "nothing was added or removed: {sites}");
+
+    // Revoking and signing out take effect (caches last at most 5 s).
+    let r =
+        b.send("DELETE", &format!("/api/sites/shop.test/shares/{}", open["share_id"].as_str().unwrap()), &json!({}));
+    assert_eq!(r.status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(5_200));
+    // Fresh connections: an idle keep-alive connection may have been closed meanwhile.
+    let (mut s, mut c) = (server.client(), server.client());
+    b.client = server.client();
+    assert_eq!(s.request("POST", "/api/v2/query", &[(oname, &ovalue)], query.as_bytes()).status, 401, "a revoked link");
+    assert_eq!(s.request("GET", &format!("/api/share/{open_token}"), &[], b"").status, 404);
+    let out = b.send("POST", "/api/logout", &json!({}));
+    assert_eq!(out.status, 200);
+    assert!(header(&out, "set-cookie").unwrap().contains("Max-Age=0"));
+    assert_eq!(b.get("/api/sites").status, 401, "signed out");
+    assert_eq!(c.request("GET", "/api/auth", &[("cookie", &b.cookie)], b"").json()["signed_in"], false);
+    server.stop();
+}
+
+#[test]
+fn users_and_links_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    add_site(&store, "cli.test", "UTC");
+    let out = tally_ok(&store, &["share", "create", "cli.test", "--name", "board"]);
+    assert!(out.contains("link: /share/"), "{out}");
+    let listed = tally_ok(&store, &["share", "list", "cli.test"]);
+    assert!(listed.contains("open\tboard"), "{listed}");
+    let id = listed.split('\t').next().unwrap().to_owned();
+    tally_ok(&store, &["share", "revoke", "cli.test", &id]);
+    assert!(tally_ok(&store, &["share", "list", "cli.test"]).contains("revoked\tboard"));
+    assert!(tally_ok(&store, &["user", "list"]).trim().is_empty());
+}
