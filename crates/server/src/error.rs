@@ -55,19 +55,26 @@ impl ServerError {
     }
 }
 
-impl IntoResponse for ServerError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        let body = match &self {
-            ServerError::Internal(source) => {
-                tracing::error!(error = %source, "request failed");
-                serde_json::json!({ "error": "internal server error" })
-            }
+impl ServerError {
+    /// The JSON body this error is answered with.
+    pub fn body(&self) -> serde_json::Value {
+        match self {
+            ServerError::Internal(_) => serde_json::json!({ "error": "internal server error" }),
             client => match client.field() {
                 Some(field) => serde_json::json!({ "error": client.to_string(), "field": field }),
                 None => serde_json::json!({ "error": client.to_string() }),
             },
-        };
+        }
+    }
+}
+
+impl IntoResponse for ServerError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if let ServerError::Internal(source) = &self {
+            tracing::error!(error = %source, "request failed");
+        }
+        let body = self.body();
         (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
     }
 }

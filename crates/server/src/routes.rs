@@ -1,4 +1,5 @@
-//! The router: ingestion routes for the Plausible and Umami trackers, with CORS, and `/health`.
+//! The router: ingestion routes for the Plausible and Umami trackers (`/api/event`, `/api/send`,
+//! `/api/batch`), with CORS, `/health`, and the reading, account and dashboard routes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/event", post(plausible_event).options(preflight))
         .route("/api/send", post(umami_send).options(preflight))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .route("/api/batch", post(umami_batch).options(preflight).layer(DefaultBodyLimit::max(MAX_BATCH_BYTES)))
         .layer(axum::middleware::map_response(allow_any_origin));
     Router::new()
         .merge(ingestion)
@@ -203,17 +205,82 @@ async fn umami_send(
 ) -> Result<Response, ServerError> {
     let bytes = body(bytes)?;
     let meta = request_meta(&headers, peer.map(|Extension(ConnectInfo(addr))| addr));
-    let send = umami::parse(&bytes, meta)?;
+    let answer = umami_one(&state, &bytes, meta).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response())
+}
+
+/// One `/api/send` body: its JSON answer, or the error `/api/send` answers with.
+async fn umami_one(state: &AppState, bytes: &[u8], meta: RequestMeta) -> Result<serde_json::Value, ServerError> {
+    let send = umami::parse(bytes, meta)?;
     let cache = serde_json::json!({ "cache": format!("tally.{}", send.website) });
-    let json = |value: serde_json::Value| ([(header::CONTENT_TYPE, "application/json")], value.to_string());
     let SendKind::Event(raw) = send.kind else {
-        return Ok(json(cache).into_response());
+        return Ok(cache);
     };
     match state.ingest.ingest(*raw, SiteRef::UmamiWebsite(send.website)).await {
-        IngestOutcome::Accepted => Ok(json(cache).into_response()),
-        IngestOutcome::Dropped(_) => Ok(json(serde_json::json!({ "beep": "boop" })).into_response()),
+        IngestOutcome::Accepted => Ok(cache),
+        IngestOutcome::Dropped(_) => Ok(serde_json::json!({ "beep": "boop" })),
         IngestOutcome::UnknownSite => Err(ServerError::BadRequest { message: "Website not found.".into() }),
         IngestOutcome::Invalid(error) => Err(error.into()),
         IngestOutcome::Failed(error) => Err(ServerError::Internal(error)),
     }
+}
+
+/// Largest `/api/batch` body accepted.
+pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
+/// Most `/api/send` bodies in one `/api/batch`.
+pub const MAX_BATCH_ITEMS: usize = 1000;
+
+/// `POST /api/batch`: a JSON array of `/api/send` bodies, each taken in order as `/api/send`
+/// takes it. Answers as Umami does: `{size, processed, errors, details: [{index, response}]}`,
+/// where `response` is the error body `/api/send` would have given. Dropped events count as
+/// processed, as `/api/send` answers them with 200 too. A body that is not an array, or holds
+/// more than [`MAX_BATCH_ITEMS`], is refused whole and nothing is taken.
+async fn umami_batch(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServerError> {
+    let bytes = bytes.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ServerError::PayloadTooLarge { limit: MAX_BATCH_BYTES }
+        } else {
+            ServerError::BadRequest { message: format!("could not read the body: {rejection}") }
+        }
+    })?;
+    let items = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Array(items)) => items,
+        Ok(other) => {
+            return Err(crate::wire::WireError::WrongType {
+                field: "body",
+                expected: "an array of /api/send bodies",
+                found: crate::wire::json_type(&other),
+            }
+            .into());
+        }
+        Err(e) => return Err(crate::wire::WireError::Json(e.to_string()).into()),
+    };
+    if items.len() > MAX_BATCH_ITEMS {
+        return Err(ServerError::BadRequest {
+            message: format!("a batch holds at most {MAX_BATCH_ITEMS} events, not {}", items.len()),
+        });
+    }
+    let meta = request_meta(&headers, peer.map(|Extension(ConnectInfo(addr))| addr));
+    let mut details = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let one = serde_json::to_vec(item).unwrap_or_default();
+        if let Err(error) = umami_one(&state, &one, meta.clone()).await {
+            if matches!(error, ServerError::Internal(_)) {
+                return Err(error);
+            }
+            details.push(serde_json::json!({ "index": index, "response": error.body() }));
+        }
+    }
+    let answer = serde_json::json!({
+        "size": items.len(),
+        "processed": items.len() - details.len(),
+        "errors": details.len(),
+        "details": details,
+    });
+    Ok(([(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response())
 }

@@ -251,3 +251,63 @@ async fn health() {
     let answer = app.send(Method::GET, "/health", &[], "").await;
     assert_eq!((answer.status, answer.body.as_str()), (StatusCode::OK, r#"{"status":"ok"}"#));
 }
+
+#[tokio::test]
+async fn umami_batch_takes_each_body_in_order_and_reports_the_failures() {
+    let app = TestApp::spawn().await;
+    let website = "c37edc28-ee5f-4c62-9ce3-377fa6f600a8";
+    let event = |url: &str| serde_json::json!({ "type": "event", "payload": { "website": website, "hostname": "example.com", "url": url } });
+    let batch = serde_json::json!([
+        event("/a"),
+        event("/b"),
+        { "type": "event", "payload": { "hostname": "example.com", "url": "/no-website" } },
+        event("/c"),
+        { "type": "event", "payload": { "website": UNKNOWN_WEBSITE, "hostname": "example.com", "url": "/x" } },
+    ]);
+    let answer = app
+        .send(
+            Method::POST,
+            "/api/batch",
+            &[("content-type", "application/json"), ("user-agent", BROWSER)],
+            batch.to_string(),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.headers["access-control-allow-origin"], "*");
+    expect![[r#"{"size":5,"processed":3,"errors":2,"details":[{"index":2,"response":{"error":"payload.website is required","field":"payload.website"}},{"index":4,"response":{"error":"Website not found."}}]}"#]]
+        .assert_eq(&answer.body);
+    let events = app.recorder.take();
+    let urls: Vec<_> = events.iter().map(|(e, _)| e.url.as_str()).collect();
+    assert_eq!(
+        urls,
+        ["https://example.com/a", "https://example.com/b", "https://example.com/c", "https://example.com/x"]
+    );
+    assert!(events[..3].iter().all(|(_, site)| *site == SiteRef::UmamiWebsite(website.into())));
+}
+
+#[tokio::test]
+async fn umami_batch_refuses_a_body_that_is_not_a_list_or_too_long_and_takes_nothing() {
+    let app = TestApp::spawn().await;
+    let one = serde_json::json!({ "type": "event", "payload": { "website": "c37edc28-ee5f-4c62-9ce3-377fa6f600a8", "hostname": "example.com", "url": "/" } });
+    let too_many = serde_json::Value::Array(vec![one.clone(); 1001]).to_string();
+    for (body, says) in [
+        (one.to_string(), "body must be an array of /api/send bodies, not an object"),
+        ("[{".to_owned(), "body is not valid JSON"),
+        (too_many, "a batch holds at most 1000 events, not 1001"),
+    ] {
+        let answer = app.post("/api/batch", "application/json", body.clone()).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+        assert!(answer.body.contains(says), "{}", answer.body);
+    }
+    assert!(app.recorder.take().is_empty());
+    let preflight = app
+        .send(
+            Method::OPTIONS,
+            "/api/batch",
+            &[("origin", "https://example.com"), ("access-control-request-method", "POST")],
+            "",
+        )
+        .await;
+    assert_eq!(preflight.status, StatusCode::NO_CONTENT);
+    assert_eq!(preflight.headers["access-control-allow-origin"], "*");
+}
