@@ -214,6 +214,11 @@ impl Sites {
             }
             Err(e) => return Err(e.into()),
         }
+        // This process may have cached "no such site" for the domain a moment ago.
+        if let Ok(mut c) = self.by_domain.lock() {
+            c.remove(host.as_str());
+            c.remove(&umami_alias(&umami_id));
+        }
         self.get(&site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id))
     }
 

@@ -7,6 +7,7 @@
 mod bench;
 mod capacity;
 mod config;
+mod demo;
 #[allow(dead_code)]
 mod http;
 mod logging;
@@ -36,8 +37,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Runs Tally: ingestion, the Stats API and /metrics, until SIGTERM or Ctrl-C.
-    Serve,
+    /// Runs Tally: ingestion, the dashboard, the Stats API and /metrics, until SIGTERM or Ctrl-C.
+    Serve {
+        /// Fills a demo site with months of synthetic traffic first (once), keeps live visits
+        /// coming, and prints a read-only link to its dashboard.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Creates a demo site with months of realistic synthetic traffic (once).
+    Demo {
+        /// Days of history, ending now.
+        #[arg(long, default_value_t = 180)]
+        days: u32,
+        /// Average events per day.
+        #[arg(long, default_value_t = 1000.0)]
+        events_per_day: f64,
+    },
     /// Sites.
     Site {
         #[command(subcommand)]
@@ -276,9 +291,16 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> Result<std::process::ExitCode> {
     let config = Config::load(cli.config.as_deref(), cli.settings, |name| std::env::var(name).ok())?;
     match cli.command {
-        Command::Serve => {
+        Command::Serve { demo } => {
             logging::init(&config)?;
-            runtime()?.block_on(serve::serve(&config))?;
+            let demo = demo.then(demo::DemoOptions::default);
+            runtime()?.block_on(serve::serve(&config, demo))?;
+        }
+        Command::Demo { days, events_per_day } => {
+            if days == 0 || days > 3650 || !(1.0..=1e7).contains(&events_per_day) {
+                anyhow::bail!("--days must be 1 to 3650 and --events-per-day 1 to 10,000,000");
+            }
+            runtime()?.block_on(serve::demo(&config, demo::DemoOptions { days, events_per_day }))?;
         }
         Command::Site { what } => runtime()?.block_on(async {
             match what {

@@ -21,6 +21,7 @@ use server::pipeline::PipelineIngest;
 use server::stats::Reading;
 
 use crate::config::Config;
+use crate::demo::DemoOptions;
 
 fn enricher(config: &Config) -> Result<Enricher> {
     let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))
@@ -51,7 +52,7 @@ fn hostname() -> String {
 }
 
 /// Runs the server until SIGTERM or Ctrl-C, then stops taking requests, flushes and exits.
-pub async fn serve(config: &Config) -> Result<()> {
+pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     let table = crate::store::open(config).await?;
     let metered = table.metered();
     let sites = Arc::new(Sites::new(metered.clone()));
@@ -62,6 +63,21 @@ pub async fn serve(config: &Config) -> Result<()> {
         Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
     let accounts = Arc::new(Accounts::new(metered.clone()));
+    let demo = match demo {
+        Some(options) => {
+            let (site, _) = crate::demo::fill(&sites, &pipeline, &aggregator, options).await?;
+            // A fresh read-only link each start: links are kept only as hashes, so the last
+            // one cannot be printed again.
+            for old in accounts.shares(&site.site_id).await? {
+                if old.name == "demo" && !old.revoked {
+                    accounts.revoke_share(&site.site_id, &old.share_id).await?;
+                }
+            }
+            let (token, _) = accounts.create_share(&site.site_id, "demo", None).await?;
+            Some((crate::demo::trickle(site, pipeline.clone()), token))
+        }
+        None => None,
+    };
     let setup_token = first_run_token(&accounts).await?;
     let reading = Arc::new(Reading {
         stats,
@@ -101,13 +117,37 @@ pub async fn serve(config: &Config) -> Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(run = aggregator.run_id(), store = %config.store, "listening on http://{addr}");
     tracing::info!("dashboard: http://{addr}/");
+    if let Some((_, token)) = &demo {
+        tracing::info!("demo dashboard (read-only, no sign-in): http://{addr}/share/{token}");
+    }
     if let Some(token) = &setup_token {
         tracing::warn!("no account yet: create the admin account at http://{addr}/setup?token={token}");
     }
     server::serve_with_shutdown(listener, server::router(state), shutdown_signal()).await?;
+    if let Some((live, _)) = demo {
+        live.abort();
+    }
     tracing::info!("stopping: flushing aggregates");
     aggregator.shutdown().await.context("flushing aggregates at shutdown")?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// `tally demo`: the demo site, filled unless it exists.
+pub async fn demo(config: &Config, options: DemoOptions) -> Result<()> {
+    let table = crate::store::open(config).await?;
+    let sites = Arc::new(Sites::new(table.clone()));
+    let aggregator = Aggregator::start(table.clone(), sites.clone(), aggregator_config(config))
+        .await
+        .context("starting aggregation")?;
+    let pipeline = Arc::new(Pipeline::new(table, sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
+    let (site, filled) = crate::demo::fill(&sites, &pipeline, &aggregator, options).await?;
+    aggregator.shutdown().await.context("flushing aggregates")?;
+    println!("site id: {}", site.site_id);
+    println!("domain: {}", site.domain);
+    if filled {
+        eprintln!("run `tally serve` and open the dashboard, or `tally serve --demo` for a link without sign-in");
+    }
     Ok(())
 }
 

@@ -1,7 +1,9 @@
-//! Tally's HTTP server: the only crate that knows HTTP and JSON. Today it holds the ingestion
-//! wire layer — Plausible's `POST /api/event` and Umami's `POST /api/send`, read exactly as their
-//! official trackers send them, with CORS — and `GET /health`. It will grow the Stats API,
-//! realtime and the dashboard.
+//! Tally's HTTP server: the only crate that knows HTTP and JSON. It holds the ingestion wire
+//! layer — Plausible's `POST /api/event` and Umami's `POST /api/send` and `/api/batch`, read
+//! exactly as their official trackers send them, with CORS — Tally's tracker, the Stats API,
+//! realtime and sessions ([`stats`]), accounts and shared links ([`auth`], [`account`]), the
+//! sites and settings API ([`admin`]), the embedded dashboard ([`dashboard`]), `/health` and
+//! `/metrics`.
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! The analytics crate's integration tests, one binary: each module exercises one part of the
 //! pipeline against the embedded engine.
 
+mod accounts;
 mod aggregate;
 mod pipeline;
 mod stats;

@@ -4,6 +4,7 @@ mod accounts;
 mod bad_input;
 mod browser;
 mod config;
+mod demo;
 mod e2e;
 mod sigkill;
 mod support;

@@ -95,9 +95,15 @@ impl Server {
     /// Starts `tally serve` on `store` and port 0, trusting loopback's forwarding headers and the
     /// `cf-ipcountry` header, flushing aggregates every 200 ms; waits for `listening on`.
     pub fn start(store: &Path) -> Server {
+        Server::start_with(store, &[])
+    }
+
+    /// Like [`Server::start`], with more `tally serve` arguments.
+    pub fn start_with(store: &Path, extra: &[&str]) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tally"));
         command
             .arg("serve")
+            .args(extra)
             .arg("--store")
             .arg(store)
             .args(["--listen", "127.0.0.1:0", "--trusted-proxy", "127.0.0.1", "--country-header", "cf-ipcountry"])
