@@ -33,6 +33,7 @@ pub fn routes() -> Router<AppState> {
         .route("/setup", get(page))
         .route("/settings", get(page))
         .route("/share/{token}", get(page))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route(
             "/assets/app.js",
             get(|h: HeaderMap| async move { asset(&h, &APP_JS_ASSET, "application/javascript; charset=utf-8") }),

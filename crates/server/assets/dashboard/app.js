@@ -255,6 +255,7 @@ async function loadTop(seq) {
       const ch = card.querySelector(".change");
       if (before[i] === undefined) { ch.textContent = ""; return; }
       const a = now[i] || 0, b = before[i] || 0;
+      if (b === 0) { ch.className = "change flat"; ch.textContent = a === 0 ? "" : "no data in the previous period"; return; }
       const pct = b === 0 ? (a === 0 ? 0 : 100) : Math.round(((a - b) / b) * 100);
       const better = m === "bounce_rate" ? pct < 0 : pct > 0;
       ch.className = "change " + (pct === 0 ? "flat" : better ? "up" : "down");
@@ -283,25 +284,25 @@ async function loadChart(seq) {
   }
 }
 
-// Every bucket label of a range, as the Stats API writes them, so empty buckets draw as zero.
-function isoWeek(iso) {
-  const d = new Date(iso + "T00:00:00Z");
-  const day = (d.getUTCDay() + 6) % 7;
-  d.setUTCDate(d.getUTCDate() - day + 3);
-  const year = d.getUTCFullYear();
-  const jan4 = new Date(Date.UTC(year, 0, 4));
-  const week = 1 + Math.round(((d - jan4) / 864e5 - 3 + ((jan4.getUTCDay() + 6) % 7)) / 7);
-  return `${year}-W${String(week).padStart(2, "0")}`;
-}
+// Every bucket label of a range, as the Stats API writes them (hours "YYYY-MM-DD HH:00:00",
+// days, and weeks and months by their first day), so empty buckets draw as zero.
 function bucketLabels(interval, first, last) {
   const out = [];
   if (!first || !last || daysBetween(first, last) > 3700) return out;
   for (let d = first; d <= last; d = addDays(d, 1)) {
-    const label = interval === "hour" ? null : interval === "day" ? d : interval === "week" ? isoWeek(d) : d.slice(0, 7);
-    if (label === null) { for (let hr = 0; hr < 24; hr++) out.push(`${d}T${String(hr).padStart(2, "0")}`); }
-    else if (out[out.length - 1] !== label) out.push(label);
+    if (interval === "hour") { for (let hr = 0; hr < 24; hr++) out.push(`${d} ${String(hr).padStart(2, "0")}:00:00`); continue; }
+    const label = interval === "day" ? d
+      : interval === "week" ? addDays(d, -((new Date(d + "T00:00:00Z").getUTCDay() + 6) % 7))
+      : d.slice(0, 7) + "-01";
+    if (out[out.length - 1] !== label) out.push(label);
   }
   return out;
+}
+// A bucket label as the chart's axis shows it.
+function axisLabel(label) {
+  if (S.interval === "hour") return label.slice(11, 16);
+  if (S.interval === "month") return label.slice(0, 7);
+  return label.slice(5);
 }
 
 function drawChart(box, points) {
@@ -319,7 +320,7 @@ function drawChart(box, points) {
   if (!points.length) { svg.append(s("text", { class: "axis", x: W / 2, y: H / 2, "text-anchor": "middle" }, "No data for this range")); box.replaceChildren(svg); return; }
   const step = Math.max(1, Math.ceil(points.length / Math.max(2, Math.floor((W - L) / 90))));
   points.forEach(([label], i) => {
-    if (i % step === 0) svg.append(s("text", { class: "axis", x: x(i), y: H - 8, "text-anchor": "middle" }, String(label).replace(/^\d{4}-/, "")));
+    if (i % step === 0) svg.append(s("text", { class: "axis", x: x(i), y: H - 8, "text-anchor": "middle" }, axisLabel(String(label))));
   });
   const line = points.map(([, v], i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join("");
   svg.append(s("path", { class: "area", d: `${line}L${x(points.length - 1).toFixed(1)},${y(0)}L${x(0).toFixed(1)},${y(0)}Z` }));
@@ -355,6 +356,10 @@ async function loadPanel(p, seq) {
   }
 }
 
+function countryName(code) {
+  try { return `${new Intl.DisplayNames(["en"], { type: "region" }).of(code)} (${code})`; } catch (_) { return code; }
+}
+
 function rowsTable(dim, metrics, rows) {
   if (!rows.length) return h("p", { class: "empty" }, "No data yet");
   const max = Math.max(1, ...rows.map((r) => r.metrics[0] || 0));
@@ -363,8 +368,9 @@ function rowsTable(dim, metrics, rows) {
     h("tr", {}, h("th", {}, dim.replace(/^(event|visit):/, "").replace("props:", "")), metrics.map((m) => h("th", { class: "num" }, heads[m] || m))),
     rows.map((r) => {
       const value = String(r.dimensions[0] ?? "");
-      return h("tr", { class: "row", "data-value": value, title: `Filter by ${value}`, onclick: () => addFilter(dim, value) },
-        h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * (r.metrics[0] || 0)) / max}%` }), h("span", {}, value || "(none)")),
+      const label = dim === "visit:country" ? countryName(value) : value;
+      return h("tr", { class: "row", "data-value": value, title: `Filter by ${label}`, onclick: () => addFilter(dim, value) },
+        h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * (r.metrics[0] || 0)) / max}%` }), h("span", {}, label || "(none)")),
         r.metrics.map((v, i) => h("td", { class: "num" }, fmt(metrics[i], v))));
     }));
 }
