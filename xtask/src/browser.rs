@@ -52,7 +52,11 @@ fn chromium() -> Result<PathBuf> {
         run_quietly(apt(&["update"]), "apt-get update")?;
         run_quietly(apt(&install), "apt-get install chromium")?;
     }
-    known.iter().map(PathBuf::from).find(|p| p.is_file()).context("chromium was installed but /usr/bin/chromium is missing")
+    known
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .context("chromium was installed but /usr/bin/chromium is missing")
 }
 
 /// `npm install` of the pinned packages into `prefix`, unless a stamp says they are there.
