@@ -1,6 +1,7 @@
 //! What the browser tests need: Debian's Chromium (installed with apt when it is missing) and,
 //! from npm into the git-ignored `.tools/browser`, playwright-core to drive it and Plausible's
-//! official tracker package to check that it works against Tally unchanged. The tests find them
+//! official tracker package and Umami's tracker script (taken from Umami's package with `npm
+//! pack`, without its dependencies) to check that both work against Tally unchanged. The tests find them
 //! through `TALLY_CHROMIUM` and `TALLY_NODE_MODULES`; `TALLY_REQUIRE_BROWSER=1` makes a test
 //! fail, rather than skip, when they are missing.
 
@@ -16,6 +17,9 @@ use crate::emulators::run_quietly;
 const PLAYWRIGHT_VERSION: &str = "1.65.1";
 /// Plausible's tracker package, driven by the tests as a site would use it.
 const PLAUSIBLE_TRACKER_VERSION: &str = "0.4.6";
+/// The Umami release whose tracker (`src/tracker/index.js`, plain browser JavaScript) the tests
+/// serve unchanged; only that file is taken from the package, not Umami's dependencies.
+const UMAMI_VERSION: &str = "2.10.0";
 
 /// Installs what is missing and returns the variables the tests read.
 pub fn install(root: &Path) -> Result<Vec<(String, String)>> {
@@ -62,8 +66,8 @@ fn chromium() -> Result<PathBuf> {
 /// `npm install` of the pinned packages into `prefix`, unless a stamp says they are there.
 fn node_modules(prefix: &Path) -> Result<PathBuf> {
     let modules = prefix.join("node_modules");
-    let stamp = prefix.join(format!(".tally-{PLAYWRIGHT_VERSION}-{PLAUSIBLE_TRACKER_VERSION}"));
-    if stamp.is_file() && modules.join("playwright-core").is_dir() {
+    let stamp = prefix.join(format!(".tally-{PLAYWRIGHT_VERSION}-{PLAUSIBLE_TRACKER_VERSION}-{UMAMI_VERSION}"));
+    if stamp.is_file() && modules.join("playwright-core").is_dir() && prefix.join("umami-tracker.js").is_file() {
         return Ok(modules);
     }
     fs::create_dir_all(prefix).with_context(|| format!("creating {}", prefix.display()))?;
@@ -77,6 +81,18 @@ fn node_modules(prefix: &Path) -> Result<PathBuf> {
     if !modules.join("playwright-core").is_dir() {
         bail!("playwright-core was installed but {} is missing", modules.join("playwright-core").display());
     }
+    eprintln!("xtask: taking Umami {UMAMI_VERSION}'s tracker script into {}", prefix.display());
+    let mut pack = Command::new("npm");
+    pack.args(["pack", &format!("umami@{UMAMI_VERSION}"), "--loglevel=error", "--pack-destination"]).arg(prefix);
+    run_quietly(pack, "npm pack umami")?;
+    let tarball = prefix.join(format!("umami-{UMAMI_VERSION}.tgz"));
+    let mut tar = Command::new("tar");
+    tar.arg("xzf").arg(&tarball).arg("-C").arg(prefix).arg("package/src/tracker/index.js");
+    run_quietly(tar, "tar xzf umami")?;
+    fs::rename(prefix.join("package/src/tracker/index.js"), prefix.join("umami-tracker.js"))
+        .context("moving Umami's tracker script")?;
+    let _ = fs::remove_dir_all(prefix.join("package"));
+    let _ = fs::remove_file(&tarball);
     fs::write(&stamp, PLAYWRIGHT_VERSION).with_context(|| format!("writing {}", stamp.display()))?;
     Ok(modules)
 }

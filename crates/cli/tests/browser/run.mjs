@@ -3,13 +3,14 @@
 //
 // 1. A site page on http://shop.test (mapped to loopback) with Tally's tracker: a page view, a
 //    custom event queued before the script loaded, an SPA navigation, an outbound click, and the
-//    engagement event sent when the page is hidden. A second page uses Plausible's official
-//    tracker package unchanged. The Stats API must then report every one of them.
+//    engagement event sent when the page is hidden. Two more pages use Plausible's official
+//    tracker package and Umami's tracker script unchanged. The Stats API must then report every
+//    one of them.
 // 2. The dashboard: sign in, compare the top stats with the Stats API for the same range, click a
 //    page to filter by it, check the chart is drawn (a screenshot that is not blank), a phone-sized
 //    screen without sideways scrolling, and a shared link.
 //
-// Environment: TALLY_URL, TALLY_KEY, TALLY_SITE, TALLY_EMAIL, TALLY_PASSWORD, TALLY_SHARE_PATH,
+// Environment: TALLY_URL, TALLY_KEY, TALLY_SITE, TALLY_UMAMI_ID, TALLY_EMAIL, TALLY_PASSWORD, TALLY_SHARE_PATH,
 // TALLY_CHROMIUM, TALLY_NODE_MODULES, TALLY_OUT (where screenshots go). Prints one JSON line of
 // findings; any failed check throws, and the process exits non-zero.
 import { createServer } from "node:http";
@@ -32,6 +33,10 @@ const UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Geck
 
 // ---- the site's pages, served on a port of their own ----
 const plausibleJs = readFileSync(join(modules, "@plausible-analytics/tracker/plausible.js"));
+const umamiJs = readFileSync(join(modules, "..", "umami-tracker.js"));
+const umamiPage = `<!doctype html><html><head><meta charset="utf-8"><title>Umami tracker</title>
+<script defer src="/vendor/umami.js" data-website-id="${env("TALLY_UMAMI_ID")}" data-host-url="${TALLY}"></script></head>
+<body><button id="newsletter" onclick="umami.track('Newsletter', { list: 'weekly' })">Subscribe</button></body></html>`;
 const sitePage = (PORT) => `<!doctype html><html><head><meta charset="utf-8"><title>Shop</title>
 <script>window.tally=window.tally||function(){(tally.q=tally.q||[]).push(arguments)};tally("Signup",{props:{plan:"pro"}});</script>
 <script defer data-domain="${SITE}" src="${TALLY}/js/script.js"></script></head>
@@ -45,6 +50,8 @@ track("Purchase", { props: { via: "plausible" } });</script></head><body>Bought<
 const pages = createServer((req, res) => {
   const path = new URL(req.url, "http://x").pathname;
   if (path === "/vendor/plausible.js") { res.writeHead(200, { "content-type": "text/javascript" }); return res.end(plausibleJs); }
+  if (path === "/vendor/umami.js") { res.writeHead(200, { "content-type": "text/javascript" }); return res.end(umamiJs); }
+  if (path === "/umami.html") { res.writeHead(200, { "content-type": "text/html; charset=utf-8" }); return res.end(umamiPage); }
   res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
   res.end(path === "/plausible.html" ? plausiblePage : req.headers.host.startsWith("elsewhere.test") ? "<p>elsewhere</p>" : sitePage(port));
 });
@@ -96,18 +103,26 @@ try {
   const official = await site.newPage();
   await official.goto(`http://shop.test:${port}/plausible.html`);
   await until("every tracker request is sent", async () => ({ ok: sent >= 7, sent }));
+  // Umami's tracker posts JSON to /api/send (with a CORS preflight) from its own script.
+  let umamiSent = 0;
+  site.on("request", (r) => { if (r.url().startsWith(`${TALLY}/api/send`) && r.method() === "POST") umamiSent++; });
+  const umami = await site.newPage();
+  await umami.goto(`http://shop.test:${port}/umami.html`);
+  await until("Umami's tracker sends its page view", async () => ({ ok: umamiSent >= 1, umamiSent }));
+  await umami.click("#newsletter");
+  await until("Umami's tracker sends its event", async () => ({ ok: umamiSent >= 2, umamiSent }));
   found.tracker_requests = sent;
   await site.close();
 
   const range = { date_range: "day" };
   const pagesSeen = await until("the Stats API reports every page", async () => {
     const r = rows(await stats({ ...range, metrics: ["pageviews"], dimensions: ["event:page"] }));
-    return { ok: r["/"]?.[0] === 1 && r["/pricing"]?.[0] === 1 && r["/plausible.html"]?.[0] === 1, r };
+    return { ok: ["/", "/pricing", "/plausible.html", "/umami.html"].every((p) => r[p]?.[0] === 1), r };
   });
   found.pages = pagesSeen.r;
   const events = await until("the Stats API reports every custom event", async () => {
     const r = rows(await stats({ ...range, metrics: ["events"], dimensions: ["event:name"] }));
-    return { ok: ["Signup", "Outbound Link: Click", "Purchase"].every((n) => r[n]?.[0] === 1), r };
+    return { ok: ["Signup", "Outbound Link: Click", "Purchase", "Newsletter"].every((n) => r[n]?.[0] === 1), r };
   });
   found.events = events.r;
   assert.equal(events.r.engagement, undefined, "engagement is not a custom event");
@@ -119,7 +134,9 @@ try {
   assert.equal(outbound[`http://elsewhere.test:${port}/landing`]?.[0], 1, `outbound url: ${JSON.stringify(outbound)}`);
   const top = (await stats({ ...range, metrics: ["visitors", "visits", "pageviews", "visit_duration"] })).results[0].metrics;
   found.top_today = top;
-  assert.equal(top[2], 3, "three page views");
+  assert.equal(top[2], 4, "four page views");
+  const list = rows(await stats({ ...range, metrics: ["events"], dimensions: ["event:props:list"] }));
+  assert.equal(list.weekly?.[0], 1, `Umami event data: ${JSON.stringify(list)}`);
   assert.ok(top[3] >= 1, `the engagement extends the visit: duration ${top[3]}`);
   const get = async (path) => (await fetch(`${TALLY}${path}`, { headers: { authorization: `Bearer ${KEY}` } })).json();
   const engagement = await until("the engagement event is stored in its session", async () => {

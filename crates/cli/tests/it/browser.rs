@@ -1,5 +1,5 @@
 //! The trackers and the dashboard in headless Chromium (`../browser/run.mjs`, driven by
-//! playwright-core): Tally's tracker and Plausible's official one send page views, an SPA
+//! playwright-core): Tally's tracker and Plausible's and Umami's official ones send page views, an SPA
 //! navigation, custom events, an outbound click and an engagement event that the Stats API then
 //! reports; the dashboard signs in, shows the Stats API's numbers for its range, filters by a
 //! clicked page, draws its chart (a screenshot that is not blank), fits a phone, and opens from a
@@ -63,6 +63,7 @@ fn trackers_and_dashboard_in_headless_chromium() {
         .env("TALLY_URL", format!("http://{}", server.addr))
         .env("TALLY_KEY", &site.key)
         .env("TALLY_SITE", &site.domain)
+        .env("TALLY_UMAMI_ID", &site.umami_id)
         .env("TALLY_EMAIL", EMAIL)
         .env("TALLY_PASSWORD", PASSWORD)
         .env("TALLY_SHARE_PATH", &share)
