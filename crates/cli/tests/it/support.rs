@@ -225,8 +225,11 @@ impl Response {
     }
 }
 
+const CLOSED_BEFORE_STATUS: &str = "connection closed before the status line";
+
 /// A blocking HTTP/1.1 client on one keep-alive connection.
 pub struct Client {
+    addr: SocketAddr,
     reader: BufReader<TcpStream>,
 }
 
@@ -236,7 +239,7 @@ impl Client {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
         stream.set_nodelay(true).expect("nodelay");
-        Client { reader: BufReader::new(stream) }
+        Client { addr, reader: BufReader::new(stream) }
     }
 
     /// Sends a request and reads its response. A write that fails part way (a server refusing an
@@ -250,7 +253,18 @@ impl Client {
         head.push_str("\r\n");
         let stream = self.reader.get_mut();
         let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body));
-        self.read_response().unwrap_or_else(|e| panic!("{method} {path}: no response: {e}"))
+        match self.read_response() {
+            Ok(response) => response,
+            // The server closed this keep-alive connection while it sat idle, before reading the
+            // request: send it again on a new one.
+            Err(e) if e.to_string() == CLOSED_BEFORE_STATUS => {
+                *self = Client::connect(self.addr);
+                let stream = self.reader.get_mut();
+                let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body));
+                self.read_response().unwrap_or_else(|e| panic!("{method} {path}: no response: {e}"))
+            }
+            Err(e) => panic!("{method} {path}: no response: {e}"),
+        }
     }
 
     /// POSTs a JSON value.
@@ -264,7 +278,7 @@ impl Client {
         let broken = |what: &str| std::io::Error::new(std::io::ErrorKind::UnexpectedEof, what.to_owned());
         let mut line = String::new();
         if self.reader.read_line(&mut line)? == 0 {
-            return Err(broken("connection closed before the status line"));
+            return Err(broken(CLOSED_BEFORE_STATUS));
         }
         let status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| broken("a bad status line"))?;
         let mut headers = Vec::new();
