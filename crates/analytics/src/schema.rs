@@ -62,6 +62,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::number("retention_hourly_days").default_value(90))
                 .attribute(Attribute::number("retention_daily_days").default_value(730))
                 .attribute(Attribute::string_set("excluded_ip_ranges"))
+                .attribute(Attribute::string_set("extra_domains"))
                 .timestamps()
                 .key("SITE#{site_id}", "SITE")
                 .gsi("gsi1", "SITES", "SITE#{site_id}"),

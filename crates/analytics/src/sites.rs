@@ -258,9 +258,15 @@ impl Sites {
             };
             goals.push(SiteGoal { goal_id, goal });
         }
+        let mut extra: Vec<String> =
+            site.string_set("extra_domains").map(|s| s.into_iter().collect()).unwrap_or_default();
+        extra.sort();
         Ok(Some(Site {
             site_id: site_id.to_owned(),
-            domains: Hostname::parse(&domain).into_iter().collect(),
+            domains: std::iter::once(domain.as_str())
+                .chain(extra.iter().map(String::as_str))
+                .filter_map(Hostname::parse)
+                .collect(),
             domain,
             umami_id: site.opt_string("umami_id").ok().flatten().unwrap_or_default().to_owned(),
             zone,
@@ -342,7 +348,9 @@ impl Sites {
         for goal in &site.goals {
             self.table.delete("Goal", item! { "site_id" => site_id, "goal_id" => goal.goal_id.as_str() }).await?;
         }
-        self.table.delete("SiteDomain", item! { "domain" => site.domain.as_str() }).await?;
+        for domain in &site.domains {
+            self.table.delete("SiteDomain", item! { "domain" => domain.as_str() }).await?;
+        }
         if !site.umami_id.is_empty() {
             self.table.delete("SiteDomain", item! { "domain" => umami_alias(&site.umami_id).as_str() }).await?;
         }
@@ -382,6 +390,59 @@ impl Sites {
             c.remove(site_id);
         }
         Ok(SiteGoal { goal_id, goal })
+    }
+
+    /// Adds another domain to a site: its events are taken, and its referrers are self-referrals.
+    pub async fn add_domain(&self, site_id: &str, domain: &str) -> Result<Site, SitesError> {
+        let host = Hostname::parse(domain)
+            .filter(|h| h.as_str().contains('.') || h.as_str() == "localhost")
+            .ok_or_else(|| SitesError::InvalidDomain(domain.to_owned()))?;
+        if self.load(site_id).await?.is_none() {
+            return Err(SitesError::NoSuchSite(site_id.to_owned()));
+        }
+        let add = store::AttributeValue::Ss([host.as_str().to_owned()].into());
+        let writes = vec![
+            TxWrite::create("SiteDomain", item! { "domain" => host.as_str(), "site_id" => site_id }),
+            TxWrite::update(
+                "Site",
+                item! { "site_id" => site_id },
+                model::expr::Update::new().add("extra_domains", add),
+            ),
+        ];
+        match self.table.transact_write(writes).await {
+            Ok(_) => {}
+            Err(e) if e.is_condition_failed() || e.is_already_exists() || e.is_transaction_canceled() => {
+                return Err(SitesError::DomainTaken(host.as_str().to_owned()));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.forget(site_id, host.as_str());
+        self.get(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))
+    }
+
+    /// Removes a domain added with [`Sites::add_domain`] (the main domain stays).
+    pub async fn remove_domain(&self, site_id: &str, domain: &str) -> Result<Site, SitesError> {
+        let site = self.load(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))?;
+        let host = Hostname::parse(domain).ok_or_else(|| SitesError::InvalidDomain(domain.to_owned()))?;
+        if host.as_str() == site.domain || !site.domains.iter().any(|d| d.as_str() == host.as_str()) {
+            return Err(SitesError::InvalidDomain(format!("{domain} (not an added domain of this site)")));
+        }
+        let remove = store::AttributeValue::Ss([host.as_str().to_owned()].into());
+        self.table
+            .update("Site", item! { "site_id" => site_id }, model::expr::Update::new().delete("extra_domains", remove))
+            .await?;
+        self.table.delete("SiteDomain", item! { "domain" => host.as_str() }).await?;
+        self.forget(site_id, host.as_str());
+        self.get(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))
+    }
+
+    fn forget(&self, site_id: &str, domain: &str) {
+        if let Ok(mut c) = self.by_id.lock() {
+            c.remove(site_id);
+        }
+        if let Ok(mut c) = self.by_domain.lock() {
+            c.remove(domain);
+        }
     }
 
     /// Removes a goal from a site. Its past conversions stay in the aggregates under its name.

@@ -6,6 +6,7 @@
 //! | `POST /api/sites {domain, timezone}` | users | adds a site |
 //! | `PATCH /api/sites/{site} {timezone, retention_*_days}` | users | changes settings |
 //! | `DELETE /api/sites/{site}` | users | removes a site |
+//! | `POST /api/sites/{site}/domains {domain}`, `DELETE …/domains/{domain}` | users | more domains of a site |
 //! | `POST /api/sites/{site}/goals {event_name \| page_path}`, `DELETE …/goals/{id}` | users | goals |
 //! | `GET, POST {name} /api/sites/{site}/keys`, `DELETE …/keys/{id}` | users | API keys; a new key is shown once |
 //! | `GET, POST {name, password} /api/sites/{site}/shares`, `DELETE …/shares/{id}` | users | shared links; a new link is shown once |
@@ -30,6 +31,7 @@ fn site_json(site: &Site, full: bool) -> Json {
     let mut v = json!({ "site_id": site.site_id, "domain": site.domain, "timezone": site.zone.name() });
     if full {
         v["umami_id"] = json!(site.umami_id);
+        v["domains"] = site.domains.iter().map(|d| json!(d.as_str())).collect();
         v["retention_event_days"] = json!(site.retention_event_days);
         v["retention_hourly_days"] = json!(site.retention_hourly_days);
         v["retention_daily_days"] = json!(site.retention_daily_days);
@@ -151,6 +153,35 @@ pub async fn remove(State(state): State<AppState>, headers: HeaderMap, Path(site
     let (r, site) = tri!(manage(&state, &headers, &site).await);
     match r.sites.remove(&site.site_id).await {
         Ok(_) => json_ok(json!({ "removed": site.site_id })),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `POST /api/sites/{site}/domains`.
+pub async fn add_domain(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let domain = tri!(field(&map, "domain"));
+    match r.sites.add_domain(&site.site_id, domain).await {
+        Ok(site) => (StatusCode::CREATED, json_ok(site_json(&site, true))).into_response(),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}/domains/{domain}`.
+pub async fn remove_domain(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, domain)): Path<(String, String)>,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.sites.remove_domain(&site.site_id, &domain).await {
+        Ok(site) => json_ok(site_json(&site, true)),
         Err(e) => sites_error(e),
     }
 }

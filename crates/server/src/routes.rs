@@ -94,6 +94,8 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/share/{token}/unlock", post(account::unlock))
         .route("/api/sites", get(admin::list).post(admin::add))
         .route("/api/sites/{site}", patch(admin::update).delete(admin::remove))
+        .route("/api/sites/{site}/domains", post(admin::add_domain))
+        .route("/api/sites/{site}/domains/{domain}", delete(admin::remove_domain))
         .route("/api/sites/{site}/goals", post(admin::add_goal))
         .route("/api/sites/{site}/goals/{goal}", delete(admin::remove_goal))
         .route("/api/sites/{site}/keys", get(admin::keys).post(admin::create_key))

@@ -111,6 +111,18 @@ async fn site_settings_change_and_a_new_site_is_found_at_once() {
         "a refused change changes nothing"
     );
 
+    let more = sites.add_domain(&site.site_id, "fresh-shop.example").await.unwrap();
+    let names: Vec<&str> = more.domains.iter().map(|d| d.as_str()).collect();
+    assert_eq!(names, ["fresh.example", "fresh-shop.example"]);
+    assert_eq!(sites.by_domain("fresh-shop.example").await.unwrap().map(|s| s.site_id), Some(site.site_id.clone()));
+    let other = sites.add("other.example", "UTC").await.unwrap();
+    assert!(matches!(sites.add_domain(&other.site_id, "fresh-shop.example").await, Err(SitesError::DomainTaken(_))));
+    assert!(matches!(sites.remove_domain(&site.site_id, "fresh.example").await, Err(SitesError::InvalidDomain(_))));
+    let fewer = sites.remove_domain(&site.site_id, "fresh-shop.example").await.unwrap();
+    assert_eq!(fewer.domains.len(), 1);
+    assert!(sites.by_domain("fresh-shop.example").await.unwrap().is_none());
+    assert!(sites.add_domain(&other.site_id, "fresh-shop.example").await.is_ok(), "a freed domain can be taken");
+
     let goal = sites.add_goal(&site.site_id, Goal::event("Signup").unwrap()).await.unwrap();
     assert_eq!(sites.get(&site.site_id).await.unwrap().unwrap().goals.len(), 1);
     assert!(sites.remove_goal(&site.site_id, &goal.goal_id).await.unwrap());

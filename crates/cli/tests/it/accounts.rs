@@ -109,6 +109,12 @@ fn first_run_sign_in_settings_and_shared_links() {
     );
     assert_eq!(b.send("PATCH", "/api/sites/shop.test", &json!({ "timezone": "Mars/Olympus" })).status, 400);
     assert_eq!(b.send("PATCH", "/api/sites/shop.test", &json!({ "retention_event_days": 0 })).status, 400);
+    let more = b.send("POST", "/api/sites/shop.test/domains", &json!({ "domain": "shop-two.test" }));
+    assert_eq!(more.status, 201, "{}", more.text());
+    assert_eq!(more.json()["domains"], json!(["shop.test", "shop-two.test"]));
+    assert_eq!(b.send("POST", "/api/sites/shop.test/domains", &json!({ "domain": "other.test" })).status, 409);
+    let fewer = b.send("DELETE", "/api/sites/shop.test/domains/shop-two.test", &json!({}));
+    assert_eq!(fewer.json()["domains"], json!(["shop.test"]));
     let goal = b.send("POST", "/api/sites/shop.test/goals", &json!({ "event_name": "Signup" }));
     assert_eq!(goal.status, 201);
     let page_goal = b.send("POST", "/api/sites/shop.test/goals", &json!({ "page_path": "/pricing*" })).json();
@@ -187,6 +193,7 @@ fn first_run_sign_in_settings_and_shared_links() {
         ("PATCH", "/api/sites/shop.test".into(), br#"{"timezone":"UTC"}"#.to_vec()),
         ("DELETE", "/api/sites/shop.test".into(), vec![]),
         ("POST", "/api/sites/shop.test/goals".into(), br#"{"event_name":"X"}"#.to_vec()),
+        ("POST", "/api/sites/shop.test/domains".into(), br#"{"domain":"evil-two.test"}"#.to_vec()),
         ("GET", "/api/sites/shop.test/keys".into(), vec![]),
         ("POST", "/api/sites/shop.test/keys".into(), b"{}".to_vec()),
         ("GET", "/api/sites/shop.test/shares".into(), vec![]),

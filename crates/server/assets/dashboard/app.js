@@ -446,6 +446,18 @@ async function settingsPage() {
       await api("DELETE", `/api/sites/${site.site_id}`); location.href = "/settings";
     } }, "Remove this site"))));
 
+  const domainInput = h("input", { id: "domain-input", placeholder: "www.example.org" });
+  const domainMsg = h("span");
+  out.append(h("section", { class: "card" }, h("h2", {}, "Domains"),
+    h("p", { class: "note" }, "Events for any of these domains count for this site, and links between them are not referrals."),
+    h("table", { class: "rows", id: "domains" }, (site.domains || [site.domain]).map((d) => h("tr", {}, h("td", {}, d),
+      h("td", { class: "num" }, d === site.domain ? h("span", { class: "note" }, "main") : h("button", { class: "link", onclick: async () => {
+        await api("DELETE", `/api/sites/${site.site_id}/domains/${encodeURIComponent(d)}`); location.reload(); } }, "Remove"))))),
+    h("form", { class: "row", id: "add-domain", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try { await api("POST", `/api/sites/${site.site_id}/domains`, { domain: domainInput.value.trim() }); location.reload(); } catch (e) { msg(domainMsg, e.message, "error"); }
+    } }, domainInput, h("button", {}, "Add domain"), domainMsg)));
+
   const goalInput = h("input", { id: "goal-input", placeholder: "Signup  or  /pricing*" });
   const goalMsg = h("span");
   out.append(h("section", { class: "card" }, h("h2", {}, "Goals"),
