@@ -204,6 +204,31 @@ try {
   found.filtered_pageviews = filtered[1];
   await dash.screenshot({ path: join(OUT, "dashboard-filtered.png"), fullPage: true });
 
+  // The settings page: a goal, a key shown once, a shared link, another domain.
+  await dash.goto(`${TALLY}/settings?site=${SITE}`);
+  await dash.waitForSelector("#add-goal");
+  await dash.fill("#goal-input", "Purchase");
+  await dash.click("#add-goal button");
+  await dash.waitForFunction(() => document.querySelector("#goals")?.textContent.includes("Purchase"));
+  await dash.fill("#key-name", "reporting");
+  await dash.click("#create-key button");
+  const newKey = (await (await dash.waitForSelector("#new-key")).textContent()).trim();
+  assert.match(newKey, /^tly_[0-9a-f]{64}$/);
+  const byNewKey = await fetch(`${TALLY}/api/v2/query`, { method: "POST", headers: { authorization: `Bearer ${newKey}` },
+    body: JSON.stringify({ site_id: SITE, metrics: ["visitors"], date_range: "day" }) });
+  assert.equal(byNewKey.status, 200, "the key made on the settings page works");
+  await dash.fill("#share-name", "board");
+  await dash.click("#create-share button");
+  assert.match(await (await dash.waitForSelector("#new-share")).getAttribute("href"), /\/share\/[0-9a-f]{64}$/);
+  await dash.fill("#domain-input", "shop-two.test");
+  await dash.click("#add-domain button");
+  await dash.waitForFunction(() => document.querySelector("#domains")?.textContent.includes("shop-two.test"));
+  const purchaseGoal = rows(await stats({ date_range: "day", metrics: ["visitors"], dimensions: ["event:goal"] }));
+  found.settings = { key: "created", goals: Object.keys(purchaseGoal) };
+  await dash.screenshot({ path: join(OUT, "settings.png"), fullPage: true });
+  await dash.goto(`${TALLY}/?site=${SITE}&period=30d`);
+  await dash.waitForSelector("#top-stats[data-range]");
+
   await dash.setViewportSize({ width: 390, height: 844 });
   await dash.waitForTimeout(300);
   const overflow = await dash.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
