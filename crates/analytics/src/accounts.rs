@@ -26,15 +26,16 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use argon2::password_hash::SaltString;
 use argon2::{Argon2, PasswordHash, PasswordHasher, PasswordVerifier};
 use model::{Record, Table};
 use sha2::{Digest, Sha256};
 use store::item;
+
+use crate::ttl_cache::{Cached, forget};
 
 /// How long a cached session or shared link is trusted.
 pub const CACHE_TTL: Duration = Duration::from_secs(5);
@@ -108,8 +109,6 @@ pub struct ShareInfo {
     pub revoked: bool,
 }
 
-type Cached<T> = Mutex<HashMap<String, (Instant, Option<T>)>>;
-
 /// Accounts, grants and shared links. Share it behind an `Arc`.
 #[derive(Debug)]
 pub struct Accounts {
@@ -119,24 +118,11 @@ pub struct Accounts {
 }
 
 fn cached<T: Clone>(cache: &Cached<T>, key: &str) -> Option<Option<T>> {
-    let guard = cache.lock().ok()?;
-    let (at, value) = guard.get(key)?;
-    (at.elapsed() < CACHE_TTL).then(|| value.clone())
+    crate::ttl_cache::cached(cache, key, CACHE_TTL)
 }
 
 fn remember<T>(cache: &Cached<T>, key: &str, value: Option<T>) {
-    if let Ok(mut guard) = cache.lock() {
-        if guard.len() > 10_000 {
-            guard.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
-        }
-        guard.insert(key.to_owned(), (Instant::now(), value));
-    }
-}
-
-fn forget<T>(cache: &Cached<T>) {
-    if let Ok(mut guard) = cache.lock() {
-        guard.clear();
-    }
+    crate::ttl_cache::remember(cache, key, value, CACHE_TTL, 10_000);
 }
 
 fn corrupt(entity: &'static str) -> impl Fn(model::Error) -> AccountsError {

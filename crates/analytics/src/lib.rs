@@ -24,4 +24,5 @@ pub mod sketch;
 pub mod stats;
 pub mod stored;
 pub mod synth;
+mod ttl_cache;
 pub mod visitor;

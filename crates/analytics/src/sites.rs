@@ -8,9 +8,8 @@
 //! API keys are random 32-byte values shown once; the table keeps only their SHA-256, so a copy
 //! of the table gives no usable key.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use model::ops::TxWrite;
@@ -23,6 +22,7 @@ use crate::enrich::IpRanges;
 use crate::event::Hostname;
 use crate::goal::{Goal, GoalError};
 use crate::period::SiteZone;
+use crate::ttl_cache::Cached;
 
 /// How long a cached site or key is trusted.
 pub const CACHE_TTL: Duration = Duration::from_secs(5);
@@ -133,8 +133,6 @@ pub struct ApiKeyInfo {
     pub revoked: bool,
 }
 
-type Cached<T> = Mutex<HashMap<String, (Instant, Option<T>)>>;
-
 /// Sites, goals and keys, with short-lived caches. Share it behind an `Arc`.
 #[derive(Debug)]
 pub struct Sites {
@@ -145,18 +143,11 @@ pub struct Sites {
 }
 
 fn cached<T: Clone>(cache: &Cached<T>, key: &str) -> Option<Option<T>> {
-    let guard = cache.lock().ok()?;
-    let (at, value) = guard.get(key)?;
-    (at.elapsed() < CACHE_TTL).then(|| value.clone())
+    crate::ttl_cache::cached(cache, key, CACHE_TTL)
 }
 
 fn remember<T>(cache: &Cached<T>, key: &str, value: Option<T>) {
-    if let Ok(mut guard) = cache.lock() {
-        if guard.len() > 100_000 {
-            guard.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
-        }
-        guard.insert(key.to_owned(), (Instant::now(), value));
-    }
+    crate::ttl_cache::remember(cache, key, value, CACHE_TTL, 100_000);
 }
 
 fn corrupt(entity: &'static str) -> impl Fn(model::Error) -> SitesError {
@@ -219,7 +210,7 @@ impl Sites {
             c.remove(host.as_str());
             c.remove(&umami_alias(&umami_id));
         }
-        self.get(&site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id))
+        self.get(&site_id).await?.ok_or(SitesError::NoSuchSite(site_id))
     }
 
     /// Every site.

@@ -803,7 +803,7 @@ impl Stats {
             let events = self.events_of(item! { "site_id" => site_id, "day" => day, "shard" => shard }).await?;
             all.extend(summarize(&events));
         }
-        all.sort_by(|a, b| b.last_seen_at.cmp(&a.last_seen_at));
+        all.sort_by_key(|s| std::cmp::Reverse(s.last_seen_at));
         all.truncate(limit);
         Ok(all)
     }
