@@ -1,4 +1,5 @@
-//! Property test: no body makes an ingestion route panic or answer 5xx.
+//! Property test: no body makes an ingestion route (`/api/event`, `/api/send`, `/api/batch`)
+//! panic or answer 5xx.
 
 use axum::http::StatusCode;
 use proptest::prelude::*;
@@ -47,10 +48,18 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         let inner: Vec<String> = fields.iter().map(|(k, v)| format!("{k:?}:{v}")).collect();
         format!("{{{}}}", inner.join(","))
     });
+    let send = prop_oneof![
+        object.clone(),
+        (Just("event"), object.clone()).prop_map(|(t, p)| format!(r#"{{"type":"{t}","payload":{p}}}"#)),
+        Just("[]".to_owned()),
+        Just("null".to_owned()),
+    ];
     prop_oneof![
         proptest::collection::vec(any::<u8>(), 0..256),
         object.clone().prop_map(String::into_bytes),
         (Just("event"), object).prop_map(|(t, p)| format!(r#"{{"type":"{t}","payload":{p}}}"#).into_bytes()),
+        // Umami's batches: lists of /api/send bodies.
+        proptest::collection::vec(send, 0..5).prop_map(|items| format!("[{}]", items.join(",")).into_bytes()),
     ]
 }
 
@@ -63,7 +72,7 @@ fn arbitrary_bodies_never_5xx() {
     runner
         .run(&body(), |bytes| {
             cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            for path in ["/api/event", "/api/send"] {
+            for path in ["/api/event", "/api/send", "/api/batch"] {
                 let answer = runtime.block_on(app.post(path, "text/plain", bytes.clone()));
                 prop_assert!(
                     answer.status.is_success() || answer.status.is_client_error(),
