@@ -245,6 +245,10 @@ try {
   const today = (await stats({ date_range: "day", metrics: ["visitors"] })).results[0].metrics;
   assert.equal((await shared.textContent("#stat-visitors .value")).trim(), String(today[0]), "visitors on the shared link");
   assert.equal(await shared.locator("#settings-link").count(), 0, "a shared link has no settings");
+  // Today by hour, filtered by a dimension without hourly items: the chart falls back to days.
+  await shared.goto(`${TALLY}${env("TALLY_SHARE_PATH")}?period=day&interval=hour&f=is%7Cvisit%3Adevice%7CDesktop`);
+  await shared.waitForSelector("#chart");
+  assert.equal(await shared.inputValue("#interval"), "day", "hourly falls back to daily");
   const stranger = await guest.newPage();
   await stranger.goto(`${TALLY}/settings`);
   await stranger.waitForSelector("form#login");

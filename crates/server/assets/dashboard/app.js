@@ -272,7 +272,16 @@ async function loadChart(seq) {
   const box = document.getElementById("chart-box");
   try {
     const metric = allowed(S.metric) ? S.metric : "visitors";
-    const res = await query({ metrics: [metric], dimensions: [`time:${S.interval}`], order_by: [[`time:${S.interval}`, "asc"]] });
+    const series = (interval) => query({ metrics: [metric], dimensions: [`time:${interval}`], order_by: [[`time:${interval}`, "asc"]] });
+    let res;
+    try { res = await series(S.interval); } catch (e) {
+      // Hourly items are kept for a few dimensions only; a filter on another falls back to days.
+      if (S.interval !== "hour") throw e;
+      S.interval = "day";
+      const select = document.getElementById("interval");
+      if (select) select.value = "day";
+      res = await series("day");
+    }
     if (seq !== S.seq) return;
     const got = new Map(res.results.map((r) => [r.dimensions[0], r.metrics[0] || 0]));
     const labels = bucketLabels(S.interval, ...res.query.date_range);
