@@ -159,6 +159,11 @@ pub struct AggregatorConfig {
     pub max_attempts: u32,
     /// Aggregate items whose version and sketch are kept in memory between flushes.
     pub cache_items: usize,
+    /// How old an event may be (by its own time, against the clock when it is committed) and
+    /// still be counted in minute buckets. Realtime reads the last half hour and minute items
+    /// expire two hours after their last write, so older events (a backfill, a replayed batch)
+    /// would only write items nobody reads.
+    pub minute_items_for: Duration,
 }
 
 impl Default for AggregatorConfig {
@@ -178,6 +183,7 @@ impl Default for AggregatorConfig {
             write_concurrency: 32,
             max_attempts: 16,
             cache_items: 200_000,
+            minute_items_for: Duration::from_secs(3600),
         }
     }
 }
@@ -294,6 +300,12 @@ fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }
 
+/// The oldest event time (ms) counted in minute buckets now.
+fn minutes_from(config: &AggregatorConfig) -> i64 {
+    let window = i64::try_from(config.minute_items_for.as_millis()).unwrap_or(i64::MAX);
+    now_ms().saturating_sub(window)
+}
+
 /// The `Run` item's encoding of a `(site, day)` partition. Site ids are ULIDs and days
 /// `YYYY-MM-DD`, so neither holds a space.
 pub(crate) fn partition_text(site_id: &str, day: &str) -> String {
@@ -322,26 +334,16 @@ impl Ticket {
 
     /// Hands in the event as stored: its deltas join this ticket's epoch.
     pub fn commit(self, event: &StoredEvent) {
-        // The deltas are computed before the epoch lock is taken, so concurrent commits only
-        // contend on the merge.
-        let mut computed = Accumulator::default();
-        let zoned = match self.shared.settings.read() {
-            Ok(settings) => match settings.get(&event.site_id) {
-                Some(s) => {
-                    apply::accumulate(&mut computed, event, &s.zone);
-                    true
-                }
-                None => false,
-            },
-            Err(_) => false,
-        };
+        let zone = self.shared.settings.read().ok().and_then(|s| s.get(&event.site_id).map(|s| s.zone.clone()));
+        let minutes_from = minutes_from(&self.shared.config);
+        // The deltas go straight into the epoch's map under its lock: looking a key up there
+        // allocates nothing, where collecting them apart first and merging costs twice as much.
         if let Ok(mut epochs) = self.shared.epochs.lock()
             && let Some(slot) = epochs.slots.get_mut(&self.epoch)
         {
-            if zoned {
-                apply::merge(&mut slot.acc, computed);
-            } else {
-                slot.unzoned.push(event.clone());
+            match &zone {
+                Some(zone) => apply::accumulate_from(&mut slot.acc, event, zone, minutes_from),
+                None => slot.unzoned.push(event.clone()),
             }
             slot.events += 1;
             slot.oldest_ms.get_or_insert_with(now_ms);
@@ -592,7 +594,7 @@ impl Shared {
         let mut acc = std::mem::take(&mut slot.acc);
         for event in std::mem::take(&mut slot.unzoned) {
             let zone = settings.get(&event.site_id).map_or_else(SiteZone::utc, |s| s.zone.clone());
-            apply::accumulate(&mut acc, &event, &zone);
+            apply::accumulate_from(&mut acc, &event, &zone, minutes_from(&self.config));
         }
         let frozen = Arc::new(acc);
         slot.frozen = Some(frozen.clone());

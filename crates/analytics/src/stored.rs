@@ -306,7 +306,10 @@ impl Counters {
 
 /// Which aggregate item: the model fields of an `Aggregate` key
 /// (`AGG#{site_id}#{period}#{dimension}` / `B#{bucket}#{value}`), rendered by the model layer.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// It hashes exactly as its borrowed form [`AggKeyRef`], so a map keyed by `AggKey` is looked up
+/// with an `AggKeyRef` without allocating (ingestion does this for every delta of every event).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AggKey {
     /// The site.
     pub site_id: String,
@@ -319,6 +322,69 @@ pub struct AggKey {
     pub bucket: String,
     /// The dimension's value; empty for [`TOTAL`] and for a missing value (direct traffic, no UTM).
     pub value: String,
+}
+
+impl AggKey {
+    /// The borrowed form.
+    pub fn as_ref(&self) -> AggKeyRef<'_> {
+        AggKeyRef {
+            site_id: &self.site_id,
+            period: self.period,
+            dimension: &self.dimension,
+            bucket: &self.bucket,
+            value: &self.value,
+        }
+    }
+}
+
+impl std::hash::Hash for AggKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_ref().hash(state);
+    }
+}
+
+/// An [`AggKey`] borrowed from an event: same fields, same hash, no allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AggKeyRef<'a> {
+    /// The site.
+    pub site_id: &'a str,
+    /// Its granularity.
+    pub period: Period,
+    /// The dimension.
+    pub dimension: &'a str,
+    /// The bucket label.
+    pub bucket: &'a str,
+    /// The value.
+    pub value: &'a str,
+}
+
+impl AggKeyRef<'_> {
+    /// The owned key.
+    pub fn to_owned_key(self) -> AggKey {
+        AggKey {
+            site_id: self.site_id.to_owned(),
+            period: self.period,
+            dimension: self.dimension.to_owned(),
+            bucket: self.bucket.to_owned(),
+            value: self.value.to_owned(),
+        }
+    }
+}
+
+impl std::hash::Hash for AggKeyRef<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.site_id.hash(state);
+        state.write_u8(self.period as u8);
+        self.dimension.hash(state);
+        self.bucket.hash(state);
+        self.value.hash(state);
+    }
+}
+
+impl hashbrown::Equivalent<AggKey> for AggKeyRef<'_> {
+    fn equivalent(&self, key: &AggKey) -> bool {
+        *self == key.as_ref()
+    }
 }
 
 /// The label of the UTC minute containing `ts_ms`.

@@ -8,7 +8,7 @@
 //! Versions, counters and sketches are cached after the first read, so a steady-state flush reads
 //! nothing.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
@@ -16,7 +16,7 @@ use model::expr::attr;
 use model::{PutMode, Table};
 
 use super::codec::{StoredAggregate, agg_key_fields};
-use super::deltas::deltas;
+use super::deltas::for_each_delta;
 use super::{AggregateError, SiteSettings};
 use crate::period::SiteZone;
 use crate::sketch::VisitorSketch;
@@ -26,34 +26,31 @@ use crate::stored::{AggKey, Counters, Period, StoredEvent};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Pending {
     pub counters: Counters,
-    pub visitors: HashSet<u64>,
+    pub visitors: hashbrown::HashSet<u64>,
 }
 
-/// One epoch's deltas, summed per item.
-pub(crate) type Accumulator = HashMap<AggKey, Pending>;
+/// One epoch's deltas, summed per item. A `hashbrown` map with its default hasher (foldhash):
+/// every event adds about fifty deltas, looked up by [`AggKeyRef`] without allocating, and
+/// std's SipHash would be most of the cost. The keys are Tally's own labels, not attacker-chosen
+/// lengths, so a fast non-cryptographic hash with a random seed is enough.
+pub(crate) type Accumulator = hashbrown::HashMap<AggKey, Pending>;
 
-/// Adds `event`'s deltas to `acc`.
-pub(crate) fn accumulate(acc: &mut Accumulator, event: &StoredEvent, zone: &SiteZone) {
-    for (key, delta) in deltas(event, zone) {
-        let p = acc.entry(key).or_default();
+/// Adds `event`'s deltas to `acc`, leaving out minute buckets before `minutes_from` (ms).
+pub(crate) fn accumulate_from(acc: &mut Accumulator, event: &StoredEvent, zone: &SiteZone, minutes_from: i64) {
+    for_each_delta(event, zone, minutes_from, |key, delta| {
+        let p = match acc.get_mut(&key) {
+            Some(p) => p,
+            None => acc.entry(key.to_owned_key()).or_default(),
+        };
         p.counters.add(&delta.counters);
         p.visitors.extend(delta.visitor);
-    }
-}
-
-/// Adds `other` into `acc`.
-pub(crate) fn merge(acc: &mut Accumulator, other: Accumulator) {
-    for (key, q) in other {
-        let p = acc.entry(key).or_default();
-        p.counters.add(&q.counters);
-        p.visitors.extend(q.visitors);
-    }
+    });
 }
 
 /// Aggregate items as last read or written by this run, with the epoch that last touched them.
 #[derive(Default)]
 pub(crate) struct ItemCache {
-    items: HashMap<AggKey, (StoredAggregate, u64)>,
+    items: hashbrown::HashMap<AggKey, (StoredAggregate, u64)>,
 }
 
 impl ItemCache {

@@ -5,13 +5,12 @@
 //! the bucket of the event's time, visit counters ([`Contribution`]s) to the bucket of the
 //! session's start, the new contribution added and the previous one taken away.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::period::{PeriodError, SiteZone, Unit};
 use crate::stored::{
-    AggKey, Contribution, Counters, HOUR_DIMENSIONS, MINUTE_DIMENSIONS, PROPS_PREFIX, Period, StoredEvent, TOTAL,
-    VISIT_DIMENSIONS, VisitAttrs, minute_label,
+    AggKey, AggKeyRef, Contribution, Counters, HOUR_DIMENSIONS, MINUTE_DIMENSIONS, PROPS_PREFIX, Period, StoredEvent,
+    TOTAL, VISIT_DIMENSIONS, VisitAttrs, minute_label,
 };
 
 /// What one event adds to one aggregate item.
@@ -74,102 +73,125 @@ pub fn bucket_label(period: Period, zone: &SiteZone, ts_ms: i64) -> Result<Strin
     Ok(zone.bucket(unit, ts_ms)?.label())
 }
 
-/// Collects deltas, merging those of one key.
-struct Collector<'a> {
-    site_id: &'a str,
-    out: BTreeMap<AggKey, Delta>,
-}
-
-impl Collector<'_> {
-    fn add(&mut self, period: Period, dimension: &str, bucket: &str, value: &str, f: impl FnOnce(&mut Delta)) {
-        let key = AggKey {
-            site_id: self.site_id.to_owned(),
-            period,
-            dimension: dimension.to_owned(),
-            bucket: bucket.to_owned(),
-            value: value.to_owned(),
-        };
-        f(self.out.entry(key).or_default());
-    }
-}
-
 /// The aggregate deltas of `event` in a site whose zone is `zone`, sorted by key, one entry per key.
 ///
 /// An instant outside the zone's supported years (never accepted by ingestion) has no bucket; its
 /// deltas are left out rather than failing a whole flush.
 pub fn deltas(event: &StoredEvent, zone: &SiteZone) -> Vec<(AggKey, Delta)> {
-    let mut c = Collector { site_id: &event.site_id, out: BTreeMap::new() };
+    let mut out: BTreeMap<AggKey, Delta> = BTreeMap::new();
+    for_each_delta(event, zone, i64::MIN, |key, delta| {
+        let d = out.entry(key.to_owned_key()).or_default();
+        d.counters.add(&delta.counters);
+        d.visitor = d.visitor.or(delta.visitor);
+    });
+    out.into_iter().filter(|(_, d)| !d.counters.is_zero() || d.visitor.is_some()).collect()
+}
+
+/// Calls `f` with each of [`deltas`]' entries without collecting them; a key may come more than
+/// once (its deltas then add up), and an entry whose deltas add up to nothing may come.
+/// Minute buckets are left out for events before `minutes_from` (ms): realtime reads only the
+/// last half hour, and minute items expire two hours after their last write.
+pub(crate) fn for_each_delta(
+    event: &StoredEvent,
+    zone: &SiteZone,
+    minutes_from: i64,
+    mut f: impl FnMut(AggKeyRef<'_>, Delta),
+) {
+    let site_id = event.site_id.as_str();
     let pageviews = i64::from(event.is_pageview());
     let visitor = visitor_u64(&event.visitor_id);
-    let count = |d: &mut Delta| {
-        d.counters.events += 1;
-        d.counters.pageviews += pageviews;
-        d.visitor = Some(visitor);
+    let counted = Delta { counters: Counters { events: 1, pageviews, ..Counters::default() }, visitor: Some(visitor) };
+    // An engagement event only extends its visit: no event counters, visitor or event values.
+    let counts_event = event.name != crate::stored::ENGAGEMENT;
+    let props: Vec<(String, &str)> = if counts_event {
+        event.props.iter().map(|(k, v)| (format!("{PROPS_PREFIX}{k}"), v.as_str())).collect()
+    } else {
+        Vec::new()
     };
 
-    // Event counters and the visitor, in the bucket of the event's time; an engagement event
-    // only extends its visit.
-    let periods: &[Period] = if event.name == crate::stored::ENGAGEMENT { &[] } else { &Period::ALL };
-    for &period in periods {
-        let Ok(bucket) = bucket_label(period, zone, event.ts) else { continue };
-        let mut values: Vec<(Cow<'static, str>, &str)> = Vec::with_capacity(24);
-        values.push((TOTAL.into(), ""));
-        if event.is_pageview() {
-            values.push(("event:page".into(), &event.path));
-        }
-        values.push(("event:hostname".into(), &event.hostname));
-        values.push(("event:name".into(), &event.name));
-        values.extend(event.goals.iter().map(|g| ("event:goal".into(), g.as_str())));
-        values.extend(event.props.iter().map(|(k, v)| (format!("{PROPS_PREFIX}{k}").into(), v.as_str())));
-        values.extend(VISIT_DIMENSIONS.iter().filter_map(|d| visit_value(&event.visit, d).map(|v| ((*d).into(), v))));
-        for (dimension, value) in values {
-            if period_keeps(period, &dimension) {
-                c.add(period, &dimension, &bucket, value, count);
-            }
-        }
-    }
-
-    // Visit counters, in the bucket of the session's start: the new contribution in, the old out.
+    // Visit counters go to the bucket of the session's start: the new contribution in, the old out.
     let start = event.visit.start_ts;
     let next = event.next();
     let cn = next.contribution(start);
     let cp = event.prev.contribution(start);
-    let change = |d: &mut Delta| {
-        if let Some(n) = &cn {
-            d.counters.add_contribution(n, 1);
+    let with = |contribution: &Option<Contribution>, sign: i64| {
+        let mut d = Delta::default();
+        if let Some(x) = contribution {
+            d.counters.add_contribution(x, sign);
         }
-        if let Some(p) = &cp {
-            d.counters.add_contribution(p, -1);
-        }
+        d
     };
-    let with = |contribution: Option<Contribution>, sign: i64| {
-        move |d: &mut Delta| {
-            if let Some(x) = &contribution {
-                d.counters.add_contribution(x, sign);
+    let (added, removed) = (with(&cn, 1), with(&cp, -1));
+    let mut change = added;
+    change.counters.add(&removed.counters);
+    let plus = |a: Delta, b: Delta| {
+        let mut d = a;
+        d.counters.add(&b.counters);
+        d.visitor = a.visitor.or(b.visitor);
+        d
+    };
+
+    for period in Period::ALL {
+        // Event counters and the visitor go to the bucket of the event's time.
+        let event_bucket = (counts_event && (period != Period::Minute || event.ts >= minutes_from))
+            .then(|| bucket_label(period, zone, event.ts).ok())
+            .flatten();
+        let start_bucket = (period != Period::Minute).then(|| bucket_label(period, zone, start).ok()).flatten();
+        // Usually both are one bucket, and a visit dimension's item takes both deltas at once.
+        let same = event_bucket.is_some() && event_bucket == start_bucket;
+        let visit_change = if same { change } else { Delta::default() };
+        if let Some(bucket) = &event_bucket {
+            let mut add = |dimension: &str, value: &str, delta: Delta| {
+                if period_keeps(period, dimension) {
+                    f(AggKeyRef { site_id, period, dimension, bucket, value }, delta);
+                }
+            };
+            add(TOTAL, "", plus(counted, visit_change));
+            if event.is_pageview() {
+                add("event:page", &event.path, counted);
+            }
+            add("event:hostname", &event.hostname, counted);
+            add("event:name", &event.name, counted);
+            for goal in &event.goals {
+                add("event:goal", goal, counted);
+            }
+            for (dimension, value) in &props {
+                add(dimension, value, counted);
+            }
+            for dimension in VISIT_DIMENSIONS {
+                if let Some(value) = visit_value(&event.visit, dimension) {
+                    add(dimension, value, plus(counted, visit_change));
+                }
             }
         }
-    };
-    for period in [Period::Hour, Period::Day, Period::Month] {
-        let Ok(bucket) = bucket_label(period, zone, start) else { continue };
-        if period_keeps(period, TOTAL) {
-            c.add(period, TOTAL, &bucket, "", change);
+        let Some(bucket) = &start_bucket else { continue };
+        let key = |dimension, value| AggKeyRef { site_id, period, dimension, bucket, value };
+        if !same && period_keeps(period, TOTAL) && !change.counters.is_zero() {
+            f(key(TOTAL, ""), change);
         }
         for dimension in VISIT_DIMENSIONS {
             if !period_keeps(period, dimension) {
                 continue;
             }
             match visit_value(&event.visit, dimension) {
-                Some(value) => c.add(period, dimension, &bucket, value, change),
-                None => {
-                    if cp.is_some() {
-                        c.add(period, dimension, &bucket, &event.prev.exit_page, with(cp, -1));
+                Some(value) => {
+                    if !same && !change.counters.is_zero() {
+                        f(key(dimension, value), change);
                     }
+                }
+                None if event.prev.exit_page == next.exit_page || cp.is_none() => {
+                    // The exit page did not move (or the visit is new): one entry.
+                    if !change.counters.is_zero() {
+                        f(key(dimension, &next.exit_page), change);
+                    }
+                }
+                None => {
+                    f(key(dimension, &event.prev.exit_page), removed);
                     if cn.is_some() {
-                        c.add(period, dimension, &bucket, &next.exit_page, with(cn, 1));
+                        f(key(dimension, &next.exit_page), added);
                     }
                 }
             }
         }
     }
-    c.out.into_iter().filter(|(_, d)| !d.counters.is_zero() || d.visitor.is_some()).collect()
 }

@@ -24,7 +24,7 @@ use jiff::civil::Date;
 use model::Table;
 use store::item;
 
-use super::apply::{Accumulator, accumulate};
+use super::apply::{Accumulator, accumulate_from};
 use super::codec::{StoredAggregate, agg_key_fields, agg_key_from_record, event_from_record};
 use super::{AggregateError, SiteSettings, SiteSettingsSource};
 use crate::period::{DateRange, SiteZone, Unit};
@@ -130,7 +130,7 @@ pub async fn rebuild(
     while let Some(records) = pages.next().await {
         for record in records? {
             let event = event_from_record(&record)?;
-            accumulate(&mut acc, &event, zone);
+            accumulate_from(&mut acc, &event, zone, i64::MAX);
             let max = runs.entry(event.run.clone()).or_default();
             *max = (*max).max(event.epoch);
             report.events_read += 1;
@@ -176,7 +176,7 @@ pub async fn rebuild(
     // Compare.
     let keys: BTreeSet<&AggKey> = acc.keys().chain(stored.keys()).collect();
     report.items_compared = keys.len() as u64;
-    let sketch_of = |visitors: &std::collections::HashSet<u64>| {
+    let sketch_of = |visitors: &hashbrown::HashSet<u64>| {
         let mut s = VisitorSketch::new();
         visitors.iter().for_each(|&v| s.insert_u64(v));
         s

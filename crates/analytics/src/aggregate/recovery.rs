@@ -184,7 +184,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
         for event in &events {
             let zone =
                 settings.get(&event.site_id).map(|s| s.zone.clone()).unwrap_or_else(crate::period::SiteZone::utc);
-            apply::accumulate(&mut acc, event, &zone);
+            apply::accumulate_from(&mut acc, event, &zone, super::minutes_from(&shared.config));
         }
         let writer = apply::Writer {
             table: &shared.table,

@@ -3,7 +3,7 @@
 use expect_test::{Expect, expect};
 
 use super::*;
-use crate::stored::{AggKey, Counters, PrevState, VisitAttrs};
+use crate::stored::{AggKey, Counters, Period, PrevState, VisitAttrs};
 
 /// 2026-11-22T07:30:00Z.
 const T0: i64 = 1_795_332_600_000;
@@ -373,4 +373,29 @@ fn only_transient_failures_are_retryable() {
     assert!(AggregateError::Model(throttled).is_retryable());
     assert!(AggregateError::Contended { key: "k".into(), attempts: 16 }.is_retryable());
     assert!(!AggregateError::Stopped.is_retryable());
+}
+
+#[test]
+fn minute_buckets_are_left_out_for_events_before_the_window() {
+    let event = pageview("/", T0, &PrevState::default());
+    let minutes = |acc: &apply::Accumulator| acc.keys().filter(|k| k.period == Period::Minute).count();
+    let (mut recent, mut old) = (apply::Accumulator::default(), apply::Accumulator::default());
+    apply::accumulate_from(&mut recent, &event, &SiteZone::utc(), T0);
+    apply::accumulate_from(&mut old, &event, &SiteZone::utc(), T0 + 1);
+    assert_eq!(minutes(&recent), 2, "total and the page");
+    assert_eq!(minutes(&old), 0);
+    // Everything else is the same, and the same as the collected deltas without the minutes.
+    let others = |acc: &apply::Accumulator| {
+        let mut v: Vec<_> =
+            acc.iter().filter(|(k, _)| k.period != Period::Minute).map(|(k, p)| (k.clone(), p.counters)).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    assert_eq!(others(&recent), others(&old));
+    let collected: Vec<_> = deltas(&event, &SiteZone::utc())
+        .into_iter()
+        .filter(|(k, _)| k.period != Period::Minute)
+        .map(|(k, d)| (k, d.counters))
+        .collect();
+    assert_eq!(others(&old), collected);
 }
