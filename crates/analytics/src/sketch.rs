@@ -124,13 +124,35 @@ impl SketchError {
 /// lands in the same register on every platform and in every Tally version of this format.
 #[derive(Clone)]
 pub struct VisitorSketch {
-    inner: HllSketch,
+    inner: Inner,
+}
+
+/// A sketch is kept as a DataSketches sketch until something is merged into it; from then on it
+/// is a union buffer, so merging many sketches one at a time (a dashboard sums hundreds of items
+/// per row) costs one pass over each, not a re-encoding of all 16 K registers per merge.
+#[derive(Clone)]
+enum Inner {
+    Sketch(HllSketch),
+    Union(Box<HllUnion>),
+}
+
+fn new_union() -> HllUnion {
+    HllUnion::new(LG_K).expect("LG_K is within DataSketches' range, checked at compile time")
+}
+
+/// Adds `sketch` to `union`.
+fn union_add(union: &mut HllUnion, sketch: &Inner) {
+    match sketch {
+        Inner::Sketch(s) => union.update(s),
+        // The gadget of a union is `HLL_8` at `LG_K`: handing it over as it is loses nothing.
+        Inner::Union(u) => union.update(&u.to_sketch(HllType::Hll8)),
+    }
 }
 
 impl VisitorSketch {
     /// An empty sketch.
     pub fn new() -> Self {
-        VisitorSketch { inner: empty_hll() }
+        VisitorSketch { inner: Inner::Sketch(empty_hll()) }
     }
 
     /// Adds a visitor id given as a `u64` (Tally's `VisitorId`).
@@ -145,35 +167,51 @@ impl VisitorSketch {
 
     /// Adds a visitor id given as bytes.
     pub fn insert_bytes(&mut self, id: &[u8]) {
-        self.inner.update(raw_bytes::from_slice(id));
+        match &mut self.inner {
+            Inner::Sketch(s) => s.update(raw_bytes::from_slice(id)),
+            Inner::Union(u) => u.update_value(raw_bytes::from_slice(id)),
+        }
     }
 
     /// Whether nothing was ever inserted.
     pub fn is_empty(&self) -> bool {
-        self.inner.is_empty()
+        match &self.inner {
+            Inner::Sketch(s) => s.is_empty(),
+            Inner::Union(u) => u.is_empty(),
+        }
     }
 
     /// The estimated number of distinct visitors, rounded to the nearest whole visitor. It
     /// depends only on which ids were inserted, not on their order or on how sketches were merged.
     pub fn estimate(&self) -> u64 {
-        let e = self.inner.composite_estimate();
+        let e = match &self.inner {
+            Inner::Sketch(s) => s.composite_estimate(),
+            Inner::Union(u) => u.composite_estimate(),
+        };
         // A float-to-int `as` saturates and maps NaN to 0, so no estimate can wrap or panic.
         if e.is_finite() && e > 0.0 { e.round() as u64 } else { 0 }
     }
 
     /// Adds every visitor of `other` to `self` (set union; merging is commutative and idempotent).
     pub fn merge(&mut self, other: &VisitorSketch) {
-        *self = VisitorSketch::union([&*self, other]);
+        if let Inner::Sketch(s) = &self.inner {
+            let mut union = new_union();
+            union.update(s);
+            self.inner = Inner::Union(Box::new(union));
+        }
+        if let Inner::Union(u) = &mut self.inner {
+            union_add(u, &other.inner);
+        }
     }
 
     /// The union of many sketches: the sketch of every visitor in any of them. One union buffer
     /// serves them all, so reading a range of buckets costs one pass.
     pub fn union<'a>(sketches: impl IntoIterator<Item = &'a VisitorSketch>) -> VisitorSketch {
-        let mut union = HllUnion::new(LG_K).expect("LG_K is within DataSketches' range, checked at compile time");
+        let mut union = new_union();
         for s in sketches {
-            union.update(&s.inner);
+            union_add(&mut union, &s.inner);
         }
-        VisitorSketch { inner: union.to_sketch(HllType::Hll4) }
+        VisitorSketch { inner: Inner::Sketch(union.to_sketch(HllType::Hll4)) }
     }
 
     /// The stored form: the header, then the DataSketches image (sizes in the module doc).
@@ -182,13 +220,19 @@ impl VisitorSketch {
     /// they were inserted in or on how sketches were merged, so an aggregate and its rebuild from
     /// raw events store identical bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut image = self.inner.serialize();
+        let mut image = match &self.inner {
+            Inner::Sketch(s) => s.serialize(),
+            Inner::Union(u) => u.to_sketch(HllType::Hll4).serialize(),
+        };
         match image.get(DS_MODE_BYTE).map(|m| m & 0b11) {
             Some(DS_MODE_LIST) => sort_coupons(&mut image, DS_LIST_PREAMBLE),
             Some(DS_MODE_SET) => sort_coupons(&mut image, DS_SET_PREAMBLE),
             // A union rebuilds a dense sketch from its registers alone, as `HLL_4`.
             _ => {
-                image = VisitorSketch::union([self]).inner.serialize();
+                image = match VisitorSketch::union([self]).inner {
+                    Inner::Sketch(s) => s.serialize(),
+                    Inner::Union(u) => u.to_sketch(HllType::Hll4).serialize(),
+                };
                 canonical_dense(&mut image);
             }
         }
@@ -217,7 +261,7 @@ impl VisitorSketch {
         if inner.lg_config_k() != LG_K {
             return Err(SketchError::Corrupt(format!("lg_k is {}, format 1 has {LG_K}", inner.lg_config_k())));
         }
-        let sketch = VisitorSketch { inner };
+        let sketch = VisitorSketch { inner: Inner::Sketch(inner) };
         // Some damaged register images deserialise but make the library's arithmetic overflow
         // later (a regression case the property test found: a corrupted `cur_min`). Exercising
         // every operation a reader performs once, here, turns such an image into an error instead

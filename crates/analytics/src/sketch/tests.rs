@@ -218,3 +218,26 @@ fn stored_bytes_are_canonical() {
         assert_eq!(VisitorSketch::from_bytes(&bytes).unwrap().to_bytes(), bytes, "n = {n}: read back");
     }
 }
+
+#[test]
+fn merging_one_at_a_time_equals_one_union() {
+    // Parts of every kind: empty, sparse lists and sets, and dense arrays.
+    for sizes in [vec![0, 3, 40], vec![500, 2_000, 9], vec![30_000, 70_000, 1, 0, 5_000]] {
+        let parts: Vec<VisitorSketch> =
+            sizes.iter().enumerate().map(|(i, &n)| sketch_of((0..n).map(|x| x * 7 + i as u64 * 1_000))).collect();
+        let mut merged = VisitorSketch::new();
+        for p in &parts {
+            merged.merge(p);
+        }
+        let union = VisitorSketch::union(&parts);
+        assert_eq!(merged.estimate(), union.estimate(), "{sizes:?}");
+        assert_eq!(merged.to_bytes(), union.to_bytes(), "{sizes:?}");
+        // A merged sketch keeps working: inserting, merging it on, reading it back.
+        merged.insert_u64(u64::MAX);
+        let mut outer = VisitorSketch::new();
+        outer.merge(&merged);
+        let back = VisitorSketch::from_bytes(&outer.to_bytes()).unwrap();
+        assert_eq!(back.estimate(), outer.estimate());
+        assert_eq!(back.to_bytes(), VisitorSketch::union([&union, &sketch_of([u64::MAX])]).to_bytes());
+    }
+}
