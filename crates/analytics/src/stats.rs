@@ -335,20 +335,31 @@ impl Stats {
         wanted: &[(Period, Bucket)],
         label_of: &(dyn Fn(&Bucket) -> String + Sync),
     ) -> Result<BTreeMap<(String, String), Sum>, StatsError> {
-        let mut by_period: HashMap<Period, BTreeMap<String, &Bucket>> = HashMap::new();
+        // Each bucket's output label, worked out once rather than for every item.
+        let mut by_period: HashMap<Period, BTreeMap<String, String>> = HashMap::new();
         for (p, b) in wanted {
-            by_period.entry(*p).or_default().insert(b.label(), b);
+            by_period.entry(*p).or_default().insert(b.label(), label_of(b));
         }
-        let mut out: BTreeMap<(String, String), Sum> = BTreeMap::new();
+        // Sums by label, then value: a hit (most items) looks both up by `&str`, allocating nothing.
+        let mut sums: HashMap<String, HashMap<String, Sum>> = HashMap::new();
         for (period, buckets) in by_period {
             let (Some(first), Some(last)) = (buckets.keys().next(), buckets.keys().next_back()) else { continue };
             for (bucket, value, agg) in self.read(site_id, period, dimension, first, last).await? {
-                if let Some(b) = buckets.get(&bucket) {
-                    out.entry((label_of(b), value)).or_default().add(&agg);
+                let Some(label) = buckets.get(&bucket) else { continue };
+                let by_value = match sums.get_mut(label.as_str()) {
+                    Some(m) => m,
+                    None => sums.entry(label.clone()).or_default(),
+                };
+                match by_value.get_mut(value.as_str()) {
+                    Some(sum) => sum.add(&agg),
+                    None => by_value.entry(value).or_default().add(&agg),
                 }
             }
         }
-        Ok(out)
+        Ok(sums
+            .into_iter()
+            .flat_map(|(label, m)| m.into_iter().map(move |(v, sum)| ((label.clone(), v), sum)))
+            .collect())
     }
 
     /// Answers `q`.

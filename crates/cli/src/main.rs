@@ -120,6 +120,9 @@ enum Command {
         /// Dashboards to time for the latency percentiles.
         #[arg(long, default_value_t = 100)]
         dashboards: usize,
+        /// Also times each of the dashboard's queries alone (mean of 20 runs).
+        #[arg(long)]
+        per_query: bool,
         /// Writes the measured costs as JSON, for `tally capacity --from-bench`.
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
@@ -342,8 +345,8 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 return Ok(std::process::ExitCode::FAILURE);
             }
         }
-        Command::Bench { events, http, concurrency, dashboards, output } => {
-            let options = bench::BenchOptions { events, http, concurrency, dashboards, output };
+        Command::Bench { events, http, concurrency, dashboards, per_query, output } => {
+            let options = bench::BenchOptions { events, http, concurrency, dashboards, per_query, output };
             runtime()?.block_on(bench::run(&options))?;
         }
         Command::Config => print!("{}", config.to_toml()),
