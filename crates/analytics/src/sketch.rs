@@ -92,6 +92,9 @@ const DS_FLAGS_BYTE: usize = 5;
 const DS_OUT_OF_ORDER_FLAG: u8 = 16;
 const DS_HIP_ACCUM: std::ops::Range<usize> = 8..16;
 const DS_DENSE_PREAMBLE: usize = 40;
+// Dense images hold the registers' floor (`cur_min`) in byte 6; no register value exceeds 64.
+const DS_CUR_MIN_BYTE: usize = 6;
+const DS_MAX_REGISTER: u8 = 64;
 
 /// Why stored bytes could not be read as a [`VisitorSketch`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -270,16 +273,18 @@ impl VisitorSketch {
         if sparse {
             return Ok(sketch);
         }
-        // Some damaged register images deserialise but make the library's arithmetic overflow
-        // later (a regression case the property test found: a corrupted `cur_min`). Reading every
-        // register once, here, the way a union does, turns such an image into an error instead of
-        // a panic in the middle of a query or a flush (the property tests below mutate dense
-        // images and then estimate, merge and write them back).
+        // Some damaged dense images deserialise but make the library's arithmetic overflow later:
+        // a register is `cur_min` plus a 4-bit offset (or a 6-bit exception), so a corrupted
+        // `cur_min` (a regression case the property test found) overflows a byte when a union or
+        // a write reads the registers. No register exceeds 64, so neither can `cur_min`; checking
+        // the byte costs nothing, where reading all 16 K registers here cost a dashboard about a
+        // third of its time. The estimate is exercised too (it reads only the header's sums).
+        // The property tests below mutate dense images and then estimate, merge and write them.
+        if bytes.get(HEADER_LEN + DS_CUR_MIN_BYTE).is_none_or(|&m| m > DS_MAX_REGISTER) {
+            return Err(SketchError::Corrupt("the registers' floor is out of range".into()));
+        }
         let exercised = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _ = sketch.estimate();
-            let mut union = new_union();
-            union_add(&mut union, &sketch.inner);
-            let _ = union.composite_estimate();
         }));
         match exercised {
             Ok(()) => Ok(sketch),

@@ -241,3 +241,22 @@ fn merging_one_at_a_time_equals_one_union() {
         assert_eq!(back.to_bytes(), VisitorSketch::union([&union, &sketch_of([u64::MAX])]).to_bytes());
     }
 }
+
+#[test]
+fn every_damaged_header_byte_of_a_dense_image_is_refused_or_harmless() {
+    // Each byte of the header and preamble, and the first registers, set to telling values:
+    // what reads back must estimate, merge and write back without a panic.
+    let dense = valid_images()[3].clone();
+    for at in 0..(HEADER_LEN + DS_DENSE_PREAMBLE + 16).min(dense.len()) {
+        for value in [0u8, 1, 15, 16, 50, 63, 64, 65, 100, 200, 245, 255] {
+            let mut bytes = dense.clone();
+            bytes[at] = value;
+            if let Ok(s) = VisitorSketch::from_bytes(&bytes) {
+                let _ = s.estimate();
+                let mut merged = sketch_of([1, 2, 3]);
+                merged.merge(&s);
+                let _ = (merged.estimate(), merged.to_bytes(), s.to_bytes());
+            }
+        }
+    }
+}
