@@ -197,6 +197,14 @@ impl VisitorSketch {
 
     /// Adds every visitor of `other` to `self` (set union; merging is commutative and idempotent).
     pub fn merge(&mut self, other: &VisitorSketch) {
+        // Into nothing, a merge is a copy: a group of one item (a day of a daily series) needs
+        // no union buffer at all.
+        if self.is_empty() {
+            if !other.is_empty() {
+                *self = other.clone();
+            }
+            return;
+        }
         if let Inner::Sketch(s) = &self.inner {
             let mut union = new_union();
             union.update(s);
