@@ -42,7 +42,7 @@ impl Costs {
     pub fn built_in() -> Costs {
         Costs {
             source: "the release-build `tally bench --events 1000000` run recorded in BENCHMARKS.md".into(),
-            write_units_per_event: 1.81,
+            write_units_per_event: 1.205,
             read_units_per_event: 0.73,
             read_units_per_dashboard: 816.0,
             raw_bytes_per_event: 700.0,
