@@ -1,0 +1,90 @@
+//! Criterion benches of aggregation's in-memory work: the deltas of one event (what every
+//! ingested event costs the aggregator before any write), and the sums a dashboard row makes of
+//! a range's visitor sketches. `cargo bench -p analytics --bench aggregate`.
+
+use std::hint::black_box;
+
+use analytics::aggregate::deltas;
+use analytics::period::SiteZone;
+use analytics::sketch::VisitorSketch;
+use analytics::stored::{PrevState, StoredEvent, VisitAttrs};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+/// 2026-11-22T07:30:00Z.
+const T0: i64 = 1_795_332_600_000;
+
+/// The third page view of a visit from a search engine, with one property.
+fn pageview() -> StoredEvent {
+    let prev = PrevState::default().after(true, true, T0, "/").after(true, true, T0 + 30_000, "/blog");
+    StoredEvent {
+        site_id: "01JDB3Y5C8M9V7T2X4K6P0SITE".into(),
+        day: "2026-11-22".into(),
+        shard: 3,
+        visitor_id: "5d41402abc4b2a76".into(),
+        session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
+        seq: 2,
+        name: "pageview".into(),
+        ts: T0 + 90_000,
+        hostname: "example.com".into(),
+        path: "/pricing".into(),
+        props: [("plan".to_owned(), "team".to_owned())].into(),
+        revenue: None,
+        interactive: true,
+        goals: vec!["Visit /pricing".into()],
+        visit: VisitAttrs {
+            start_ts: T0,
+            entry_page: "/".into(),
+            source: "Google".into(),
+            referrer: "google.com".into(),
+            country: "DE".into(),
+            device: "Desktop".into(),
+            browser: "Firefox".into(),
+            browser_version: "133.0".into(),
+            os: "Windows".into(),
+            os_version: "10".into(),
+            ..Default::default()
+        },
+        prev,
+        run: "01JDB3Y5C8M9V7T2X4K6P0RUN0".into(),
+        epoch: 1,
+        ttl: 0,
+    }
+}
+
+/// `n` sketches of `per` visitors each, overlapping by half, as thirty days of one page.
+fn days(n: u64, per: u64) -> Vec<VisitorSketch> {
+    (0..n)
+        .map(|d| {
+            let mut s = VisitorSketch::new();
+            for i in 0..per {
+                s.insert_u64((d * per / 2 + i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            }
+            s
+        })
+        .collect()
+}
+
+fn benches(c: &mut Criterion) {
+    let event = pageview();
+    let zone = SiteZone::new("Europe/Berlin").unwrap();
+    c.bench_function("deltas_of_a_pageview", |b| b.iter(|| black_box(deltas(black_box(&event), &zone))));
+
+    // A dashboard row over 30 days: the sum is merged item by item, then estimated.
+    for (name, per) in [("sum_30_sparse_sketches", 50), ("sum_30_dense_sketches", 5_000)] {
+        let parts = days(30, per);
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                let mut sum = VisitorSketch::new();
+                for p in &parts {
+                    sum.merge(black_box(p));
+                }
+                black_box(sum.estimate())
+            })
+        });
+    }
+    let dense = days(1, 5_000).remove(0).to_bytes();
+    c.bench_function("read_a_dense_sketch", |b| b.iter(|| black_box(VisitorSketch::from_bytes(black_box(&dense)))));
+}
+
+criterion_group!(aggregate, benches);
+criterion_main!(aggregate);
