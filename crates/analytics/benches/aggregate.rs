@@ -51,7 +51,8 @@ fn pageview() -> StoredEvent {
     }
 }
 
-/// `n` sketches of `per` visitors each, overlapping by half, as thirty days of one page.
+/// `n` sketches of `per` visitors each, overlapping by half, as thirty days of one page, read
+/// back from their stored form as a dashboard reads them.
 fn days(n: u64, per: u64) -> Vec<VisitorSketch> {
     (0..n)
         .map(|d| {
@@ -59,7 +60,7 @@ fn days(n: u64, per: u64) -> Vec<VisitorSketch> {
             for i in 0..per {
                 s.insert_u64((d * per / 2 + i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             }
-            s
+            VisitorSketch::from_bytes(&s.to_bytes()).expect("a sketch reads back")
         })
         .collect()
 }

@@ -260,3 +260,26 @@ fn every_damaged_header_byte_of_a_dense_image_is_refused_or_harmless() {
         }
     }
 }
+
+#[test]
+fn stored_dense_sketches_merge_by_registers_to_the_same_union() {
+    // As a dashboard reads them: from stored bytes, dense and sparse mixed, in any order.
+    for sizes in [vec![5_000, 20, 7_000], vec![3, 40_000], vec![200, 300, 9_000, 100_000, 1], vec![50_000, 50_000]] {
+        let parts: Vec<VisitorSketch> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| sketch_of((0..n).map(|x| scrambled(x + i as u64 * 3_000))))
+            .map(|s| VisitorSketch::from_bytes(&s.to_bytes()).unwrap())
+            .collect();
+        let union = VisitorSketch::union(&parts);
+        for order in [parts.iter().collect::<Vec<_>>(), parts.iter().rev().collect()] {
+            let mut merged = VisitorSketch::new();
+            for p in order {
+                merged.merge(p);
+            }
+            assert!(matches!(merged.inner, Inner::Registers(_)) || sizes.iter().all(|&n| n < 1_000), "{sizes:?}");
+            assert_eq!(merged.to_bytes(), union.to_bytes(), "{sizes:?}");
+            assert_eq!(merged.estimate(), union.estimate(), "{sizes:?}");
+        }
+    }
+}
