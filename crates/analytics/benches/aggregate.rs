@@ -83,6 +83,8 @@ fn benches(c: &mut Criterion) {
             })
         });
     }
+    let sparse = days(1, 50).remove(0).to_bytes();
+    c.bench_function("read_a_sparse_sketch", |b| b.iter(|| black_box(VisitorSketch::from_bytes(black_box(&sparse)))));
     let dense = days(1, 5_000).remove(0).to_bytes();
     c.bench_function("read_a_dense_sketch", |b| b.iter(|| black_box(VisitorSketch::from_bytes(black_box(&dense)))));
 }

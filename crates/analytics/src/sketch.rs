@@ -63,11 +63,13 @@
 //! stored; sketches of different `lg_k` still merge (the union keeps the smaller `lg_k`).
 //! Reading bytes that are not such an image gives a [`SketchError`], never a panic.
 
+mod coupons;
 mod registers;
 
 use datasketches::hash::value::raw_bytes;
 use datasketches::hll::{HllSketch, HllType, HllUnion};
 
+use self::coupons::CouponSet;
 use self::registers::Registers;
 
 /// log2 of the number of HyperLogLog registers; the module doc says why 14.
@@ -141,13 +143,36 @@ pub struct VisitorSketch {
 /// is a union buffer, so merging many sketches one at a time (a dashboard sums hundreds of items
 /// per row) costs one pass over each, not a re-encoding of all 16 K registers per merge.
 ///
-/// Once a dense sketch takes part, the union is kept as plain registers instead ([`Registers`]):
-/// DataSketches' union reads a dense `HLL_4` input register by register, about 60 µs each.
+/// Stored sketches are read into the two forms a union has: a sparse one as its coupons
+/// ([`coupons`]), a dense one (or a union grown dense) as plain registers ([`Registers`]). Both
+/// merge without DataSketches' per-coupon hash-table work and give exactly its union; the
+/// library's own union is left for sketches built by inserts and images those forms do not take.
 #[derive(Clone)]
 enum Inner {
     Sketch(HllSketch),
     Union(Box<HllUnion>),
     Registers(Registers),
+    /// A stored sparse sketch: its sorted distinct coupons.
+    Coupons(Vec<u32>),
+    /// A union of sparse sketches, at most [`coupons::MAX`] coupons.
+    CouponSet(CouponSet),
+}
+
+/// The coupons of a sparse sketch, in no particular order: its own, or those of a
+/// DataSketches sketch in list or set mode. `None` for dense sketches and DataSketches unions.
+fn coupons_of(inner: &Inner) -> Option<std::borrow::Cow<'_, [u32]>> {
+    match inner {
+        Inner::Coupons(c) => Some(std::borrow::Cow::Borrowed(c)),
+        Inner::CouponSet(set) => Some(std::borrow::Cow::Owned(set.iter().collect())),
+        Inner::Sketch(s) => coupons::parse(&s.serialize()).map(std::borrow::Cow::Owned),
+        Inner::Union(_) | Inner::Registers(_) => None,
+    }
+}
+
+/// Coupons as a DataSketches sketch (an empty one if the image does not read back, which images
+/// written by [`coupons::image`] always do).
+fn coupons_sketch(c: &[u32]) -> HllSketch {
+    HllSketch::deserialize(&coupons::image(c)).unwrap_or_else(|_| empty_hll())
 }
 
 /// Folds `sketch` into `registers`; `false` if its image is not one [`Registers`] takes.
@@ -157,6 +182,14 @@ fn fold(registers: &mut Registers, sketch: &VisitorSketch) -> bool {
         Inner::Union(u) => registers.add_image(&u.to_sketch(HllType::Hll8).serialize()),
         Inner::Registers(r) => {
             registers.add_registers(r);
+            true
+        }
+        Inner::Coupons(c) => {
+            registers.add_coupon_list(c.iter().copied());
+            true
+        }
+        Inner::CouponSet(set) => {
+            registers.add_coupon_list(set.iter());
             true
         }
     }
@@ -179,13 +212,17 @@ fn union_add(union: &mut HllUnion, sketch: &Inner) {
         // The gadget of a union is `HLL_8` at `LG_K`: handing it over as it is loses nothing.
         Inner::Union(u) => union.update(&u.to_sketch(HllType::Hll8)),
         Inner::Registers(r) => union.update(&registers_sketch(r)),
+        Inner::Coupons(c) => union.update(&coupons_sketch(c)),
+        Inner::CouponSet(set) => union.update(&coupons_sketch(&set.sorted())),
     }
 }
 
 impl VisitorSketch {
     /// An empty sketch.
+    /// An empty sketch. It allocates nothing until something is inserted or merged into it, so
+    /// a dashboard's many per-value sums cost nothing to start.
     pub fn new() -> Self {
-        VisitorSketch { inner: Inner::Sketch(empty_hll()), dense: false }
+        VisitorSketch { inner: Inner::Coupons(Vec::new()), dense: false }
     }
 
     /// Adds a visitor id given as a `u64` (Tally's `VisitorId`).
@@ -200,13 +237,17 @@ impl VisitorSketch {
 
     /// Adds a visitor id given as bytes.
     pub fn insert_bytes(&mut self, id: &[u8]) {
-        if let Inner::Registers(r) = &self.inner {
-            self.inner = Inner::Sketch(registers_sketch(r));
+        match &self.inner {
+            Inner::Registers(r) => self.inner = Inner::Sketch(registers_sketch(r)),
+            Inner::Coupons(c) if c.is_empty() => self.inner = Inner::Sketch(empty_hll()),
+            Inner::Coupons(c) => self.inner = Inner::Sketch(coupons_sketch(c)),
+            Inner::CouponSet(set) => self.inner = Inner::Sketch(coupons_sketch(&set.sorted())),
+            Inner::Sketch(_) | Inner::Union(_) => {}
         }
         match &mut self.inner {
             Inner::Sketch(s) => s.update(raw_bytes::from_slice(id)),
             Inner::Union(u) => u.update_value(raw_bytes::from_slice(id)),
-            Inner::Registers(_) => {}
+            Inner::Registers(_) | Inner::Coupons(_) | Inner::CouponSet(_) => {}
         }
     }
 
@@ -216,6 +257,8 @@ impl VisitorSketch {
             Inner::Sketch(s) => s.is_empty(),
             Inner::Union(u) => u.is_empty(),
             Inner::Registers(r) => r.is_empty(),
+            Inner::Coupons(c) => c.is_empty(),
+            Inner::CouponSet(set) => set.len() == 0,
         }
     }
 
@@ -226,6 +269,8 @@ impl VisitorSketch {
             Inner::Sketch(s) => s.composite_estimate(),
             Inner::Union(u) => u.composite_estimate(),
             Inner::Registers(r) => registers_sketch(r).composite_estimate(),
+            Inner::Coupons(c) => coupons::estimate_of_count(c.len()).unwrap_or(0.0),
+            Inner::CouponSet(set) => coupons::estimate_of_count(set.len()).unwrap_or(0.0),
         };
         // A float-to-int `as` saturates and maps NaN to 0, so no estimate can wrap or panic.
         if e.is_finite() && e > 0.0 { e.round() as u64 } else { 0 }
@@ -233,6 +278,13 @@ impl VisitorSketch {
 
     /// Adds every visitor of `other` to `self` (set union; merging is commutative and idempotent).
     pub fn merge(&mut self, other: &VisitorSketch) {
+        // Registers take anything (an empty sketch folds in as nothing); checked first, since
+        // telling whether registers are empty means reading all of them.
+        if let Inner::Registers(r) = &mut self.inner
+            && fold(r, other)
+        {
+            return;
+        }
         // Into nothing, a merge is a copy: a group of one item (a day of a daily series) needs
         // no union buffer at all.
         if self.is_empty() {
@@ -244,9 +296,7 @@ impl VisitorSketch {
         if other.is_empty() {
             return;
         }
-        if let Inner::Registers(r) = &mut self.inner
-            && fold(r, other)
-        {
+        if self.merge_sparse(other) {
             return;
         }
         if self.dense || other.dense {
@@ -270,12 +320,46 @@ impl VisitorSketch {
                 union.update(&registers_sketch(r));
                 self.inner = Inner::Union(Box::new(union));
             }
+            Inner::Coupons(_) | Inner::CouponSet(_) => {
+                let mut union = new_union();
+                union_add(&mut union, &self.inner);
+                self.inner = Inner::Union(Box::new(union));
+            }
             Inner::Union(_) => {}
         }
         if let Inner::Union(u) = &mut self.inner {
             union_add(u, &other.inner);
         }
         self.dense |= other.dense;
+    }
+
+    /// Merges two sparse sketches by their coupons, as DataSketches' union would: the union
+    /// stays a set of coupons until it holds more than [`coupons::MAX`], then becomes registers.
+    /// `false`, changing nothing, when either side is not sparse.
+    fn merge_sparse(&mut self, other: &VisitorSketch) -> bool {
+        if self.dense || other.dense {
+            return false;
+        }
+        let Some(theirs) = coupons_of(&other.inner) else { return false };
+        let mut set = match &mut self.inner {
+            Inner::CouponSet(set) => std::mem::take(set),
+            inner => {
+                let Some(mine) = coupons_of(inner) else { return false };
+                let mut set = CouponSet::default();
+                set.extend(&mine);
+                set
+            }
+        };
+        set.extend(&theirs);
+        if set.len() <= coupons::MAX {
+            self.inner = Inner::CouponSet(set);
+        } else {
+            let mut r = Registers::new();
+            r.add_coupon_list(set.iter());
+            self.inner = Inner::Registers(r);
+            self.dense = true;
+        }
+        true
     }
 
     /// The union of many sketches: the sketch of every visitor in any of them. One union buffer
@@ -298,6 +382,8 @@ impl VisitorSketch {
             Inner::Sketch(s) => s.serialize(),
             Inner::Union(u) => u.to_sketch(HllType::Hll4).serialize(),
             Inner::Registers(r) => registers_sketch(r).serialize(),
+            Inner::Coupons(c) => coupons_sketch(c).serialize(),
+            Inner::CouponSet(set) => coupons_sketch(&set.sorted()).serialize(),
         };
         match image.get(DS_MODE_BYTE).map(|m| m & 0b11) {
             Some(DS_MODE_LIST) => sort_coupons(&mut image, DS_LIST_PREAMBLE),
@@ -308,6 +394,8 @@ impl VisitorSketch {
                     Inner::Sketch(s) => s.serialize(),
                     Inner::Union(u) => u.to_sketch(HllType::Hll4).serialize(),
                     Inner::Registers(r) => registers_sketch(&r).serialize(),
+                    Inner::Coupons(c) => coupons_sketch(&c).serialize(),
+                    Inner::CouponSet(set) => coupons_sketch(&set.sorted()).serialize(),
                 };
                 canonical_dense(&mut image);
             }
@@ -330,6 +418,10 @@ impl VisitorSketch {
         let version = bytes[MAGIC.len()];
         if version != FORMAT_VERSION {
             return Err(SketchError::UnsupportedVersion(version));
+        }
+        // The common case, a compact sparse image as Tally writes it, is read as its coupons.
+        if let Some(c) = coupons::parse(&bytes[HEADER_LEN..]) {
+            return Ok(VisitorSketch { inner: Inner::Coupons(c), dense: false });
         }
         let inner = HllSketch::deserialize(&bytes[HEADER_LEN..]).map_err(|e| SketchError::Corrupt(e.to_string()))?;
         // Format 1 is defined with `LG_K` registers. Accepting fewer would let one odd item

@@ -22,6 +22,14 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{Config, Layer};
 
+/// mimalloc rather than the system allocator. A dashboard decodes thousands of small items, each
+/// a map of short strings, and sums their sketches; under glibc's malloc a third of that CPU was
+/// the allocator itself (`_int_malloc`, `malloc_consolidate` and `free` in a profile of
+/// `tally bench`). mimalloc is Microsoft's maintained allocator, built from its C sources by the
+/// `mimalloc` crate with no system dependency; BENCHMARKS.md has the before and after.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Privacy-first web analytics on a DynamoDB single-table design.
 #[derive(Parser)]
 #[command(name = "tally", version, about)]

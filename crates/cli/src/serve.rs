@@ -309,7 +309,7 @@ pub async fn rebuild(config: &Config, site: &str, from: Option<&str>, to: Option
     };
     let mode = if verify { RebuildMode::Verify } else { RebuildMode::Replace };
     let progress = |n: u64| {
-        if n % 50_000 == 0 && n > 0 {
+        if n.is_multiple_of(50_000) && n > 0 {
             eprintln!("… {n} events read");
         }
     };

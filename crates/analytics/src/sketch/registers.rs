@@ -91,8 +91,13 @@ impl Registers {
         if !body.len().is_multiple_of(4) {
             return false;
         }
-        for c in body.chunks_exact(4) {
-            let coupon = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        self.add_coupon_list(body.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        true
+    }
+
+    /// Folds in coupons (register updates): a 6-bit value over a 26-bit slot each.
+    pub fn add_coupon_list(&mut self, coupons: impl IntoIterator<Item = u32>) {
+        for coupon in coupons {
             // An empty hash-set slot is a zero coupon.
             if coupon != 0 {
                 let slot = coupon as usize & (K - 1);
@@ -100,7 +105,6 @@ impl Registers {
                 self.0[slot] = self.0[slot].max(value);
             }
         }
-        true
     }
 
     fn add_hll4(&mut self, image: &[u8]) -> bool {

@@ -243,6 +243,45 @@ fn merging_one_at_a_time_equals_one_union() {
 }
 
 #[test]
+fn stored_sparse_sketches_merge_by_coupons_to_the_same_union() {
+    // Sizes around every threshold of the sparse forms: a list's seven coupons, each doubling
+    // of the set (24, 48, … coupons), and the last sparse size (1,536 coupons) before registers.
+    let sizes = [0u64, 1, 7, 8, 24, 25, 48, 49, 200, 700, 1_400, 1_536, 1_537, 1_600, 3_000];
+    for &a in &sizes {
+        for &b in &[0u64, 1, 6, 30, 800, 1_540] {
+            // Overlapping by a third, so some coupons are shared.
+            let built = [sketch_of((0..a).map(scrambled)), sketch_of((a * 2 / 3..a * 2 / 3 + b).map(scrambled))];
+            let stored: Vec<VisitorSketch> =
+                built.iter().map(|s| VisitorSketch::from_bytes(&s.to_bytes()).unwrap()).collect();
+            // The reference: DataSketches' own union of the sketches as built.
+            let reference = VisitorSketch::union(&built);
+            let mut merged = VisitorSketch::new();
+            for s in &stored {
+                merged.merge(s);
+            }
+            assert_eq!(merged.to_bytes(), reference.to_bytes(), "{a} + {b}");
+            assert_eq!(merged.estimate(), reference.estimate(), "{a} + {b}");
+            // In the other order, and into a sketch built by inserts.
+            let mut other_way = built[1].clone();
+            other_way.merge(&stored[0]);
+            assert_eq!(other_way.to_bytes(), reference.to_bytes(), "{b} + {a}");
+        }
+    }
+}
+
+#[test]
+fn every_stored_sparse_image_reads_as_coupons() {
+    for n in (0..1_600u64).step_by(7) {
+        let s = sketch_of((0..n).map(scrambled));
+        let back = VisitorSketch::from_bytes(&s.to_bytes()).unwrap();
+        let sparse = !s.dense && !matches!(s.to_bytes().get(HEADER_LEN + DS_MODE_BYTE), Some(m) if m & 0b11 == 2);
+        assert_eq!(matches!(back.inner, Inner::Coupons(_)), sparse, "{n} visitors");
+        assert_eq!(back.to_bytes(), s.to_bytes(), "{n} visitors");
+        assert_eq!(back.estimate(), s.estimate(), "{n} visitors");
+    }
+}
+
+#[test]
 fn every_damaged_header_byte_of_a_dense_image_is_refused_or_harmless() {
     // Each byte of the header and preamble, and the first registers, set to telling values:
     // what reads back must estimate, merge and write back without a panic.

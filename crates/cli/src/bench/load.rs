@@ -40,11 +40,14 @@ pub struct LoadResult {
     pub elapsed: Duration,
 }
 
+/// A request to post: its headers and its body.
+pub type Request = (Vec<(String, String)>, Vec<u8>);
+
 /// Posts every request of `requests` to `/api/event` on `addr` over `connections` keep-alive
 /// connections; `progress` is told the number answered so far, now and then.
 pub async fn post_all(
     addr: SocketAddr,
-    requests: Vec<(Vec<(String, String)>, Vec<u8>)>,
+    requests: Vec<Request>,
     connections: usize,
     progress: Arc<dyn Fn(u64) + Send + Sync>,
 ) -> Result<LoadResult> {
