@@ -125,12 +125,17 @@ impl CouponSet {
 
     /// Adds coupons; zero (no coupon) is skipped.
     pub fn extend(&mut self, coupons: &[u32]) {
+        // Room for all of them at once (some may be duplicates), so a merge rehashes at most once.
+        let mut size = self.slots.len().max(64);
+        while 4 * (self.len + coupons.len()) > 3 * size {
+            size *= 2;
+        }
+        if size != self.slots.len() {
+            self.resize(size);
+        }
         for &c in coupons {
             if c == 0 {
                 continue;
-            }
-            if 4 * (self.len + 1) > 3 * self.slots.len() {
-                self.grow();
             }
             let mask = self.slots.len() - 1;
             let mut i = spread(c) & mask;
@@ -148,11 +153,16 @@ impl CouponSet {
         }
     }
 
-    fn grow(&mut self) {
-        let size = (self.slots.len() * 2).max(64);
+    fn resize(&mut self, size: usize) {
         let old = std::mem::replace(&mut self.slots, vec![0; size]);
-        self.len = 0;
-        self.extend(&old);
+        let mask = size - 1;
+        for c in old.into_iter().filter(|&c| c != 0) {
+            let mut i = spread(c) & mask;
+            while self.slots[i] != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = c;
+        }
     }
 
     /// The coupons, sorted.
