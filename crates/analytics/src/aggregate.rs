@@ -51,7 +51,7 @@ use store::{AttributeValue, item};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-pub(crate) use self::codec::{StoredAggregate, agg_key_from_record};
+pub(crate) use self::codec::StoredAggregate;
 pub use self::codec::{event_from_record, event_item};
 pub use self::deltas::{Delta, bucket_label, deltas, period_keeps, visit_value, visitor_u64};
 pub use self::rebuild::{Difference, RebuildMode, RebuildReport, rebuild};

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use model::Table;
 use store::item;
 
-use crate::aggregate::{SiteSettingsSource, StoredAggregate, agg_key_from_record};
+use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};
 use crate::sketch::VisitorSketch;
 use crate::stored::{
@@ -249,11 +249,9 @@ struct Sum {
 }
 
 impl Sum {
-    fn add(&mut self, a: &StoredAggregate) {
-        self.counters.add(&a.counters);
-        if let Some(s) = &a.sketch {
-            self.sketch.merge(s);
-        }
+    fn add(&mut self, other: &Sum) {
+        self.counters.add(&other.counters);
+        self.sketch.merge(&other.sketch);
     }
 }
 
@@ -310,7 +308,7 @@ impl Stats {
         dimension: &str,
         first: &str,
         last: &str,
-    ) -> Result<Vec<(String, String, StoredAggregate)>, StatsError> {
+    ) -> Result<Vec<(String, String, Sum)>, StatsError> {
         let records = self
             .table
             .query("Aggregate")
@@ -318,11 +316,13 @@ impl Stats {
             .between(item! { "bucket" => first }, item! { "bucket" => last })
             .all()
             .await?;
+        let corrupt = |e: &dyn std::fmt::Display| StatsError::Corrupt(e.to_string());
         let mut out = Vec::with_capacity(records.len());
         for r in &records {
-            let key = agg_key_from_record(r).map_err(|e| StatsError::Corrupt(e.to_string()))?;
-            let agg = StoredAggregate::from_record(r).map_err(|e| StatsError::Corrupt(e.to_string()))?;
-            out.push((key.bucket, key.value, agg));
+            let bucket = r.string("bucket").map_err(|e| corrupt(&e))?.to_owned();
+            let value = r.opt_string("value").map_err(|e| corrupt(&e))?.unwrap_or_default().to_owned();
+            let (counters, sketch) = StoredAggregate::sums_from_record(r).map_err(|e| corrupt(&e))?;
+            out.push((bucket, value, Sum { counters, sketch: sketch.unwrap_or_default() }));
         }
         Ok(out)
     }
@@ -350,9 +350,12 @@ impl Stats {
                     Some(m) => m,
                     None => sums.entry(label.clone()).or_default(),
                 };
+                // The first item of a value is the sum so far as it is, not merged into nothing.
                 match by_value.get_mut(value.as_str()) {
                     Some(sum) => sum.add(&agg),
-                    None => by_value.entry(value).or_default().add(&agg),
+                    None => {
+                        by_value.insert(value, agg);
+                    }
                 }
             }
         }
@@ -525,10 +528,8 @@ impl Stats {
             if let Some(c) = per_minute.get_mut(&minute) {
                 *c += agg.counters.pageviews;
             }
-            if minute > this_minute - 5
-                && let Some(s) = &agg.sketch
-            {
-                current.merge(s);
+            if minute > this_minute - 5 {
+                current.merge(&agg.sketch);
             }
         }
         let mut pages: HashMap<String, Sum> = HashMap::new();

@@ -911,11 +911,14 @@ fn missing_key_field(entity: &Entity, index: &Index, fields: &Item) -> Error {
 
 /// Decodes the fields of one key attribute into `item` where they are missing.
 fn fill_fields(entity: &Entity, part: KeyPart<'_>, item: &mut Item) {
-    let Some(value) = item.get(part.attribute).cloned() else {
+    // Items written whole hold every field already: nothing to decode (the common case, and a
+    // dashboard reads thousands of items).
+    if part.template.fields().all(|f| item.contains_key(f)) {
         return;
-    };
+    }
     if part.ty != ScalarType::S {
-        if let Some(field) = part.template.single_field() {
+        if let (Some(field), Some(value)) = (part.template.single_field(), item.get(part.attribute)) {
+            let value = value.clone();
             item.entry(field.to_string()).or_insert(value);
         }
         return;

@@ -200,11 +200,7 @@ pub(crate) struct StoredAggregate {
 impl StoredAggregate {
     /// Decodes an `Aggregate` record.
     pub fn from_record(r: &Record) -> Result<StoredAggregate, AggregateError> {
-        let counter = |name: &str| -> Result<i64, AggregateError> { Ok(r.opt_i64(name)?.unwrap_or(0)) };
-        let sketch = match r.get("visitors_sketch") {
-            Some(AttributeValue::B(bytes)) => Some(VisitorSketch::from_bytes(bytes)?),
-            _ => None,
-        };
+        let (counters, sketch) = StoredAggregate::sums_from_record(r)?;
         let flushes = match r.get("flushes") {
             Some(AttributeValue::M(m)) => m
                 .iter()
@@ -212,19 +208,26 @@ impl StoredAggregate {
                 .collect(),
             _ => BTreeMap::new(),
         };
-        Ok(StoredAggregate {
-            version: Some(counter("version")?),
-            counters: Counters {
-                pageviews: counter("pageviews")?,
-                events: counter("events")?,
-                visits: counter("visits")?,
-                bounces: counter("bounces")?,
-                duration_ms: counter("duration_ms")?,
-                visit_pageviews: counter("visit_pageviews")?,
-            },
-            sketch,
-            flushes,
-        })
+        Ok(StoredAggregate { version: Some(r.opt_i64("version")?.unwrap_or(0)), counters, sketch, flushes })
+    }
+
+    /// Decodes only the counters and the sketch of an `Aggregate` record: what a dashboard sums
+    /// (the flush bookkeeping is for writers).
+    pub fn sums_from_record(r: &Record) -> Result<(Counters, Option<VisitorSketch>), AggregateError> {
+        let counter = |name: &str| -> Result<i64, AggregateError> { Ok(r.opt_i64(name)?.unwrap_or(0)) };
+        let sketch = match r.get("visitors_sketch") {
+            Some(AttributeValue::B(bytes)) => Some(VisitorSketch::from_bytes(bytes)?),
+            _ => None,
+        };
+        let counters = Counters {
+            pageviews: counter("pageviews")?,
+            events: counter("events")?,
+            visits: counter("visits")?,
+            bounces: counter("bounces")?,
+            duration_ms: counter("duration_ms")?,
+            visit_pageviews: counter("visit_pageviews")?,
+        };
+        Ok((counters, sketch))
     }
 
     /// The whole item of the next version, for a conditional put.
