@@ -64,12 +64,14 @@
 //! Reading bytes that are not such an image gives a [`SketchError`], never a panic.
 
 mod coupons;
+mod format;
 mod registers;
 
 use datasketches::hash::value::raw_bytes;
 use datasketches::hll::{HllSketch, HllType, HllUnion};
 
 use self::coupons::CouponSet;
+use self::format as ds;
 use self::registers::Registers;
 
 /// log2 of the number of HyperLogLog registers; the module doc says why 14.
@@ -83,24 +85,6 @@ const FORMAT_VERSION: u8 = 1;
 
 /// Header length: the magic and the version byte.
 const HEADER_LEN: usize = MAGIC.len() + 1;
-
-// The few facts of the DataSketches HLL image that canonical serialisation relies on: byte 7
-// holds the current mode in its low two bits; sparse images hold a preamble, then one
-// little-endian `u32` register update ("coupon") per distinct hash, in no meaningful order.
-const DS_MODE_BYTE: usize = 7;
-const DS_MODE_LIST: u8 = 0;
-const DS_MODE_SET: u8 = 1;
-const DS_LIST_PREAMBLE: usize = 8;
-const DS_SET_PREAMBLE: usize = 12;
-// Dense (`HLL_4`) images: flags in byte 5, the insertion-order (HIP) estimator's state as an
-// `f64` in bytes 8..16, a 40-byte preamble, `k / 2` bytes of registers, then exception coupons.
-const DS_FLAGS_BYTE: usize = 5;
-const DS_OUT_OF_ORDER_FLAG: u8 = 16;
-const DS_HIP_ACCUM: std::ops::Range<usize> = 8..16;
-const DS_DENSE_PREAMBLE: usize = 40;
-// Dense images hold the registers' floor (`cur_min`) in byte 6; no register value exceeds 64.
-const DS_CUR_MIN_BYTE: usize = 6;
-const DS_MAX_REGISTER: u8 = 64;
 
 /// Why stored bytes could not be read as a [`VisitorSketch`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -385,9 +369,9 @@ impl VisitorSketch {
             Inner::Coupons(c) => coupons_sketch(c).serialize(),
             Inner::CouponSet(set) => coupons_sketch(&set.sorted()).serialize(),
         };
-        match image.get(DS_MODE_BYTE).map(|m| m & 0b11) {
-            Some(DS_MODE_LIST) => sort_coupons(&mut image, DS_LIST_PREAMBLE),
-            Some(DS_MODE_SET) => sort_coupons(&mut image, DS_SET_PREAMBLE),
+        match image.get(ds::MODE_BYTE).map(|m| m & 0b11) {
+            Some(ds::MODE_LIST) => sort_coupons(&mut image, ds::LIST_PREAMBLE),
+            Some(ds::MODE_SET) => sort_coupons(&mut image, ds::SET_PREAMBLE),
             // A union rebuilds a dense sketch from its registers alone, as `HLL_4`.
             _ => {
                 image = match VisitorSketch::union([self]).inner {
@@ -429,7 +413,8 @@ impl VisitorSketch {
         if inner.lg_config_k() != LG_K {
             return Err(SketchError::Corrupt(format!("lg_k is {}, format 1 has {LG_K}", inner.lg_config_k())));
         }
-        let sparse = matches!(bytes.get(HEADER_LEN + DS_MODE_BYTE).map(|m| m & 0b11), Some(DS_MODE_LIST | DS_MODE_SET));
+        let sparse =
+            matches!(bytes.get(HEADER_LEN + ds::MODE_BYTE).map(|m| m & 0b11), Some(ds::MODE_LIST | ds::MODE_SET));
         let sketch = VisitorSketch { inner: Inner::Sketch(inner), dense: !sparse };
         // A sparse image is a list of register updates that the reader has just re-inserted one
         // by one, each checked: nothing in it can upset later arithmetic (the property tests
@@ -445,7 +430,7 @@ impl VisitorSketch {
         // the byte costs nothing, where reading all 16 K registers here cost a dashboard about a
         // third of its time. The estimate is exercised too (it reads only the header's sums).
         // The property tests below mutate dense images and then estimate, merge and write them.
-        if bytes.get(HEADER_LEN + DS_CUR_MIN_BYTE).is_none_or(|&m| m > DS_MAX_REGISTER) {
+        if bytes.get(HEADER_LEN + ds::CUR_MIN_BYTE).is_none_or(|&m| m > ds::MAX_REGISTER) {
             return Err(SketchError::Corrupt("the registers' floor is out of range".into()));
         }
         let exercised = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -488,13 +473,13 @@ fn sort_coupons(image: &mut [u8], preamble: usize) {
 /// its count, and the two register sums, which are exact in `f64` because they add powers of two
 /// spanning fewer than 53 bits) already depend on the registers only.
 fn canonical_dense(image: &mut [u8]) {
-    if image.len() < DS_DENSE_PREAMBLE {
+    if image.len() < ds::DENSE_PREAMBLE {
         return;
     }
-    image[DS_FLAGS_BYTE] |= DS_OUT_OF_ORDER_FLAG;
-    image[DS_HIP_ACCUM].fill(0);
+    image[ds::FLAGS_BYTE] |= ds::OUT_OF_ORDER_FLAG;
+    image[ds::HIP_ACCUM].fill(0);
     let lg_k = u32::from(image[3]).clamp(1, 21);
-    sort_coupons(image, DS_DENSE_PREAMBLE + (1usize << (lg_k - 1)));
+    sort_coupons(image, ds::DENSE_PREAMBLE + (1usize << (lg_k - 1)));
 }
 
 /// An empty HLL with Tally's parameters.

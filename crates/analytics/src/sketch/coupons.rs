@@ -15,19 +15,11 @@
 //! library's own reader.
 
 use super::LG_K;
+use super::format::{
+    COMPACT_FLAG, EMPTY_FLAG, FAMILY_HLL, LIST_PREAMBLE, LIST_PREINTS, MODE_LIST, MODE_SET, SERIAL_VERSION,
+    SET_PREAMBLE, SET_PREINTS, TYPE_HLL4,
+};
 
-const SERIAL_VERSION: u8 = 1;
-const FAMILY_HLL: u8 = 7;
-const EMPTY_FLAG: u8 = 4;
-const COMPACT_FLAG: u8 = 8;
-const LIST_PREINTS: u8 = 2;
-const SET_PREINTS: u8 = 3;
-const MODE_LIST: u8 = 0;
-const MODE_SET: u8 = 1;
-/// The target type written: `HLL_4`, Tally's stored form.
-const TARGET_HLL4: u8 = 0;
-const LIST_PREAMBLE: usize = 8;
-const SET_PREAMBLE: usize = 12;
 /// A list holds up to 2^3 coupons and becomes a set when it fills.
 const LIST_LG: u8 = 3;
 const LIST_MAX: usize = (1 << LIST_LG) - 1;
@@ -91,14 +83,14 @@ pub(super) fn image(coupons: &[u32]) -> Vec<u8> {
     match set_lg(count) {
         _ if count <= LIST_MAX => {
             let flags = if count == 0 { COMPACT_FLAG | EMPTY_FLAG } else { COMPACT_FLAG };
-            let mode = MODE_LIST | TARGET_HLL4 << 2;
+            let mode = MODE_LIST | TYPE_HLL4 << 2;
             out.extend_from_slice(&[LIST_PREINTS, SERIAL_VERSION, FAMILY_HLL, LG_K, LIST_LG, flags, count as u8, mode]);
         }
         lg => {
             // Past `MAX` the caller holds registers instead; the largest table keeps the
             // image well-formed should one ever get here.
             let lg = lg.unwrap_or(SET_LG_MAX);
-            let mode = MODE_SET | TARGET_HLL4 << 2;
+            let mode = MODE_SET | TYPE_HLL4 << 2;
             out.extend_from_slice(&[SET_PREINTS, SERIAL_VERSION, FAMILY_HLL, LG_K, lg, COMPACT_FLAG, 0, mode]);
             out.extend_from_slice(&(count as u32).to_le_bytes());
         }

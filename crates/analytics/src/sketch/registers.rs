@@ -4,38 +4,23 @@
 //! DataSketches' own union reads an `HLL_4` input register by register through its exception
 //! map, about 60 µs per dense input at `lg_k` 14; a dashboard row over thirty days merges thirty
 //! of them. Folding the serialised image in directly is an element-wise maximum over 16 K bytes.
-//! The estimate is still DataSketches': the registers are handed back as an `HLL_8` image whose
-//! register sums are computed as the library computes them after a merge (register order), and
-//! read with its composite estimator.
+//! The estimate is still DataSketches': the registers are handed back as an `HLL_8` image with
+//! the register sums the library keeps (exact, so computed from a histogram), and read with its
+//! composite estimator.
 //!
-//! The image facts used, all from the DataSketches HLL binary format (the same in every
-//! language's library): byte 6 `cur_min`, byte 7 the mode (bits 0–1: list, set or HLL; bits 2–3:
-//! `HLL_4`, `HLL_6` or `HLL_8`); sparse images hold `u32` coupons after an 8-byte (list) or
-//! 12-byte (set) preamble, each a 6-bit value over a 26-bit slot; dense images have a 40-byte
-//! preamble whose bytes 36..40 count the `HLL_4` exceptions, then the registers (`HLL_4`: a
-//! nibble each, low nibble first, 15 meaning "see the exceptions"; `HLL_8`: a byte each), then
-//! the exceptions as coupons.
+//! The image's layout is described in [`super::format`].
 
 use std::sync::OnceLock;
 
 use datasketches::hll::{HllSketch, HllType, HllUnion};
 
 use super::LG_K;
+use super::format::{
+    AUX_COUNT, CUR_MIN_BYTE, DENSE_PREAMBLE, EXCEPTION, LIST_PREAMBLE, MODE_BYTE, MODE_HLL, MODE_LIST, MODE_SET,
+    SET_PREAMBLE, SLOT_BITS, TYPE_HLL4, TYPE_HLL8,
+};
 
 const K: usize = 1 << LG_K;
-const MODE_BYTE: usize = 7;
-const CUR_MIN_BYTE: usize = 6;
-const MODE_LIST: u8 = 0;
-const MODE_SET: u8 = 1;
-const MODE_HLL: u8 = 2;
-const TYPE_HLL4: u8 = 0;
-const TYPE_HLL8: u8 = 2;
-const LIST_PREAMBLE: usize = 8;
-const SET_PREAMBLE: usize = 12;
-const DENSE_PREAMBLE: usize = 40;
-const AUX_COUNT: std::ops::Range<usize> = 36..40;
-const EXCEPTION: u8 = 15;
-const SLOT_BITS: u32 = 26;
 /// The largest `cur_min` whose offsets (up to 14) stay within a register's six bits.
 const MAX_FLOOR: u8 = 63 - 14;
 

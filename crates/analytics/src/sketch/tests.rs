@@ -274,7 +274,7 @@ fn every_stored_sparse_image_reads_as_coupons() {
     for n in (0..1_600u64).step_by(7) {
         let s = sketch_of((0..n).map(scrambled));
         let back = VisitorSketch::from_bytes(&s.to_bytes()).unwrap();
-        let sparse = !s.dense && !matches!(s.to_bytes().get(HEADER_LEN + DS_MODE_BYTE), Some(m) if m & 0b11 == 2);
+        let sparse = !s.dense && !matches!(s.to_bytes().get(HEADER_LEN + ds::MODE_BYTE), Some(m) if m & 0b11 == 2);
         assert_eq!(matches!(back.inner, Inner::Coupons(_)), sparse, "{n} visitors");
         assert_eq!(back.to_bytes(), s.to_bytes(), "{n} visitors");
         assert_eq!(back.estimate(), s.estimate(), "{n} visitors");
@@ -286,7 +286,7 @@ fn every_damaged_header_byte_of_a_dense_image_is_refused_or_harmless() {
     // Each byte of the header and preamble, and the first registers, set to telling values:
     // what reads back must estimate, merge and write back without a panic.
     let dense = valid_images()[3].clone();
-    for at in 0..(HEADER_LEN + DS_DENSE_PREAMBLE + 16).min(dense.len()) {
+    for at in 0..(HEADER_LEN + ds::DENSE_PREAMBLE + 16).min(dense.len()) {
         for value in [0u8, 1, 15, 16, 50, 63, 64, 65, 100, 200, 245, 255] {
             let mut bytes = dense.clone();
             bytes[at] = value;
