@@ -202,7 +202,6 @@ fn union_add(union: &mut HllUnion, sketch: &Inner) {
 }
 
 impl VisitorSketch {
-    /// An empty sketch.
     /// An empty sketch. It allocates nothing until something is inserted or merged into it, so
     /// a dashboard's many per-value sums cost nothing to start.
     pub fn new() -> Self {
