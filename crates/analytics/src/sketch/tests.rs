@@ -322,3 +322,28 @@ fn stored_dense_sketches_merge_by_registers_to_the_same_union() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A dashboard row: stored sketches of any sizes and overlaps, merged one at a time in any
+    /// order, are exactly DataSketches' union of the sketches as built.
+    #[test]
+    fn stored_sketches_merged_in_any_order_equal_the_library_union(
+        parts in proptest::collection::vec((0u64..3_000, 0u64..2_500), 1..7),
+        rotate in 0usize..7,
+    ) {
+        let built: Vec<VisitorSketch> = parts.iter().map(|&(start, n)| sketch_of((start..start + n).map(scrambled))).collect();
+        let reference = VisitorSketch::union(&built);
+        let mut stored: Vec<VisitorSketch> =
+            built.iter().map(|s| VisitorSketch::from_bytes(&s.to_bytes()).unwrap()).collect();
+        let k = rotate % stored.len();
+        stored.rotate_left(k);
+        let mut merged = VisitorSketch::new();
+        for s in &stored {
+            merged.merge(s);
+        }
+        prop_assert_eq!(merged.estimate(), reference.estimate());
+        prop_assert_eq!(merged.to_bytes(), reference.to_bytes());
+    }
+}
