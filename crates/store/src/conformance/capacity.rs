@@ -161,6 +161,37 @@ pub(crate) async fn query(ctx: Ctx) -> Outcome {
     check(&c, 1.0, 1.0, "eventually consistent query reading 5 × 1 KB")?;
     let c = store.scan(Scan::new(&t)).await.or_fail("scan")?.consumed_capacity;
     check(&c, 1.5, 1.5, "eventually consistent scan reading 10 KB")?;
+    // A projection does not reduce the cost: whole items are read. Paged by `Limit`, it still
+    // resumes where it stopped.
+    let projected = q.clone().projection("odd").consistent();
+    let out = store.query(projected.clone()).await.or_fail("query with projection")?;
+    check(&out.consumed_capacity, 3.0, 3.0, "strongly consistent query reading 10 KB, projected")?;
+    if out.items.len() != 10 || out.items.iter().any(|i| i.keys().ne(["odd"])) {
+        return Err(format!("a projected query returns only `odd` of each of 10 items: {:?}", out.items));
+    }
+    let first = store.query(projected.clone().limit(4)).await.or_fail("projected query, limit 4")?;
+    check(&first.consumed_capacity, 1.0, 1.0, "strongly consistent query reading 4 × 1 KB, projected")?;
+    // Filtered on one attribute, projected on another: the filter still sees what it reads.
+    let out = store
+        .query(q.clone().filter("odd = :t").value(":t", true).projection("sk"))
+        .await
+        .or_fail("filtered query with projection")?;
+    check(&out.consumed_capacity, 1.5, 1.5, "query reading 10 KB, keeping 5, projected")?;
+    if out.items.len() != 5 || out.items.iter().any(|i| i.keys().ne(["sk"])) {
+        return Err(format!("a filtered, projected query returns `sk` of the 5 odd items: {:?}", out.items));
+    }
+    if first.last_evaluated_key.is_none() {
+        return Err("a projected page stopped by Limit names where to resume".into());
+    }
+    let rest =
+        store.query(projected.start_after(first.last_evaluated_key)).await.or_fail("projected query, resumed")?;
+    if first.items.len() + rest.items.len() != 10 {
+        return Err(format!(
+            "pages of a projected query hold 10 items, got {} + {}",
+            first.items.len(),
+            rest.items.len()
+        ));
+    }
     Ok(())
 }
 
