@@ -91,7 +91,7 @@ pub fn deltas(event: &StoredEvent, zone: &SiteZone) -> Vec<(AggKey, Delta)> {
 /// once (its deltas then add up), and an entry whose deltas add up to nothing may come.
 /// Minute buckets are left out for events before `minutes_from` (ms): realtime reads only the
 /// last half hour, and minute items expire two hours after their last write.
-pub(crate) fn for_each_delta(
+pub fn for_each_delta(
     event: &StoredEvent,
     zone: &SiteZone,
     minutes_from: i64,
