@@ -25,15 +25,16 @@ pub const DEFAULT_STORE: &str = "./tally-data";
 pub enum StoreSpec {
     /// The embedded engine in a directory.
     Embedded(PathBuf),
-    /// Amazon DynamoDB or a compatible endpoint; the URL names the table.
-    DynamoDb(store_dynamodb::StoreUrl),
+    /// Amazon DynamoDB or a compatible endpoint; the URL names the table (boxed: it carries
+    /// the client's options, many times the size of a path).
+    DynamoDb(Box<store_dynamodb::StoreUrl>),
 }
 
 impl StoreSpec {
     /// Reads `--store`: a `dynamodb://` URL or a directory path.
     pub fn parse(text: &str) -> Result<Self> {
         if text.starts_with("dynamodb://") {
-            Ok(StoreSpec::DynamoDb(store_dynamodb::StoreUrl::parse(text)?))
+            Ok(StoreSpec::DynamoDb(Box::new(store_dynamodb::StoreUrl::parse(text)?)))
         } else if text.contains("://") {
             bail!("unknown store {text:?}: give a directory path or a dynamodb://TABLE?region=…&endpoint=… URL")
         } else if text.is_empty() {
