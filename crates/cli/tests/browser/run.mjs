@@ -103,9 +103,11 @@ try {
   const official = await site.newPage();
   await official.goto(`http://shop.test:${port}/plausible.html`);
   await until("every tracker request is sent", async () => ({ ok: sent >= 7, sent }));
-  // Umami's tracker posts JSON to /api/send (with a CORS preflight) from its own script.
+  // Umami's tracker posts JSON to /api/send (with a CORS preflight) from its own script. Its
+  // posts are counted once answered: closing the context below cancels a request still in
+  // flight, and the event would then never reach Tally.
   let umamiSent = 0;
-  site.on("request", (r) => { if (r.url().startsWith(`${TALLY}/api/send`) && r.method() === "POST") umamiSent++; });
+  site.on("requestfinished", (r) => { if (r.url().startsWith(`${TALLY}/api/send`) && r.method() === "POST") umamiSent++; });
   const umami = await site.newPage();
   await umami.goto(`http://shop.test:${port}/umami.html`);
   await until("Umami's tracker sends its page view", async () => ({ ok: umamiSent >= 1, umamiSent }));
