@@ -28,30 +28,43 @@ enum Pending {
     SetLen(u64),
 }
 
-#[derive(Debug)]
-struct DiskState {
+/// One simulated file.
+#[derive(Debug, Clone, Default)]
+struct FileState {
     /// What reads see.
     current: Vec<u8>,
     /// What survives a crash for certain: the contents at the last successful sync.
     durable: Vec<u8>,
     /// Operations since the last sync, in order; a crash keeps any subset of them.
     pending: Vec<Pending>,
+}
+
+/// The two files of a store: the database and the journal.
+type Files = [Vec<u8>; 2];
+const DATABASE: usize = 0;
+const JOURNAL: usize = 1;
+
+#[derive(Debug)]
+struct DiskState {
+    files: [FileState; 2],
     rng: StdRng,
     /// One in how many backend operations takes an image.
     image_every: u32,
     /// Images taken, each with the number of writes acknowledged when it was taken.
-    images: Vec<(usize, Vec<u8>)>,
-    /// Fails the sync with this number (counting from one), to inject an I/O error.
+    images: Vec<(usize, Files)>,
+    /// Fails the sync with this number (counting from one, over both files), to inject an I/O error.
     fail_sync: Option<usize>,
     syncs: usize,
 }
 
-/// A simulated disk shared between the backend handed to redb and the test.
+/// A simulated disk shared between the files handed to the engine and the test; `file`
+/// says which of the two files this handle is.
 #[derive(Debug, Clone)]
 struct Disk {
     state: Arc<Mutex<DiskState>>,
     /// Writes acknowledged so far, in order.
     acked: Arc<Mutex<Vec<String>>>,
+    file: usize,
 }
 
 fn apply(bytes: &mut Vec<u8>, op: &Pending) {
@@ -68,12 +81,12 @@ fn apply(bytes: &mut Vec<u8>, op: &Pending) {
 }
 
 impl Disk {
-    fn new(image: Vec<u8>, seed: u64, image_every: u32) -> Disk {
+    fn new(files: Files, seed: u64, image_every: u32) -> Disk {
+        let [db, journal] = files;
+        let file = |bytes: Vec<u8>| FileState { current: bytes.clone(), durable: bytes, pending: Vec::new() };
         Disk {
             state: Arc::new(Mutex::new(DiskState {
-                current: image.clone(),
-                durable: image,
-                pending: Vec::new(),
+                files: [file(db), file(journal)],
                 rng: StdRng::seed_from_u64(seed),
                 image_every,
                 images: Vec::new(),
@@ -81,7 +94,13 @@ impl Disk {
                 syncs: 0,
             })),
             acked: Arc::new(Mutex::new(Vec::new())),
+            file: DATABASE,
         }
+    }
+
+    /// The handle of the journal file on the same disk.
+    fn journal(&self) -> Disk {
+        Disk { file: JOURNAL, ..self.clone() }
     }
 
     fn lock(&self) -> MutexGuard<'_, DiskState> {
@@ -94,11 +113,14 @@ impl Disk {
             return;
         }
         let acked = self.acked.lock().unwrap_or_else(|e| e.into_inner()).len();
-        let mut image = state.durable.clone();
-        let pending = state.pending.clone();
-        for op in &pending {
-            if state.rng.random_bool(0.5) {
-                apply(&mut image, op);
+        let mut image: Files = Default::default();
+        for (i, out) in image.iter_mut().enumerate() {
+            *out = state.files[i].durable.clone();
+            let pending = state.files[i].pending.clone();
+            for op in &pending {
+                if state.rng.random_bool(0.5) {
+                    apply(out, op);
+                }
             }
         }
         state.images.push((acked, image));
@@ -107,23 +129,44 @@ impl Disk {
     fn record(&self, op: Pending) {
         let mut state = self.lock();
         self.maybe_image(&mut state);
-        apply(&mut state.current, &op);
-        state.pending.push(op);
+        let file = &mut state.files[self.file];
+        apply(&mut file.current, &op);
+        file.pending.push(op);
+    }
+
+    fn sync_file(&self) -> Result<(), io::Error> {
+        let mut state = self.lock();
+        self.maybe_image(&mut state);
+        state.syncs += 1;
+        if state.fail_sync == Some(state.syncs) {
+            return Err(io::Error::other("injected sync failure"));
+        }
+        let file = &mut state.files[self.file];
+        file.durable = file.current.clone();
+        file.pending.clear();
+        Ok(())
+    }
+
+    /// What survives a crash for certain: both files as last synced.
+    fn durable(&self) -> Files {
+        let state = self.lock();
+        [state.files[DATABASE].durable.clone(), state.files[JOURNAL].durable.clone()]
     }
 }
 
 impl redb::StorageBackend for Disk {
     fn len(&self) -> Result<u64, io::Error> {
-        Ok(self.lock().current.len() as u64)
+        Ok(self.lock().files[self.file].current.len() as u64)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
         let state = self.lock();
+        let current = &state.files[self.file].current;
         let end = offset as usize + out.len();
-        if end > state.current.len() {
+        if end > current.len() {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"));
         }
-        out.copy_from_slice(&state.current[offset as usize..end]);
+        out.copy_from_slice(&current[offset as usize..end]);
         Ok(())
     }
 
@@ -133,19 +176,31 @@ impl redb::StorageBackend for Disk {
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        let mut state = self.lock();
-        self.maybe_image(&mut state);
-        state.syncs += 1;
-        if state.fail_sync == Some(state.syncs) {
-            return Err(io::Error::other("injected sync failure"));
-        }
-        state.durable = state.current.clone();
-        state.pending.clear();
-        Ok(())
+        self.sync_file()
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
         self.record(Pending::Write(offset, data.to_vec()));
+        Ok(())
+    }
+}
+
+impl crate::journal::JournalFile for Disk {
+    fn read_all(&mut self) -> io::Result<Vec<u8>> {
+        Ok(self.lock().files[self.file].current.clone())
+    }
+
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.record(Pending::Write(offset, bytes.to_vec()));
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_file()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.record(Pending::SetLen(len));
         Ok(())
     }
 }
@@ -160,6 +215,12 @@ fn definition() -> TableDefinition {
 
 fn options() -> Options {
     Options::default().ttl_sweep_interval(None)
+}
+
+/// Checkpoints often enough that images fall before, during and after them, with journal
+/// records to replay in between.
+fn checkpoint_often() -> Options {
+    options().checkpoint(crate::Checkpoint { interval: std::time::Duration::from_secs(3600), journal_bytes: 8 * 1024 })
 }
 
 /// Writes batches and transactions from several tasks, recording each acknowledgement;
@@ -229,8 +290,9 @@ async fn scan_all(store: &EmbeddedStore, index: Option<&str>) -> Vec<Item> {
 }
 
 /// Opens an image and checks it against the writes acknowledged before it was taken.
-async fn check_image(image: Vec<u8>, acked: &[String]) -> Result<(), String> {
-    let store = EmbeddedStore::open_backend(Disk::new(image, 0, 0), options())
+async fn check_image(image: Files, acked: &[String]) -> Result<(), String> {
+    let disk = Disk::new(image, 0, 0);
+    let store = EmbeddedStore::open_backend(disk.clone(), disk.journal(), options())
         .map_err(|e| format!("the image does not open: {e}"))?;
     let tables = store.list_tables().await.map_err(|e| e.to_string())?;
     if tables.is_empty() {
@@ -296,10 +358,11 @@ fn runtime() -> tokio::runtime::Runtime {
 fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
     let rt = runtime();
     for seed in 0..6u64 {
-        let disk = Disk::new(Vec::new(), seed, 0);
-        let store = Arc::new(EmbeddedStore::open_backend(disk.clone(), options()).expect("open"));
+        let disk = Disk::new(Default::default(), seed, 0);
+        let store =
+            Arc::new(EmbeddedStore::open_backend(disk.clone(), disk.journal(), checkpoint_often()).expect("open"));
         // Images start once the new database exists: creating the file is not itself atomic.
-        disk.lock().image_every = 25;
+        disk.lock().image_every = 8;
         rt.block_on(async {
             store.create_table(definition()).await.expect("create table");
             workload(store.clone(), disk.clone(), 3, 15).await;
@@ -308,6 +371,8 @@ fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
         let images = std::mem::take(&mut disk.lock().images);
         let acked = disk.acked.lock().unwrap().clone();
         assert!(images.len() >= 5, "seed {seed}: only {} images taken", images.len());
+        let replaying = images.iter().filter(|(_, files)| !crate::journal::records(&files[JOURNAL]).is_empty()).count();
+        assert!(replaying >= 2, "seed {seed}: only {replaying} images have journal records to replay");
         for (n, (count, image)) in images.into_iter().enumerate() {
             if let Err(e) = rt.block_on(check_image(image, &acked[..count])) {
                 panic!("seed {seed}, image {n} (after {count} acknowledgements): {e}");
@@ -319,9 +384,9 @@ fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
 #[test]
 fn a_failed_sync_is_never_acknowledged() {
     let rt = runtime();
-    let disk = Disk::new(Vec::new(), 7, 0);
+    let disk = Disk::new(Default::default(), 7, 0);
     disk.lock().fail_sync = Some(12);
-    let store = Arc::new(EmbeddedStore::open_backend(disk.clone(), options()).expect("open"));
+    let store = Arc::new(EmbeddedStore::open_backend(disk.clone(), disk.journal(), options()).expect("open"));
     rt.block_on(async {
         store.create_table(definition()).await.expect("create table");
         workload(store.clone(), disk.clone(), 2, 20).await;
@@ -330,6 +395,6 @@ fn a_failed_sync_is_never_acknowledged() {
     let acked = disk.acked.lock().unwrap().clone();
     // Every writer stopped at its first error, long before finishing.
     assert!(acked.len() < 2 * 2 * 20, "the injected failure was not reported");
-    let durable = disk.lock().durable.clone();
+    let durable = disk.durable();
     rt.block_on(check_image(durable, &acked)).expect("the synced state holds every acknowledged write");
 }

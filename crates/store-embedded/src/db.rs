@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use redb::{Database, ReadableTable, WriteTransaction};
+use redb::{Database, ReadableTable};
 use store::{AttributeValue, Item, StoreError, item_size};
 
 use crate::capacity::{Units, write_units};
 use crate::codec;
+use crate::journal::{On, Tx};
 use crate::keys;
 use crate::schema::TableInfo;
 
@@ -75,6 +76,7 @@ fatal_from!(
     redb::TableError,
     redb::TransactionError,
     redb::CommitError,
+    redb::SetDurabilityError,
     redb::Error,
     codec::CorruptData
 );
@@ -91,7 +93,7 @@ pub fn internal(e: impl std::fmt::Display) -> StoreError {
 }
 
 /// Reads an item by encoded key inside the write transaction.
-pub fn load(txn: &WriteTransaction, info: &TableInfo, key: &[u8]) -> Result<Option<Item>, OpError> {
+pub fn load(txn: &Tx, info: &TableInfo, key: &[u8]) -> Result<Option<Item>, OpError> {
     let table = txn.open_table(bytes_table(&info.redb_name))?;
     let found = table.get(key)?;
     match found {
@@ -126,7 +128,7 @@ pub fn parse_ttl_key(k: &[u8]) -> Option<(u64, String, &[u8])> {
 /// both write the indexes in the same transaction, so the indexes can never disagree with
 /// the base table after a commit.
 pub fn store_item(
-    txn: &WriteTransaction,
+    txn: &Tx,
     info: &TableInfo,
     key: &[u8],
     old: Option<&Item>,
@@ -139,7 +141,7 @@ pub fn store_item(
 /// Like [`store_item`] for a write with no condition: the item it replaces comes back from
 /// the base table's own insert or remove, saving a lookup. Returns the old item and the units.
 pub fn replace_item(
-    txn: &WriteTransaction,
+    txn: &Tx,
     info: &TableInfo,
     key: &[u8],
     new: Option<&Item>,
@@ -151,26 +153,26 @@ pub fn replace_item(
 
 /// Writes or removes the base item, returning the previous one when asked for.
 fn write_base(
-    txn: &WriteTransaction,
+    txn: &Tx,
     info: &TableInfo,
     key: &[u8],
     new: Option<&Item>,
     want_old: bool,
 ) -> Result<Option<Item>, OpError> {
-    let mut base = txn.open_table(bytes_table(&info.redb_name))?;
+    let on = On::Items(&info.redb_name);
     let previous = match new {
-        Some(item) => base.insert(key, codec::encode_item(item).as_slice())?,
-        None => base.remove(key)?,
+        Some(item) => txn.put(on, key, codec::encode_item(item).as_slice(), want_old)?,
+        None => txn.remove(on, key, want_old)?,
     };
     match previous {
-        Some(v) if want_old => Ok(Some(codec::decode_item(v.value())?)),
-        _ => Ok(None),
+        Some(v) => Ok(Some(codec::decode_item(&v)?)),
+        None => Ok(None),
     }
 }
 
 /// Brings the indexes and the TTL index from `old` to `new` and counts the units spent.
 fn write_secondary(
-    txn: &WriteTransaction,
+    txn: &Tx,
     info: &TableInfo,
     key: &[u8],
     old: Option<&Item>,
@@ -195,24 +197,23 @@ fn write_secondary(
                     + a.as_ref().map_or(0.0, |(_, i)| write_units(item_size(i)))
             }
         };
-        let mut table = txn.open_table(bytes_table(&index.redb_name))?;
+        let on = On::Items(&index.redb_name);
         if let Some((bk, _)) = &before {
-            table.remove(bk.as_slice())?;
+            txn.remove(on, bk.as_slice(), false)?;
         }
         if let Some((ak, ai)) = &after {
-            table.insert(ak.as_slice(), codec::encode_item(ai).as_slice())?;
+            txn.put(on, ak.as_slice(), codec::encode_item(ai).as_slice(), false)?;
         }
         units.add_index(index.kind, &index.name, spent);
     }
     let old_expiry = old.and_then(|o| info.expiry(o));
     let new_expiry = new.and_then(|n| info.expiry(n));
     if old_expiry != new_expiry {
-        let mut ttl = txn.open_table(TTL)?;
         if let Some(e) = old_expiry {
-            ttl.remove(ttl_key(&info.def.name, e, key).as_slice())?;
+            txn.remove(On::Ttl, ttl_key(&info.def.name, e, key).as_slice(), false)?;
         }
         if let Some(e) = new_expiry {
-            ttl.insert(ttl_key(&info.def.name, e, key).as_slice(), ())?;
+            txn.put(On::Ttl, ttl_key(&info.def.name, e, key).as_slice(), &[], false)?;
         }
     }
     Ok(units)

@@ -38,6 +38,7 @@ mod codec;
 mod crash_images;
 mod db;
 mod expr;
+mod journal;
 pub mod keys;
 mod read;
 mod schema;
@@ -61,6 +62,8 @@ use tokio::sync::oneshot;
 
 use crate::db::{Shared, internal};
 use crate::schema::TableInfo;
+use crate::journal::JournalFile;
+pub use crate::writer::Checkpoint;
 use crate::writer::{Job, Reply, WriteOp, Writer};
 
 /// The database file inside the store's directory.
@@ -76,11 +79,18 @@ pub struct Options {
     /// redb's page cache, in bytes (default 64 MiB, so that a server stays small; the
     /// operating system's file cache serves the rest); `None` keeps redb's own default of 1 GiB.
     pub cache_size: Option<usize>,
+    /// When writes already durable in the journal are made durable in the database file and
+    /// the journal emptied (default: every 2 s of writing, or at 64 MiB of journal).
+    pub checkpoint: Checkpoint,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { ttl_sweep_interval: Some(Duration::from_secs(10)), cache_size: Some(64 * 1024 * 1024) }
+        Options {
+            ttl_sweep_interval: Some(Duration::from_secs(10)),
+            cache_size: Some(64 * 1024 * 1024),
+            checkpoint: Checkpoint::default(),
+        }
     }
 }
 
@@ -94,6 +104,12 @@ impl Options {
     /// Sets redb's page cache size in bytes.
     pub fn cache_size(mut self, bytes: usize) -> Self {
         self.cache_size = Some(bytes);
+        self
+    }
+
+    /// Sets when the database file catches up with the journal.
+    pub fn checkpoint(mut self, checkpoint: Checkpoint) -> Self {
+        self.checkpoint = checkpoint;
         self
     }
 }
@@ -127,28 +143,47 @@ impl EmbeddedStore {
             builder.set_cache_size(bytes);
         }
         if !path.exists() {
+            // A journal without its database belongs to no one: it must not be replayed into a new one.
+            match std::fs::remove_file(dir.join(journal::FILE_NAME)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(internal(format!("cannot remove a stale journal in {}: {e}", dir.display()))),
+            }
             create_atomically(&builder, dir, &path)?;
         }
         let db = builder.create(&path).map_err(|e| internal(format!("cannot open {}: {e}", path.display())))?;
-        EmbeddedStore::from_database(db, dir.to_path_buf(), options)
+        let journal = journal::open_file(dir)
+            .map_err(|e| internal(format!("cannot open the journal in {}: {e}", dir.display())))?;
+        EmbeddedStore::from_database(db, Box::new(journal), dir.to_path_buf(), options)
     }
 
     /// Opens the store on a redb storage backend: the crash-image tests use one that keeps
     /// only what was synced.
     #[cfg(test)]
-    pub(crate) fn open_backend(backend: impl redb::StorageBackend, options: Options) -> Result<EmbeddedStore> {
+    pub(crate) fn open_backend(
+        backend: impl redb::StorageBackend,
+        journal: impl JournalFile,
+        options: Options,
+    ) -> Result<EmbeddedStore> {
         let db = redb::Database::builder().create_with_backend(backend).map_err(internal)?;
-        EmbeddedStore::from_database(db, PathBuf::new(), options)
+        EmbeddedStore::from_database(db, Box::new(journal), PathBuf::new(), options)
     }
 
-    fn from_database(db: redb::Database, path: PathBuf, options: Options) -> Result<EmbeddedStore> {
-        let tables = load_definitions(&db).map_err(|e| match e {
+    fn from_database(
+        db: redb::Database,
+        journal: Box<dyn JournalFile>,
+        path: PathBuf,
+        options: Options,
+    ) -> Result<EmbeddedStore> {
+        let op_error = |e| match e {
             db::OpError::Store(e) => e,
             db::OpError::Fatal(e) => internal(e),
-        })?;
+        };
+        let tables = load_definitions(&db).map_err(op_error)?;
+        let (journal, seq) = journal::recover(&db, journal).map_err(op_error)?;
         let shared = Arc::new(Shared { db, tables: RwLock::new(tables) });
         let (tx, rx) = mpsc::channel();
-        let writer = Writer::new(shared.clone());
+        let writer = Writer::new(shared.clone(), journal, seq, options.checkpoint);
         let writer_thread = std::thread::Builder::new()
             .name("tally-writer".into())
             .spawn(move || writer.run(rx))

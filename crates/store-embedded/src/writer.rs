@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redb::{Durability, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use redb::{Durability, ReadableTable, ReadableTableMetadata};
 use store::limits::{IDEMPOTENCY_WINDOW_SECS, MAX_BATCH_WRITE, MAX_TRANSACT_BYTES, MAX_TRANSACT_ITEMS};
 use store::{
     BatchWriteItem, BatchWriteItemOutput, CancellationCode, CancellationReason, ConditionCheck, DeleteItem, Item,
@@ -27,6 +27,7 @@ use crate::capacity::{Kind, PerTable, Units, read_units, write_units};
 use crate::codec;
 use crate::db::{self, META, OpError, Shared, TOKEN_TIMES, TOKENS, TTL, bytes_table, load, replace_item, store_item};
 use crate::expr::{Condition, ExprContext, Projection, Update};
+use crate::journal::{self, Journal, On, Tx};
 use crate::schema::{self, TableInfo};
 
 /// Most operations applied in one group commit; bounds the transaction and the latency of
@@ -91,6 +92,29 @@ pub struct Writer {
     /// Table definitions as of the open transaction (ahead of `shared` until the commit).
     defs: BTreeMap<String, Arc<TableInfo>>,
     defs_changed: bool,
+    journal: Journal,
+    /// The sequence number of the last group committed.
+    seq: u64,
+    checkpoint: Checkpoint,
+    last_checkpoint: Instant,
+    /// Set when the journal could not be written or emptied: from then on every write fails
+    /// until the store is reopened (which replays what the journal holds).
+    failed: Option<String>,
+}
+
+/// When the writer makes a group's commit durable in redb itself and empties the journal.
+#[derive(Clone, Copy, Debug)]
+pub struct Checkpoint {
+    /// At least this often while writes arrive.
+    pub interval: Duration,
+    /// Or once the journal holds this many bytes.
+    pub journal_bytes: u64,
+}
+
+impl Default for Checkpoint {
+    fn default() -> Self {
+        Checkpoint { interval: Duration::from_secs(2), journal_bytes: 64 << 20 }
+    }
 }
 
 /// Seconds since the epoch.
@@ -99,13 +123,22 @@ pub fn now_secs() -> u64 {
 }
 
 impl Writer {
-    /// A writer over the shared state.
-    pub fn new(shared: Arc<Shared>) -> Self {
+    /// A writer over the shared state, appending to `journal` after group `seq`.
+    pub fn new(shared: Arc<Shared>, journal: Journal, seq: u64, checkpoint: Checkpoint) -> Self {
         let defs = shared.tables.read().unwrap_or_else(|e| e.into_inner()).clone();
-        Writer { shared, defs, defs_changed: false }
+        Writer {
+            shared,
+            defs,
+            defs_changed: false,
+            journal,
+            seq,
+            checkpoint,
+            last_checkpoint: Instant::now(),
+            failed: None,
+        }
     }
 
-    /// Runs until every sender is gone.
+    /// Runs until every sender is gone, then checkpoints.
     pub fn run(mut self, rx: Receiver<Job>) {
         while let Ok(first) = rx.recv() {
             let mut jobs = vec![first];
@@ -116,6 +149,11 @@ impl Writer {
                 }
             }
             self.run_group(jobs);
+        }
+        if self.failed.is_none() && self.journal.len() > 0 {
+            if let Err(e) = self.checkpoint_now() {
+                tracing::error!(error = %e, "the last checkpoint failed; the journal will be replayed on the next open");
+            }
         }
     }
 
@@ -148,13 +186,48 @@ impl Writer {
         self.defs_changed = false;
     }
 
-    /// Applies the jobs in one transaction and commits it; `Err` means nothing was committed.
-    fn try_group(&mut self, jobs: &[Job]) -> Result<Vec<Result<Reply, StoreError>>, String> {
+    fn checkpoint_due(&self) -> bool {
+        self.last_checkpoint.elapsed() >= self.checkpoint.interval || self.journal.len() >= self.checkpoint.journal_bytes
+    }
+
+    /// Makes everything committed so far durable in redb and empties the journal.
+    fn checkpoint_now(&mut self) -> Result<(), String> {
         let mut txn = self.shared.db.begin_write().map_err(|e| e.to_string())?;
         txn.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
+        journal::set_applied(&txn, self.seq).map_err(fatal_text)?;
+        txn.commit().map_err(|e| e.to_string())?;
+        self.emptied()
+    }
+
+    /// After a durable commit: the journal's records are all in redb now.
+    fn emptied(&mut self) -> Result<(), String> {
+        self.last_checkpoint = Instant::now();
+        if let Err(e) = self.journal.reset() {
+            let message = format!("cannot empty the journal: {e}");
+            self.failed = Some(message.clone());
+            return Err(message);
+        }
+        Ok(())
+    }
+
+    /// Applies the jobs in one transaction and commits it; `Err` means nothing was committed.
+    ///
+    /// The group is made durable either by a journal record (synced before redb commits
+    /// without an fsync) or, at a checkpoint and for table creation and deletion (which the
+    /// journal does not record), by a durable redb commit.
+    fn try_group(&mut self, jobs: &[Job]) -> Result<Vec<Result<Reply, StoreError>>, String> {
+        if let Some(failed) = &self.failed {
+            return Err(format!("the store must be reopened after an earlier failure: {failed}"));
+        }
+        let schema_change = jobs.iter().any(|j| matches!(j.op, WriteOp::CreateTable(_) | WriteOp::DeleteTable(_)));
+        let durable = schema_change || self.checkpoint_due();
+        let mut txn = self.shared.db.begin_write().map_err(|e| e.to_string())?;
+        txn.set_durability(if durable { Durability::Immediate } else { Durability::None })
+            .map_err(|e| e.to_string())?;
+        let tx = Tx::new(txn);
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let outcome = catch_unwind(AssertUnwindSafe(|| self.apply(&txn, &job.op)));
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.apply(&tx, &job.op)));
             match outcome {
                 Ok(Ok(reply)) => results.push(Ok(reply)),
                 Ok(Err(OpError::Store(e))) => results.push(Err(e)),
@@ -169,11 +242,36 @@ impl Writer {
                 }
             }
         }
-        txn.commit().map_err(|e| e.to_string())?;
+        if !durable && tx.effects().is_empty() {
+            // Nothing was written (every operation failed its condition): nothing to commit.
+            return Ok(results);
+        }
+        let seq = self.seq + 1;
+        journal::set_applied(&tx, seq).map_err(fatal_text)?;
+        if !durable && let Err(e) = self.journal.append(seq, &tx.effects()) {
+            // The record may or may not be on disk: refuse every write until a reopen settles it.
+            let message = format!("cannot write the journal: {e}");
+            self.failed = Some(message.clone());
+            return Err(message);
+        }
+        let committed = tx.into_inner().commit();
+        if let Err(e) = committed {
+            let message = e.to_string();
+            if !durable {
+                // The journal holds the group: a reopen replays it, so no later group may follow it.
+                self.failed = Some(message.clone());
+            }
+            return Err(message);
+        }
+        self.seq = seq;
         if self.defs_changed {
             let mut tables = self.shared.tables.write().unwrap_or_else(|e| e.into_inner());
             *tables = self.defs.clone();
             self.defs_changed = false;
+        }
+        if durable {
+            // The group is answered as written even if emptying the journal fails: it is durable.
+            let _ = self.emptied();
         }
         Ok(results)
     }
@@ -182,7 +280,7 @@ impl Writer {
         self.defs.get(table).cloned().ok_or_else(|| StoreError::ResourceNotFound("Requested resource not found".into()))
     }
 
-    fn apply(&mut self, txn: &WriteTransaction, op: &WriteOp) -> Result<Reply, OpError> {
+    fn apply(&mut self, txn: &Tx, op: &WriteOp) -> Result<Reply, OpError> {
         match op {
             WriteOp::CreateTable(def) => self.create_table(txn, def).map(Reply::Table),
             WriteOp::DeleteTable(name) => self.delete_table(txn, name).map(Reply::Table),
@@ -204,7 +302,7 @@ impl Writer {
         }
     }
 
-    fn create_table(&mut self, txn: &WriteTransaction, def: &TableDefinition) -> Result<TableDescription, OpError> {
+    fn create_table(&mut self, txn: &Tx, def: &TableDefinition) -> Result<TableDescription, OpError> {
         schema::check_definition(def)?;
         if self.defs.contains_key(&def.name) {
             return Err(StoreError::ResourceInUse(format!("Table already exists: {}", def.name)).into());
@@ -220,7 +318,7 @@ impl Writer {
         Ok(TableDescription { definition: def.clone(), status: TableStatus::Active, item_count: 0, size_bytes: 0 })
     }
 
-    fn delete_table(&mut self, txn: &WriteTransaction, name: &str) -> Result<TableDescription, OpError> {
+    fn delete_table(&mut self, txn: &Tx, name: &str) -> Result<TableDescription, OpError> {
         let info = self.defs.get(name).cloned().ok_or_else(|| {
             StoreError::ResourceNotFound(format!("Requested resource not found: Table: {name} not found"))
         })?;
@@ -316,7 +414,7 @@ impl Writer {
     }
 
     /// Checks the condition and computes the new item, writing nothing.
-    fn evaluate(&self, txn: &WriteTransaction, parsed: &Parsed) -> Result<Planned, OpError> {
+    fn evaluate(&self, txn: &Tx, parsed: &Parsed) -> Result<Planned, OpError> {
         let target = &parsed.target;
         let old = load(txn, &target.info, &target.key)?;
         if let Some(condition) = &parsed.condition
@@ -341,7 +439,7 @@ impl Writer {
         Ok(Planned { old, new })
     }
 
-    fn single(&self, txn: &WriteTransaction, parsed: Parsed) -> Result<WriteOutput, OpError> {
+    fn single(&self, txn: &Tx, parsed: Parsed) -> Result<WriteOutput, OpError> {
         let target = &parsed.target;
         let (planned, units) = match (&parsed.condition, &parsed.action) {
             // Without a condition a put or delete needs no look first: the base table's
@@ -371,7 +469,7 @@ impl Writer {
         Ok(WriteOutput { attributes, consumed_capacity: units.consumed(&target.info.def.name, Kind::Write) })
     }
 
-    fn batch(&self, txn: &WriteTransaction, req: &BatchWriteItem) -> Result<BatchWriteItemOutput, OpError> {
+    fn batch(&self, txn: &Tx, req: &BatchWriteItem) -> Result<BatchWriteItemOutput, OpError> {
         let total: usize = req.requests.values().map(Vec::len).sum();
         if total > MAX_BATCH_WRITE {
             return Err(StoreError::validation("Too many items requested for the BatchWriteItem call").into());
@@ -414,7 +512,7 @@ impl Writer {
         })
     }
 
-    fn transact(&self, txn: &WriteTransaction, req: &TransactWriteItems) -> Result<TransactWriteItemsOutput, OpError> {
+    fn transact(&self, txn: &Tx, req: &TransactWriteItems) -> Result<TransactWriteItemsOutput, OpError> {
         if req.items.is_empty() || req.items.len() > MAX_TRANSACT_ITEMS {
             return Err(StoreError::validation(format!(
                 "1 validation error detected: Value at 'transactItems' failed to satisfy constraint: Member must have length less than or equal to {MAX_TRANSACT_ITEMS} and greater than or equal to 1"
@@ -500,7 +598,7 @@ impl Writer {
         Ok(TransactWriteItemsOutput { consumed_capacity: per_table.consumed(Kind::Write) })
     }
 
-    fn sweep(&self, txn: &WriteTransaction, now: u64) -> Result<Reply, OpError> {
+    fn sweep(&self, txn: &Tx, now: u64) -> Result<Reply, OpError> {
         // DynamoDB ignores expiry times more than five years in the past.
         let oldest = now.saturating_sub(5 * 365 * 24 * 3600);
         let due: Vec<Vec<u8>> = {
@@ -521,7 +619,7 @@ impl Writer {
         let mut deleted = 0;
         for k in due {
             let Some((expiry, table, key)) = db::parse_ttl_key(&k) else {
-                txn.open_table(TTL)?.remove(k.as_slice())?;
+                txn.remove(On::Ttl, &k, false)?;
                 continue;
             };
             let info = self.defs.get(&table);
@@ -536,7 +634,7 @@ impl Writer {
                 }
                 _ => {
                     // A stale entry: its table or item is gone, or the item's expiry changed.
-                    txn.open_table(TTL)?.remove(k.as_slice())?;
+                    txn.remove(On::Ttl, &k, false)?;
                 }
             }
         }
@@ -573,6 +671,13 @@ struct Parsed {
 struct Planned {
     old: Option<Item>,
     new: Option<Item>,
+}
+
+fn fatal_text(e: OpError) -> String {
+    match e {
+        OpError::Store(e) => e.to_string(),
+        OpError::Fatal(e) => e,
+    }
 }
 
 fn parse_condition(text: Option<&str>, ctx: &mut ExprContext<'_>) -> Result<Option<Condition>, StoreError> {
@@ -615,7 +720,7 @@ fn fingerprint(text: &str) -> u64 {
     h
 }
 
-fn token_entry(txn: &WriteTransaction, token: &str) -> Result<Option<(u64, u64)>, OpError> {
+fn token_entry(txn: &Tx, token: &str) -> Result<Option<(u64, u64)>, OpError> {
     let table = txn.open_table(TOKENS)?;
     let Some(v) = table.get(token)? else {
         return Ok(None);
@@ -629,15 +734,15 @@ fn token_entry(txn: &WriteTransaction, token: &str) -> Result<Option<(u64, u64)>
     Ok(Some((time, fp)))
 }
 
-fn record_token(txn: &WriteTransaction, token: &str, now: u64, fp: u64) -> Result<(), OpError> {
+fn record_token(txn: &Tx, token: &str, now: u64, fp: u64) -> Result<(), OpError> {
     if let Some((old_time, _)) = token_entry(txn, token)? {
-        txn.open_table(TOKEN_TIMES)?.remove(token_time_key(old_time, token).as_slice())?;
+        txn.remove(On::TokenTimes, &token_time_key(old_time, token), false)?;
     }
     let mut value = [0u8; 16];
     value[..8].copy_from_slice(&now.to_be_bytes());
     value[8..].copy_from_slice(&fp.to_be_bytes());
-    txn.open_table(TOKENS)?.insert(token, value.as_slice())?;
-    txn.open_table(TOKEN_TIMES)?.insert(token_time_key(now, token).as_slice(), ())?;
+    txn.put(On::Tokens, token.as_bytes(), value.as_slice(), false)?;
+    txn.put(On::TokenTimes, &token_time_key(now, token), &[], false)?;
     Ok(())
 }
 
@@ -648,7 +753,7 @@ fn token_time_key(time: u64, token: &str) -> Vec<u8> {
 }
 
 /// Forgets tokens older than the idempotency window, a bounded number at a time.
-fn purge_tokens(txn: &WriteTransaction, now: u64) -> Result<(), OpError> {
+fn purge_tokens(txn: &Tx, now: u64) -> Result<(), OpError> {
     let cutoff = now.saturating_sub(IDEMPOTENCY_WINDOW_SECS).to_be_bytes();
     let old: Vec<Vec<u8>> = {
         let times = txn.open_table(TOKEN_TIMES)?;
@@ -661,12 +766,10 @@ fn purge_tokens(txn: &WriteTransaction, now: u64) -> Result<(), OpError> {
         }
         old
     };
-    let mut times = txn.open_table(TOKEN_TIMES)?;
-    let mut tokens = txn.open_table(TOKENS)?;
     for k in old {
-        times.remove(k.as_slice())?;
-        if let Ok(token) = std::str::from_utf8(&k[8..]) {
-            tokens.remove(token)?;
+        txn.remove(On::TokenTimes, &k, false)?;
+        if std::str::from_utf8(&k[8..]).is_ok() {
+            txn.remove(On::Tokens, &k[8..], false)?;
         }
     }
     Ok(())
@@ -692,8 +795,10 @@ mod tests {
     fn a_fatal_job_does_not_take_its_group_down() {
         let dir = tempfile::tempdir().unwrap();
         let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
+        let file = journal::open_file(dir.path()).unwrap();
+        let (journal, seq) = journal::recover(&db, Box::new(file)).map_err(fatal_text).unwrap();
         let shared = Arc::new(Shared { db, tables: Default::default() });
-        let mut writer = Writer::new(shared.clone());
+        let mut writer = Writer::new(shared.clone(), journal, seq, Checkpoint::default());
         let def = TableDefinition::new("tbl", KeySchema::hash("pk", ScalarType::S));
         let (create, rx) = job(WriteOp::CreateTable(def));
         writer.run_group(vec![create]);

@@ -1,0 +1,410 @@
+//! The write-ahead journal: how a group commit becomes durable with one sequential append.
+//!
+//! A group's changes to redb are recorded as physical effects — "put these bytes at this key
+//! of this redb table", "remove this key" — while the group is applied. Before the group's
+//! redb transaction commits, the effects are appended to `tally.journal` as one record and the
+//! file is synced; the redb transaction then commits *without* an fsync (`Durability::None`),
+//! so its pages stay in redb's write buffer instead of being written at random places of the
+//! file on every group. Every so often (a checkpoint) a group commits with
+//! `Durability::Immediate`, which writes everything out, and the journal is emptied.
+//!
+//! Each redb commit also stores the group's sequence number (`sys/journal`), so after a crash
+//! the database reopens at its last durable commit, knows which sequence that was, and replays
+//! the journal records after it, in order. A record is
+//! `magic ‖ payload length ‖ CRC-32 of (sequence ‖ payload) ‖ sequence ‖ payload`; reading
+//! stops at the first record that is incomplete or fails its checksum, which can only be a
+//! record whose sync never returned, so its callers were never answered.
+//!
+//! Why physical effects and not the operations: replaying operations would re-evaluate
+//! conditions and updates, which depend on the time (idempotency tokens) and must reproduce
+//! exactly what the first run decided. Effects are what was decided, so replay is a plain copy.
+
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use redb::{ReadableTable, WriteTransaction};
+
+use crate::db::{OpError, TOKEN_TIMES, TOKENS, TTL, bytes_table};
+
+/// The journal's file name in the store's directory.
+pub const FILE_NAME: &str = "tally.journal";
+
+/// The redb table holding the sequence number of the last group in the database.
+pub const APPLIED: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("sys/journal");
+const APPLIED_KEY: &str = "applied";
+
+const MAGIC: [u8; 4] = *b"TJR1";
+const HEADER: usize = 4 + 4 + 4 + 8;
+
+/// A file the journal lives in: the real file, or a simulated disk in tests.
+pub trait JournalFile: Send + 'static {
+    /// The whole contents.
+    fn read_all(&mut self) -> io::Result<Vec<u8>>;
+    /// Writes `bytes` at `offset`.
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
+    /// Makes every write so far durable.
+    fn sync(&mut self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (not synced).
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl JournalFile for File {
+    fn read_all(&mut self) -> io::Result<Vec<u8>> {
+        let len = self.metadata()?.len();
+        let mut bytes = vec![0; usize::try_from(len).map_err(io::Error::other)?];
+        self.read_exact_at(&mut bytes, 0)?;
+        Ok(bytes)
+    }
+
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.write_all_at(bytes, offset)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
+}
+
+/// Opens (creating if needed) the journal file of a store directory.
+pub fn open_file(dir: &Path) -> io::Result<File> {
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(FILE_NAME))
+}
+
+/// The journal: an append position in a [`JournalFile`].
+pub struct Journal {
+    file: Box<dyn JournalFile>,
+    len: u64,
+}
+
+impl Journal {
+    /// A journal over `file`, appending after `len` bytes.
+    fn new(file: Box<dyn JournalFile>, len: u64) -> Journal {
+        Journal { file, len }
+    }
+
+    /// Bytes appended since the last [`Journal::reset`].
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Appends one record and syncs it; the group is durable once this returns `Ok`.
+    pub fn append(&mut self, seq: u64, effects: &[u8]) -> io::Result<()> {
+        let mut record = Vec::with_capacity(HEADER + effects.len());
+        record.extend_from_slice(&MAGIC);
+        record.extend_from_slice(&u32::try_from(effects.len()).map_err(io::Error::other)?.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&seq.to_le_bytes());
+        crc.update(effects);
+        record.extend_from_slice(&crc.finalize().to_le_bytes());
+        record.extend_from_slice(&seq.to_le_bytes());
+        record.extend_from_slice(effects);
+        self.file.write_at(self.len, &record)?;
+        self.file.sync()?;
+        self.len += record.len() as u64;
+        Ok(())
+    }
+
+    /// Empties the journal durably: called once a durable redb commit holds everything in it.
+    pub fn reset(&mut self) -> io::Result<()> {
+        self.file.set_len(0)?;
+        self.file.sync()?;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+/// The records of a journal's bytes, in order, up to the first that is incomplete or corrupt.
+pub fn records(bytes: &[u8]) -> Vec<(u64, &[u8])> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while rest.len() >= HEADER && rest[..4] == MAGIC {
+        let len = u32::from_le_bytes(rest[4..8].try_into().unwrap_or_default()) as usize;
+        let crc = u32::from_le_bytes(rest[8..12].try_into().unwrap_or_default());
+        let seq_bytes = &rest[12..20];
+        let Some(payload) = rest.get(HEADER..HEADER + len) else { break };
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(seq_bytes);
+        hasher.update(payload);
+        if hasher.finalize() != crc {
+            break;
+        }
+        out.push((u64::from_le_bytes(seq_bytes.try_into().unwrap_or_default()), payload));
+        rest = &rest[HEADER + len..];
+    }
+    out
+}
+
+/// Which redb table an effect is on.
+#[derive(Clone, Copy)]
+pub enum On<'a> {
+    /// A base or index table (`t/…`, `i/…`), by redb name.
+    Items(&'a str),
+    /// The TTL index.
+    Ttl,
+    /// Idempotency tokens.
+    Tokens,
+    /// Idempotency tokens by time.
+    TokenTimes,
+}
+
+const PUT: u8 = 0x10;
+const REMOVE: u8 = 0x20;
+
+impl On<'_> {
+    fn tag(self) -> u8 {
+        match self {
+            On::Items(_) => 0,
+            On::Ttl => 1,
+            On::Tokens => 2,
+            On::TokenTimes => 3,
+        }
+    }
+}
+
+/// A redb write transaction that records every change it makes to item, index, TTL and token
+/// tables as journal effects. Reads go straight to the transaction (`Deref`).
+///
+/// Invariant: every write the writer makes outside table creation and deletion goes through
+/// [`Tx::put`] or [`Tx::remove`]; the crash tests would lose acknowledged writes otherwise.
+pub struct Tx {
+    txn: WriteTransaction,
+    effects: RefCell<Vec<u8>>,
+}
+
+impl std::ops::Deref for Tx {
+    type Target = WriteTransaction;
+
+    fn deref(&self) -> &WriteTransaction {
+        &self.txn
+    }
+}
+
+fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+impl Tx {
+    /// Wraps a write transaction.
+    pub fn new(txn: WriteTransaction) -> Tx {
+        Tx { txn, effects: RefCell::new(Vec::new()) }
+    }
+
+    /// The effects recorded so far.
+    pub fn effects(&self) -> std::cell::Ref<'_, Vec<u8>> {
+        self.effects.borrow()
+    }
+
+    /// The transaction, for its commit.
+    pub fn into_inner(self) -> WriteTransaction {
+        self.txn
+    }
+
+    fn note(&self, op: u8, on: On<'_>, key: &[u8], value: Option<&[u8]>) {
+        let mut out = self.effects.borrow_mut();
+        out.push(op | on.tag());
+        if let On::Items(name) = on {
+            push_bytes(&mut out, name.as_bytes());
+        }
+        push_bytes(&mut out, key);
+        if let Some(value) = value {
+            push_bytes(&mut out, value);
+        }
+    }
+
+    /// Inserts into an item or index table, returning the bytes it replaced if `want_old`.
+    pub fn put(&self, on: On<'_>, key: &[u8], value: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
+        let old = put_raw(&self.txn, on, key, value, want_old)?;
+        self.note(PUT, on, key, Some(value));
+        Ok(old)
+    }
+
+    /// Removes a key, returning the bytes it held if `want_old`.
+    pub fn remove(&self, on: On<'_>, key: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
+        let old = remove_raw(&self.txn, on, key, want_old)?;
+        self.note(REMOVE, on, key, None);
+        Ok(old)
+    }
+}
+
+fn token(key: &[u8]) -> Result<&str, OpError> {
+    std::str::from_utf8(key).map_err(|_| OpError::Fatal("journal: a token is not UTF-8".into()))
+}
+
+fn put_raw(txn: &WriteTransaction, on: On<'_>, key: &[u8], value: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
+    Ok(match on {
+        On::Items(name) => {
+            let mut t = txn.open_table(bytes_table(name))?;
+            let old = t.insert(key, value)?;
+            old.filter(|_| want_old).map(|v| v.value().to_vec())
+        }
+        On::Ttl => {
+            txn.open_table(TTL)?.insert(key, ())?;
+            None
+        }
+        On::Tokens => {
+            let mut t = txn.open_table(TOKENS)?;
+            let old = t.insert(token(key)?, value)?;
+            old.filter(|_| want_old).map(|v| v.value().to_vec())
+        }
+        On::TokenTimes => {
+            txn.open_table(TOKEN_TIMES)?.insert(key, ())?;
+            None
+        }
+    })
+}
+
+fn remove_raw(txn: &WriteTransaction, on: On<'_>, key: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
+    Ok(match on {
+        On::Items(name) => {
+            let mut t = txn.open_table(bytes_table(name))?;
+            let old = t.remove(key)?;
+            old.filter(|_| want_old).map(|v| v.value().to_vec())
+        }
+        On::Ttl => {
+            txn.open_table(TTL)?.remove(key)?;
+            None
+        }
+        On::Tokens => {
+            let mut t = txn.open_table(TOKENS)?;
+            let old = t.remove(token(key)?)?;
+            old.filter(|_| want_old).map(|v| v.value().to_vec())
+        }
+        On::TokenTimes => {
+            txn.open_table(TOKEN_TIMES)?.remove(key)?;
+            None
+        }
+    })
+}
+
+/// Applies one record's effects to `txn`.
+fn replay(txn: &WriteTransaction, mut payload: &[u8]) -> Result<(), OpError> {
+    fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], OpError> {
+        let corrupt = || OpError::Fatal("journal: a record's effects are cut short".into());
+        let (len, tail) = rest.split_first_chunk::<4>().ok_or_else(corrupt)?;
+        let len = u32::from_le_bytes(*len) as usize;
+        let bytes = tail.get(..len).ok_or_else(corrupt)?;
+        *rest = &tail[len..];
+        Ok(bytes)
+    }
+    while let Some((&op, rest)) = payload.split_first() {
+        payload = rest;
+        let on = match op & 0x0F {
+            0 => On::Items(
+                std::str::from_utf8(take(&mut payload)?)
+                    .map_err(|_| OpError::Fatal("journal: a table name is not UTF-8".into()))?,
+            ),
+            1 => On::Ttl,
+            2 => On::Tokens,
+            3 => On::TokenTimes,
+            other => return Err(OpError::Fatal(format!("journal: unknown table tag {other}"))),
+        };
+        let key = take(&mut payload)?;
+        match op & 0xF0 {
+            PUT => {
+                let value = take(&mut payload)?;
+                put_raw(txn, on, key, value, false)?;
+            }
+            REMOVE => {
+                remove_raw(txn, on, key, false)?;
+            }
+            other => return Err(OpError::Fatal(format!("journal: unknown effect {other:#x}"))),
+        }
+    }
+    Ok(())
+}
+
+/// The sequence number of the last group in the database, as seen by `txn`.
+pub fn applied(txn: &WriteTransaction) -> Result<u64, OpError> {
+    Ok(txn.open_table(APPLIED)?.get(APPLIED_KEY)?.map(|v| v.value()).unwrap_or(0))
+}
+
+/// Records `seq` as the last group in the database, in the same transaction as its effects.
+pub fn set_applied(txn: &WriteTransaction, seq: u64) -> Result<(), OpError> {
+    txn.open_table(APPLIED)?.insert(APPLIED_KEY, seq)?;
+    Ok(())
+}
+
+/// Brings the database up to date with the journal after an open: replays every record after
+/// the last durable group, commits durably, empties the journal. Returns the journal, ready
+/// for appends, and the last sequence number.
+pub fn recover(db: &redb::Database, mut file: Box<dyn JournalFile>) -> Result<(Journal, u64), OpError> {
+    let io = |what: &str, e: io::Error| OpError::Fatal(format!("journal: cannot {what}: {e}"));
+    let bytes = file.read_all().map_err(|e| io("read the journal", e))?;
+    let mut txn = db.begin_write()?;
+    txn.set_durability(redb::Durability::Immediate)?;
+    let mut seq = applied(&txn)?;
+    let mut replayed = 0usize;
+    for (record_seq, payload) in records(&bytes) {
+        if record_seq <= seq {
+            continue;
+        }
+        if record_seq != seq + 1 {
+            return Err(OpError::Fatal(format!(
+                "journal: record {record_seq} follows group {seq}; the groups between are missing"
+            )));
+        }
+        replay(&txn, payload)?;
+        seq = record_seq;
+        replayed += 1;
+    }
+    set_applied(&txn, seq)?;
+    txn.commit()?;
+    if replayed > 0 {
+        tracing::info!(groups = replayed, "replayed the journal after an unclean shutdown");
+    }
+    let mut journal = Journal::new(file, 0);
+    journal.reset().map_err(|e| io("empty the journal", e))?;
+    Ok((journal, seq))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_stop_at_the_first_torn_or_corrupt_one() {
+        struct Mem(Vec<u8>);
+        impl JournalFile for Mem {
+            fn read_all(&mut self) -> io::Result<Vec<u8>> {
+                Ok(self.0.clone())
+            }
+            fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+                let end = offset as usize + bytes.len();
+                if self.0.len() < end {
+                    self.0.resize(end, 0);
+                }
+                self.0[offset as usize..end].copy_from_slice(bytes);
+                Ok(())
+            }
+            fn sync(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+            fn set_len(&mut self, len: u64) -> io::Result<()> {
+                self.0.truncate(len as usize);
+                Ok(())
+            }
+        }
+        let mut journal = Journal::new(Box::new(Mem(Vec::new())), 0);
+        journal.append(1, b"one").unwrap();
+        journal.append(2, b"").unwrap();
+        journal.append(3, b"three").unwrap();
+        let mut bytes = journal.file.read_all().unwrap();
+        let got: Vec<(u64, Vec<u8>)> = records(&bytes).into_iter().map(|(s, p)| (s, p.to_vec())).collect();
+        assert_eq!(got, vec![(1, b"one".to_vec()), (2, vec![]), (3, b"three".to_vec())]);
+        // A torn tail drops only the last record.
+        assert_eq!(records(&bytes[..bytes.len() - 1]).len(), 2);
+        // A flipped bit in the second record hides it and everything after it.
+        bytes[HEADER + 3 + HEADER - 1] ^= 1;
+        assert_eq!(records(&bytes).len(), 1);
+        // Zeros (a lost write before a kept one) are not a record.
+        assert!(records(&[0u8; 64]).is_empty());
+    }
+}
