@@ -352,14 +352,18 @@ impl Store for EmbeddedStore {
     }
 
     async fn put_item(&self, request: PutItem) -> Result<WriteOutput> {
-        match self.submit(WriteOp::Put(request)).await? {
+        // Expressions are parsed here, on the caller's task, leaving the writer thread only
+        // the work that needs the table's state.
+        let condition = writer::put_expressions(&request)?;
+        match self.submit(WriteOp::Put(request, condition)).await? {
             Reply::Write(w) => Ok(w),
             _ => Err(unexpected()),
         }
     }
 
     async fn update_item(&self, request: UpdateItem) -> Result<WriteOutput> {
-        match self.submit(WriteOp::Update(request)).await? {
+        let (update, condition) = writer::update_expressions(&request)?;
+        match self.submit(WriteOp::Update(request, update, condition)).await? {
             Reply::Write(w) => Ok(w),
             _ => Err(unexpected()),
         }

@@ -42,10 +42,10 @@ pub enum WriteOp {
     CreateTable(TableDefinition),
     /// `DeleteTable`.
     DeleteTable(String),
-    /// `PutItem`.
-    Put(PutItem),
-    /// `UpdateItem`.
-    Update(UpdateItem),
+    /// `PutItem`, with its condition already parsed by the caller ([`put_expressions`]).
+    Put(PutItem, Option<Condition>),
+    /// `UpdateItem`, with its expressions already parsed by the caller ([`update_expressions`]).
+    Update(UpdateItem, Update, Option<Condition>),
     /// `DeleteItem`.
     Delete(DeleteItem),
     /// `BatchWriteItem`.
@@ -284,12 +284,12 @@ impl Writer {
         match op {
             WriteOp::CreateTable(def) => self.create_table(txn, def).map(Reply::Table),
             WriteOp::DeleteTable(name) => self.delete_table(txn, name).map(Reply::Table),
-            WriteOp::Put(req) => {
-                let parsed = self.parse_put(req)?;
+            WriteOp::Put(req, condition) => {
+                let parsed = self.plan_put(req, condition.as_ref().map(Held::Borrowed))?;
                 self.single(txn, parsed).map(Reply::Write)
             }
-            WriteOp::Update(req) => {
-                let parsed = self.parse_update(req)?;
+            WriteOp::Update(req, update, condition) => {
+                let parsed = self.plan_update(req, Held::Borrowed(update), condition.as_ref().map(Held::Borrowed))?;
                 self.single(txn, parsed).map(Reply::Write)
             }
             WriteOp::Delete(req) => {
@@ -344,11 +344,11 @@ impl Writer {
         Ok(Target { info, key: bytes, key_item: key.clone() })
     }
 
-    fn parse_put(&self, req: &PutItem) -> Result<Parsed, StoreError> {
-        let mut ctx = ExprContext::new(&req.attrs);
-        let condition = parse_condition(req.condition.as_deref(), &mut ctx)?;
-        ctx.finish()?;
-        check_single_return(req.return_values)?;
+    fn parse_put<'r>(&self, req: &'r PutItem) -> Result<Parsed<'r>, StoreError> {
+        self.plan_put(req, put_expressions(req)?.map(Held::Owned))
+    }
+
+    fn plan_put<'r>(&self, req: &'r PutItem, condition: Option<Held<'r, Condition>>) -> Result<Parsed<'r>, StoreError> {
         let info = self.info(&req.table)?;
         info.check_put(&req.item)?;
         let key_item = info.key_of(&req.item);
@@ -356,17 +356,23 @@ impl Writer {
         Ok(Parsed {
             target: Target { info, key, key_item },
             condition,
-            action: Action::Put(req.item.clone()),
+            action: Action::Put(&req.item),
             return_values: req.return_values,
             return_old_on_failure: req.return_old_on_condition_failure,
         })
     }
 
-    fn parse_update(&self, req: &UpdateItem) -> Result<Parsed, StoreError> {
-        let mut ctx = ExprContext::new(&req.attrs);
-        let update = Update::parse(&req.update, &mut ctx)?;
-        let condition = parse_condition(req.condition.as_deref(), &mut ctx)?;
-        ctx.finish()?;
+    fn parse_update(&self, req: &UpdateItem) -> Result<Parsed<'static>, StoreError> {
+        let (update, condition) = update_expressions(req)?;
+        self.plan_update(req, Held::Owned(update), condition.map(Held::Owned))
+    }
+
+    fn plan_update<'r>(
+        &self,
+        req: &UpdateItem,
+        update: Held<'r, Update>,
+        condition: Option<Held<'r, Condition>>,
+    ) -> Result<Parsed<'r>, StoreError> {
         let target = self.target(&req.table, &req.key)?;
         let written = update.top_level_attributes();
         let paths = update.updated_paths();
@@ -386,27 +392,27 @@ impl Writer {
         })
     }
 
-    fn parse_delete(&self, req: &DeleteItem) -> Result<Parsed, StoreError> {
+    fn parse_delete(&self, req: &DeleteItem) -> Result<Parsed<'static>, StoreError> {
         let mut ctx = ExprContext::new(&req.attrs);
         let condition = parse_condition(req.condition.as_deref(), &mut ctx)?;
         ctx.finish()?;
         check_single_return(req.return_values)?;
         Ok(Parsed {
             target: self.target(&req.table, &req.key)?,
-            condition,
+            condition: condition.map(Held::Owned),
             action: Action::Delete,
             return_values: req.return_values,
             return_old_on_failure: req.return_old_on_condition_failure,
         })
     }
 
-    fn parse_check(&self, req: &ConditionCheck) -> Result<Parsed, StoreError> {
+    fn parse_check(&self, req: &ConditionCheck) -> Result<Parsed<'static>, StoreError> {
         let mut ctx = ExprContext::new(&req.attrs);
         let condition = Condition::parse(&req.condition, &mut ctx)?;
         ctx.finish()?;
         Ok(Parsed {
             target: self.target(&req.table, &req.key)?,
-            condition: Some(condition),
+            condition: Some(Held::Owned(condition)),
             action: Action::Check,
             return_values: ReturnValues::None,
             return_old_on_failure: req.return_old_on_condition_failure,
@@ -426,7 +432,7 @@ impl Writer {
             .into());
         }
         let new = match &parsed.action {
-            Action::Put(item) => Some(item.clone()),
+            Action::Put(item) => Some((*item).clone()),
             Action::Delete => None,
             Action::Check => old.clone(),
             Action::Update(update, _) => {
@@ -446,7 +452,8 @@ impl Writer {
             // insert or remove hands back the item it replaced.
             (None, Action::Put(item)) => {
                 let (old, units) = replace_item(txn, &target.info, &target.key, Some(item))?;
-                (Planned { old, new: Some(item.clone()) }, units)
+                // A put returns at most the old item (`check_single_return`), so the new one is not kept.
+                (Planned { old, new: None }, units)
             }
             (None, Action::Delete) => {
                 let (old, units) = replace_item(txn, &target.info, &target.key, None)?;
@@ -650,19 +657,37 @@ struct Target {
     key_item: Item,
 }
 
-enum Action {
-    Put(Item),
+/// A parsed expression: parsed by the caller and borrowed from the queued operation, or parsed
+/// by the writer (inside transactions) and owned.
+enum Held<'r, T> {
+    Owned(T),
+    Borrowed(&'r T),
+}
+
+impl<T> std::ops::Deref for Held<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        match self {
+            Held::Owned(t) => t,
+            Held::Borrowed(t) => t,
+        }
+    }
+}
+
+enum Action<'r> {
+    Put(&'r Item),
     /// The update and the paths it touches (for `UPDATED_OLD` and `UPDATED_NEW`).
-    Update(Update, Projection),
+    Update(Held<'r, Update>, Projection),
     Delete,
     Check,
 }
 
 /// A validated write, ready to be evaluated against the current item.
-struct Parsed {
+struct Parsed<'r> {
     target: Target,
-    condition: Option<Condition>,
-    action: Action,
+    condition: Option<Held<'r, Condition>>,
+    action: Action<'r>,
     return_values: ReturnValues,
     return_old_on_failure: bool,
 }
@@ -678,6 +703,25 @@ fn fatal_text(e: OpError) -> String {
         OpError::Store(e) => e.to_string(),
         OpError::Fatal(e) => e,
     }
+}
+
+/// A put's condition, parsed and checked against its placeholders. Needs nothing but the
+/// request, so the caller does it before queueing for the writer.
+pub fn put_expressions(req: &PutItem) -> Result<Option<Condition>, StoreError> {
+    let mut ctx = ExprContext::new(&req.attrs);
+    let condition = parse_condition(req.condition.as_deref(), &mut ctx)?;
+    ctx.finish()?;
+    check_single_return(req.return_values)?;
+    Ok(condition)
+}
+
+/// An update's update expression and condition, parsed and checked like [`put_expressions`].
+pub fn update_expressions(req: &UpdateItem) -> Result<(Update, Option<Condition>), StoreError> {
+    let mut ctx = ExprContext::new(&req.attrs);
+    let update = Update::parse(&req.update, &mut ctx)?;
+    let condition = parse_condition(req.condition.as_deref(), &mut ctx)?;
+    ctx.finish()?;
+    Ok((update, condition))
 }
 
 fn parse_condition(text: Option<&str>, ctx: &mut ExprContext<'_>) -> Result<Option<Condition>, StoreError> {
@@ -813,10 +857,11 @@ mod tests {
             .unwrap();
         txn.commit().unwrap();
 
-        let put = |pk: &str| job(WriteOp::Put(PutItem::new("tbl", item! { "pk" => pk })));
+        let put = |pk: &str| job(WriteOp::Put(PutItem::new("tbl", item! { "pk" => pk }), None));
         let (a, rx_a) = put("a");
-        let (bad, rx_bad) =
-            job(WriteOp::Update(UpdateItem::new("tbl", item! { "pk" => "bad" }, "SET x = :x").value(":x", 1)));
+        let update = UpdateItem::new("tbl", item! { "pk" => "bad" }, "SET x = :x").value(":x", 1);
+        let (expr, condition) = update_expressions(&update).unwrap();
+        let (bad, rx_bad) = job(WriteOp::Update(update, expr, condition));
         let (b, rx_b) = put("b");
         writer.run_group(vec![a, bad, b]);
         assert!(answer(rx_a).is_ok());
