@@ -150,10 +150,11 @@ impl Writer {
             }
             self.run_group(jobs);
         }
-        if self.failed.is_none() && self.journal.len() > 0 {
-            if let Err(e) = self.checkpoint_now() {
-                tracing::error!(error = %e, "the last checkpoint failed; the journal will be replayed on the next open");
-            }
+        if self.failed.is_none()
+            && self.journal.len() > 0
+            && let Err(e) = self.checkpoint_now()
+        {
+            tracing::error!(error = %e, "the last checkpoint failed; the journal will be replayed on the next open");
         }
     }
 
