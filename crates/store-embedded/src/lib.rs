@@ -4,8 +4,9 @@
 //! with partition and sort keys, global and local secondary indexes maintained in the same
 //! transaction as the base item, conditional writes, batches, all-or-nothing transactions,
 //! `Limit` and the 1 MB page with `LastEvaluatedKey`, TTL deletion in the background, and the
-//! consumed capacity DynamoDB would bill for every call. An acknowledged write has been
-//! committed with fsync, so it survives `kill -9`. `DESIGN.md` in this crate explains the
+//! consumed capacity DynamoDB would bill for every call. An acknowledged write is durable — its
+//! group's record in the write-ahead journal was synced, or its commit was — so it survives
+//! `kill -9` and power loss. `DESIGN.md` in this crate explains the
 //! on-disk layout and the invariants.
 //!
 //! ```
