@@ -147,8 +147,10 @@ fn day_text(ts_ms: i64) -> String {
     UtcDay::from_unix_ms(ts_ms).to_string()
 }
 
-/// Largest number of sessions kept in memory before idle ones are dropped.
-const MAX_CACHED_SESSIONS: usize = 200_000;
+/// Largest number of sessions kept in memory. Any session can be dropped safely — the next
+/// event of its visitor finds it in the table — so this bounds memory (a cached session is
+/// about 1 KB), trading it for a Query per returning visitor.
+const MAX_CACHED_SESSIONS: usize = 50_000;
 
 impl Pipeline {
     /// A pipeline writing to `table`.
@@ -315,11 +317,20 @@ impl Pipeline {
             Err(poisoned) => poisoned.into_inner(),
         };
         if sessions.len() >= MAX_CACHED_SESSIONS {
-            // Idle sessions are found again in the table when needed, so dropping them is safe.
+            // Idle sessions first; if most are live, the older half of them too.
             let cutoff = now_ms() - SESSION_TIMEOUT_MS;
-            sessions.retain(|_, slot| {
-                slot.try_lock().map(|live| live.as_ref().is_some_and(|l| l.state.last_ts >= cutoff)).unwrap_or(true)
-            });
+            let last_ts = |slot: &Slot| slot.try_lock().map(|live| live.as_ref().map(|l| l.state.last_ts)).ok();
+            sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts >= cutoff)));
+            if sessions.len() >= MAX_CACHED_SESSIONS * 3 / 4 {
+                let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
+                let middle = times.len() / 2;
+                if middle > 0 {
+                    let (_, median, _) = times.select_nth_unstable(middle);
+                    let median = *median;
+                    // A slot in use (locked) stays: its task holds it.
+                    sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts > median)));
+                }
+            }
         }
         sessions.entry((site_id.to_owned(), visitor.to_owned())).or_default().clone()
     }
