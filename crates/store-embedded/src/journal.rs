@@ -238,7 +238,13 @@ fn token(key: &[u8]) -> Result<&str, OpError> {
     std::str::from_utf8(key).map_err(|_| OpError::Fatal("journal: a token is not UTF-8".into()))
 }
 
-fn put_raw(txn: &WriteTransaction, on: On<'_>, key: &[u8], value: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
+fn put_raw(
+    txn: &WriteTransaction,
+    on: On<'_>,
+    key: &[u8],
+    value: &[u8],
+    want_old: bool,
+) -> Result<Option<Vec<u8>>, OpError> {
     Ok(match on {
         On::Items(name) => {
             let mut t = txn.open_table(bytes_table(name))?;

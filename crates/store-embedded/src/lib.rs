@@ -62,8 +62,8 @@ use store::{
 use tokio::sync::oneshot;
 
 use crate::db::{Shared, internal};
-use crate::schema::TableInfo;
 use crate::journal::JournalFile;
+use crate::schema::TableInfo;
 pub use crate::writer::Checkpoint;
 use crate::writer::{Job, Reply, WriteOp, Writer};
 

@@ -188,7 +188,8 @@ impl Writer {
     }
 
     fn checkpoint_due(&self) -> bool {
-        self.last_checkpoint.elapsed() >= self.checkpoint.interval || self.journal.len() >= self.checkpoint.journal_bytes
+        self.last_checkpoint.elapsed() >= self.checkpoint.interval
+            || self.journal.len() >= self.checkpoint.journal_bytes
     }
 
     /// Makes everything committed so far durable in redb and empties the journal.
