@@ -129,7 +129,7 @@ pub struct Pipeline {
     /// Salts by UTC day; `None` caches that a past day's salt does not exist (no process
     /// creates a past day's salt, so the answer cannot change).
     salts: Mutex<HashMap<i64, Option<Salt>>>,
-    sessions: Mutex<HashMap<(String, String), Slot>>,
+    sessions: Mutex<Sessions>,
     counters: PipelineCounters,
 }
 
@@ -149,8 +149,10 @@ fn day_text(ts_ms: i64) -> String {
 
 /// Largest number of sessions kept in memory. Any session can be dropped safely — the next
 /// event of its visitor finds it in the table — so this bounds memory (a cached session is
-/// about 1 KB), trading it for a Query per returning visitor.
-const MAX_CACHED_SESSIONS: usize = 50_000;
+/// about 1 KB, so at most 20 MB), trading it for a Query per returning visitor whose session
+/// was dropped. 20,000 sessions live at once is a site with some 40,000 visitors an hour;
+/// BENCHMARKS.md ("Server memory") has the measurements behind the number.
+const MAX_CACHED_SESSIONS: usize = 20_000;
 
 impl Pipeline {
     /// A pipeline writing to `table`.
@@ -317,20 +319,7 @@ impl Pipeline {
             Err(poisoned) => poisoned.into_inner(),
         };
         if sessions.len() >= MAX_CACHED_SESSIONS {
-            // Idle sessions first; if most are live, the older half of them too.
-            let cutoff = now_ms() - SESSION_TIMEOUT_MS;
-            let last_ts = |slot: &Slot| slot.try_lock().map(|live| live.as_ref().map(|l| l.state.last_ts)).ok();
-            sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts >= cutoff)));
-            if sessions.len() >= MAX_CACHED_SESSIONS * 3 / 4 {
-                let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
-                let middle = times.len() / 2;
-                if middle > 0 {
-                    let (_, median, _) = times.select_nth_unstable(middle);
-                    let median = *median;
-                    // A slot in use (locked) stays: its task holds it.
-                    sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts > median)));
-                }
-            }
+            make_room(&mut sessions, now_ms());
         }
         sessions.entry((site_id.to_owned(), visitor.to_owned())).or_default().clone()
     }
@@ -505,6 +494,25 @@ impl Pipeline {
     }
 }
 
+type Sessions = HashMap<(String, String), Slot>;
+
+/// Shrinks a full session cache: sessions idle at `now` go first; if most are still live, the
+/// older half of them too. A slot in use (locked) stays, since its task holds it.
+fn make_room(sessions: &mut Sessions, now: i64) {
+    let cutoff = now - SESSION_TIMEOUT_MS;
+    let last_ts = |slot: &Slot| slot.try_lock().map(|live| live.as_ref().map(|l| l.state.last_ts)).ok();
+    sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts >= cutoff)));
+    if sessions.len() >= MAX_CACHED_SESSIONS * 3 / 4 {
+        let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
+        let middle = times.len() / 2;
+        if middle > 0 {
+            let (_, median, _) = times.select_nth_unstable(middle);
+            let median = *median;
+            sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts > median)));
+        }
+    }
+}
+
 /// Whether a session in `state` is still live for an event at `ts`.
 fn live_at(state: &PrevState, ts: i64) -> bool {
     !state.is_empty() && (ts - state.last_ts).abs() < SESSION_TIMEOUT_MS
@@ -554,3 +562,6 @@ fn import_visitor(site_id: &str, visitor: Option<&str>, ip: IpAddr, ua: &str) ->
         None => visitor_id(&salt, site_id, ip, ua),
     }
 }
+
+#[cfg(test)]
+mod tests;

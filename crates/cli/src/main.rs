@@ -30,6 +30,17 @@ use crate::config::{Config, Layer};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Turns transparent huge pages off for this process. Where the kernel backs every anonymous
+/// mapping with 2 MiB pages (`/sys/kernel/mm/transparent_hugepage/enabled` = `always`, as on
+/// many distributions), mimalloc's arenas are faulted in 2 MiB at a time and the resident set
+/// of `tally serve` grows by tens of megabytes that hold nothing (BENCHMARKS.md, "Server
+/// memory"). The flag is the kernel's own per-process switch (`prctl(PR_SET_THP_DISABLE)`,
+/// through `rustix`'s safe wrapper); failing to set it costs only memory, so it is ignored.
+fn small_pages() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
+}
+
 /// Privacy-first web analytics on a DynamoDB single-table design.
 #[derive(Parser)]
 #[command(name = "tally", version, about)]
@@ -288,6 +299,7 @@ enum Format {
 }
 
 fn main() -> std::process::ExitCode {
+    small_pages();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

@@ -1,0 +1,62 @@
+//! The session cache's bound: what [`make_room`] keeps and drops.
+
+use super::*;
+
+const NOW: i64 = 1_800_000_000_000;
+
+fn live(last_ts: i64) -> Slot {
+    let state = PrevState { events: 1, pageviews: 1, interactive: 1, last_ts, exit_page: "/".to_owned() };
+    Arc::new(tokio::sync::Mutex::new(Some(Live {
+        day: day_text(last_ts),
+        visitor_id: "v".to_owned(),
+        session_id: "s".to_owned(),
+        next_seq: 1,
+        state,
+        visit: VisitAttrs::default(),
+    })))
+}
+
+fn key(i: usize) -> (String, String) {
+    ("site".to_owned(), format!("visitor-{i}"))
+}
+
+#[test]
+fn idle_sessions_go_first_and_live_ones_stay_when_that_is_enough() {
+    let mut sessions = Sessions::new();
+    // A third idle (last event 31 minutes ago or more), the rest live.
+    for i in 0..MAX_CACHED_SESSIONS {
+        let age = if i % 3 == 0 { SESSION_TIMEOUT_MS + 60_000 + i as i64 } else { i as i64 };
+        sessions.insert(key(i), live(NOW - age));
+    }
+    make_room(&mut sessions, NOW);
+    let live_count = (0..MAX_CACHED_SESSIONS).filter(|i| i % 3 != 0).count();
+    assert_eq!(sessions.len(), live_count, "every idle session dropped, no live one");
+    assert!(sessions.keys().all(|(_, v)| v.trim_start_matches("visitor-").parse::<usize>().unwrap() % 3 != 0));
+}
+
+#[test]
+fn when_most_are_live_the_older_half_goes_and_slots_in_use_stay() {
+    let mut sessions = Sessions::new();
+    for i in 0..MAX_CACHED_SESSIONS {
+        // visitor-i's last event was i milliseconds ago: higher i, older.
+        sessions.insert(key(i), live(NOW - i as i64));
+    }
+    // A task holds the oldest session's slot, and another slot has no session yet (being loaded).
+    let oldest = sessions[&key(MAX_CACHED_SESSIONS - 1)].clone();
+    let held = oldest.try_lock().unwrap();
+    sessions.insert(key(MAX_CACHED_SESSIONS), Slot::default());
+    make_room(&mut sessions, NOW);
+
+    assert!(sessions.len() <= MAX_CACHED_SESSIONS / 2 + 2, "{} left", sessions.len());
+    assert!(sessions.len() >= MAX_CACHED_SESSIONS / 2 - 1, "{} left", sessions.len());
+    for i in 0..MAX_CACHED_SESSIONS / 2 - 1 {
+        assert!(sessions.contains_key(&key(i)), "newer session {i} dropped");
+    }
+    for i in MAX_CACHED_SESSIONS / 2 + 1..MAX_CACHED_SESSIONS - 1 {
+        assert!(!sessions.contains_key(&key(i)), "older session {i} kept");
+    }
+    assert!(sessions.contains_key(&key(MAX_CACHED_SESSIONS - 1)), "a held slot was dropped");
+    drop(held);
+    // An empty slot (nothing cached) carries nothing worth keeping.
+    assert!(!sessions.contains_key(&key(MAX_CACHED_SESSIONS)));
+}
