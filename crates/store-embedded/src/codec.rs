@@ -59,6 +59,32 @@ pub fn decode_item_sized(bytes: &[u8]) -> Result<(Item, usize)> {
     Ok((item, size))
 }
 
+/// Like [`decode_item_sized`], but builds only the top-level attributes `keep` accepts. The
+/// others are stepped over without being built (no allocation), and still measured: the size
+/// is the whole item's, as DynamoDB charges for the whole item whatever a read projects.
+pub fn decode_item_projected(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Result<(Item, usize)> {
+    let mut r = Reader { bytes };
+    if r.byte()? != VERSION {
+        return Err(CorruptData("unknown item format version"));
+    }
+    let n = r.count()?;
+    let mut entries = Vec::new();
+    let mut size = 0;
+    for _ in 0..n {
+        let k = r.str()?;
+        let value_size = if keep(k) {
+            let (v, value_size) = r.value(1)?;
+            entries.push((k.to_owned(), v));
+            value_size
+        } else {
+            r.skip_value(1)?
+        };
+        size += k.len() + value_size;
+    }
+    r.end()?;
+    Ok((BTreeMap::from_iter(entries), size))
+}
+
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -193,6 +219,65 @@ impl<'a> Reader<'a> {
 
     fn string(&mut self) -> Result<String> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| CorruptData("invalid UTF-8"))
+    }
+
+    fn str(&mut self) -> Result<&'a str> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| CorruptData("invalid UTF-8"))
+    }
+
+    /// Steps over a number, checking it as [`Reader::number`] does, and returns its size.
+    fn skip_number(&mut self) -> Result<usize> {
+        let negative = match self.byte()? {
+            0 => false,
+            1 => true,
+            _ => return Err(CorruptData("bad number sign")),
+        };
+        u32::try_from(self.varint()?).map_err(|_| CorruptData("bad exponent"))?;
+        let count = self.varint()?;
+        if count > 38 {
+            return Err(CorruptData("too many digits"));
+        }
+        for _ in 0..count.div_ceil(2) {
+            let b = self.byte()?;
+            if b >> 4 > 9 || b & 0x0F > 9 {
+                return Err(CorruptData("bad digit"));
+            }
+        }
+        // `Number`'s size: a byte per two significant digits, one more, one for the sign.
+        Ok(count.div_ceil(2) as usize + 1 + usize::from(negative && count > 0))
+    }
+
+    /// Steps over a value without building it and returns its size, as [`Reader::value`] would.
+    fn skip_value(&mut self, depth: usize) -> Result<usize> {
+        if depth > MAX_DEPTH {
+            return Err(CorruptData("nesting too deep"));
+        }
+        Ok(match self.byte()? {
+            S => self.str()?.len(),
+            N => self.skip_number()?,
+            B => self.bytes()?.len(),
+            FALSE | TRUE | NULL => 1,
+            M => {
+                let n = self.count()?;
+                let mut size = 3 + n;
+                for _ in 0..n {
+                    size += self.str()?.len() + self.skip_value(depth + 1)?;
+                }
+                size
+            }
+            L => {
+                let n = self.count()?;
+                let mut size = 3;
+                for _ in 0..n {
+                    size += 1 + self.skip_value(depth + 1)?;
+                }
+                size
+            }
+            SS => (0..self.count()?).map(|_| self.str().map(str::len)).sum::<Result<usize>>()?,
+            NS => (0..self.count()?).map(|_| self.skip_number()).sum::<Result<usize>>()?,
+            BS => (0..self.count()?).map(|_| self.bytes().map(<[u8]>::len)).sum::<Result<usize>>()?,
+            _ => return Err(CorruptData("unknown value tag")),
+        })
     }
 
     fn number(&mut self) -> Result<Number> {
@@ -577,8 +662,22 @@ pub(crate) mod tests {
         }
 
         #[test]
+        fn projected_decoding_keeps_what_is_asked_and_measures_the_whole_item(
+            item in proptest::collection::btree_map(".{0,6}", value_strategy(), 0..6),
+            keep in proptest::collection::vec(any::<bool>(), 6),
+        ) {
+            let names: Vec<&String> = item.keys().collect();
+            let kept = |name: &str| names.iter().position(|n| *n == name).is_some_and(|i| keep[i]);
+            let (projected, size) = decode_item_projected(&encode_item(&item), kept).unwrap();
+            let expected: Item = item.iter().filter(|(k, _)| kept(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+            prop_assert_eq!(projected, expected);
+            prop_assert_eq!(size, store::item_size(&item));
+        }
+
+        #[test]
         fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = decode_item(&bytes);
+            let _ = decode_item_projected(&bytes, |name| name.len() % 2 == 0);
             let _ = decode_definition(&bytes);
         }
     }

@@ -48,7 +48,7 @@ fn parse_projection(text: Option<&str>, ctx: &mut ExprContext<'_>) -> Result<Opt
 
 fn project(projection: Option<&Projection>, item: Item) -> Item {
     match projection {
-        Some(p) => p.apply(&item),
+        Some(p) => p.apply_owned(item),
         None => item,
     }
 }
@@ -215,6 +215,20 @@ fn read_page(shared: &Shared, src: &Source<'_>, range: KeyRange, spec: &PageSpec
         let iter: Box<dyn Iterator<Item = _>> = if spec.forward { Box::new(iter) } else { Box::new(iter.rev()) };
         let partition_ty = src.schema().partition.ty;
         let base = if spec.fetch_base { Some(open(&txn, &src.info.redb_name)?) } else { None };
+        // With a projection, only the attributes something reads are built: the projected ones,
+        // those the filter reads, and the keys (the page's last key names them).
+        let wanted: Option<BTreeSet<String>> = match (spec.projection, &base) {
+            (Some(projection), None) => {
+                let mut names = projection.top_level_attributes();
+                names.extend(spec.filter.map(Condition::top_level_attributes).unwrap_or_default());
+                names.extend(src.info.schema().attributes().map(|a| a.name.clone()));
+                if let Some(index) = src.index {
+                    names.extend(index.schema.attributes().map(|a| a.name.clone()));
+                }
+                Some(names)
+            }
+            _ => None,
+        };
         for entry in iter {
             let (k, v) = entry.map_err(internal)?;
             if let Some((segment, total)) = spec.segment {
@@ -226,8 +240,11 @@ fn read_page(shared: &Shared, src: &Source<'_>, range: KeyRange, spec: &PageSpec
                     continue;
                 }
             }
-            let (mut item, mut size) =
-                codec::decode_item_sized(v.value()).map_err(|e| internal(format!("corrupt item: {}", e.0)))?;
+            let decoded = match &wanted {
+                Some(names) => codec::decode_item_projected(v.value(), |name| names.contains(name)),
+                None => codec::decode_item_sized(v.value()),
+            };
+            let (mut item, mut size) = decoded.map_err(|e| internal(format!("corrupt item: {}", e.0)))?;
             if let Some(base) = &base {
                 // An LSI entry lacks attributes the request wants: read them from the table.
                 let found = base.get(src.info.base_key(&item).as_slice()).map_err(internal)?;

@@ -560,6 +560,22 @@ impl Projection {
         projection::project(&self.paths, item)
     }
 
+    /// Like [`Projection::apply`], consuming the item: when every path is a top-level
+    /// attribute, the others are dropped in place and nothing is copied.
+    pub fn apply_owned(&self, mut item: Item) -> Item {
+        fn top_level(p: &Path) -> Option<&String> {
+            match p.0.as_slice() {
+                [PathElem::Key(k)] => Some(k),
+                _ => None,
+            }
+        }
+        if !self.paths.iter().all(|p| top_level(p).is_some()) {
+            return self.apply(&item);
+        }
+        item.retain(|name, _| self.paths.iter().any(|p| top_level(p).is_some_and(|k| k == name)));
+        item
+    }
+
     /// The top-level attributes the projection reads (for deciding whether an index holds them).
     pub fn top_level_attributes(&self) -> BTreeSet<String> {
         self.paths
