@@ -157,8 +157,10 @@ pub struct AggregatorConfig {
     pub write_concurrency: usize,
     /// Attempts per aggregate item when other runs write it at the same time.
     pub max_attempts: u32,
-    /// Aggregate items whose version and sketch are kept in memory between flushes.
+    /// Aggregate items whose version and sketch are kept in memory between flushes, at most.
     pub cache_items: usize,
+    /// The memory those cached items may hold, about, in bytes.
+    pub cache_bytes: usize,
     /// How old an event may be (by its own time, against the clock when it is committed) and
     /// still be counted in minute buckets. Realtime reads the last half hour and minute items
     /// expire two hours after their last write, so older events (a backfill, a replayed batch)
@@ -183,6 +185,7 @@ impl Default for AggregatorConfig {
             write_concurrency: 32,
             max_attempts: 16,
             cache_items: 200_000,
+            cache_bytes: 32 * 1024 * 1024,
             minute_items_for: Duration::from_secs(3600),
         }
     }
@@ -653,7 +656,7 @@ impl Shared {
             c.conflicts += outcome.conflicts;
         }
         outcome.result?;
-        cache.trim(epoch, self.config.cache_items);
+        cache.trim(epoch, self.config.cache_items, self.config.cache_bytes);
         table
             .update(
                 "Run",

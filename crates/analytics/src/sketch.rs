@@ -234,6 +234,19 @@ impl VisitorSketch {
         }
     }
 
+    /// About how many bytes of memory the sketch holds, itself included: for bounding caches
+    /// of sketches by size (a dense one holds some 16 KB, a small sparse one tens of bytes).
+    pub fn memory_bytes(&self) -> usize {
+        size_of::<Self>()
+            + match &self.inner {
+                Inner::Sketch(s) => s.estimated_size(),
+                Inner::Union(u) => size_of::<HllUnion>() + u.estimated_size(),
+                Inner::Registers(r) => r.memory_bytes(),
+                Inner::Coupons(c) => c.capacity() * size_of::<u32>(),
+                Inner::CouponSet(set) => set.memory_bytes(),
+            }
+    }
+
     /// Whether nothing was ever inserted.
     pub fn is_empty(&self) -> bool {
         match &self.inner {

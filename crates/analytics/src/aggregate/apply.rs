@@ -53,14 +53,38 @@ pub(crate) struct ItemCache {
     items: hashbrown::HashMap<AggKey, (StoredAggregate, u64)>,
 }
 
+/// What a cached item costs besides its sketch: its key's strings, counters and map slot.
+const ITEM_OVERHEAD_BYTES: usize = 256;
+
 impl ItemCache {
     /// Forgets items untouched for many epochs (minute buckets pass quickly), and everything when
-    /// the cache is over `limit` items.
-    pub fn trim(&mut self, epoch: u64, limit: usize) {
+    /// the cache is over `max_items` items or about `max_bytes` bytes (sketches of busy items
+    /// are some 16 KB each, so a count alone does not bound memory).
+    pub fn trim(&mut self, epoch: u64, max_items: usize, max_bytes: usize) {
         self.items.retain(|_, (_, last)| last.saturating_add(256) >= epoch);
-        if self.items.len() > limit {
+        if self.items.len() > max_items || self.memory_bytes() > max_bytes {
             self.items.clear();
         }
+    }
+
+    /// About how many bytes the cached items hold.
+    pub fn memory_bytes(&self) -> usize {
+        self.items
+            .values()
+            .map(|(item, _)| ITEM_OVERHEAD_BYTES + item.sketch.as_ref().map_or(0, VisitorSketch::memory_bytes))
+            .sum()
+    }
+
+    /// How many items are cached.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Caches `item` as touched at `epoch`.
+    #[cfg(test)]
+    pub fn insert(&mut self, key: AggKey, item: StoredAggregate, epoch: u64) {
+        self.items.insert(key, (item, epoch));
     }
 }
 

@@ -399,3 +399,50 @@ fn minute_buckets_are_left_out_for_events_before_the_window() {
         .collect();
     assert_eq!(others(&old), collected);
 }
+
+fn cached_item(visitors: u64) -> codec::StoredAggregate {
+    let mut sketch = crate::sketch::VisitorSketch::new();
+    for id in 0..visitors {
+        sketch.insert_u64(id);
+    }
+    codec::StoredAggregate { version: Some(1), sketch: Some(sketch), ..Default::default() }
+}
+
+fn cache_key(i: usize) -> AggKey {
+    AggKey {
+        site_id: "site".into(),
+        period: Period::Day,
+        dimension: "event:page".into(),
+        bucket: "2026-11-25".into(),
+        value: format!("/page/{i}"),
+    }
+}
+
+#[test]
+fn the_item_cache_is_bounded_by_bytes_as_well_as_by_count() {
+    // Dense sketches (`HLL_4`, about 8 KB each): ten hold over 80 KB.
+    let mut cache = apply::ItemCache::default();
+    for i in 0..10 {
+        cache.insert(cache_key(i), cached_item(20_000), 5);
+    }
+    let bytes = cache.memory_bytes();
+    assert!(bytes > 80_000, "ten dense sketches measured as {bytes} bytes");
+    cache.trim(5, 1_000, bytes + 1);
+    assert_eq!(cache.len(), 10, "within both bounds, everything stays");
+    cache.trim(5, 1_000, bytes - 1);
+    assert_eq!(cache.len(), 0, "over the byte bound, the cache is emptied");
+
+    // Small sparse sketches are cheap: under 1 KB an item, with the item's own overhead.
+    for i in 0..1_000 {
+        cache.insert(cache_key(i), cached_item(3), 5);
+    }
+    assert!(cache.memory_bytes() < 1_000 * 1024, "{} bytes for 1,000 small items", cache.memory_bytes());
+    cache.trim(5, 999, usize::MAX);
+    assert_eq!(cache.len(), 0, "over the count bound, the cache is emptied");
+
+    // Items untouched for 256 epochs go whatever the bounds.
+    cache.insert(cache_key(1), cached_item(3), 5);
+    cache.insert(cache_key(2), cached_item(3), 300);
+    cache.trim(300, 1_000, usize::MAX);
+    assert_eq!(cache.len(), 1);
+}

@@ -111,6 +111,11 @@ pub(super) struct CouponSet {
 }
 
 impl CouponSet {
+    /// Bytes of memory held.
+    pub fn memory_bytes(&self) -> usize {
+        self.slots.capacity() * size_of::<u32>()
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

@@ -33,6 +33,11 @@ impl Registers {
         Registers(vec![0u8; K].into_boxed_slice())
     }
 
+    /// Bytes of memory held.
+    pub fn memory_bytes(&self) -> usize {
+        self.0.len()
+    }
+
     /// Whether every register is empty.
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(|&v| v == 0)
