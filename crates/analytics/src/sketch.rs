@@ -235,7 +235,7 @@ impl VisitorSketch {
     }
 
     /// About how many bytes of memory the sketch holds, itself included: for bounding caches
-    /// of sketches by size (a dense one holds some 16 KB, a small sparse one tens of bytes).
+    /// of sketches by size (a dense one holds 8–16 KB, a small sparse one tens of bytes).
     pub fn memory_bytes(&self) -> usize {
         size_of::<Self>()
             + match &self.inner {

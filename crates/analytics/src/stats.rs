@@ -278,19 +278,6 @@ impl std::fmt::Debug for Stats {
     }
 }
 
-/// The attributes of an `Aggregate` item a query reads.
-const READ_ATTRIBUTES: [&str; 9] = [
-    "bucket",
-    "value",
-    "pageviews",
-    "events",
-    "visits",
-    "bounces",
-    "duration_ms",
-    "visit_pageviews",
-    "visitors_sketch",
-];
-
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -329,7 +316,9 @@ impl Stats {
             .between(item! { "bucket" => first }, item! { "bucket" => last })
             // Only what a sum needs: the engine then skips the rest of each item (the per-run
             // flush markers and TTL) without building it, and DynamoDB sends less.
-            .projection(model::expr::Projection::of(READ_ATTRIBUTES))
+            .projection(model::expr::Projection::of(
+                ["bucket", "value"].into_iter().chain(StoredAggregate::SUM_ATTRIBUTES),
+            ))
             .all()
             .await?;
         let corrupt = |e: &dyn std::fmt::Display| StatsError::Corrupt(e.to_string());

@@ -58,8 +58,8 @@ const ITEM_OVERHEAD_BYTES: usize = 256;
 
 impl ItemCache {
     /// Forgets items untouched for many epochs (minute buckets pass quickly), and everything when
-    /// the cache is over `max_items` items or about `max_bytes` bytes (sketches of busy items
-    /// are some 16 KB each, so a count alone does not bound memory).
+    /// the cache is over `max_items` items or about `max_bytes` bytes (a busy item's dense
+    /// sketch holds 8–16 KB, so a count alone does not bound memory).
     pub fn trim(&mut self, epoch: u64, max_items: usize, max_bytes: usize) {
         self.items.retain(|_, (_, last)| last.saturating_add(256) >= epoch);
         if self.items.len() > max_items || self.memory_bytes() > max_bytes {

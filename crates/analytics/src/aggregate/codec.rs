@@ -211,6 +211,11 @@ impl StoredAggregate {
         Ok(StoredAggregate { version: Some(r.opt_i64("version")?.unwrap_or(0)), counters, sketch, flushes })
     }
 
+    /// The attributes [`StoredAggregate::sums_from_record`] reads: a read that only sums can
+    /// project these (and the bucket and value it groups by).
+    pub const SUM_ATTRIBUTES: [&'static str; 7] =
+        ["pageviews", "events", "visits", "bounces", "duration_ms", "visit_pageviews", "visitors_sketch"];
+
     /// Decodes only the counters and the sketch of an `Aggregate` record: what a dashboard sums
     /// (the flush bookkeeping is for writers).
     pub fn sums_from_record(r: &Record) -> Result<(Counters, Option<VisitorSketch>), AggregateError> {
