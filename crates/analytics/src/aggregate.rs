@@ -117,7 +117,7 @@ impl AggregateError {
 /// What aggregation needs to know of a site.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiteSettings {
-    /// The site's time zone: hour, day and month buckets are in site time.
+    /// The site's time zone: hour, day, week and month buckets are in site time.
     pub zone: SiteZone,
     /// Days hourly aggregates are kept.
     pub retention_hourly_days: u32,

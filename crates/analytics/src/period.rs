@@ -12,11 +12,14 @@
 //! assert_eq!(berlin.bucket(Unit::Week, t).unwrap().label(), "2026-W47");
 //! assert_eq!(berlin.bucket(Unit::Month, t).unwrap().label(), "2026-11");
 //!
-//! // The last 7 days, ending today in Berlin, read as 7 daily aggregates.
+//! // The last 7 days, ending on Sunday in Berlin, read as one weekly aggregate; the last 30
+//! // days as four weeks and three days.
 //! let today = berlin.date_of(t).unwrap();
 //! let range = RangeSpec::parse("7d").unwrap().resolve(today, None).unwrap();
 //! assert_eq!(range.to_string(), "2026-11-16..2026-11-22");
-//! assert_eq!(range.cover(&berlin).unwrap().len(), 7);
+//! assert_eq!(range.cover(&berlin).unwrap().len(), 1);
+//! let month = RangeSpec::parse("30d").unwrap().resolve(today, None).unwrap();
+//! assert_eq!(month.cover(&berlin).unwrap().len(), 7);
 //! assert_eq!(range.previous_period().unwrap().to_string(), "2026-11-09..2026-11-15");
 //! assert_eq!(parse_date("2026-11-22").unwrap(), today);
 //! ```
@@ -50,9 +53,10 @@
 //!
 //! # Reading a range from aggregates
 //!
-//! Aggregates exist per hour, day and month. [`SiteZone::cover`] splits a range into the fewest
-//! of them — whole months from monthly items, whole days from daily ones, the edges from hourly
-//! ones — so a year ending mid-day costs about 12 + 31 + 24 items, not 8,760.
+//! Aggregates exist per hour, day, ISO week and month. [`SiteZone::cover`] splits a range into
+//! the fewest of them — whole months from monthly items, whole weeks from weekly ones, the other
+//! whole days from daily ones, the edges from hourly ones — so a year ending mid-day costs about
+//! 12 + 3 + 8 + 24 items, not 8,760, and the last 30 days 7 items, not 31.
 
 use std::fmt;
 
@@ -67,6 +71,10 @@ pub const MIN_MS: i64 = -2_208_988_800_000;
 
 /// The first instant past the supported range: 9000-01-01T00:00:00Z.
 pub const MAX_MS: i64 = 221_845_392_000_000;
+
+/// How many days at each end of a range [`SiteZone::cover`] considers one by one; between them,
+/// only month starts. Two months, so every month start near an end is among them.
+pub const COVER_EDGE_DAYS: i64 = 62;
 
 /// What went wrong with a zone, an instant, a label or a range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,7 +128,7 @@ impl Unit {
     pub const ALL: [Unit; 4] = [Unit::Hour, Unit::Day, Unit::Week, Unit::Month];
 
     /// The units aggregates are stored at, the `period` of an `Aggregate` item.
-    pub const AGGREGATE_PERIODS: [Unit; 3] = [Unit::Hour, Unit::Day, Unit::Month];
+    pub const AGGREGATE_PERIODS: [Unit; 4] = [Unit::Hour, Unit::Day, Unit::Week, Unit::Month];
 
     /// Its lowercase name, as the `period` attribute and the Stats API's `time:…` dimensions spell it.
     pub fn as_str(self) -> &'static str {
@@ -303,30 +311,98 @@ impl SiteZone {
         Ok((start, self.resolve(after.at(0, 0, 0, 0))?))
     }
 
-    /// The fewest aggregate buckets (months, days, hours) whose union is `[start_ms, end_ms)`,
+    /// The fewest aggregate buckets (months, weeks, days, hours) whose union is `[start_ms, end_ms)`,
     /// in order. Where an end falls inside an hour, that whole hour is included, since hours
     /// are the finest aggregates. Empty when `start_ms >= end_ms`.
+    ///
+    /// Hours cover the partial days at the ends; the whole days between are covered by a
+    /// shortest path over day boundaries, where a day, an ISO week or a month is one step.
+    /// Weeks straddle months, so taking the largest bucket that fits from the left is not
+    /// always fewest (from a Monday 26 October to 30 November, five weeks and a day beat six
+    /// days and the month). Away from the ends only whole months can be on a shortest path, so
+    /// the path is searched over every day near the ends ([`COVER_EDGE_DAYS`]) and month starts
+    /// between: a century costs no more than its months.
     pub fn cover(&self, start_ms: i64, end_ms: i64) -> Result<Vec<Bucket>, PeriodError> {
         let mut out = Vec::new();
+        if start_ms >= end_ms {
+            return Ok(out);
+        }
+        // The whole days inside: from the first day boundary at or after the start to the last
+        // at or before the end.
+        let first = self.bucket(Unit::Day, start_ms)?;
+        let days_from = if first.start_ms == start_ms { start_ms } else { first.end_ms };
+        let last = self.bucket(Unit::Day, end_ms - 1)?;
+        let days_to = if last.end_ms == end_ms { end_ms } else { last.start_ms };
+        if days_from >= days_to {
+            self.push_hours(&mut out, start_ms, end_ms)?;
+            return Ok(out);
+        }
+        self.push_hours(&mut out, start_ms, days_from)?;
+        out.extend(self.cover_days(days_from, days_to)?);
+        self.push_hours(&mut out, days_to, end_ms)?;
+        Ok(out)
+    }
+
+    /// The hours from the one containing `start_ms` to the one containing `end_ms - 1`.
+    fn push_hours(&self, out: &mut Vec<Bucket>, start_ms: i64, end_ms: i64) -> Result<(), PeriodError> {
         let mut t = start_ms;
         while t < end_ms {
-            // Greedy from the left is optimal because the three units nest: every month and day
-            // starts where an hour starts.
-            let mut chosen = None;
-            for unit in [Unit::Month, Unit::Day] {
-                let b = self.bucket(unit, t)?;
-                if b.start_ms == t && b.end_ms <= end_ms {
-                    chosen = Some(b);
-                    break;
-                }
-            }
             // The hour containing `t` contains it, so it is not empty and the loop advances.
-            let b = match chosen {
-                Some(b) => b,
-                None => self.bucket(Unit::Hour, t)?,
-            };
+            let b = self.bucket(Unit::Hour, t)?;
             t = b.end_ms;
             out.push(b);
+        }
+        Ok(())
+    }
+
+    /// The fewest days, weeks and months tiling `[from, to)`, both day boundaries.
+    fn cover_days(&self, from: i64, to: i64) -> Result<Vec<Bucket>, PeriodError> {
+        // The boundaries a step may start or end on: every day near either end, month starts between.
+        let edge = COVER_EDGE_DAYS * 86_400_000;
+        let mut nodes = Vec::new();
+        let mut t = from;
+        while t < to && t <= from.saturating_add(edge) {
+            nodes.push(t);
+            t = self.bucket(Unit::Day, t)?.end_ms;
+        }
+        let tail = self.bucket(Unit::Day, to.saturating_sub(edge).max(t).min(to - 1))?.start_ms;
+        while t < tail {
+            nodes.push(t);
+            t = self.bucket(Unit::Month, t)?.end_ms;
+        }
+        t = t.min(tail);
+        while t < to {
+            nodes.push(t);
+            t = self.bucket(Unit::Day, t)?.end_ms;
+        }
+        nodes.push(to);
+        nodes.sort_unstable();
+        nodes.dedup();
+        // Shortest path from each boundary to `to`, from the right; on a tie the larger bucket.
+        let n = nodes.len();
+        let mut steps = vec![usize::MAX; n];
+        let mut choice: Vec<Option<(Bucket, usize)>> = vec![None; n];
+        steps[n - 1] = 0;
+        for i in (0..n - 1).rev() {
+            for unit in [Unit::Month, Unit::Week, Unit::Day] {
+                let b = self.bucket(unit, nodes[i])?;
+                if b.start_ms != nodes[i] || b.end_ms > to {
+                    continue;
+                }
+                let Ok(j) = nodes.binary_search(&b.end_ms) else { continue };
+                if steps[j] != usize::MAX && steps[j] + 1 < steps[i] {
+                    steps[i] = steps[j] + 1;
+                    choice[i] = Some((b, j));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(steps[0].min(n));
+        let mut i = 0;
+        while i < n - 1 {
+            // Every boundary has a step to `to`: the day after it is a boundary or `to` is.
+            let Some((b, j)) = choice[i] else { return Err(PeriodError::OutOfRange(format!("{} ms", nodes[i]))) };
+            out.push(b);
+            i = j;
         }
         Ok(out)
     }
@@ -437,7 +513,7 @@ impl DateRange {
         DateRange::new(first, last)
     }
 
-    /// The fewest aggregate buckets covering it in `zone`: whole months, then whole days.
+    /// The fewest aggregate buckets covering it in `zone`: months, weeks and days ([`SiteZone::cover`]).
     pub fn cover(&self, zone: &SiteZone) -> Result<Vec<Bucket>, PeriodError> {
         let (start, end) = zone.bounds_ms(self)?;
         zone.cover(start, end)

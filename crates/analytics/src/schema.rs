@@ -19,7 +19,7 @@
 //!   key**, so a dashboard range for one dimension is one Query over O(buckets × values) items,
 //!   whatever the traffic; each aggregate carries counters and a mergeable unique-visitor sketch.
 //! - **Every short-lived item has a TTL**: raw events and sessions (site retention, 30 days by
-//!   default), hourly aggregates (90 days), daily aggregates (2 years), salts (72 hours),
+//!   default), hourly aggregates (90 days), daily and weekly aggregates (2 years), salts (72 hours),
 //!   per-minute realtime aggregates (2 hours). Monthly aggregates are kept forever.
 //! - API keys, login sessions and shared-link tokens are stored under the SHA-256 of the token,
 //!   never the token itself; passwords as Argon2id hashes.
@@ -49,7 +49,7 @@ pub fn tally_schema(name: &str) -> Schema {
     Schema::builder(tally_table(name))
         .description(
             "Tally's analytics store: sites, goals, API keys, salts, raw events with their sessions, \
-             pre-computed aggregates (per minute, hour, day and month) and ingestion runs on one table.",
+             pre-computed aggregates (per minute, hour, day, ISO week and month) and ingestion runs on one table.",
         )
         .entity(
             Entity::new("Site")

@@ -190,13 +190,16 @@ pub enum Period {
     Hour,
     /// One day of site time (`2026-11-22`).
     Day,
+    /// One ISO week of site time, Monday to Sunday (`2026-W47`): a range's whole weeks are read
+    /// as one item each rather than seven days, which bounds what a 30-day range reads.
+    Week,
     /// One month of site time (`2026-11`).
     Month,
 }
 
 impl Period {
     /// Every period.
-    pub const ALL: [Period; 4] = [Period::Minute, Period::Hour, Period::Day, Period::Month];
+    pub const ALL: [Period; 5] = [Period::Minute, Period::Hour, Period::Day, Period::Week, Period::Month];
 
     /// The `period` attribute's value.
     pub fn as_str(self) -> &'static str {
@@ -204,6 +207,7 @@ impl Period {
             Period::Minute => "minute",
             Period::Hour => "hour",
             Period::Day => "day",
+            Period::Week => "week",
             Period::Month => "month",
         }
     }
@@ -228,7 +232,7 @@ pub const TOTAL: &str = "total";
 /// dimension per property key.
 pub const EVENT_DIMENSIONS: [&str; 4] = ["event:page", "event:hostname", "event:name", "event:goal"];
 
-/// The dimensions kept at [`Period::Hour`] (every dimension is kept at day and month; minute keeps
+/// The dimensions kept at [`Period::Hour`] (every dimension is kept at day, week and month; minute keeps
 /// [`TOTAL`] and `event:page`). A query needing another dimension by hour reads raw events.
 pub const HOUR_DIMENSIONS: [&str; 3] = [TOTAL, "event:page", "visit:source"];
 

@@ -88,7 +88,7 @@ impl ItemCache {
     }
 }
 
-/// The TTL of an aggregate item of `period` written now: minute 2 hours, hour and day the site's
+/// The TTL of an aggregate item of `period` written now: minute 2 hours, hour, day and week the site's
 /// retention after the write, month never. The TTL moves with every write, so an item expires
 /// its retention after the last event that touched it.
 fn ttl(period: Period, settings: Option<&SiteSettings>, now_s: i64) -> Option<i64> {
@@ -97,7 +97,7 @@ fn ttl(period: Period, settings: Option<&SiteSettings>, now_s: i64) -> Option<i6
     match period {
         Period::Minute => Some(now_s + 2 * 3600),
         Period::Hour => Some(now_s + i64::from(s.retention_hourly_days) * 86_400),
-        Period::Day => Some(now_s + i64::from(s.retention_daily_days) * 86_400),
+        Period::Day | Period::Week => Some(now_s + i64::from(s.retention_daily_days) * 86_400),
         Period::Month => None,
     }
 }

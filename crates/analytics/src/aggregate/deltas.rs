@@ -53,12 +53,12 @@ pub fn visit_value<'a>(visit: &'a VisitAttrs, dimension: &str) -> Option<&'a str
     })
 }
 
-/// Whether `period` keeps `dimension` (every dimension at day and month).
+/// Whether `period` keeps `dimension` (every dimension at day, week and month).
 pub fn period_keeps(period: Period, dimension: &str) -> bool {
     match period {
         Period::Minute => MINUTE_DIMENSIONS.contains(&dimension),
         Period::Hour => HOUR_DIMENSIONS.contains(&dimension),
-        Period::Day | Period::Month => true,
+        Period::Day | Period::Week | Period::Month => true,
     }
 }
 
@@ -68,6 +68,7 @@ pub fn bucket_label(period: Period, zone: &SiteZone, ts_ms: i64) -> Result<Strin
         Period::Minute => return Ok(minute_label(ts_ms)),
         Period::Hour => Unit::Hour,
         Period::Day => Unit::Day,
+        Period::Week => Unit::Week,
         Period::Month => Unit::Month,
     };
     Ok(zone.bucket(unit, ts_ms)?.label())

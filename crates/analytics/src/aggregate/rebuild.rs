@@ -78,12 +78,14 @@ fn in_range(key: &AggKey, zone: &SiteZone, first: Date, last: Date) -> bool {
         Period::Minute => return false,
         Period::Hour => Unit::Hour,
         Period::Day => Unit::Day,
+        Period::Week => Unit::Week,
         Period::Month => Unit::Month,
     };
     let Ok(bucket) = zone.bucket_by_label(unit, &key.bucket) else { return false };
     let start = bucket.first_date();
     match key.period {
         Period::Month => start >= first && start.last_of_month() <= last,
+        Period::Week => start >= first && start.checked_add(jiff::Span::new().days(6)).is_ok_and(|end| end <= last),
         _ => start >= first && start <= last,
     }
 }
@@ -143,7 +145,9 @@ pub async fn rebuild(
     let (start_ms, end_ms) = zone.bounds_ms(&range)?;
     let props: BTreeSet<String> = acc.keys().map(|k| k.dimension.clone()).collect();
     let mut stored: BTreeMap<AggKey, StoredAggregate> = BTreeMap::new();
-    for (period, unit) in [(Period::Hour, Unit::Hour), (Period::Day, Unit::Day), (Period::Month, Unit::Month)] {
+    for (period, unit) in
+        [(Period::Hour, Unit::Hour), (Period::Day, Unit::Day), (Period::Week, Unit::Week), (Period::Month, Unit::Month)]
+    {
         let lo = zone.bucket(unit, start_ms)?.label();
         let hi = zone.bucket(unit, end_ms - 1)?.label();
         let dimensions: BTreeSet<&str> = if period == Period::Hour {
@@ -218,7 +222,7 @@ pub async fn rebuild(
             let ttl = match key.period {
                 Period::Minute => Some(now_s + 2 * 3600),
                 Period::Hour => Some(now_s + i64::from(settings.retention_hourly_days) * 86_400),
-                Period::Day => Some(now_s + i64::from(settings.retention_daily_days) * 86_400),
+                Period::Day | Period::Week => Some(now_s + i64::from(settings.retention_daily_days) * 86_400),
                 Period::Month => None,
             };
             item.to_item(key, version, ttl, &no_finished)

@@ -110,6 +110,25 @@ fn a_first_page_view() {
             day visit:utm_medium="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:utm_source="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:utm_term="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week event:hostname="example.com" @2026-W47: pv=1 ev=1 visitor=ff
+            week event:name="pageview" @2026-W47: pv=1 ev=1 visitor=ff
+            week event:page="/" @2026-W47: pv=1 ev=1 visitor=ff
+            week total="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:browser="Firefox" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:browser_version="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:country="DE" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:device="Desktop" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:entry_page="/" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:exit_page="/" @2026-W47: visits=1 bounces=1 vpv=1
+            week visit:os="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:os_version="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:referrer="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:source="Google" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:utm_campaign="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:utm_content="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:utm_medium="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:utm_source="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
+            week visit:utm_term="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month event:hostname="example.com" @2026-11: pv=1 ev=1 visitor=ff
             month event:name="pageview" @2026-11: pv=1 ev=1 visitor=ff
             month event:page="/" @2026-11: pv=1 ev=1 visitor=ff
@@ -150,6 +169,11 @@ fn a_second_page_view_undoes_the_bounce_and_moves_the_exit_page() {
             day total="" @2026-11-22: pv=1 ev=1 bounces=-1 dur=90000 vpv=1 visitor=ff
             day visit:exit_page="/" @2026-11-22: visits=-1 bounces=-1 vpv=-1
             day visit:exit_page="/pricing" @2026-11-22: visits=1 dur=90000 vpv=2
+            week event:name="pageview" @2026-W47: pv=1 ev=1 visitor=ff
+            week event:page="/pricing" @2026-W47: pv=1 ev=1 visitor=ff
+            week total="" @2026-W47: pv=1 ev=1 bounces=-1 dur=90000 vpv=1 visitor=ff
+            week visit:exit_page="/" @2026-W47: visits=-1 bounces=-1 vpv=-1
+            week visit:exit_page="/pricing" @2026-W47: visits=1 dur=90000 vpv=2
             month event:name="pageview" @2026-11: pv=1 ev=1 visitor=ff
             month event:page="/pricing" @2026-11: pv=1 ev=1 visitor=ff
             month total="" @2026-11: pv=1 ev=1 bounces=-1 dur=90000 vpv=1 visitor=ff
@@ -180,6 +204,14 @@ fn a_custom_event_with_props_and_goals() {
             day event:props:trial="yes" @2026-11-22: ev=1 visitor=ff
             day total="" @2026-11-22: ev=1 bounces=-1 dur=30000 visitor=ff
             day visit:exit_page="/" @2026-11-22: bounces=-1 dur=30000
+            week event:goal="Signup" @2026-W47: ev=1 visitor=ff
+            week event:goal="Visit /signup" @2026-W47: ev=1 visitor=ff
+            week event:hostname="example.com" @2026-W47: ev=1 visitor=ff
+            week event:name="Signup" @2026-W47: ev=1 visitor=ff
+            week event:props:plan="pro" @2026-W47: ev=1 visitor=ff
+            week event:props:trial="yes" @2026-W47: ev=1 visitor=ff
+            week total="" @2026-W47: ev=1 bounces=-1 dur=30000 visitor=ff
+            week visit:exit_page="/" @2026-W47: bounces=-1 dur=30000
             month event:goal="Signup" @2026-11: ev=1 visitor=ff
             month event:goal="Visit /signup" @2026-11: ev=1 visitor=ff
             month event:hostname="example.com" @2026-11: ev=1 visitor=ff
@@ -206,6 +238,8 @@ fn a_non_interactive_event_keeps_the_bounce() {
             hour total="" @2026-11-22T07: ev=1 dur=10000 visitor=ff
             day total="" @2026-11-22: ev=1 dur=10000 visitor=ff
             day visit:exit_page="/" @2026-11-22: dur=10000
+            week total="" @2026-W47: ev=1 dur=10000 visitor=ff
+            week visit:exit_page="/" @2026-W47: dur=10000
             month total="" @2026-11: ev=1 dur=10000 visitor=ff
             month visit:exit_page="/" @2026-11: dur=10000
         "#]],
@@ -229,6 +263,9 @@ fn an_event_late_in_time_order_keeps_the_exit_page_and_counts_in_its_own_bucket(
             day event:page="/about" @2026-11-22: pv=1 ev=1 visitor=ff
             day total="" @2026-11-22: pv=1 ev=1 vpv=1 visitor=ff
             day visit:exit_page="/pricing" @2026-11-22: vpv=1
+            week event:page="/about" @2026-W47: pv=1 ev=1 visitor=ff
+            week total="" @2026-W47: pv=1 ev=1 vpv=1 visitor=ff
+            week visit:exit_page="/pricing" @2026-W47: vpv=1
             month event:page="/about" @2026-11: pv=1 ev=1 visitor=ff
             month total="" @2026-11: pv=1 ev=1 vpv=1 visitor=ff
             month visit:exit_page="/pricing" @2026-11: vpv=1

@@ -287,12 +287,37 @@ fn summary(cover: &[Bucket]) -> String {
         labels.join(" ")
     };
     format!(
-        "{} items: {} months, {} days, {} hours: {ends}",
+        "{} items: {} months, {} weeks, {} days, {} hours: {ends}",
         cover.len(),
         count(Unit::Month),
+        count(Unit::Week),
         count(Unit::Day),
         count(Unit::Hour)
     )
+}
+
+/// The fewest days, ISO weeks and months tiling the dates `first..=last`, by a search over every
+/// date (the cover searches only the dates near its ends).
+fn fewest_buckets(first: Date, last: Date) -> usize {
+    let n = usize::try_from(first.until(last).unwrap().get_days()).unwrap() + 1;
+    let mut best = vec![usize::MAX; n + 1];
+    best[0] = 0;
+    for i in 0..n {
+        let date = first.checked_add(jiff::Span::new().days(i as i64)).unwrap();
+        let mut steps = vec![1];
+        if date.weekday() == jiff::civil::Weekday::Monday {
+            steps.push(7);
+        }
+        if date.day() == 1 {
+            steps.push(usize::try_from(date.days_in_month()).unwrap());
+        }
+        for step in steps {
+            if i + step <= n && best[i] != usize::MAX {
+                best[i + step] = best[i + step].min(best[i] + 1);
+            }
+        }
+    }
+    best[n]
 }
 
 /// Checks that a cover tiles `[start, end)` (rounded out to hours) and shows its summary.
@@ -318,27 +343,27 @@ fn covers_use_the_fewest_aggregates() {
         now - 365 * DAY,
         now,
         expect![
-            "65 items: 11 months, 29 days, 25 hours: 2025-11-22T14 2025-11-22T15 2025-11-22T16 … 2026-11-22T12 2026-11-22T13 2026-11-22T14"
+            "47 items: 11 months, 3 weeks, 8 days, 25 hours: 2025-11-22T14 2025-11-22T15 2025-11-22T16 … 2026-11-22T12 2026-11-22T13 2026-11-22T14"
         ],
     );
     // Plausible's named ranges, which are whole days.
     for (spec, expect) in [
-        ("day", expect!["1 items: 0 months, 1 days, 0 hours: 2026-11-22"]),
+        ("day", expect!["1 items: 0 months, 0 weeks, 1 days, 0 hours: 2026-11-22"]),
         (
             "7d",
             expect![
-                "7 items: 0 months, 7 days, 0 hours: 2026-11-16 2026-11-17 2026-11-18 … 2026-11-20 2026-11-21 2026-11-22"
+                "1 items: 0 months, 1 weeks, 0 days, 0 hours: 2026-W47"
             ],
         ),
         (
             "30d",
             expect![
-                "31 items: 0 months, 31 days, 0 hours: 2026-10-23 2026-10-24 2026-10-25 … 2026-11-20 2026-11-21 2026-11-22"
+                "7 items: 0 months, 4 weeks, 3 days, 0 hours: 2026-10-23 2026-10-24 2026-10-25 … 2026-W45 2026-W46 2026-W47"
             ],
         ),
-        ("month", expect!["1 items: 1 months, 0 days, 0 hours: 2026-11"]),
-        ("12mo", expect!["12 items: 12 months, 0 days, 0 hours: 2025-12 2026-01 2026-02 … 2026-09 2026-10 2026-11"]),
-        ("year", expect!["12 items: 12 months, 0 days, 0 hours: 2026-01 2026-02 2026-03 … 2026-10 2026-11 2026-12"]),
+        ("month", expect!["1 items: 1 months, 0 weeks, 0 days, 0 hours: 2026-11"]),
+        ("12mo", expect!["12 items: 12 months, 0 weeks, 0 days, 0 hours: 2025-12 2026-01 2026-02 … 2026-09 2026-10 2026-11"]),
+        ("year", expect!["12 items: 12 months, 0 weeks, 0 days, 0 hours: 2026-01 2026-02 2026-03 … 2026-10 2026-11 2026-12"]),
     ] {
         let range = RangeSpec::parse(spec).unwrap().resolve(parse_date("2026-11-22").unwrap(), None).unwrap();
         let (s, e) = z.bounds_ms(&range).unwrap();
@@ -346,18 +371,28 @@ fn covers_use_the_fewest_aggregates() {
     }
     // Days across both DST changes are single daily items, not 23 or 25 hours.
     let dst = DateRange::new(parse_date("2026-10-24").unwrap(), parse_date("2026-10-26").unwrap()).unwrap();
-    expect!["3 items: 0 months, 3 days, 0 hours: 2026-10-24 2026-10-25 2026-10-26"]
+    expect!["3 items: 0 months, 0 weeks, 3 days, 0 hours: 2026-10-24 2026-10-25 2026-10-26"]
         .assert_eq(&summary(&dst.cover(&z).unwrap()));
     // A range inside one hour reads that hour; an empty range reads nothing.
-    check_cover(&z, now, now + 60_000, expect!["1 items: 0 months, 0 days, 1 hours: 2026-11-22T14"]);
-    check_cover(&z, now, now, expect!["0 items: 0 months, 0 days, 0 hours: "]);
+    check_cover(&z, now, now + 60_000, expect!["1 items: 0 months, 0 weeks, 0 days, 1 hours: 2026-11-22T14"]);
+    check_cover(&z, now, now, expect!["0 items: 0 months, 0 weeks, 0 days, 0 hours: "]);
+    // Weeks straddle months, so the largest bucket that fits is not always best: from Monday
+    // 26 October to 30 November, five weeks and a day beat six days and the month…
+    let straddle = DateRange::new(parse_date("2026-10-26").unwrap(), parse_date("2026-11-30").unwrap()).unwrap();
+    expect!["6 items: 0 months, 5 weeks, 1 days, 0 hours: 2026-W44 2026-W45 2026-W46 2026-W47 2026-W48 2026-11-30"].assert_eq(&summary(&straddle.cover(&z).unwrap()));
+    // … but from Tuesday 27 October, five days and the month beat six days and four weeks.
+    let month_wins = DateRange::new(parse_date("2026-10-27").unwrap(), parse_date("2026-11-30").unwrap()).unwrap();
+    expect!["6 items: 1 months, 0 weeks, 5 days, 0 hours: 2026-10-27 2026-10-28 2026-10-29 2026-10-30 2026-10-31 2026-11"].assert_eq(&summary(&month_wins.cover(&z).unwrap()));
+    // Ten years read their months, with weeks and days only at the ends.
+    let decade = DateRange::new(parse_date("2016-11-23").unwrap(), parse_date("2026-11-22").unwrap()).unwrap();
+    expect!["131 items: 119 months, 3 weeks, 9 days, 0 hours: 2016-11-23 2016-11-24 2016-11-25 … 2026-W45 2026-W46 2026-W47"].assert_eq(&summary(&decade.cover(&z).unwrap()));
     // A whole month holding the spring DST change is still one monthly item, after two partial-day hours.
     let march = z.bucket_by_label(Unit::Month, "2026-03").unwrap();
     check_cover(
         &z,
         march.start_ms() - 2 * HOUR,
         march.end_ms(),
-        expect!["3 items: 1 months, 0 days, 2 hours: 2026-02-28T22 2026-02-28T23 2026-03"],
+        expect!["3 items: 1 months, 0 weeks, 0 days, 2 hours: 2026-02-28T22 2026-02-28T23 2026-03"],
     );
 }
 
@@ -405,9 +440,16 @@ proptest! {
         if len > 0 {
             prop_assert!(cover[0].start_ms() <= start && start < cover[0].end_ms());
             prop_assert!(cover[cover.len() - 1].end_ms() >= start + len);
-            // At most two partial days of hours and two partial months of days around the months.
+            // At most two partial days of hours; around the months, at most two partial months
+            // of weeks and days.
             let months = cover.iter().filter(|b| b.unit() == Unit::Month).count();
-            prop_assert!(cover.len() <= months + 2 * 31 + 2 * 25, "{} items", cover.len());
+            prop_assert!(cover.len() <= months + 2 * (4 + 6) + 2 * 25, "{} items", cover.len());
+            // Its whole days are as few buckets as a search over every date finds.
+            let whole: Vec<&Bucket> = cover.iter().filter(|b| b.unit() != Unit::Hour).collect();
+            if let (Some(first), Some(last)) = (whole.first(), whole.last()) {
+                let to = z.bucket(Unit::Day, last.end_ms() - 1).unwrap().first_date();
+                prop_assert_eq!(whole.len(), fewest_buckets(first.first_date(), to));
+            }
         } else {
             prop_assert!(cover.is_empty());
         }
