@@ -349,12 +349,7 @@ fn covers_use_the_fewest_aggregates() {
     // Plausible's named ranges, which are whole days.
     for (spec, expect) in [
         ("day", expect!["1 items: 0 months, 0 weeks, 1 days, 0 hours: 2026-11-22"]),
-        (
-            "7d",
-            expect![
-                "1 items: 0 months, 1 weeks, 0 days, 0 hours: 2026-W47"
-            ],
-        ),
+        ("7d", expect!["1 items: 0 months, 1 weeks, 0 days, 0 hours: 2026-W47"]),
         (
             "30d",
             expect![
@@ -362,8 +357,14 @@ fn covers_use_the_fewest_aggregates() {
             ],
         ),
         ("month", expect!["1 items: 1 months, 0 weeks, 0 days, 0 hours: 2026-11"]),
-        ("12mo", expect!["12 items: 12 months, 0 weeks, 0 days, 0 hours: 2025-12 2026-01 2026-02 … 2026-09 2026-10 2026-11"]),
-        ("year", expect!["12 items: 12 months, 0 weeks, 0 days, 0 hours: 2026-01 2026-02 2026-03 … 2026-10 2026-11 2026-12"]),
+        (
+            "12mo",
+            expect!["12 items: 12 months, 0 weeks, 0 days, 0 hours: 2025-12 2026-01 2026-02 … 2026-09 2026-10 2026-11"],
+        ),
+        (
+            "year",
+            expect!["12 items: 12 months, 0 weeks, 0 days, 0 hours: 2026-01 2026-02 2026-03 … 2026-10 2026-11 2026-12"],
+        ),
     ] {
         let range = RangeSpec::parse(spec).unwrap().resolve(parse_date("2026-11-22").unwrap(), None).unwrap();
         let (s, e) = z.bounds_ms(&range).unwrap();
@@ -379,13 +380,20 @@ fn covers_use_the_fewest_aggregates() {
     // Weeks straddle months, so the largest bucket that fits is not always best: from Monday
     // 26 October to 30 November, five weeks and a day beat six days and the month…
     let straddle = DateRange::new(parse_date("2026-10-26").unwrap(), parse_date("2026-11-30").unwrap()).unwrap();
-    expect!["6 items: 0 months, 5 weeks, 1 days, 0 hours: 2026-W44 2026-W45 2026-W46 2026-W47 2026-W48 2026-11-30"].assert_eq(&summary(&straddle.cover(&z).unwrap()));
+    expect!["6 items: 0 months, 5 weeks, 1 days, 0 hours: 2026-W44 2026-W45 2026-W46 2026-W47 2026-W48 2026-11-30"]
+        .assert_eq(&summary(&straddle.cover(&z).unwrap()));
     // … but from Tuesday 27 October, five days and the month beat six days and four weeks.
     let month_wins = DateRange::new(parse_date("2026-10-27").unwrap(), parse_date("2026-11-30").unwrap()).unwrap();
-    expect!["6 items: 1 months, 0 weeks, 5 days, 0 hours: 2026-10-27 2026-10-28 2026-10-29 2026-10-30 2026-10-31 2026-11"].assert_eq(&summary(&month_wins.cover(&z).unwrap()));
+    expect![
+        "6 items: 1 months, 0 weeks, 5 days, 0 hours: 2026-10-27 2026-10-28 2026-10-29 2026-10-30 2026-10-31 2026-11"
+    ]
+    .assert_eq(&summary(&month_wins.cover(&z).unwrap()));
     // Ten years read their months, with weeks and days only at the ends.
     let decade = DateRange::new(parse_date("2016-11-23").unwrap(), parse_date("2026-11-22").unwrap()).unwrap();
-    expect!["131 items: 119 months, 3 weeks, 9 days, 0 hours: 2016-11-23 2016-11-24 2016-11-25 … 2026-W45 2026-W46 2026-W47"].assert_eq(&summary(&decade.cover(&z).unwrap()));
+    expect![
+        "131 items: 119 months, 3 weeks, 9 days, 0 hours: 2016-11-23 2016-11-24 2016-11-25 … 2026-W45 2026-W46 2026-W47"
+    ]
+    .assert_eq(&summary(&decade.cover(&z).unwrap()));
     // A whole month holding the spring DST change is still one monthly item, after two partial-day hours.
     let march = z.bucket_by_label(Unit::Month, "2026-03").unwrap();
     check_cover(
