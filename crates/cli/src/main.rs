@@ -366,7 +366,15 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             }
         }
         Command::Bench { events, http, concurrency, dashboards, per_query, output } => {
-            let options = bench::BenchOptions { events, http, concurrency, dashboards, per_query, output };
+            let options = bench::BenchOptions {
+                events,
+                http,
+                concurrency,
+                dashboards,
+                per_query,
+                output,
+                flush_interval: config.flush_interval,
+            };
             runtime()?.block_on(bench::run(&options))?;
         }
         Command::Config => print!("{}", config.to_toml()),

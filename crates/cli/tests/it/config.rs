@@ -23,7 +23,7 @@ fn flags_beat_environment_beats_the_default_file() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("tally.toml"),
-        "listen = \"127.0.0.1:7001\"\nlog_level = \"debug\"\ntable = \"file-table\"\nflush_interval = \"3s\"\n",
+        "listen = \"127.0.0.1:7001\"\nlog_level = \"debug\"\ntable = \"file-table\"\nflush_interval = \"4s\"\n",
     )
     .unwrap();
     let text = effective(
@@ -34,7 +34,7 @@ fn flags_beat_environment_beats_the_default_file() {
     assert!(text.contains("listen = \"127.0.0.1:7003\""), "{text}");
     assert!(text.contains("table = \"env-table\""), "{text}");
     assert!(text.contains("log_level = \"debug\""), "{text}");
-    assert!(text.contains("flush_interval = \"3000ms\""), "{text}");
+    assert!(text.contains("flush_interval = \"4000ms\""), "{text}");
 
     // Without a file, the defaults show.
     let empty = tempfile::tempdir().unwrap();
