@@ -123,13 +123,15 @@ pub struct SiteSettings {
     pub retention_hourly_days: u32,
     /// Days daily aggregates are kept.
     pub retention_daily_days: u32,
+    /// From which instant the site's weekly aggregates are complete ([`crate::sites::Site::weeks_from_ms`]).
+    pub weeks_from_ms: i64,
 }
 
 impl SiteSettings {
     /// The settings of a site that is no longer known: UTC and the default retention, so its
     /// events are still counted (and a rebuild counts them the same way).
     pub fn fallback() -> SiteSettings {
-        SiteSettings { zone: SiteZone::utc(), retention_hourly_days: 90, retention_daily_days: 730 }
+        SiteSettings { zone: SiteZone::utc(), retention_hourly_days: 90, retention_daily_days: 730, weeks_from_ms: 0 }
     }
 }
 

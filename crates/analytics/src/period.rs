@@ -323,6 +323,18 @@ impl SiteZone {
     /// the path is searched over every day near the ends ([`COVER_EDGE_DAYS`]) and month starts
     /// between: a century costs no more than its months.
     pub fn cover(&self, start_ms: i64, end_ms: i64) -> Result<Vec<Bucket>, PeriodError> {
+        self.cover_with_weeks_from(start_ms, end_ms, i64::MIN)
+    }
+
+    /// [`SiteZone::cover`] using only the weeks that start at or after `weeks_from_ms`: a site's
+    /// weekly aggregates are complete from the moment they were first written, and the weeks
+    /// before are read as days.
+    pub fn cover_with_weeks_from(
+        &self,
+        start_ms: i64,
+        end_ms: i64,
+        weeks_from_ms: i64,
+    ) -> Result<Vec<Bucket>, PeriodError> {
         let mut out = Vec::new();
         if start_ms >= end_ms {
             return Ok(out);
@@ -338,7 +350,7 @@ impl SiteZone {
             return Ok(out);
         }
         self.push_hours(&mut out, start_ms, days_from)?;
-        out.extend(self.cover_days(days_from, days_to)?);
+        out.extend(self.cover_days(days_from, days_to, weeks_from_ms)?);
         self.push_hours(&mut out, days_to, end_ms)?;
         Ok(out)
     }
@@ -356,7 +368,7 @@ impl SiteZone {
     }
 
     /// The fewest days, weeks and months tiling `[from, to)`, both day boundaries.
-    fn cover_days(&self, from: i64, to: i64) -> Result<Vec<Bucket>, PeriodError> {
+    fn cover_days(&self, from: i64, to: i64, weeks_from_ms: i64) -> Result<Vec<Bucket>, PeriodError> {
         // The boundaries a step may start or end on: every day near either end, month starts between.
         let edge = COVER_EDGE_DAYS * 86_400_000;
         let mut nodes = Vec::new();
@@ -386,7 +398,7 @@ impl SiteZone {
         for i in (0..n - 1).rev() {
             for unit in [Unit::Month, Unit::Week, Unit::Day] {
                 let b = self.bucket(unit, nodes[i])?;
-                if b.start_ms != nodes[i] || b.end_ms > to {
+                if b.start_ms != nodes[i] || b.end_ms > to || (unit == Unit::Week && b.start_ms < weeks_from_ms) {
                     continue;
                 }
                 let Ok(j) = nodes.binary_search(&b.end_ms) else { continue };

@@ -61,6 +61,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::number("retention_event_days").default_value(30))
                 .attribute(Attribute::number("retention_hourly_days").default_value(90))
                 .attribute(Attribute::number("retention_daily_days").default_value(730))
+                .attribute(Attribute::number("weeks_from").example(0))
                 .attribute(Attribute::string_set("excluded_ip_ranges"))
                 .attribute(Attribute::string_set("extra_domains"))
                 .timestamps()

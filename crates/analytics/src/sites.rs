@@ -105,6 +105,10 @@ pub struct Site {
     pub retention_hourly_days: u32,
     /// Days daily aggregates are kept.
     pub retention_daily_days: u32,
+    /// The first instant (epoch ms) from which its weekly aggregates hold every event: 0 for a
+    /// site created with them, the first start of a Tally that writes them for an older site
+    /// ([`Sites::mark_weekly_aggregates`]), `i64::MAX` until then. Ranges read weeks only from here.
+    pub weeks_from_ms: i64,
     /// Client ranges whose events are dropped.
     pub excluded_ips: IpRanges,
     /// Its goals.
@@ -190,6 +194,8 @@ impl Sites {
                     "domain" => host.as_str(),
                     "timezone" => timezone,
                     "umami_id" => umami_id.as_str(),
+                    // Created with weekly aggregates: every week of it is complete.
+                    "weeks_from" => 0,
                 },
             ),
             TxWrite::create("SiteDomain", item! { "domain" => host.as_str(), "site_id" => site_id.as_str() }),
@@ -264,6 +270,7 @@ impl Sites {
             retention_event_days: u32_of(site, "retention_event_days", 30),
             retention_hourly_days: u32_of(site, "retention_hourly_days", 90),
             retention_daily_days: u32_of(site, "retention_daily_days", 730),
+            weeks_from_ms: site.opt_i64("weeks_from").ok().flatten().unwrap_or(i64::MAX),
             excluded_ips,
             goals,
         }))
@@ -478,6 +485,30 @@ impl Sites {
         self.get(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))
     }
 
+    /// Marks every site stored before weekly aggregates existed: its weeks are complete from
+    /// `now_ms` on (events aggregated from now include them; earlier weeks are read as days).
+    /// Idempotent, and a site already marked keeps its mark. Returns how many were marked.
+    /// `tally serve` calls it at start.
+    pub async fn mark_weekly_aggregates(&self, now_ms: i64) -> Result<usize, SitesError> {
+        let mut marked = 0;
+        for site in self.list().await? {
+            if site.weeks_from_ms != i64::MAX {
+                continue;
+            }
+            let update = model::expr::Update::new().set_if_absent("weeks_from", now_ms);
+            match self.table.update("Site", item! { "site_id" => site.site_id.as_str() }, update).await {
+                Ok(_) => marked += 1,
+                // Removed meanwhile: nothing to mark.
+                Err(model::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Ok(mut c) = self.by_id.lock() {
+                c.remove(&site.site_id);
+            }
+        }
+        Ok(marked)
+    }
+
     /// Creates an API key for a site: returns the key (shown once, never stored) and its record.
     pub async fn create_key(&self, site_id: &str, name: &str) -> Result<(String, ApiKeyInfo), SitesError> {
         if self.load(site_id).await?.is_none() {
@@ -576,6 +607,7 @@ impl SiteSettingsSource for Sites {
             zone: s.zone,
             retention_hourly_days: s.retention_hourly_days,
             retention_daily_days: s.retention_daily_days,
+            weeks_from_ms: s.weeks_from_ms,
         }))
     }
 }

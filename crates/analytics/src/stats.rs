@@ -295,9 +295,10 @@ impl Stats {
         Stats { table, sites }
     }
 
-    async fn zone(&self, site_id: &str) -> Result<SiteZone, StatsError> {
+    /// The site's zone and the instant its weekly aggregates are complete from.
+    async fn zone_and_weeks(&self, site_id: &str) -> Result<(SiteZone, i64), StatsError> {
         let settings = self.sites.site_settings(site_id).await.map_err(|e| StatsError::Corrupt(e.to_string()))?;
-        Ok(settings.map(|s| s.zone).unwrap_or_else(SiteZone::utc))
+        Ok(settings.map(|s| (s.zone, s.weeks_from_ms)).unwrap_or_else(|| (SiteZone::utc(), i64::MAX)))
     }
 
     /// The items of `dimension` at `period` with buckets from `first` to `last` (labels).
@@ -386,7 +387,7 @@ impl Stats {
 
     /// Answers `q`.
     pub async fn query(&self, q: &Query) -> Result<Vec<Row>, StatsError> {
-        let zone = self.zone(&q.site_id).await?;
+        let (zone, weeks_from) = self.zone_and_weeks(&q.site_id).await?;
         let (start, end) = zone.bounds_ms(&q.range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let time = q.dimensions.iter().find_map(|d| time_unit(d));
         let breakdown = q.dimensions.iter().find(|d| time_unit(d).is_none()).cloned();
@@ -427,14 +428,17 @@ impl Stats {
                 b.map(|b| (Period::Day, b)).collect()
             }
             None => zone
-                .cover(start, end)
+                .cover_with_weeks_from(start, end, weeks_from)
                 .map_err(|e| StatsError::Invalid(e.to_string()))?
                 .into_iter()
-                .filter_map(|b| match b.unit() {
-                    Unit::Hour => Some((Period::Hour, b)),
-                    Unit::Day => Some((Period::Day, b)),
-                    Unit::Week => Some((Period::Week, b)),
-                    Unit::Month => Some((Period::Month, b)),
+                .map(|b| {
+                    let period = match b.unit() {
+                        Unit::Hour => Period::Hour,
+                        Unit::Day => Period::Day,
+                        Unit::Week => Period::Week,
+                        Unit::Month => Period::Month,
+                    };
+                    (period, b)
                 })
                 .collect(),
         };

@@ -56,6 +56,18 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     let table = crate::store::open(config).await?;
     let metered = table.metered();
     let sites = Arc::new(Sites::new(metered.clone()));
+    // Sites stored before weekly aggregates existed get them from now on (before aggregation
+    // starts, so every event aggregated from here includes its week).
+    let marked = sites
+        .mark_weekly_aggregates(jiff::Timestamp::now().as_millisecond())
+        .await
+        .context("marking the sites' weekly aggregates")?;
+    if marked > 0 {
+        tracing::info!(
+            sites = marked,
+            "weekly aggregates start now for sites stored before them; earlier weeks read as days"
+        );
+    }
     let aggregator = Aggregator::start(metered.clone(), sites.clone(), aggregator_config(config))
         .await
         .context("starting aggregation")?;

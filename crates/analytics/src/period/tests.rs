@@ -388,6 +388,15 @@ fn covers_use_the_fewest_aggregates() {
         "6 items: 1 months, 0 weeks, 5 days, 0 hours: 2026-10-27 2026-10-28 2026-10-29 2026-10-30 2026-10-31 2026-11"
     ]
     .assert_eq(&summary(&month_wins.cover(&z).unwrap()));
+    // Weeks before a site's weekly aggregates began are read as days.
+    let (s, e) = z.bounds_ms(&straddle).unwrap();
+    let w46 = z.bucket_by_label(Unit::Week, "2026-W46").unwrap().start_ms();
+    let limited = z.cover_with_weeks_from(s, e, w46).unwrap();
+    assert!(limited.iter().all(|b| b.unit() != Unit::Week || b.start_ms() >= w46));
+    expect![
+        "7 items: 1 months, 0 weeks, 6 days, 0 hours: 2026-10-26 2026-10-27 2026-10-28 … 2026-10-30 2026-10-31 2026-11"
+    ]
+    .assert_eq(&summary(&limited));
     // Ten years read their months, with weeks and days only at the ends.
     let decade = DateRange::new(parse_date("2016-11-23").unwrap(), parse_date("2026-11-22").unwrap()).unwrap();
     expect![

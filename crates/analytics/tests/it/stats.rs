@@ -22,6 +22,7 @@ const HOUR: i64 = 3_600_000;
 
 struct World {
     _dir: tempfile::TempDir,
+    table: Table,
     site: Site,
     stats: Stats,
     day: jiff::civil::Date,
@@ -68,7 +69,7 @@ async fn world() -> World {
     }
     aggregator.flush_now().await.unwrap();
     let day = SiteZone::utc().date_of(midnight).unwrap();
-    World { _dir: dir, site, stats: Stats::new(table, sites), day }
+    World { _dir: dir, table: table.clone(), site, stats: Stats::new(table, sites), day }
 }
 
 fn q(w: &World, metrics: &[Metric], dimensions: &[&str], filters: Vec<Filter>) -> Query {
@@ -83,6 +84,12 @@ fn q(w: &World, metrics: &[Metric], dimensions: &[&str], filters: Vec<Filter>) -
         0,
     )
     .unwrap()
+}
+
+/// A query of `w`'s site over `range`.
+fn over(w: &World, range: DateRange, metrics: &[Metric], dimensions: &[&str]) -> Query {
+    let dimensions = dimensions.iter().map(|d| (*d).to_owned()).collect();
+    Query::new(w.site.site_id.clone(), metrics.to_vec(), range, dimensions, vec![], Vec::new(), 100, 0).unwrap()
 }
 
 fn rows(rows: &[Row]) -> Vec<(Vec<String>, Vec<Value>)> {
@@ -239,4 +246,57 @@ async fn sessions_are_listed_replayed_and_erased() {
     assert_eq!(w.stats.delete_visitor(&w.site.site_id, &day, &a.visitor_id).await.unwrap(), 2);
     assert!(w.stats.visitor_sessions(&w.site.site_id, &day, &a.visitor_id).await.unwrap().is_empty());
     assert_eq!(w.stats.recent_sessions(&w.site.site_id, &day, 10).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_site_stored_before_weekly_aggregates_reads_its_earlier_weeks_as_days() {
+    let w = world().await;
+    // Two weeks before the traffic to a week after: the whole week holding it is read as one item.
+    let days = |n: i64| w.day.checked_add(jiff::Span::new().days(n)).unwrap();
+    let range = DateRange::new(days(-14), days(7)).unwrap();
+    let metrics = [Metric::Visitors, Metric::Visits, Metric::Pageviews, Metric::BounceRate];
+    let totals = over(&w, range, &metrics, &[]);
+    let pages = over(&w, range, &[Metric::Visitors, Metric::Pageviews], &["event:page"]);
+    let expected = (w.stats.query(&totals).await.unwrap(), w.stats.query(&pages).await.unwrap());
+    assert_eq!(rows(&expected.0), vec![(vec![], vec![Int(3), Int(3), Int(4), Int(33)])]);
+
+    // Make the site one stored by a Tally without weekly aggregates: no mark, no weekly items.
+    let site_key = store::item! { "site_id" => w.site.site_id.as_str() };
+    w.table.update("Site", site_key, model::expr::Update::new().remove("weeks_from")).await.unwrap();
+    let mut pages_of_items = w.table.scan().entity("Aggregate").pages();
+    let mut removed = 0;
+    while let Some(page) = futures::StreamExt::next(&mut pages_of_items).await {
+        for r in page.unwrap().records {
+            if r.string("period").unwrap() != "week" {
+                continue;
+            }
+            let key = store::item! {
+                "site_id" => r.string("site_id").unwrap(),
+                "period" => "week",
+                "dimension" => r.string("dimension").unwrap(),
+                "bucket" => r.string("bucket").unwrap(),
+                "value" => r.opt_string("value").unwrap().unwrap_or_default(),
+            };
+            w.table.delete("Aggregate", key).await.unwrap();
+            removed += 1;
+        }
+    }
+    assert!(removed > 10, "the traffic wrote weekly items ({removed})");
+
+    // Unmarked, and once marked now, its weeks so far are read as days: the same answers.
+    let sites = Arc::new(Sites::new(w.table.clone()));
+    let stats = Stats::new(w.table.clone(), sites.clone());
+    assert_eq!(sites.get(&w.site.site_id).await.unwrap().unwrap().weeks_from_ms, i64::MAX);
+    assert_eq!((stats.query(&totals).await.unwrap(), stats.query(&pages).await.unwrap()), expected);
+    let now = jiff::Timestamp::now().as_millisecond();
+    assert_eq!(sites.mark_weekly_aggregates(now).await.unwrap(), 1);
+    assert_eq!(sites.mark_weekly_aggregates(now + 1).await.unwrap(), 0, "a mark is kept");
+    assert_eq!(sites.get(&w.site.site_id).await.unwrap().unwrap().weeks_from_ms, now);
+    assert_eq!((stats.query(&totals).await.unwrap(), stats.query(&pages).await.unwrap()), expected);
+
+    // Were its weeks taken as complete, the missing weekly items would lose the traffic.
+    let site_key = store::item! { "site_id" => w.site.site_id.as_str() };
+    w.table.update("Site", site_key, model::expr::Update::new().set("weeks_from", 0i64)).await.unwrap();
+    let fresh = Stats::new(w.table.clone(), Arc::new(Sites::new(w.table.clone())));
+    assert_ne!(rows(&fresh.query(&totals).await.unwrap()), rows(&expected.0));
 }
