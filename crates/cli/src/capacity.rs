@@ -42,9 +42,9 @@ impl Costs {
     pub fn built_in() -> Costs {
         Costs {
             source: "the release-build `tally bench --events 1000000` run recorded in BENCHMARKS.md".into(),
-            write_units_per_event: 1.202,
-            read_units_per_event: 0.734,
-            read_units_per_dashboard: 825.0,
+            write_units_per_event: 1.226,
+            read_units_per_event: 0.732,
+            read_units_per_dashboard: 317.0,
             raw_bytes_per_event: 700.0,
             aggregate_bytes_per_site_day: 400_000.0,
         }
