@@ -411,7 +411,8 @@ impl SiteZone {
         let mut out = Vec::with_capacity(steps[0].min(n));
         let mut i = 0;
         while i < n - 1 {
-            // Every boundary has a step to `to`: the day after it is a boundary or `to` is.
+            // The start reaches `to`: day steps join the boundaries near the ends, month steps
+            // those between.
             let Some((b, j)) = choice[i] else { return Err(PeriodError::OutOfRange(format!("{} ms", nodes[i]))) };
             out.push(b);
             i = j;

@@ -5,7 +5,8 @@
 //! dimension: the breakdown's, or — with no breakdown — the one dimension the filters name, or the
 //! site totals. The range is covered by the fewest month, week, day and hour buckets
 //! ([`SiteZone::cover`]), one Query per run of adjacent buckets, so the cost of a year is that of
-//! ~40 buckets per value and of 30 days ~12, whatever the traffic. Visitors are the union of the buckets' sketches, never a sum.
+//! ~40 buckets per value and of 30 days ~7, whatever the traffic. Visitors are the union of the
+//! buckets' sketches, never a sum.
 //!
 //! Filters on a dimension other than the one read would need the raw events (a later addition);
 //! such a query is refused with [`StatsError::Unsupported`] saying so, rather than answered wrong.
@@ -431,15 +432,7 @@ impl Stats {
                 .cover_with_weeks_from(start, end, weeks_from)
                 .map_err(|e| StatsError::Invalid(e.to_string()))?
                 .into_iter()
-                .map(|b| {
-                    let period = match b.unit() {
-                        Unit::Hour => Period::Hour,
-                        Unit::Day => Period::Day,
-                        Unit::Week => Period::Week,
-                        Unit::Month => Period::Month,
-                    };
-                    (period, b)
-                })
+                .map(|b| (Period::of_unit(b.unit()), b))
                 .collect(),
         };
         if time.is_none()

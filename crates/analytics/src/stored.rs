@@ -18,6 +18,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::period::Unit;
+
 /// One raw event on its session's partition (`Event` in [`crate::schema`]).
 ///
 /// The partition is `EV#{site_id}#{day}#{shard}` with `day` the UTC day the session started and
@@ -215,6 +217,27 @@ impl Period {
     /// The period named by [`Period::as_str`].
     pub fn parse(text: &str) -> Option<Period> {
         Period::ALL.into_iter().find(|p| p.as_str() == text)
+    }
+
+    /// The site-time unit of its buckets; `None` for minutes, which are UTC minutes since the epoch.
+    pub fn unit(self) -> Option<Unit> {
+        match self {
+            Period::Minute => None,
+            Period::Hour => Some(Unit::Hour),
+            Period::Day => Some(Unit::Day),
+            Period::Week => Some(Unit::Week),
+            Period::Month => Some(Unit::Month),
+        }
+    }
+
+    /// The period whose buckets are of `unit`.
+    pub fn of_unit(unit: Unit) -> Period {
+        match unit {
+            Unit::Hour => Period::Hour,
+            Unit::Day => Period::Day,
+            Unit::Week => Period::Week,
+            Unit::Month => Period::Month,
+        }
     }
 }
 

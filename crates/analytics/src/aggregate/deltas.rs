@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::period::{PeriodError, SiteZone, Unit};
+use crate::period::{PeriodError, SiteZone};
 use crate::stored::{
     AggKey, AggKeyRef, Contribution, Counters, HOUR_DIMENSIONS, MINUTE_DIMENSIONS, PROPS_PREFIX, Period, StoredEvent,
     TOTAL, VISIT_DIMENSIONS, VisitAttrs, minute_label,
@@ -64,14 +64,10 @@ pub fn period_keeps(period: Period, dimension: &str) -> bool {
 
 /// The bucket label of `ts_ms` at `period` in the site's zone.
 pub fn bucket_label(period: Period, zone: &SiteZone, ts_ms: i64) -> Result<String, PeriodError> {
-    let unit = match period {
-        Period::Minute => return Ok(minute_label(ts_ms)),
-        Period::Hour => Unit::Hour,
-        Period::Day => Unit::Day,
-        Period::Week => Unit::Week,
-        Period::Month => Unit::Month,
-    };
-    Ok(zone.bucket(unit, ts_ms)?.label())
+    match period.unit() {
+        None => Ok(minute_label(ts_ms)),
+        Some(unit) => Ok(zone.bucket(unit, ts_ms)?.label()),
+    }
 }
 
 /// The aggregate deltas of `event` in a site whose zone is `zone`, sorted by key, one entry per key.

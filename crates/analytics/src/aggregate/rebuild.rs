@@ -74,13 +74,7 @@ pub struct RebuildReport {
 
 /// Whether the bucket of `key` lies within `[first, last]` in site time.
 fn in_range(key: &AggKey, zone: &SiteZone, first: Date, last: Date) -> bool {
-    let unit = match key.period {
-        Period::Minute => return false,
-        Period::Hour => Unit::Hour,
-        Period::Day => Unit::Day,
-        Period::Week => Unit::Week,
-        Period::Month => Unit::Month,
-    };
+    let Some(unit) = key.period.unit() else { return false };
     let Ok(bucket) = zone.bucket_by_label(unit, &key.bucket) else { return false };
     let start = bucket.first_date();
     match key.period {
@@ -145,9 +139,8 @@ pub async fn rebuild(
     let (start_ms, end_ms) = zone.bounds_ms(&range)?;
     let props: BTreeSet<String> = acc.keys().map(|k| k.dimension.clone()).collect();
     let mut stored: BTreeMap<AggKey, StoredAggregate> = BTreeMap::new();
-    for (period, unit) in
-        [(Period::Hour, Unit::Hour), (Period::Day, Unit::Day), (Period::Week, Unit::Week), (Period::Month, Unit::Month)]
-    {
+    for unit in Unit::AGGREGATE_PERIODS {
+        let period = Period::of_unit(unit);
         let lo = zone.bucket(unit, start_ms)?.label();
         let hi = zone.bucket(unit, end_ms - 1)?.label();
         let dimensions: BTreeSet<&str> = if period == Period::Hour {
