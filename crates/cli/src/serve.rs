@@ -51,13 +51,10 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// Runs the server until SIGTERM or Ctrl-C, then stops taking requests, flushes and exits.
-pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
-    let table = crate::store::open(config).await?;
-    let metered = table.metered();
-    let sites = Arc::new(Sites::new(metered.clone()));
-    // Sites stored before weekly aggregates existed get them from now on (before aggregation
-    // starts, so every event aggregated from here includes its week).
+/// Starts aggregation for every command that ingests (`serve`, `demo`, `import`). Sites stored
+/// before weekly aggregates existed are marked first, so every event aggregated from here on
+/// includes its week and reads use weeks only from the mark (earlier weeks read as days).
+async fn start_aggregation(config: &Config, table: &Table, sites: &Arc<Sites>) -> Result<Arc<Aggregator>> {
     let marked = sites
         .mark_weekly_aggregates(jiff::Timestamp::now().as_millisecond())
         .await
@@ -68,9 +65,15 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             "weekly aggregates start now for sites stored before them; earlier weeks read as days"
         );
     }
-    let aggregator = Aggregator::start(metered.clone(), sites.clone(), aggregator_config(config))
-        .await
-        .context("starting aggregation")?;
+    Aggregator::start(table.clone(), sites.clone(), aggregator_config(config)).await.context("starting aggregation")
+}
+
+/// Runs the server until SIGTERM or Ctrl-C, then stops taking requests, flushes and exits.
+pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
+    let table = crate::store::open(config).await?;
+    let metered = table.metered();
+    let sites = Arc::new(Sites::new(metered.clone()));
+    let aggregator = start_aggregation(config, &metered, &sites).await?;
     let pipeline =
         Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
@@ -149,9 +152,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
 pub async fn demo(config: &Config, options: DemoOptions) -> Result<()> {
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
-    let aggregator = Aggregator::start(table.clone(), sites.clone(), aggregator_config(config))
-        .await
-        .context("starting aggregation")?;
+    let aggregator = start_aggregation(config, &table, &sites).await?;
     let pipeline = Arc::new(Pipeline::new(table, sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
     let (site, filled) = crate::demo::fill(&sites, &pipeline, &aggregator, options).await?;
     aggregator.shutdown().await.context("flushing aggregates")?;
@@ -267,7 +268,7 @@ pub async fn import(config: &Config, file: &Path, site: &str) -> Result<()> {
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
     let site = site_named(&sites, site).await?;
-    let aggregator = Aggregator::start(table.clone(), sites.clone(), aggregator_config(config)).await?;
+    let aggregator = start_aggregation(config, &table, &sites).await?;
     let pipeline = Pipeline::new(table, sites, Arc::new(enricher(config)?), aggregator.clone());
     let reader =
         std::io::BufReader::new(std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?);

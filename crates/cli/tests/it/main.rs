@@ -6,6 +6,7 @@ mod browser;
 mod config;
 mod demo;
 mod e2e;
+mod import;
 mod sigkill;
 mod support;
 

@@ -1,0 +1,90 @@
+//! `tally import FILE`: backfilled events land in their own days, and a site stored before
+//! weekly aggregates is marked by the import as by `tally serve`, so its statistics stay whole.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use analytics::sites::Sites;
+use serde_json::json;
+
+use crate::support::{Server, add_site};
+
+/// Runs `f` on Tally's table in the store at `dir` (no `tally` process may have it open).
+fn with_sites<T>(dir: &Path, f: impl AsyncFnOnce(&model::Table, &Sites) -> T) -> T {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let store = Arc::new(store_embedded::EmbeddedStore::open(dir).unwrap());
+        let table = model::Table::new(store, analytics::schema::tally_schema(analytics::schema::TABLE_NAME));
+        let sites = Sites::new(table.clone());
+        f(&table, &sites).await
+    })
+}
+
+#[test]
+fn import_backfills_days_and_marks_a_site_stored_before_weekly_aggregates() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let site = add_site(&store, "shop.test", "UTC");
+
+    // Make the site look like one stored before weekly aggregates: no `weeks_from`.
+    let site_id = with_sites(&store, async |table, sites| {
+        let site = sites.by_domain("shop.test").await.unwrap().unwrap();
+        let update = model::expr::Update::new().remove("weeks_from");
+        table.update("Site", store::item! { "site_id" => site.site_id.as_str() }, update).await.unwrap();
+        site.site_id
+    });
+    with_sites(&store, async |_, sites| {
+        assert_eq!(sites.get(&site_id).await.unwrap().unwrap().weeks_from_ms, i64::MAX, "unmarked");
+    });
+
+    // Two visitors over three days of an earlier month (Mon 5 – Wed 7 October 2026, UTC), out of
+    // order; one bad line is refused by number and imports nothing.
+    let ua = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+    let line = |ts: &str, url: &str, visitor: &str| {
+        json!({ "timestamp": ts, "url": url, "user_agent": ua, "visitor": visitor }).to_string()
+    };
+    let lines = [
+        line("2026-10-07T09:00:00Z", "https://shop.test/cart", "b"),
+        line("2026-10-05T10:00:00Z", "https://shop.test/", "a"),
+        line("2026-10-05T10:05:00Z", "https://shop.test/pricing", "a"),
+        "{\"timestamp\": true}".to_owned(),
+        line("2026-10-06T12:00:00Z", "https://shop.test/", "b"),
+    ];
+    let file = dir.path().join("events.ndjson");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let out = crate::support::tally(&store, &["import", file.to_str().unwrap(), "--site", "shop.test"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("imported: 4") && stdout.contains("refused: 1"), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 4"), "the bad line is named");
+
+    let marked = with_sites(&store, async |_, sites| sites.get(&site_id).await.unwrap().unwrap().weeks_from_ms);
+    assert!(marked != i64::MAX && marked > 1_790_000_000_000, "import marks the site: {marked}");
+
+    let server = Server::start(&store);
+    let mut c = server.client();
+    let auth = format!("Bearer {}", site.key);
+    let mut query = |body: serde_json::Value| {
+        let r = c.post_json("/api/v2/query", &[("authorization", &auth)], &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["results"].clone()
+    };
+    let month = query(json!({
+        "site_id": "shop.test", "metrics": ["visitors", "visits", "pageviews", "bounce_rate"],
+        "date_range": ["2026-10-01", "2026-10-31"]
+    }));
+    assert_eq!(month[0]["metrics"], json!([2, 3, 4, 67]), "{month}");
+    let days = query(json!({
+        "site_id": "shop.test", "metrics": ["pageviews"], "date_range": ["2026-10-01", "2026-10-31"],
+        "dimensions": ["time:day"]
+    }));
+    assert_eq!(
+        days,
+        json!([
+            { "dimensions": ["2026-10-05"], "metrics": [2] },
+            { "dimensions": ["2026-10-06"], "metrics": [1] },
+            { "dimensions": ["2026-10-07"], "metrics": [1] },
+        ])
+    );
+    server.stop();
+}
