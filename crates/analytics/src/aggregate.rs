@@ -54,7 +54,7 @@ use tokio::task::JoinHandle;
 pub(crate) use self::codec::StoredAggregate;
 pub use self::codec::{event_from_record, event_item};
 pub use self::deltas::{Delta, bucket_label, deltas, for_each_delta, period_keeps, visit_value, visitor_u64};
-pub use self::rebuild::{Difference, RebuildMode, RebuildReport, rebuild};
+pub use self::rebuild::{Difference, RebuildMode, RebuildRange, RebuildReport, rebuild};
 
 use self::apply::{Accumulator, ItemCache};
 use crate::period::{PeriodError, SiteZone};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use analytics::accounts::Accounts;
-use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode};
+use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRange};
 use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
 use analytics::goal::Goal;
 use analytics::pipeline::{IngestResult, Pipeline};
@@ -326,13 +326,21 @@ pub async fn rebuild(config: &Config, site: &str, from: Option<&str>, to: Option
             eprintln!("… {n} events read");
         }
     };
-    let report =
-        analytics::aggregate::rebuild(&table, sites.as_ref(), &site.site_id, first, last, mode, &progress).await?;
+    // Raw events expire their retention after they were stored, so every event from this date on
+    // (a day of margin for the zone) is still there: weeks and months straddling the range's ends
+    // that start from it are rebuilt whole.
+    let events_from = today.checked_sub(jiff::Span::new().days(i64::from(site.retention_event_days) - 1))?;
+    let range = RebuildRange::new(first, last).events_from(events_from);
+    let report = analytics::aggregate::rebuild(&table, sites.as_ref(), &site.site_id, range, mode, &progress).await?;
     println!("site: {} ({})", site.domain, site.site_id);
     println!("mode: {}", if verify { "verify" } else { "replace" });
     println!("range: {first} to {last}");
     println!("events read: {}", report.events_read);
     println!("items compared: {}", report.items_compared);
+    println!(
+        "weeks and months across the range's ends: {} rebuilt whole, {} left as they are (they start before {events_from}, the oldest events kept)",
+        report.straddling_rebuilt, report.straddling_left
+    );
     println!("differences: {}", report.differences.len());
     for d in report.differences.iter().take(20) {
         println!("  {d:?}");

@@ -5,8 +5,17 @@
 //! read from the partitions of the UTC days `first - 1 ..= last + 1` (a partition's day is the UTC
 //! day its session started, so a session that began the evening before, in site time or in UTC,
 //! is still found), and only buckets whose site-time date is within `[first, last]` are kept: hours
-//! and days inside the range, months wholly inside it, never minutes (they are realtime only and
-//! expire after two hours).
+//! and days inside the range, weeks and months wholly inside it, never minutes (they are realtime
+//! only and expire after two hours).
+//!
+//! **Weeks and months across an end of the range.** Kept as they are, they would still hold
+//! whatever the rebuild was run to correct, and dashboards read them in preference to days. So
+//! when the caller says from which date every raw event is still stored
+//! ([`RebuildRange::events_from`]: the site's event retention), a week or month that straddles an
+//! end of the range and starts on or after that date is rebuilt whole: the events of its whole
+//! extent are read, and only such items are kept from outside the range. One that starts earlier
+//! is left as it is (some of its events may have expired, and a rebuild would shrink it), and
+//! counted in [`RebuildReport::straddling_left`].
 //!
 //! [`RebuildMode::Replace`] overwrites the items of the range with the rebuilt ones (and deletes
 //! stored items the events do not produce). It must run with **ingestion for the site stopped**:
@@ -70,43 +79,119 @@ pub struct RebuildReport {
     pub items_written: u64,
     /// Stored items deleted because the events produce none ([`RebuildMode::Replace`]).
     pub items_deleted: u64,
+    /// Week and month buckets straddling an end of the range that were rebuilt whole.
+    pub straddling_rebuilt: u64,
+    /// Week and month buckets straddling an end of the range that were left as they are, since
+    /// they start before [`RebuildRange::events_from`] (or it was not given).
+    pub straddling_left: u64,
 }
 
-/// Whether the bucket of `key` lies within `[first, last]` in site time.
-fn in_range(key: &AggKey, zone: &SiteZone, first: Date, last: Date) -> bool {
-    let Some(unit) = key.period.unit() else { return false };
-    let Ok(bucket) = zone.bucket_by_label(unit, &key.bucket) else { return false };
-    let start = bucket.first_date();
-    match key.period {
-        Period::Month => start >= first && start.last_of_month() <= last,
-        Period::Week => start >= first && start.checked_add(jiff::Span::new().days(6)).is_ok_and(|end| end <= last),
-        _ => start >= first && start <= last,
+/// The dates a rebuild covers, in site time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RebuildRange {
+    /// The first date rebuilt.
+    pub first: Date,
+    /// The last date rebuilt.
+    pub last: Date,
+    /// From which date every raw event of the site is still stored (today minus the site's event
+    /// retention); weeks and months straddling an end of the range that start on or after it are
+    /// rebuilt whole. `None` leaves every straddling week and month as it is.
+    pub events_from: Option<Date>,
+}
+
+impl RebuildRange {
+    /// `[first, last]`, leaving straddling weeks and months as they are.
+    pub fn new(first: Date, last: Date) -> RebuildRange {
+        RebuildRange { first, last, events_from: None }
+    }
+
+    /// Rebuilds weeks and months straddling an end whole when they start on or after `date`.
+    pub fn events_from(self, date: Date) -> RebuildRange {
+        RebuildRange { events_from: Some(date), ..self }
     }
 }
 
-/// Reads a site's events around `[first, last]`, rebuilds its aggregates in that range, and
-/// compares them with the stored ones or replaces them. `progress` is told the number of events
-/// read so far.
+/// A week or month bucket by its period and first date.
+type WholeBucket = (Period, Date);
+
+/// The first and last dates of the week or month bucket holding `date`.
+fn extent(period: Period, date: Date) -> Option<(Date, Date)> {
+    match period {
+        Period::Week => {
+            let back = i64::from(date.weekday().to_monday_zero_offset());
+            let start = date.checked_sub(jiff::Span::new().days(back)).ok()?;
+            Some((start, start.checked_add(jiff::Span::new().days(6)).ok()?))
+        }
+        Period::Month => Some((date.first_of_month(), date.last_of_month())),
+        _ => None,
+    }
+}
+
+/// The week and month buckets that straddle an end of `range` (those holding `first` or `last`
+/// but not wholly inside the range), split into those rebuilt whole and those left.
+fn straddling(range: &RebuildRange) -> (Vec<(WholeBucket, Date)>, u64) {
+    let mut whole = Vec::new();
+    let mut left = 0;
+    let mut seen = BTreeSet::new();
+    for period in [Period::Week, Period::Month] {
+        for date in [range.first, range.last] {
+            let Some((start, end)) = extent(period, date) else { continue };
+            if (start >= range.first && end <= range.last) || !seen.insert((period, start)) {
+                continue;
+            }
+            match range.events_from {
+                Some(from) if start >= from => whole.push(((period, start), end)),
+                _ => left += 1,
+            }
+        }
+    }
+    (whole, left)
+}
+
+/// Whether the bucket of `key` lies within `[first, last]` in site time, or is one of the
+/// straddling weeks and months rebuilt `whole`.
+fn in_range(key: &AggKey, zone: &SiteZone, first: Date, last: Date, whole: &BTreeSet<WholeBucket>) -> bool {
+    let Some(unit) = key.period.unit() else { return false };
+    let Ok(bucket) = zone.bucket_by_label(unit, &key.bucket) else { return false };
+    let start = bucket.first_date();
+    match extent(key.period, start) {
+        Some((_, end)) => (start >= first && end <= last) || whole.contains(&(key.period, start)),
+        None => start >= first && start <= last,
+    }
+}
+
+/// Reads a site's events around the range, rebuilds its aggregates in that range, and compares
+/// them with the stored ones or replaces them. `progress` is told the number of events read so
+/// far.
 pub async fn rebuild(
     table: &Table,
     sites: &dyn SiteSettingsSource,
     site_id: &str,
-    first: Date,
-    last: Date,
+    range: RebuildRange,
     mode: RebuildMode,
     progress: &dyn Fn(u64),
 ) -> Result<RebuildReport, AggregateError> {
-    let range = DateRange::new(first, last)?;
+    let RebuildRange { first, last, .. } = range;
+    let dates = DateRange::new(first, last)?;
     let settings = sites.site_settings(site_id).await?.unwrap_or_else(SiteSettings::fallback);
     let zone = &settings.zone;
     let mut report = RebuildReport::default();
+    let (whole, left) = straddling(&range);
+    report.straddling_rebuilt = whole.len() as u64;
+    report.straddling_left = left;
+    // The events of every straddling bucket rebuilt whole are read too.
+    let read_first = whole.iter().map(|((_, start), _)| *start).chain([first]).min().unwrap_or(first);
+    let read_last = whole.iter().map(|(_, end)| *end).chain([last]).max().unwrap_or(last);
+    let whole: BTreeSet<WholeBucket> = whole.into_iter().map(|(bucket, _)| bucket).collect();
 
     // Every partition of the UTC days around the range.
     let mut days = Vec::new();
-    let mut day =
-        first.yesterday().map_err(|e| AggregateError::Period(crate::period::PeriodError::OutOfRange(e.to_string())))?;
-    let end =
-        last.tomorrow().map_err(|e| AggregateError::Period(crate::period::PeriodError::OutOfRange(e.to_string())))?;
+    let mut day = read_first
+        .yesterday()
+        .map_err(|e| AggregateError::Period(crate::period::PeriodError::OutOfRange(e.to_string())))?;
+    let end = read_last
+        .tomorrow()
+        .map_err(|e| AggregateError::Period(crate::period::PeriodError::OutOfRange(e.to_string())))?;
     while day <= end {
         days.push(day.to_string());
         match day.tomorrow() {
@@ -133,10 +218,10 @@ pub async fn rebuild(
         }
         progress(report.events_read);
     }
-    acc.retain(|key, _| in_range(key, zone, first, last));
+    acc.retain(|key, _| in_range(key, zone, first, last, &whole));
 
     // The stored items of the range, one query per (period, dimension).
-    let (start_ms, end_ms) = zone.bounds_ms(&range)?;
+    let (start_ms, end_ms) = zone.bounds_ms(&dates)?;
     let props: BTreeSet<String> = acc.keys().map(|k| k.dimension.clone()).collect();
     let mut stored: BTreeMap<AggKey, StoredAggregate> = BTreeMap::new();
     for unit in Unit::AGGREGATE_PERIODS {
@@ -163,7 +248,7 @@ pub async fn rebuild(
                 .await?;
             for r in records {
                 let key = agg_key_from_record(&r)?;
-                if in_range(&key, zone, first, last) {
+                if in_range(&key, zone, first, last, &whole) {
                     stored.insert(key, StoredAggregate::from_record(&r)?);
                 }
             }

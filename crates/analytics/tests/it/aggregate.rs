@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use analytics::aggregate::{
-    AggregateError, Aggregator, AggregatorConfig, RebuildMode, RebuildReport, SiteSettings, SiteSettingsSource,
-    event_item, rebuild,
+    AggregateError, Aggregator, AggregatorConfig, RebuildMode, RebuildRange, RebuildReport, SiteSettings,
+    SiteSettingsSource, event_item, rebuild,
 };
 use analytics::period::{SiteZone, parse_date};
 use analytics::schema::tally_schema;
@@ -174,7 +174,9 @@ async fn item(table: &Table, period: &str, dimension: &str, bucket: &str, value:
 async fn verify(table: &Table, site: &str, first: &str, last: &str) -> RebuildReport {
     let sites = sites();
     let (first, last) = (parse_date(first).expect("a date"), parse_date(last).expect("a date"));
-    rebuild(table, sites.as_ref(), site, first, last, RebuildMode::Verify, &|_| {}).await.expect("the rebuild runs")
+    rebuild(table, sites.as_ref(), site, RebuildRange::new(first, last), RebuildMode::Verify, &|_| {})
+        .await
+        .expect("the rebuild runs")
 }
 
 /// Every aggregate item, to compare snapshots.
@@ -567,10 +569,72 @@ async fn replace_rewrites_damaged_aggregates() {
     assert_eq!(report.differences.len(), 1, "{:#?}", report.differences);
     let sites = sites();
     let day = parse_date("2026-11-22").expect("a date");
-    let replaced =
-        rebuild(&h.table, sites.as_ref(), "S1", day, day, RebuildMode::Replace, &|_| {}).await.expect("replaces");
+    let replaced = rebuild(&h.table, sites.as_ref(), "S1", RebuildRange::new(day, day), RebuildMode::Replace, &|_| {})
+        .await
+        .expect("replaces");
     assert!(replaced.items_written > 0);
     assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![]);
+}
+
+#[tokio::test]
+async fn replace_rebuilds_weeks_and_months_across_the_range_ends_whole_when_their_events_are_kept() {
+    let h = harness().await;
+    let agg = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+    // Mon 2 Nov, Mon 16 Nov, Wed 18 Nov and Sun 22 Nov 2026, one visitor each, and the usual
+    // traffic of Sun 22 Nov.
+    let day_ms = 86_400_000;
+    for (i, days_before) in [20i64, 6, 4, 0].into_iter().enumerate() {
+        let ts = T0 - days_before * day_ms - 3_600_000;
+        let mut s = Session::new("S1", 0x100 + i as u64, 100 + i as u32, ts, "");
+        ingest(&agg, &h.table, s.pageview("/", ts)).await;
+    }
+    some_traffic(&agg, &h.table).await;
+    agg.shutdown().await.expect("shuts down");
+    assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![], "healthy");
+
+    // Damage the week of 16–22 Nov and the month: both straddle 18–25 Nov.
+    let damage = |period: &'static str, bucket: &'static str| {
+        let key =
+            item! { "site_id" => "S1", "period" => period, "dimension" => "total", "bucket" => bucket, "value" => "" };
+        h.table.update("Aggregate", key, model::expr::Update::new().set("pageviews", 1000))
+    };
+    let damaged = |report: RebuildReport| {
+        let mut buckets: Vec<String> = report.differences.iter().map(|d| d.key.bucket.clone()).collect();
+        buckets.sort();
+        buckets
+    };
+    damage("week", "2026-W47").await.expect("damaged");
+    damage("month", "2026-11").await.expect("damaged");
+    assert_eq!(damaged(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await), ["2026-11", "2026-W47"]);
+
+    let sites = sites();
+    let (first, last) = (parse_date("2026-11-18").expect("a date"), parse_date("2026-11-25").expect("a date"));
+    let replace = |range: RebuildRange| rebuild(&h.table, sites.as_ref(), "S1", range, RebuildMode::Replace, &|_| {});
+
+    // Not told which events are kept: the straddling items are left, damage and all.
+    let report = replace(RebuildRange::new(first, last)).await.expect("replaces");
+    assert_eq!((report.straddling_rebuilt, report.straddling_left), (0, 3), "W47, W48 and November");
+    assert_eq!(damaged(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await), ["2026-11", "2026-W47"]);
+
+    // Events kept from 10 Nov: both weeks are rebuilt whole (W47 from Mon 16 Nov's events on,
+    // which lie outside the range), the month, starting earlier, is left.
+    let from_10th = RebuildRange::new(first, last).events_from(parse_date("2026-11-10").expect("a date"));
+    let report = replace(from_10th).await.expect("replaces");
+    assert_eq!((report.straddling_rebuilt, report.straddling_left), (2, 1));
+    assert!(report.events_read >= 9, "Mon 16 Nov's event is read: {report:?}");
+    assert_eq!(damaged(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await), ["2026-11"]);
+    let week = item(&h.table, "week", "total", "2026-W47", "").await.expect("the week is stored");
+    assert_eq!((week.0.pageviews, week.1), (3 + 6, 3 + 2), "16, 18 and 22 Nov's visitors and the usual traffic");
+
+    // Events kept from 1 Nov: the month too, with Mon 2 Nov's visitor.
+    let from_1st = RebuildRange::new(first, last).events_from(parse_date("2026-11-01").expect("a date"));
+    let report = replace(from_1st).await.expect("replaces");
+    assert_eq!((report.straddling_rebuilt, report.straddling_left), (3, 0));
+    assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![]);
+    let month = item(&h.table, "month", "total", "2026-11", "").await.expect("the month is stored");
+    assert_eq!((month.0.pageviews, month.1), (4 + 6, 4 + 2));
+    // Days outside the range were read but not written: Mon 2 Nov's day item is as it was.
+    assert!(item(&h.table, "day", "total", "2026-11-02", "").await.is_some());
 }
 
 /// One generated session: site, visitor, start (minutes into 2026-11-10), and events as

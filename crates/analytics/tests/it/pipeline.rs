@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, event_from_record, rebuild};
+use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRange, event_from_record, rebuild};
 use analytics::enrich::{DropReason, Enricher, EnricherConfig};
 use analytics::event::RawEvent;
 use analytics::goal::Goal;
@@ -209,9 +209,16 @@ async fn ingested_and_imported_traffic_aggregates_equal_a_rebuild() {
     a.flush_now().await.unwrap();
     let today = site.zone.date_of(now()).unwrap();
     let first = site.zone.date_of(t - 4 * day).unwrap();
-    let report = rebuild(&w.table, w.sites.as_ref(), &site.site_id, first, today, RebuildMode::Verify, &|_| {})
-        .await
-        .expect("rebuild runs");
+    let report = rebuild(
+        &w.table,
+        w.sites.as_ref(),
+        &site.site_id,
+        RebuildRange::new(first, today),
+        RebuildMode::Verify,
+        &|_| {},
+    )
+    .await
+    .expect("rebuild runs");
     // Twenty visitors of one to four page views (50), and six imported events.
     assert_eq!(report.events_read, 50 + 6, "every stored event is read: {report:?}");
     assert!(report.differences.is_empty(), "live aggregates equal the rebuild: {:#?}", report.differences);
@@ -256,7 +263,9 @@ async fn the_pipeline_runs_unchanged_on_the_dynamodb_engine() {
     let today = site.zone.date_of(now()).unwrap();
     let first = site.zone.date_of(t - 86_400_000).unwrap();
     let report =
-        rebuild(&table, sites.as_ref(), &site.site_id, first, today, RebuildMode::Verify, &|_| {}).await.unwrap();
+        rebuild(&table, sites.as_ref(), &site.site_id, RebuildRange::new(first, today), RebuildMode::Verify, &|_| {})
+            .await
+            .unwrap();
     assert_eq!(report.events_read, 12);
     assert!(report.differences.is_empty(), "{:#?}", report.differences);
     let _ = table.store().delete_table(&name).await;
