@@ -22,6 +22,11 @@ use store_dynamodb::{DynamoDbStore, Options};
 use store_embedded::EmbeddedStore;
 use tokio::runtime::Runtime;
 
+/// The allocator the `tally` binary runs the engine with (its `main.rs` says why), so the bench
+/// measures the engine as Tally runs it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TABLE: &str = "bench";
 /// Items in each table before the reads are measured (as in the embedded engine's bench).
 const FILLED: u64 = 20_000;

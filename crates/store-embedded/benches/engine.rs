@@ -14,6 +14,11 @@ use store::Store;
 use store::workload;
 use store_embedded::EmbeddedStore;
 
+/// The allocator the `tally` binary runs the engine with (its `main.rs` says why), so the bench
+/// measures the engine as Tally runs it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TABLE: &str = "bench";
 /// Items in the table before the reads are measured.
 const FILLED: u64 = 20_000;
