@@ -6,7 +6,16 @@
 //! file is synced; the redb transaction then commits *without* an fsync (`Durability::None`),
 //! so its pages stay in redb's write buffer instead of being written at random places of the
 //! file on every group. Every so often (a checkpoint) a group commits with
-//! `Durability::Immediate`, which writes everything out, and the journal is emptied.
+//! `Durability::Immediate`, which writes everything out, and the journal starts over.
+//!
+//! **Starting over reuses the file.** After a checkpoint the next record is written at offset 0
+//! over the old ones; the file is never cut. Syncing a write into blocks the file already has
+//! changes no file-system metadata, so it costs one data write, where an append also commits the
+//! new size and blocks (BENCHMARKS.md has both). The records left behind are harmless: every one
+//! was written before the checkpoint, so its sequence is at or below the one the database holds
+//! and recovery skips it; and the new records run from offset 0 with consecutive sequences, so
+//! reading stops where they end (the next bytes are a torn record, the middle of an old one, or
+//! an old whole record, skipped for its sequence).
 //!
 //! Each redb commit also stores the group's sequence number (`sys/journal`), so after a crash
 //! the database reopens at its last durable commit, knows which sequence that was, and replays
@@ -37,7 +46,8 @@ pub const APPLIED: redb::TableDefinition<&str, u64> = redb::TableDefinition::new
 const APPLIED_KEY: &str = "applied";
 
 const MAGIC: [u8; 4] = *b"TJR1";
-const HEADER: usize = 4 + 4 + 4 + 8;
+/// A record's bytes before its payload.
+pub(crate) const HEADER: usize = 4 + 4 + 4 + 8;
 
 /// A file the journal lives in: the real file, or a simulated disk in tests.
 pub trait JournalFile: Send + 'static {
@@ -47,8 +57,6 @@ pub trait JournalFile: Send + 'static {
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
     /// Makes every write so far durable.
     fn sync(&mut self) -> io::Result<()>;
-    /// Cuts the file to `len` bytes (not synced).
-    fn set_len(&mut self, len: u64) -> io::Result<()>;
 }
 
 impl JournalFile for File {
@@ -65,10 +73,6 @@ impl JournalFile for File {
 
     fn sync(&mut self) -> io::Result<()> {
         self.sync_data()
-    }
-
-    fn set_len(&mut self, len: u64) -> io::Result<()> {
-        File::set_len(self, len)
     }
 }
 
@@ -89,7 +93,7 @@ impl Journal {
         Journal { file, len }
     }
 
-    /// Bytes appended since the last [`Journal::reset`].
+    /// Bytes written since the last [`Journal::restart`].
     pub fn len(&self) -> u64 {
         self.len
     }
@@ -111,12 +115,11 @@ impl Journal {
         Ok(())
     }
 
-    /// Empties the journal durably: called once a durable redb commit holds everything in it.
-    pub fn reset(&mut self) -> io::Result<()> {
-        self.file.set_len(0)?;
-        self.file.sync()?;
+    /// Starts over at the beginning of the file: called once a durable redb commit holds every
+    /// record so far. Nothing is written; the old records stay until overwritten, and recovery
+    /// skips them by their sequence (see the module's documentation).
+    pub fn restart(&mut self) {
         self.len = 0;
-        Ok(())
     }
 }
 
@@ -338,10 +341,19 @@ pub fn set_applied(txn: &WriteTransaction, seq: u64) -> Result<(), OpError> {
     Ok(())
 }
 
+/// What [`recover`] found.
+pub struct Recovered {
+    /// The journal, ready for the next record (at the start of the file).
+    pub journal: Journal,
+    /// The sequence number of the last group in the database.
+    pub seq: u64,
+    /// How many groups were replayed (0 after a clean close).
+    pub replayed: usize,
+}
+
 /// Brings the database up to date with the journal after an open: replays every record after
-/// the last durable group, commits durably, empties the journal. Returns the journal, ready
-/// for appends, and the last sequence number.
-pub fn recover(db: &redb::Database, mut file: Box<dyn JournalFile>) -> Result<(Journal, u64), OpError> {
+/// the last durable group and commits durably, so the journal can start over.
+pub fn recover(db: &redb::Database, mut file: Box<dyn JournalFile>) -> Result<Recovered, OpError> {
     let io = |what: &str, e: io::Error| OpError::Fatal(format!("journal: cannot {what}: {e}"));
     let bytes = file.read_all().map_err(|e| io("read the journal", e))?;
     let mut txn = db.begin_write()?;
@@ -366,38 +378,87 @@ pub fn recover(db: &redb::Database, mut file: Box<dyn JournalFile>) -> Result<(J
     if replayed > 0 {
         tracing::info!(groups = replayed, "replayed the journal after an unclean shutdown");
     }
-    let mut journal = Journal::new(file, 0);
-    journal.reset().map_err(|e| io("empty the journal", e))?;
-    Ok((journal, seq))
+    Ok(Recovered { journal: Journal::new(file, 0), seq, replayed })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    struct Mem(Vec<u8>);
+
+    impl JournalFile for Mem {
+        fn read_all(&mut self) -> io::Result<Vec<u8>> {
+            Ok(self.0.clone())
+        }
+        fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+            let end = offset as usize + bytes.len();
+            if self.0.len() < end {
+                self.0.resize(end, 0);
+            }
+            self.0[offset as usize..end].copy_from_slice(bytes);
+            Ok(())
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A database whose last durable group is `seq`.
+    fn database_at(dir: &Path, seq: u64) -> redb::Database {
+        let db = redb::Database::create(dir.join("t.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        set_applied(&txn, seq).unwrap();
+        txn.commit().unwrap();
+        db
+    }
+
+    /// A record payload of `len` (≥ 5) bytes: one removal of an absent TTL key.
+    fn effects(len: usize) -> Vec<u8> {
+        let mut out = vec![REMOVE | On::Ttl.tag()];
+        push_bytes(&mut out, &vec![b'k'; len - 5]);
+        out
+    }
+
+    /// The journal's bytes after one checkpoint interval wrote records `1..=5`, a checkpoint
+    /// restarted it, and the next interval wrote `6` (`sixth` bytes of payload) and maybe `7`.
+    fn reused(sixth: usize, seventh: bool) -> Vec<u8> {
+        let mut journal = Journal::new(Box::new(Mem(Vec::new())), 0);
+        for seq in 1..=5 {
+            journal.append(seq, &effects(10 * seq as usize)).unwrap();
+        }
+        journal.restart();
+        journal.append(6, &effects(sixth)).unwrap();
+        if seventh {
+            journal.append(7, b"").unwrap();
+        }
+        journal.file.read_all().unwrap()
+    }
+
+    #[test]
+    fn a_reused_journal_replays_only_the_records_after_the_checkpoint() {
+        // Record 6 ends inside old record 2, or, with a 10-byte payload, exactly where old record
+        // 2 begins: then whole old records follow it, and are skipped for their sequence.
+        for (sixth, seventh, last) in [(25, true, 7), (25, false, 6), (10, false, 6), (10, true, 7)] {
+            let dir = tempfile::tempdir().unwrap();
+            let bytes = reused(sixth, seventh);
+            if sixth == 10 && !seventh {
+                let seqs: Vec<u64> = records(&bytes).into_iter().map(|(s, _)| s).collect();
+                assert_eq!(seqs, [6, 2, 3, 4, 5], "old whole records follow the new one");
+            }
+            let db = database_at(dir.path(), 5);
+            let recovered = recover(&db, Box::new(Mem(bytes.clone()))).map_err(|e| format!("{e:?}")).unwrap();
+            assert_eq!((recovered.seq, recovered.replayed), (last, (last - 5) as usize), "{sixth} {seventh}");
+            // Reopened after the checkpoint of the same records: nothing is replayed twice.
+            drop(db);
+            let db = redb::Database::open(dir.path().join("t.redb")).unwrap();
+            let again = recover(&db, Box::new(Mem(bytes))).map_err(|e| format!("{e:?}")).unwrap();
+            assert_eq!((again.seq, again.replayed), (last, 0));
+        }
+    }
+
     #[test]
     fn records_stop_at_the_first_torn_or_corrupt_one() {
-        struct Mem(Vec<u8>);
-        impl JournalFile for Mem {
-            fn read_all(&mut self) -> io::Result<Vec<u8>> {
-                Ok(self.0.clone())
-            }
-            fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
-                let end = offset as usize + bytes.len();
-                if self.0.len() < end {
-                    self.0.resize(end, 0);
-                }
-                self.0[offset as usize..end].copy_from_slice(bytes);
-                Ok(())
-            }
-            fn sync(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-            fn set_len(&mut self, len: u64) -> io::Result<()> {
-                self.0.truncate(len as usize);
-                Ok(())
-            }
-        }
         let mut journal = Journal::new(Box::new(Mem(Vec::new())), 0);
         journal.append(1, b"one").unwrap();
         journal.append(2, b"").unwrap();

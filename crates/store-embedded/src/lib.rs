@@ -127,6 +127,7 @@ pub struct EmbeddedStore {
     writer_thread: Option<JoinHandle<()>>,
     sweeper_stop: Option<mpsc::Sender<()>>,
     sweeper_thread: Option<JoinHandle<()>>,
+    replayed_groups: usize,
 }
 
 impl EmbeddedStore {
@@ -182,10 +183,10 @@ impl EmbeddedStore {
             db::OpError::Fatal(e) => internal(e),
         };
         let tables = load_definitions(&db).map_err(op_error)?;
-        let (journal, seq) = journal::recover(&db, journal).map_err(op_error)?;
+        let recovered = journal::recover(&db, journal).map_err(op_error)?;
         let shared = Arc::new(Shared { db, tables: RwLock::new(tables) });
         let (tx, rx) = mpsc::channel();
-        let writer = Writer::new(shared.clone(), journal, seq, options.checkpoint);
+        let writer = Writer::new(shared.clone(), recovered.journal, recovered.seq, options.checkpoint);
         let writer_thread = std::thread::Builder::new()
             .name("tally-writer".into())
             .spawn(move || writer.run(rx))
@@ -197,6 +198,7 @@ impl EmbeddedStore {
             writer_thread: Some(writer_thread),
             sweeper_stop: None,
             sweeper_thread: None,
+            replayed_groups: recovered.replayed,
         };
         if let Some(interval) = options.ttl_sweep_interval {
             let (stop_tx, stop_rx) = mpsc::channel::<()>();
@@ -213,6 +215,12 @@ impl EmbeddedStore {
     /// The directory the store lives in.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many committed groups of writes the open replayed from the journal: 0 after a clean
+    /// close, more after a crash.
+    pub fn replayed_groups(&self) -> usize {
+        self.replayed_groups
     }
 
     /// Deletes every item whose TTL attribute is before `now_epoch_secs`, as the background

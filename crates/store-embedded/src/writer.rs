@@ -192,24 +192,20 @@ impl Writer {
             || self.journal.len() >= self.checkpoint.journal_bytes
     }
 
-    /// Makes everything committed so far durable in redb and empties the journal.
+    /// Makes everything committed so far durable in redb and starts the journal over.
     fn checkpoint_now(&mut self) -> Result<(), String> {
         let mut txn = self.shared.db.begin_write().map_err(|e| e.to_string())?;
         txn.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
         journal::set_applied(&txn, self.seq).map_err(fatal_text)?;
         txn.commit().map_err(|e| e.to_string())?;
-        self.emptied()
+        self.emptied();
+        Ok(())
     }
 
-    /// After a durable commit: the journal's records are all in redb now.
-    fn emptied(&mut self) -> Result<(), String> {
+    /// After a durable commit: the journal's records are all in redb now, so it starts over.
+    fn emptied(&mut self) {
         self.last_checkpoint = Instant::now();
-        if let Err(e) = self.journal.reset() {
-            let message = format!("cannot empty the journal: {e}");
-            self.failed = Some(message.clone());
-            return Err(message);
-        }
-        Ok(())
+        self.journal.restart();
     }
 
     /// Applies the jobs in one transaction and commits it; `Err` means nothing was committed.
@@ -272,8 +268,7 @@ impl Writer {
             self.defs_changed = false;
         }
         if durable {
-            // The group is answered as written even if emptying the journal fails: it is durable.
-            let _ = self.emptied();
+            self.emptied();
         }
         Ok(results)
     }
@@ -842,9 +837,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
         let file = journal::open_file(dir.path()).unwrap();
-        let (journal, seq) = journal::recover(&db, Box::new(file)).map_err(fatal_text).unwrap();
+        let recovered = journal::recover(&db, Box::new(file)).map_err(fatal_text).unwrap();
         let shared = Arc::new(Shared { db, tables: Default::default() });
-        let mut writer = Writer::new(shared.clone(), journal, seq, Checkpoint::default());
+        let mut writer = Writer::new(shared.clone(), recovered.journal, recovered.seq, Checkpoint::default());
         let def = TableDefinition::new("tbl", KeySchema::hash("pk", ScalarType::S));
         let (create, rx) = job(WriteOp::CreateTable(def));
         writer.run_group(vec![create]);
