@@ -123,6 +123,10 @@ pub const UNSUPPORTED_MOTO: &[Unsupported] = &[
         reason: "ignores ClientRequestToken: the same transaction sent twice is applied twice",
     },
     Unsupported {
+        case: "concurrent-transactions",
+        reason: "concurrent TransactWriteItems are not isolated: under load one of two transfers adding 1 to the same balance was lost (CI, 2026-11-25: 10 transfers acknowledged, the balance 9); it passes when the machine is idle",
+    },
+    Unsupported {
         case: "capacity-writes",
         reason: "write units are not rounded up per 1 KB: a put of 1 KB + 1 byte reports 1 unit, DynamoDB bills 2",
     },
