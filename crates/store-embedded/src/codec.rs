@@ -296,52 +296,21 @@ impl<'a> Reader<'a> {
         if count == 0 {
             return Ok(Number::zero());
         }
-        // The text is built on the stack, because a heap string per number was a measurable
-        // cost of reads: a sign, "0.", 38 digits, "E" and a signed ten-digit exponent fit.
-        let mut text = [0u8; 64];
-        let mut len = 0;
-        let mut push = |b: u8| {
-            text[len] = b;
-            len += 1;
-        };
-        if negative {
-            push(b'-');
-        }
-        push(b'0');
-        push(b'.');
+        // The digits go straight into the number: formatting text to parse was a measurable
+        // share of a page read.
+        let mut digits = Vec::with_capacity(count as usize);
         for i in 0..count.div_ceil(2) {
             let b = self.byte()?;
             let (hi, lo) = (b >> 4, b & 0x0F);
             if hi > 9 || lo > 9 {
                 return Err(CorruptData("bad digit"));
             }
-            push(b'0' + hi);
+            digits.push(hi);
             if 2 * i + 1 < count {
-                push(b'0' + lo);
+                digits.push(lo);
             }
         }
-        push(b'E');
-        if exp < 0 {
-            push(b'-');
-        }
-        // The exponent is a zig-zag decoded u32, so its magnitude may have up to ten digits.
-        let magnitude = exp.unsigned_abs();
-        let mut digits = [0u8; 10];
-        let mut n = 0;
-        let mut rest = magnitude;
-        loop {
-            digits[n] = b'0' + (rest % 10) as u8;
-            n += 1;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        for &d in digits[..n].iter().rev() {
-            push(d);
-        }
-        let text = std::str::from_utf8(&text[..len]).map_err(|_| CorruptData("bad number"))?;
-        text.parse().map_err(|_| CorruptData("bad number"))
+        Number::from_digits(negative, digits, exp).map_err(|_| CorruptData("bad number"))
     }
 
     /// A map, and the sum of its names' and values' sizes (an item's size, and the part of a

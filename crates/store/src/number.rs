@@ -76,11 +76,21 @@ impl Number {
         self.exp
     }
 
+    /// The number `±0.d₁d₂…dₙ × 10^exp` from its decimal digits (each 0–9), normalised
+    /// (leading and trailing zeros dropped) and checked against DynamoDB's limits. Decoders of
+    /// stored numbers use it instead of formatting text to parse.
+    pub fn from_digits(negative: bool, digits: Vec<u8>, exp: i32) -> Result<Self, NumberError> {
+        if digits.iter().any(|&d| d > 9) {
+            return Err(NumberError::Syntax(format!("digit out of range in {digits:?}")));
+        }
+        Number::from_parts(negative, digits, exp)
+    }
+
     /// Builds a number from parts, normalising and checking DynamoDB's limits.
     fn from_parts(negative: bool, mut digits: Vec<u8>, mut exp: i32) -> Result<Self, NumberError> {
         let lead = digits.iter().take_while(|&&d| d == 0).count();
         digits.drain(..lead);
-        exp -= lead as i32;
+        exp = exp.saturating_sub(lead as i32);
         while digits.last() == Some(&0) {
             digits.pop();
         }
@@ -353,6 +363,17 @@ mod tests {
 
     fn n(s: &str) -> Number {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn from_digits_normalises_and_checks_like_parsing() {
+        assert_eq!(Number::from_digits(false, vec![0, 1, 2, 0], 3), Ok(n("12")));
+        assert_eq!(Number::from_digits(true, vec![5], 0), Ok(n("-0.5")));
+        assert_eq!(Number::from_digits(true, vec![0, 0], 7), Ok(Number::zero()));
+        assert_eq!(Number::from_digits(false, vec![1], 200), Err(NumberError::Overflow));
+        assert_eq!(Number::from_digits(false, vec![1; 39], 0), Err(NumberError::Precision));
+        assert!(Number::from_digits(false, vec![10], 0).is_err(), "a digit above 9");
+        assert_eq!(Number::from_digits(false, vec![0, 1], i32::MIN), Err(NumberError::Underflow), "no overflow");
     }
 
     #[test]
