@@ -34,6 +34,13 @@ pub struct Costs {
     pub raw_bytes_per_event: f64,
     /// Billed bytes of the aggregate items one day of one site's traffic adds.
     pub aggregate_bytes_per_site_day: f64,
+    /// Events of one site each flush held in the measured run: its ingestion rate divided by its
+    /// sites, times its flush interval (absent from older bench files).
+    #[serde(default)]
+    pub events_per_site_flush: Option<f64>,
+    /// The measured run's flush interval in seconds (absent from older bench files).
+    #[serde(default)]
+    pub flush_interval_s: Option<f64>,
 }
 
 impl Costs {
@@ -47,6 +54,9 @@ impl Costs {
             read_units_per_dashboard: 317.0,
             raw_bytes_per_event: 700.0,
             aggregate_bytes_per_site_day: 400_000.0,
+            // 11,945 events/s over three sites, flushed every 3 s.
+            events_per_site_flush: Some(11_945.0),
+            flush_interval_s: Some(3.0),
         }
     }
 
@@ -118,9 +128,33 @@ impl Estimate {
     }
 }
 
+/// Below this share of the measured run's events per flush, the write estimate is called a
+/// lower bound.
+const FEW_EVENTS_PER_FLUSH: f64 = 0.1;
+
+/// A warning when `traffic` puts far fewer events of a site into each flush than the measured
+/// run did. A flush rewrites every aggregate item its events touch, so its writes are shared by
+/// fewer events: aggregate writes per event rise towards what one event touches alone (about
+/// sixty items: every dimension of the event and its visit, per hour, day, week and month).
+pub fn low_rate_warning(costs: &Costs, traffic: &Traffic) -> Option<String> {
+    let measured = costs.events_per_site_flush?;
+    let interval = costs.flush_interval_s?;
+    let per_flush = traffic.events_per_day / 86_400.0 / traffic.sites.max(1.0) * interval;
+    (per_flush < measured * FEW_EVENTS_PER_FLUSH).then(|| {
+        format!(
+            "warning: the measured run flushed about {measured:.0} events of its site at a time; this traffic\n\
+             puts about {per_flush:.2} events of a site into each {interval} s flush. Every flush rewrites each\n\
+             aggregate item its events touch, so fewer events share those writes: the write estimate above\n\
+             is a lower bound at this rate; when each flush holds one event, an event rewrites about sixty\n\
+             aggregate items (every dimension of it and its visit, per hour, day, week and month).\n"
+        )
+    })
+}
+
 /// The report `tally capacity` prints.
 pub fn report(costs: &Costs, traffic: &Traffic) -> String {
     let e = Estimate::new(costs, traffic);
+    let warning = low_rate_warning(costs, traffic).map(|w| format!("\n{w}")).unwrap_or_default();
     format!(
         "Tally on DynamoDB on-demand: {events} events/day, {dash} dashboards/day, {sites} site(s)\n\
          \n\
@@ -137,7 +171,7 @@ pub fn report(costs: &Costs, traffic: &Traffic) -> String {
          \n\
          assumptions: on-demand capacity, Standard table class, us-east-1 prices; {month} days a month;\n\
          raw events kept {raw} days, aggregates {agg} days; 100 bytes of DynamoDB overhead per item;\n\
-         no global tables, backups, streams or data transfer; free tier not deducted.\n",
+         no global tables, backups, streams or data transfer; free tier not deducted.\n{warning}",
         events = traffic.events_per_day,
         dash = traffic.dashboards_per_day,
         sites = traffic.sites,
@@ -175,7 +209,29 @@ mod tests {
             read_units_per_dashboard: 100.0,
             raw_bytes_per_event: 1_000.0,
             aggregate_bytes_per_site_day: 0.0,
+            events_per_site_flush: None,
+            flush_interval_s: None,
         }
+    }
+
+    #[test]
+    fn traffic_far_below_the_measured_rate_is_called_a_lower_bound() {
+        let traffic = |events_per_day: f64, sites: f64| Traffic {
+            events_per_day,
+            dashboards_per_day: 0.0,
+            sites,
+            raw_retention_days: 30.0,
+            aggregate_days: 365.0,
+        };
+        let built_in = Costs::built_in();
+        // 10,000 events a day is 0.35 events per 3 s flush; the measured run had about 12,000.
+        let small = report(&built_in, &traffic(10_000.0, 1.0));
+        assert!(small.contains("lower bound") && small.contains("0.35 events"), "{small}");
+        // 100 M a day on one site is 3,472 per flush: no warning; spread over 10 sites it is 347.
+        assert!(!report(&built_in, &traffic(1e8, 1.0)).contains("lower bound"));
+        assert!(report(&built_in, &traffic(1e8, 10.0)).contains("lower bound"));
+        // A bench file without the rate (older) gives no warning rather than a guess.
+        assert_eq!(low_rate_warning(&costs(), &traffic(10.0, 1.0)), None);
     }
 
     #[test]

@@ -146,7 +146,7 @@ pub struct Layer {
     /// A CDN country header to believe, such as cf-ipcountry (repeatable).
     #[arg(long = "country-header", global = true)]
     pub country_headers: Option<Vec<String>>,
-    /// How often aggregates are flushed: `500ms`, `2s`, `1m` [default: 2s].
+    /// How often aggregates are flushed: `500ms`, `3s`, `1m` [default: 3s].
     #[arg(long, global = true)]
     pub flush_interval: Option<String>,
     /// Log format: text or json [default: text].
