@@ -85,6 +85,19 @@ fn rate(n: u64, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64().max(1e-9)
 }
 
+/// CPU seconds this process has used, user and system, from `/proc/self/stat` (Linux reports
+/// them in ticks of 1/100 s to user space); `None` elsewhere. Events per second move with how
+/// busy the machine is; CPU per event moves much less, so the bench prints both.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    Some((ticks(11)? + ticks(12)?) / 100.0)
+}
+
 /// Runs the bench and prints its figures.
 pub async fn run(options: &BenchOptions) -> Result<()> {
     let s = setup(options.flush_interval).await?;
@@ -95,6 +108,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     let queue = Arc::new(std::sync::Mutex::new(events.into_iter()));
     s.table.reset_capacity();
     let started = Instant::now();
+    let cpu_before = process_cpu_seconds();
     // How far dashboards lag ingestion: the age of the oldest committed event not yet in the
     // aggregates, sampled every 100 ms while events go in (the spec allows 10 s).
     let max_lag_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -134,6 +148,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         dropped += d;
     }
     let ingest_elapsed = started.elapsed();
+    let cpu_used = process_cpu_seconds().zip(cpu_before).map(|(after, before)| after - before);
     sampler.abort();
     s.aggregator.flush_now().await?;
     let all_elapsed = started.elapsed();
@@ -153,6 +168,13 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         ingest_elapsed.as_secs_f64(),
         rate(accepted, all_elapsed)
     );
+    if let Some(cpu) = cpu_used {
+        println!(
+            "CPU while ingesting: {:.0} µs per event ({:.2} cores busy)",
+            cpu * 1e6 / accepted as f64,
+            cpu / ingest_elapsed.as_secs_f64().max(1e-9)
+        );
+    }
     println!(
         "write units per event: {write_per_event:.3} ({:.3} raw events, runs and salts; {:.3} aggregates)",
         ingest_capacity.write_units / accepted as f64,
