@@ -292,10 +292,10 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
             read_units_per_dashboard: read_per_dashboard,
             raw_bytes_per_event: 700.0,
             aggregate_bytes_per_site_day: 400_000.0,
-            events_per_site_flush: Some(
-                rate(accepted, ingest_elapsed) / DOMAINS.len() as f64 * options.flush_interval.as_secs_f64(),
-            ),
+            // The synthetic traffic spreads over the bench's sites.
+            events_per_site_flush: Some(accepted as f64 / a.epochs_flushed.max(1) as f64 / DOMAINS.len() as f64),
             flush_interval_s: Some(options.flush_interval.as_secs_f64()),
+            write_units_per_aggregate_item: Some(a.flush_write_units / a.items_written.max(1) as f64),
         };
         std::fs::write(path, serde_json::to_string_pretty(&costs)?)?;
         eprintln!("costs written to {}", path.display());

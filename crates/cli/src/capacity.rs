@@ -41,6 +41,9 @@ pub struct Costs {
     /// The measured run's flush interval in seconds (absent from older bench files).
     #[serde(default)]
     pub flush_interval_s: Option<f64>,
+    /// Write units per aggregate item written in the measured run (absent from older files).
+    #[serde(default)]
+    pub write_units_per_aggregate_item: Option<f64>,
 }
 
 impl Costs {
@@ -57,6 +60,8 @@ impl Costs {
             // 11,945 events/s over three sites, flushed every 3 s.
             events_per_site_flush: Some(11_945.0),
             flush_interval_s: Some(3.0),
+            // 84,107 write units for 68,280 items in the 200 k run of 2026-11-25.
+            write_units_per_aggregate_item: Some(1.23),
         }
     }
 
@@ -132,6 +137,11 @@ impl Estimate {
 /// lower bound.
 const FEW_EVENTS_PER_FLUSH: f64 = 0.1;
 
+/// Aggregate items a page view touches when it is flushed alone: every dimension of the event
+/// and its visit, per minute, hour, day, week and month (counted by the aggregation test
+/// `a_steady_state_flush_reads_nothing` in `analytics`' integration tests).
+const AGGREGATE_ITEMS_PER_LONE_EVENT: f64 = 62.0;
+
 /// A warning when `traffic` puts far fewer events of a site into each flush than the measured
 /// run did. A flush rewrites every aggregate item its events touch, so its writes are shared by
 /// fewer events: aggregate writes per event rise towards what one event touches alone (about
@@ -140,15 +150,28 @@ pub fn low_rate_warning(costs: &Costs, traffic: &Traffic) -> Option<String> {
     let measured = costs.events_per_site_flush?;
     let interval = costs.flush_interval_s?;
     let per_flush = traffic.events_per_day / 86_400.0 / traffic.sites.max(1.0) * interval;
-    (per_flush < measured * FEW_EVENTS_PER_FLUSH).then(|| {
-        format!(
-            "warning: the measured run flushed about {measured:.0} events of its site at a time; this traffic\n\
-             puts about {per_flush:.2} events of a site into each {interval} s flush. Every flush rewrites each\n\
-             aggregate item its events touch, so fewer events share those writes: the write estimate above\n\
-             is a lower bound at this rate; when each flush holds one event, an event rewrites about sixty\n\
-             aggregate items (every dimension of it and its visit, per hour, day, week and month).\n"
-        )
-    })
+    if per_flush >= measured * FEW_EVENTS_PER_FLUSH {
+        return None;
+    }
+    let mut text = format!(
+        "warning: the measured run flushed about {measured:.0} events of a site at a time; this traffic\n\
+         puts about {per_flush:.2} events of a site into each {interval} s flush. Every flush rewrites each\n\
+         aggregate item its events touch, so fewer events share those writes: the write estimate above\n\
+         is a lower bound at this rate.\n"
+    );
+    if let Some(per_item) = costs.write_units_per_aggregate_item {
+        // One raw event item, plus every aggregate item the event touches rewritten for it alone.
+        let per_event = 1.0 + AGGREGATE_ITEMS_PER_LONE_EVENT * per_item;
+        let units = traffic.events_per_day * DAYS_PER_MONTH * per_event;
+        text.push_str(&format!(
+            "When each flush holds a single event, an event rewrites about {items:.0} aggregate items of\n\
+             {per_item:.2} write units each: {per_event:.0} write units per event, {units:.0} WRU and ${cost:.2} a month\n\
+             for writes (an upper bound).\n",
+            items = AGGREGATE_ITEMS_PER_LONE_EVENT,
+            cost = units / 1e6 * WRITE_PRICE_PER_MILLION,
+        ));
+    }
+    Some(text)
 }
 
 /// The report `tally capacity` prints.
@@ -211,6 +234,7 @@ mod tests {
             aggregate_bytes_per_site_day: 0.0,
             events_per_site_flush: None,
             flush_interval_s: None,
+            write_units_per_aggregate_item: None,
         }
     }
 
@@ -227,6 +251,8 @@ mod tests {
         // 10,000 events a day is 0.35 events per 3 s flush; the measured run had about 12,000.
         let small = report(&built_in, &traffic(10_000.0, 1.0));
         assert!(small.contains("lower bound") && small.contains("0.35 events"), "{small}");
+        // The upper bound: 1 + 62 × 1.23 = 77.26 units an event, 10,000 a day for 30.4375 days.
+        assert!(small.contains("77 write units per event") && small.contains("$14.70 a month"), "{small}");
         // 100 M a day on one site is 3,472 per flush: no warning; spread over 10 sites it is 347.
         assert!(!report(&built_in, &traffic(1e8, 1.0)).contains("lower bound"));
         assert!(report(&built_in, &traffic(1e8, 10.0)).contains("lower bound"));
