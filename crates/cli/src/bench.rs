@@ -272,7 +272,9 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         let requests: Vec<_> =
             synth(options.events).take(options.events as usize).map(|e| load::plausible_request(&e)).collect();
         let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(|n| eprintln!("… {n} requests"));
+        let cpu_before = process_cpu_seconds();
         let result = load::post_all(addr, requests, options.concurrency, progress).await?;
+        let cpu_used = process_cpu_seconds().zip(cpu_before).map(|(after, before)| after - before);
         println!(
             "over HTTP (keep-alive, {} connections): {:.0} requests/s ({} in {:.2} s)",
             options.concurrency,
@@ -280,6 +282,13 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
             result.accepted,
             result.elapsed.as_secs_f64()
         );
+        if let Some(cpu) = cpu_used {
+            println!(
+                "CPU over HTTP, the load generator's included: {:.0} µs per request ({:.2} cores busy)",
+                cpu * 1e6 / result.accepted.max(1) as f64,
+                cpu / result.elapsed.as_secs_f64().max(1e-9)
+            );
+        }
         h.aggregator.shutdown().await?;
     }
     s.aggregator.shutdown().await?;
