@@ -98,6 +98,17 @@ fn process_cpu_seconds() -> Option<f64> {
     Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
+/// The bench's CPU line for `count` units of work done in `elapsed` since `before` (a
+/// [`process_cpu_seconds`] reading): CPU per unit and the cores busy; `None` without `/proc`.
+fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: Duration) -> Option<String> {
+    let cpu = process_cpu_seconds()? - before?;
+    Some(format!(
+        "{label}: {:.0} µs per {unit} ({:.2} cores busy)",
+        cpu * 1e6 / count.max(1) as f64,
+        cpu / elapsed.as_secs_f64().max(1e-9)
+    ))
+}
+
 /// Runs the bench and prints its figures.
 pub async fn run(options: &BenchOptions) -> Result<()> {
     let s = setup(options.flush_interval).await?;
@@ -148,7 +159,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         dropped += d;
     }
     let ingest_elapsed = started.elapsed();
-    let cpu_used = process_cpu_seconds().zip(cpu_before).map(|(after, before)| after - before);
+    let cpu = cpu_line("CPU while ingesting", "event", cpu_before, accepted, ingest_elapsed);
     sampler.abort();
     s.aggregator.flush_now().await?;
     let all_elapsed = started.elapsed();
@@ -168,12 +179,8 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         ingest_elapsed.as_secs_f64(),
         rate(accepted, all_elapsed)
     );
-    if let Some(cpu) = cpu_used {
-        println!(
-            "CPU while ingesting: {:.0} µs per event ({:.2} cores busy)",
-            cpu * 1e6 / accepted as f64,
-            cpu / ingest_elapsed.as_secs_f64().max(1e-9)
-        );
+    if let Some(line) = cpu {
+        println!("{line}");
     }
     println!(
         "write units per event: {write_per_event:.3} ({:.3} raw events, runs and salts; {:.3} aggregates)",
@@ -274,7 +281,13 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(|n| eprintln!("… {n} requests"));
         let cpu_before = process_cpu_seconds();
         let result = load::post_all(addr, requests, options.concurrency, progress).await?;
-        let cpu_used = process_cpu_seconds().zip(cpu_before).map(|(after, before)| after - before);
+        let cpu = cpu_line(
+            "CPU over HTTP, the load generator's included",
+            "request",
+            cpu_before,
+            result.accepted,
+            result.elapsed,
+        );
         println!(
             "over HTTP (keep-alive, {} connections): {:.0} requests/s ({} in {:.2} s)",
             options.concurrency,
@@ -282,12 +295,8 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
             result.accepted,
             result.elapsed.as_secs_f64()
         );
-        if let Some(cpu) = cpu_used {
-            println!(
-                "CPU over HTTP, the load generator's included: {:.0} µs per request ({:.2} cores busy)",
-                cpu * 1e6 / result.accepted.max(1) as f64,
-                cpu / result.elapsed.as_secs_f64().max(1e-9)
-            );
+        if let Some(line) = cpu {
+            println!("{line}");
         }
         h.aggregator.shutdown().await?;
     }
