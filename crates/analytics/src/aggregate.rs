@@ -56,7 +56,8 @@ pub use self::codec::{event_from_record, event_item};
 pub use self::deltas::{Delta, bucket_label, deltas, for_each_delta, period_keeps, visit_value, visitor_u64};
 pub use self::rebuild::{Difference, RebuildMode, RebuildRange, RebuildReport, rebuild};
 
-use self::apply::{Accumulator, ItemCache};
+use self::apply::ItemCache;
+pub use self::apply::{Accumulator, Pending, Visitors};
 use crate::period::{PeriodError, SiteZone};
 use crate::sketch::SketchError;
 use crate::stored::StoredEvent;
@@ -644,7 +645,7 @@ impl Shared {
         self.settle(epoch).await;
         let Some(acc) = self.freeze(epoch).await? else { return Ok(()) };
         let table = self.table.metered();
-        let settings = self.settings_of(acc.keys().map(|k| k.site_id.clone()).collect()).await?;
+        let settings = self.settings_of(acc.keys().map(|k| k.site_id.to_owned()).collect()).await?;
         let finished = self.finished.read().map(|f| f.clone()).unwrap_or_default();
         let writer = apply::Writer {
             table: &table,

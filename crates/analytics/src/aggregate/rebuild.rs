@@ -33,7 +33,7 @@ use jiff::civil::Date;
 use model::Table;
 use store::item;
 
-use super::apply::{Accumulator, accumulate_from};
+use super::apply::{Accumulator, Pending, Visitors, accumulate_from};
 use super::codec::{StoredAggregate, agg_key_fields, agg_key_from_record, event_from_record};
 use super::{AggregateError, SiteSettings, SiteSettingsSource};
 use crate::period::{DateRange, SiteZone, Unit};
@@ -218,7 +218,8 @@ pub async fn rebuild(
         }
         progress(report.events_read);
     }
-    acc.retain(|key, _| in_range(key, zone, first, last, &whole));
+    let acc: BTreeMap<AggKey, Pending> =
+        acc.into_keyed().filter(|(key, _)| in_range(key, zone, first, last, &whole)).collect();
 
     // The stored items of the range, one query per (period, dimension).
     let (start_ms, end_ms) = zone.bounds_ms(&dates)?;
@@ -258,9 +259,9 @@ pub async fn rebuild(
     // Compare.
     let keys: BTreeSet<&AggKey> = acc.keys().chain(stored.keys()).collect();
     report.items_compared = keys.len() as u64;
-    let sketch_of = |visitors: &hashbrown::HashSet<u64>| {
+    let sketch_of = |visitors: &Visitors| {
         let mut s = VisitorSketch::new();
-        visitors.iter().for_each(|&v| s.insert_u64(v));
+        visitors.iter().for_each(|v| s.insert_u64(v));
         s
     };
     for key in &keys {

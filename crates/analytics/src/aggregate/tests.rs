@@ -3,7 +3,7 @@
 use expect_test::{Expect, expect};
 
 use super::*;
-use crate::stored::{AggKey, Counters, Period, PrevState, VisitAttrs};
+use crate::stored::{AggKey, AggKeyRef, Counters, Period, PrevState, VisitAttrs};
 
 /// 2026-11-22T07:30:00Z.
 const T0: i64 = 1_795_332_600_000;
@@ -423,8 +423,11 @@ fn minute_buckets_are_left_out_for_events_before_the_window() {
     assert_eq!(minutes(&old), 0);
     // Everything else is the same, and the same as the collected deltas without the minutes.
     let others = |acc: &apply::Accumulator| {
-        let mut v: Vec<_> =
-            acc.iter().filter(|(k, _)| k.period != Period::Minute).map(|(k, p)| (k.clone(), p.counters)).collect();
+        let mut v: Vec<_> = acc
+            .iter()
+            .filter(|(k, _)| k.period != Period::Minute)
+            .map(|(k, p)| (k.to_owned_key(), p.counters))
+            .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     };
@@ -482,4 +485,64 @@ fn the_item_cache_is_bounded_by_bytes_as_well_as_by_count() {
     cache.insert(cache_key(2), cached_item(3), 300);
     cache.trim(300, 1_000, usize::MAX);
     assert_eq!(cache.len(), 1);
+}
+
+fn counted(events: i64, visitor: Option<u64>) -> Delta {
+    Delta { counters: Counters { events, ..Counters::default() }, visitor }
+}
+
+#[test]
+fn an_accumulated_item_sums_its_counters_and_keeps_each_visitor_once() {
+    let key =
+        AggKeyRef { site_id: "S1", period: Period::Day, dimension: "event:page", bucket: "2026-11-22", value: "/" };
+    let mut acc = apply::Accumulator::default();
+    // Ten distinct visitors, each three times: past the inline few, into a set.
+    for round in 0..3 {
+        for v in 0..10u64 {
+            acc.add(key, counted(1, Some(v * 1_000 + 7)));
+        }
+        acc.add(key, counted(round, None));
+    }
+    assert_eq!(acc.len(), 1);
+    let (got, pending) = acc.iter().next().expect("one item");
+    assert_eq!(got, key);
+    assert_eq!(pending.counters.events, 30 + 3);
+    let mut visitors: Vec<u64> = pending.visitors.iter().collect();
+    visitors.sort_unstable();
+    assert_eq!(visitors, (0..10u64).map(|v| v * 1_000 + 7).collect::<Vec<_>>());
+}
+
+#[test]
+fn an_item_with_few_visitors_keeps_them_inline_and_distinct() {
+    let mut visitors = apply::Visitors::default();
+    assert!(visitors.is_empty());
+    for v in [5, 9, 5, 9, 5] {
+        visitors.insert(v);
+    }
+    assert!(matches!(visitors, apply::Visitors::Few { len: 2, .. }));
+    assert_eq!(visitors.iter().collect::<Vec<_>>(), vec![5, 9]);
+}
+
+proptest::proptest! {
+    /// Keys go into the accumulator packed into one buffer and come back out unpacked: any texts,
+    /// empty or not, short or spilling past the inline bytes, come back as they went in, and
+    /// keys differing in any one part stay apart.
+    #[test]
+    fn accumulated_keys_come_back_as_they_went_in(
+        parts in proptest::collection::vec(
+            (0..5usize, ".{0,30}", "[a-z:_]{0,20}", ".{0,14}", ".{0,120}"),
+            1..20,
+        ),
+    ) {
+        let mut acc = apply::Accumulator::default();
+        let mut expected = std::collections::BTreeMap::new();
+        for (i, (period, site, dimension, bucket, value)) in parts.iter().enumerate() {
+            let key = AggKeyRef { site_id: site, period: Period::ALL[*period], dimension, bucket, value };
+            acc.add(key, counted(1 << i, None));
+            *expected.entry(key.to_owned_key()).or_insert(0) += 1i64 << i;
+        }
+        let got: std::collections::BTreeMap<AggKey, i64> =
+            acc.iter().map(|(k, p)| (k.to_owned_key(), p.counters.events)).collect();
+        proptest::prop_assert_eq!(got, expected);
+    }
 }
