@@ -57,7 +57,7 @@ pub use self::deltas::{Delta, bucket_label, deltas, for_each_delta, period_keeps
 pub use self::rebuild::{Difference, RebuildMode, RebuildRange, RebuildReport, rebuild};
 
 use self::apply::ItemCache;
-pub use self::apply::{Accumulator, Pending, Visitors};
+pub use self::apply::{Accumulated, Accumulator, Pending, Visitors};
 use crate::period::{PeriodError, SiteZone};
 use crate::sketch::SketchError;
 use crate::stored::StoredEvent;
@@ -239,7 +239,7 @@ struct EpochSlot {
     /// Committed events of sites whose zone was not cached yet; folded in before the flush.
     unzoned: Vec<StoredEvent>,
     /// The accumulator, frozen once the epoch is closed and settled; dropped once flushed.
-    frozen: Option<Arc<Accumulator>>,
+    frozen: Option<Arc<Accumulated>>,
     events: u64,
     oldest_ms: Option<i64>,
 }
@@ -589,7 +589,7 @@ impl Shared {
     /// Freezes the accumulator of a closed, settled epoch (folding in events whose zone was not
     /// cached at commit). The frozen accumulator stays in its slot until the epoch is flushed, so a
     /// failed or abandoned flush loses nothing.
-    async fn freeze(&self, epoch: u64) -> Result<Option<Arc<Accumulator>>, AggregateError> {
+    async fn freeze(&self, epoch: u64) -> Result<Option<Arc<Accumulated>>, AggregateError> {
         let unzoned_sites: BTreeSet<String> = match self.epochs.lock() {
             Ok(e) => match e.slots.get(&epoch) {
                 Some(slot) if slot.frozen.is_some() => return Ok(slot.frozen.clone()),
@@ -606,7 +606,7 @@ impl Shared {
             let zone = settings.get(&event.site_id).map_or_else(SiteZone::utc, |s| s.zone.clone());
             apply::accumulate_from(&mut acc, &event, &zone, minutes_from(&self.config));
         }
-        let frozen = Arc::new(acc);
+        let frozen = Arc::new(acc.finish());
         slot.frozen = Some(frozen.clone());
         Ok(Some(frozen))
     }

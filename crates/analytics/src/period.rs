@@ -200,11 +200,8 @@ impl Bucket {
         match self.unit {
             Unit::Hour => format!("{y:04}-{m:02}-{day:02}T{:02}", self.local_start.hour()),
             Unit::Day => format!("{y:04}-{m:02}-{day:02}"),
-            Unit::Week => {
-                let iso = d.iso_week_date();
-                format!("{:04}-W{:02}", iso.year(), iso.week())
-            }
-            Unit::Month => format!("{y:04}-{m:02}"),
+            Unit::Week => week_label(d),
+            Unit::Month => month_label(d),
         }
     }
 
@@ -653,6 +650,24 @@ fn parse_label(unit: Unit, label: &str) -> Option<DateTime> {
     };
     check_date(dt.date()).ok()?;
     Some(dt)
+}
+
+fn week_label(date: Date) -> String {
+    let iso = date.iso_week_date();
+    format!("{:04}-W{:02}", iso.year(), iso.week())
+}
+
+fn month_label(date: Date) -> String {
+    format!("{:04}-{:02}", date.year(), date.month())
+}
+
+/// The labels of the ISO week and the month a day's label lies in: `2026-11-22` gives
+/// `2026-W47` and `2026-11`. Site-time days nest in weeks and months (every bucket starts at a
+/// day's start), so these are the buckets of every instant of that day. `None` for text that is
+/// not a day label.
+pub fn week_and_month_of_day(label: &str) -> Option<(String, String)> {
+    let date = parse_label(Unit::Day, label)?.date();
+    Some((week_label(date), month_label(date)))
 }
 
 /// The jiff timestamp of a supported instant.

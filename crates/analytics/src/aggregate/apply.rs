@@ -16,7 +16,7 @@ use model::expr::attr;
 use model::{PutMode, Table};
 
 use super::codec::{StoredAggregate, agg_key_fields};
-use super::deltas::{Delta, for_each_delta};
+use super::deltas::{Delta, for_each_fine_delta};
 use super::{AggregateError, SiteSettings};
 use crate::period::SiteZone;
 use crate::sketch::VisitorSketch;
@@ -180,21 +180,8 @@ impl Accumulator {
 
     /// Adds `delta` to the item of `key`.
     pub fn add(&mut self, key: AggKeyRef<'_>, delta: Delta) {
-        use std::hash::BuildHasher;
-        let packed = pack(key);
-        let hash = self.hasher.hash_one(packed.as_slice());
-        let entries = &mut self.entries;
-        let at = match self.index.find(hash, |&i| entries[i as usize].key == packed) {
-            Some(&i) => i as usize,
-            None => {
-                // More than u32::MAX items in one epoch would need terabytes; stop adding first.
-                let Ok(i) = u32::try_from(entries.len()) else { return };
-                entries.push(Entry { hash, key: packed, pending: Pending::default() });
-                self.index.insert_unique(hash, i, |&j| entries[j as usize].hash);
-                i as usize
-            }
-        };
-        let p = &mut entries[at].pending;
+        let Some(at) = self.position(key) else { return };
+        let p = &mut self.entries[at].pending;
         p.counters.add(&delta.counters);
         if let Some(v) = delta.visitor {
             p.visitors.insert(v);
@@ -206,22 +193,7 @@ impl Accumulator {
         accumulate_from(self, event, zone, i64::MIN);
     }
 
-    /// Every item with what the epoch adds to it, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (AggKeyRef<'_>, &Pending)> {
-        self.entries.iter().filter_map(|e| Some((unpack(&e.key)?, &e.pending)))
-    }
-
-    /// Every item's key.
-    pub fn keys(&self) -> impl Iterator<Item = AggKeyRef<'_>> {
-        self.iter().map(|(k, _)| k)
-    }
-
-    /// Every item with its key unpacked, consuming the accumulator.
-    pub fn into_keyed(self) -> impl Iterator<Item = (AggKey, Pending)> {
-        self.entries.into_iter().filter_map(|e| Some((unpack(&e.key)?.to_owned_key(), e.pending)))
-    }
-
-    /// How many items.
+    /// How many items so far (before [`finish`](Self::finish) adds the weeks and months).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -230,11 +202,94 @@ impl Accumulator {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// The epoch's items, complete: every day item is added to the items of its ISO week and its
+    /// month (the accumulated events brought only minute, hour and day deltas), visitors
+    /// included, so the result holds exactly what adding every event's [`super::deltas`] would.
+    pub fn finish(mut self) -> Accumulated {
+        let days = self.entries.len();
+        for i in 0..days {
+            let key = self.entries[i].key.clone();
+            let Some(day) = unpack(&key).filter(|k| k.period == Period::Day) else { continue };
+            // Day labels are written by `bucket_label`; one that does not parse cannot occur.
+            let Some((week, month)) = crate::period::week_and_month_of_day(day.bucket) else { continue };
+            for (period, bucket) in [(Period::Week, week.as_str()), (Period::Month, month.as_str())] {
+                let at = self.position(AggKeyRef { period, bucket, ..day });
+                let Some([from, into]) = at.and_then(|at| self.entries.get_disjoint_mut([i, at]).ok()) else {
+                    continue;
+                };
+                into.pending.merge(&from.pending);
+            }
+        }
+        Accumulated { acc: self }
+    }
+
+    /// The position of `key`'s entry, added empty if missing; `None` past `u32::MAX` items.
+    fn position(&mut self, key: AggKeyRef<'_>) -> Option<usize> {
+        use std::hash::BuildHasher;
+        let packed = pack(key);
+        let hash = self.hasher.hash_one(packed.as_slice());
+        let entries = &mut self.entries;
+        if let Some(&i) = self.index.find(hash, |&i| entries[i as usize].key == packed) {
+            return Some(i as usize);
+        }
+        // More than u32::MAX items in one epoch would need terabytes; stop adding first.
+        let i = u32::try_from(entries.len()).ok()?;
+        entries.push(Entry { hash, key: packed, pending: Pending::default() });
+        self.index.insert_unique(hash, i, |&j| entries[j as usize].hash);
+        Some(i as usize)
+    }
 }
 
-/// Adds `event`'s deltas to `acc`, leaving out minute buckets before `minutes_from` (ms).
+impl Pending {
+    /// Adds what `other` adds.
+    fn merge(&mut self, other: &Pending) {
+        self.counters.add(&other.counters);
+        if self.visitors.is_empty() {
+            self.visitors = other.visitors.clone();
+        } else {
+            other.visitors.iter().for_each(|v| self.visitors.insert(v));
+        }
+    }
+}
+
+/// One epoch's items as [`Accumulator::finish`] completed them, ready to be written.
+#[derive(Debug, Default)]
+pub struct Accumulated {
+    acc: Accumulator,
+}
+
+impl Accumulated {
+    /// Every item with what the epoch adds to it, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (AggKeyRef<'_>, &Pending)> {
+        self.acc.entries.iter().filter_map(|e| Some((unpack(&e.key)?, &e.pending)))
+    }
+
+    /// Every item's key.
+    pub fn keys(&self) -> impl Iterator<Item = AggKeyRef<'_>> {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// Every item with its key unpacked.
+    pub fn into_keyed(self) -> impl Iterator<Item = (AggKey, Pending)> {
+        self.acc.entries.into_iter().filter_map(|e| Some((unpack(&e.key)?.to_owned_key(), e.pending)))
+    }
+
+    /// How many items.
+    pub fn len(&self) -> usize {
+        self.acc.len()
+    }
+
+    /// Whether no item has a delta.
+    pub fn is_empty(&self) -> bool {
+        self.acc.is_empty()
+    }
+}
+
+/// Adds `event`'s deltas to `acc` (weeks and months wait for [`Accumulator::finish`]), leaving
+/// out minute buckets before `minutes_from` (ms).
 pub(crate) fn accumulate_from(acc: &mut Accumulator, event: &StoredEvent, zone: &SiteZone, minutes_from: i64) {
-    for_each_delta(event, zone, minutes_from, |key, delta| acc.add(key, delta));
+    for_each_fine_delta(event, zone, minutes_from, |key, delta| acc.add(key, delta));
 }
 
 /// Aggregate items as last read or written by this run, with the epoch that last touched them.
@@ -329,7 +384,7 @@ async fn read(table: &Table, key: &AggKey) -> Result<StoredAggregate, AggregateE
 
 impl Writer<'_> {
     /// Applies `acc` with bounded concurrency; items found in `cache` are not read first.
-    pub async fn apply(&self, acc: &Accumulator, cache: &mut ItemCache) -> Outcome {
+    pub async fn apply(&self, acc: &Accumulated, cache: &mut ItemCache) -> Outcome {
         let now_s = jiff::Timestamp::now().as_second();
         // Boxed futures keep the caller's future `Send` without higher-ranked lifetime trouble.
         let keys: Vec<(AggKey, &Pending)> = acc.iter().map(|(k, p)| (k.to_owned_key(), p)).collect();

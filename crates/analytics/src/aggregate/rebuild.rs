@@ -219,7 +219,7 @@ pub async fn rebuild(
         progress(report.events_read);
     }
     let acc: BTreeMap<AggKey, Pending> =
-        acc.into_keyed().filter(|(key, _)| in_range(key, zone, first, last, &whole)).collect();
+        acc.finish().into_keyed().filter(|(key, _)| in_range(key, zone, first, last, &whole)).collect();
 
     // The stored items of the range, one query per (period, dimension).
     let (start_ms, end_ms) = zone.bounds_ms(&dates)?;

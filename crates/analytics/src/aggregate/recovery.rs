@@ -195,7 +195,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
             concurrency: shared.config.write_concurrency,
             max_attempts: shared.config.max_attempts,
         };
-        let outcome = writer.apply(&acc, &mut cache).await;
+        let outcome = writer.apply(&acc.finish(), &mut cache).await;
         if let Ok(mut c) = shared.counts.lock() {
             c.items_written += outcome.written;
             c.items_skipped += outcome.skipped;

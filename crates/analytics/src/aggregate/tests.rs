@@ -415,14 +415,15 @@ fn only_transient_failures_are_retryable() {
 #[test]
 fn minute_buckets_are_left_out_for_events_before_the_window() {
     let event = pageview("/", T0, &PrevState::default());
-    let minutes = |acc: &apply::Accumulator| acc.keys().filter(|k| k.period == Period::Minute).count();
+    let minutes = |acc: &apply::Accumulated| acc.keys().filter(|k| k.period == Period::Minute).count();
     let (mut recent, mut old) = (apply::Accumulator::default(), apply::Accumulator::default());
     apply::accumulate_from(&mut recent, &event, &SiteZone::utc(), T0);
     apply::accumulate_from(&mut old, &event, &SiteZone::utc(), T0 + 1);
+    let (recent, old) = (recent.finish(), old.finish());
     assert_eq!(minutes(&recent), 2, "total and the page");
     assert_eq!(minutes(&old), 0);
     // Everything else is the same, and the same as the collected deltas without the minutes.
-    let others = |acc: &apply::Accumulator| {
+    let others = |acc: &apply::Accumulated| {
         let mut v: Vec<_> = acc
             .iter()
             .filter(|(k, _)| k.period != Period::Minute)
@@ -504,6 +505,9 @@ fn an_accumulated_item_sums_its_counters_and_keeps_each_visitor_once() {
         acc.add(key, counted(round, None));
     }
     assert_eq!(acc.len(), 1);
+    let acc = acc.finish();
+    // The day's item, and the same sums in its week and month.
+    assert_eq!(acc.len(), 3);
     let (got, pending) = acc.iter().next().expect("one item");
     assert_eq!(got, key);
     assert_eq!(pending.counters.events, 30 + 3);
@@ -530,7 +534,7 @@ proptest::proptest! {
     #[test]
     fn accumulated_keys_come_back_as_they_went_in(
         parts in proptest::collection::vec(
-            (0..5usize, ".{0,30}", "[a-z:_]{0,20}", ".{0,14}", ".{0,120}"),
+            (0..5usize, ".{0,30}", "[a-z:_]{0,20}", "b.{0,13}", ".{0,120}"),
             1..20,
         ),
     ) {
@@ -541,8 +545,66 @@ proptest::proptest! {
             acc.add(key, counted(1 << i, None));
             *expected.entry(key.to_owned_key()).or_insert(0) += 1i64 << i;
         }
+        // The buckets are no day labels, so finishing adds no week or month items.
         let got: std::collections::BTreeMap<AggKey, i64> =
-            acc.iter().map(|(k, p)| (k.to_owned_key(), p.counters.events)).collect();
+            acc.finish().iter().map(|(k, p)| (k.to_owned_key(), p.counters.events)).collect();
+        proptest::prop_assert_eq!(got, expected);
+    }
+
+    /// The accumulator adds only minute, hour and day deltas per event and derives the weeks
+    /// and months when it finishes; what it ends with must be exactly the sum of every event's
+    /// [`deltas`], counters and visitors, in zones with DST and odd offsets, for sessions that
+    /// cross midnights, week and month ends.
+    #[test]
+    fn an_epoch_finished_from_day_items_equals_the_sum_of_every_events_deltas(
+        zone in proptest::sample::select(vec![
+            "UTC", "Europe/Berlin", "Asia/Kathmandu", "America/St_Johns", "Australia/Lord_Howe", "America/Havana",
+        ]),
+        sessions in proptest::collection::vec(
+            (0u64..4, -40i64 * 86_400..40 * 86_400, proptest::collection::vec((0i64..29 * 60, 0usize..4, proptest::bool::ANY), 1..6)),
+            1..6,
+        ),
+    ) {
+        let zone = SiteZone::new(zone).expect("a zone");
+        let mut events = Vec::new();
+        for (visitor, start_s, steps) in &sessions {
+            let mut prev = PrevState::default();
+            let mut ts = T0 + start_s * 1_000;
+            for (i, (gap_s, page, custom)) in steps.iter().enumerate() {
+                ts += gap_s * 1_000 * i64::from(i > 0);
+                let mut e = pageview(&format!("/p{page}"), ts, &prev);
+                e.visitor_id = format!("{:016x}", 100 + visitor);
+                e.visit.start_ts = T0 + start_s * 1_000;
+                e.visit.entry_page = format!("/p{}", steps[0].1);
+                if *custom {
+                    e.name = "signup".into();
+                    e.props.insert("plan".into(), format!("p{page}"));
+                }
+                prev = e.next();
+                events.push(e);
+            }
+        }
+        type Sums = BTreeMap<AggKey, (Counters, std::collections::BTreeSet<u64>)>;
+        let mut expected: Sums = BTreeMap::new();
+        let mut acc = apply::Accumulator::default();
+        for e in &events {
+            for (k, d) in deltas(e, &zone) {
+                let entry = expected.entry(k).or_default();
+                entry.0.add(&d.counters);
+                entry.1.extend(d.visitor);
+            }
+            acc.accumulate(e, &zone);
+        }
+        let got: Sums = acc
+            .finish()
+            .iter()
+            .map(|(k, p)| (k.to_owned_key(), (p.counters, p.visitors.iter().collect())))
+            .collect();
+        let nonzero = |sums: Sums| -> Sums {
+            sums.into_iter().filter(|(_, (c, v))| !c.is_zero() || !v.is_empty()).collect()
+        };
+        let (got, expected) = (nonzero(got), nonzero(expected));
+        proptest::prop_assert!(expected.keys().any(|k| k.period == Period::Week));
         proptest::prop_assert_eq!(got, expected);
     }
 }
