@@ -334,15 +334,18 @@ impl ItemCache {
 }
 
 /// The TTL of an aggregate item of `period` written now: minute 2 hours, hour, day and week the site's
-/// retention after the write, month never. The TTL moves with every write, so an item expires
-/// its retention after the last event that touched it.
-fn ttl(period: Period, settings: Option<&SiteSettings>, now_s: i64) -> Option<i64> {
+/// retention after the write, month never; rounded up to the next whole 10 minutes (minute
+/// items) or hour (the others). The TTL moves with writes, so an item expires its retention after
+/// the last event that touched it; the rounding keeps it in place across the many flushes of an
+/// hour, where each move is a removal and an insertion in the engine's expiry index.
+pub(crate) fn ttl(period: Period, settings: Option<&SiteSettings>, now_s: i64) -> Option<i64> {
     let fallback = SiteSettings::fallback();
     let s = settings.unwrap_or(&fallback);
+    let up = |s: i64, step: i64| s.div_euclid(step).saturating_add(1).saturating_mul(step);
     match period {
-        Period::Minute => Some(now_s + 2 * 3600),
-        Period::Hour => Some(now_s + i64::from(s.retention_hourly_days) * 86_400),
-        Period::Day | Period::Week => Some(now_s + i64::from(s.retention_daily_days) * 86_400),
+        Period::Minute => Some(up(now_s + 2 * 3600, 600)),
+        Period::Hour => Some(up(now_s + i64::from(s.retention_hourly_days) * 86_400, 3600)),
+        Period::Day | Period::Week => Some(up(now_s + i64::from(s.retention_daily_days) * 86_400, 3600)),
         Period::Month => None,
     }
 }

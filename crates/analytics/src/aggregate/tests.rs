@@ -608,3 +608,25 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got, expected);
     }
 }
+
+#[test]
+fn aggregate_ttls_stay_put_within_an_hour_and_never_come_early() {
+    let settings = SiteSettings::fallback();
+    let at = |period, now_s| apply::ttl(period, Some(&settings), now_s).expect("a ttl");
+    let hour_start = 1_795_330_800; // 2026-11-22T07:00:00Z
+    for period in [Period::Hour, Period::Day, Period::Week] {
+        // Every flush of one hour gives one TTL, no earlier than the retention after the write.
+        let first = at(period, hour_start);
+        for now_s in [hour_start + 1, hour_start + 1_800, hour_start + 3_599] {
+            assert_eq!(at(period, now_s), first, "{period:?} at {now_s}");
+        }
+        let retention =
+            if period == Period::Hour { settings.retention_hourly_days } else { settings.retention_daily_days };
+        assert!(first >= hour_start + 3_599 + i64::from(retention) * 86_400, "never before the retention");
+        assert!(at(period, hour_start + 3_600) > first, "the next hour moves it on");
+    }
+    // Minute items: two hours after the write, in 10-minute steps.
+    assert_eq!(at(Period::Minute, hour_start), hour_start + 2 * 3_600 + 600);
+    assert_eq!(at(Period::Minute, hour_start + 599), hour_start + 2 * 3_600 + 600);
+    assert!(apply::ttl(Period::Month, Some(&settings), hour_start).is_none());
+}
