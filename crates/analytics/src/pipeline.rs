@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use model::Table;
+use model::{PutMode, Table};
 use store::item;
 
 use crate::aggregate::{Aggregator, event_from_record, event_item};
@@ -450,8 +450,8 @@ impl Pipeline {
                 epoch: ticket.epoch(),
                 ttl: now_ms() / 1000 + i64::from(site.retention_event_days) * 86_400,
             };
-            match self.table.create("Event", event_item(&stored)).await {
-                Ok(_) => {}
+            match self.table.write("Event", event_item(&stored), PutMode::Create, None).await {
+                Ok(()) => {}
                 Err(e) if e.is_condition_failed() || e.is_already_exists() => {
                     // Another process wrote this slot: read the session back and try the next one.
                     drop(ticket);

@@ -365,6 +365,34 @@ impl Table {
         self.put_with(entity, input, PutMode::Replace, None).await
     }
 
+    /// Puts in `mode`, with an optional extra condition, like [`put_with`](Self::put_with), but
+    /// answers only whether it worked: the hot paths (an event per request) need no copy of the
+    /// item back.
+    pub async fn write(&self, entity: &str, input: Item, mode: PutMode, condition: Option<&Condition>) -> Result<()> {
+        let request = self.prepare_put(entity, input, mode, condition)?;
+        self.send_put(entity, request, mode, condition).await
+    }
+
+    async fn send_put(
+        &self,
+        entity: &str,
+        request: PutItem,
+        mode: PutMode,
+        condition: Option<&Condition>,
+    ) -> Result<()> {
+        match self.store.put_item(request).await {
+            Ok(out) => {
+                self.record(&out.consumed_capacity);
+                Ok(())
+            }
+            Err(e) if e.is_condition_failed() && condition.is_none() => Err(match mode {
+                PutMode::Create => Error::AlreadyExists { entity: entity.to_string() },
+                _ => Error::NotFound { entity: entity.to_string() },
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Puts in `mode`, with an optional extra condition.
     pub async fn put_with(
         &self,
@@ -375,17 +403,8 @@ impl Table {
     ) -> Result<Record> {
         let request = self.prepare_put(entity, input, mode, condition)?;
         let item = request.item.clone();
-        match self.store.put_item(request).await {
-            Ok(out) => {
-                self.record(&out.consumed_capacity);
-                Ok(Record::new(entity, item))
-            }
-            Err(e) if e.is_condition_failed() && condition.is_none() => Err(match mode {
-                PutMode::Create => Error::AlreadyExists { entity: entity.to_string() },
-                _ => Error::NotFound { entity: entity.to_string() },
-            }),
-            Err(e) => Err(e.into()),
-        }
+        self.send_put(entity, request, mode, condition).await?;
+        Ok(Record::new(entity, item))
     }
 
     /// Gets an item by the fields of its table key.

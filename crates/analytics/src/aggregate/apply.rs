@@ -450,8 +450,8 @@ impl Writer<'_> {
             let version = current.version.map_or(1, |v| v + 1);
             let item = next.to_item(key, version, ttl, self.finished);
             let written = match current.version {
-                None => self.table.put_with("Aggregate", item, PutMode::Create, None).await,
-                Some(v) => self.table.put_with("Aggregate", item, PutMode::Put, Some(&attr("version").eq(v))).await,
+                None => self.table.write("Aggregate", item, PutMode::Create, None).await,
+                Some(v) => self.table.write("Aggregate", item, PutMode::Put, Some(&attr("version").eq(v))).await,
             };
             match written {
                 Ok(_) => {

@@ -1,7 +1,7 @@
 //! Single-item operations: what gets written, and the errors callers can rely on.
 
 use model::expr::{Update, attr};
-use model::{EntityItem, Record, Result};
+use model::{EntityItem, PutMode, Record, Result};
 use store::{AttributeValue, Item, item};
 
 use crate::{Fixture, T0};
@@ -40,6 +40,27 @@ async fn create_refuses_an_existing_item_and_replace_a_missing_one() {
     f.table.replace("Product", item! { "product_id" => "p1", "name" => "Pen", "price" => 4 }).await.unwrap();
     let p = f.table.get("Product", item! { "product_id" => "p1" }).await.unwrap().unwrap();
     assert_eq!(p.i64("price").unwrap(), 4);
+}
+
+#[tokio::test]
+async fn write_puts_like_put_with_and_answers_only_whether_it_worked() {
+    let f = Fixture::new().await;
+    let product = item! { "product_id" => "p1", "name" => "Pen", "price" => 2 };
+    f.table.write("Product", product.clone(), PutMode::Create, None).await.unwrap();
+    let err = f.table.write("Product", product.clone(), PutMode::Create, None).await.unwrap_err();
+    assert!(err.is_already_exists() && err.is_condition_failed(), "{err}");
+    let pricier = item! { "product_id" => "p1", "name" => "Pen", "price" => 5 };
+    let err = f.table.write("Product", pricier.clone(), PutMode::Put, Some(&attr("price").eq(3))).await.unwrap_err();
+    assert!(err.is_condition_failed() && !err.is_already_exists(), "{err}");
+    assert_eq!(f.table.get("Product", item! { "product_id" => "p1" }).await.unwrap().unwrap().i64("price").unwrap(), 2);
+    f.table.write("Product", pricier, PutMode::Put, Some(&attr("price").eq(2))).await.unwrap();
+    let err = f
+        .table
+        .write("Product", item! { "product_id" => "p9", "name" => "Ink", "price" => 1 }, PutMode::Replace, None)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert_eq!(f.table.get("Product", item! { "product_id" => "p1" }).await.unwrap().unwrap().i64("price").unwrap(), 5);
 }
 
 #[tokio::test]
