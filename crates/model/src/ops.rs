@@ -117,6 +117,8 @@ pub struct Table {
     clock: Clock,
     meter: Arc<Mutex<Capacity>>,
     retry: RetryPolicy,
+    /// The attribute names only the model writes (keys, entity type), computed once.
+    reserved: Arc<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Table {
@@ -142,12 +144,15 @@ pub enum PutMode {
 impl Table {
     /// A table on `store` described by `schema`, with the system clock.
     pub fn new(store: Arc<dyn Store>, schema: Schema) -> Self {
+        let mut reserved: BTreeSet<String> = schema.table().key_attributes().into_iter().map(|k| k.name).collect();
+        reserved.insert(schema.entity_type_attribute().to_string());
         Table {
             store,
             schema: Arc::new(schema),
             clock: Arc::new(now_ms),
             meter: Arc::default(),
             retry: RetryPolicy::default(),
+            reserved: Arc::new(reserved),
         }
     }
 
@@ -216,10 +221,8 @@ impl Table {
         self.schema.entity(name).ok_or_else(|| Error::UnknownEntity(name.to_string()))
     }
 
-    fn reserved(&self) -> BTreeSet<String> {
-        let mut names: BTreeSet<String> = self.schema.table().key_attributes().into_iter().map(|k| k.name).collect();
-        names.insert(self.schema.entity_type_attribute().to_string());
-        names
+    fn reserved(&self) -> &BTreeSet<String> {
+        &self.reserved
     }
 
     /// Checks one caller-given attribute against the entity's declaration.
@@ -255,7 +258,7 @@ impl Table {
         let entity = self.entity(entity)?;
         let reserved = self.reserved();
         for (name, value) in &input {
-            self.check_attribute(entity, &reserved, name, Some(value))?;
+            self.check_attribute(entity, reserved, name, Some(value))?;
         }
         let now = self.now();
         let mut item = input;
@@ -496,7 +499,7 @@ impl Table {
         let table_fields = e.table_key().fields();
         let plain: BTreeMap<&str, &AttributeValue> = update.plain_sets().collect();
         for target in update.targets() {
-            self.check_attribute(e, &reserved, target, plain.get(target).copied())?;
+            self.check_attribute(e, reserved, target, plain.get(target).copied())?;
             if table_fields.contains(target) {
                 return Err(invalid(format!("`{target}` is part of the table key; write a new item instead")));
             }

@@ -445,6 +445,9 @@ pub struct Entity {
     name: String,
     description: Option<String>,
     attributes: Vec<Attribute>,
+    /// Each attribute's position in `attributes`, by name: every put checks each of its
+    /// attributes, and events declare about thirty.
+    by_name: std::collections::HashMap<String, usize>,
     keys: Vec<EntityKey>,
     ttl: Option<TtlSpec>,
     open: bool,
@@ -481,7 +484,7 @@ impl Entity {
 
     /// The declared attribute named `name`.
     pub fn attribute(&self, name: &str) -> Option<&Attribute> {
-        self.attributes.iter().find(|a| a.name == name)
+        self.attributes.get(*self.by_name.get(name)?)
     }
 
     /// Its keys, the table's first.
@@ -1356,10 +1359,16 @@ fn build_entity(
         keys.push(key);
     }
 
+    // A name declared twice is a schema problem reported above; the first declaration wins.
+    let mut by_name = std::collections::HashMap::new();
+    for (i, a) in def.attributes.iter().enumerate() {
+        by_name.entry(a.name.clone()).or_insert(i);
+    }
     (problems.len() == before).then_some(Entity {
         name: def.name,
         description: def.description,
         attributes: def.attributes,
+        by_name,
         keys,
         ttl: def.ttl,
         open: def.open,

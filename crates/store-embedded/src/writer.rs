@@ -8,6 +8,7 @@
 //! an operation panics), the whole transaction is dropped and the group's operations are
 //! retried one transaction each, so one bad operation cannot take its neighbours down.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -417,7 +418,7 @@ impl Writer {
     }
 
     /// Checks the condition and computes the new item, writing nothing.
-    fn evaluate(&self, txn: &Tx, parsed: &Parsed) -> Result<Planned, OpError> {
+    fn evaluate<'p>(&self, txn: &Tx, parsed: &Parsed<'p>) -> Result<Planned<'p>, OpError> {
         let target = &parsed.target;
         let old = load(txn, &target.info, &target.key)?;
         if let Some(condition) = &parsed.condition
@@ -429,14 +430,15 @@ impl Writer {
             .into());
         }
         let new = match &parsed.action {
-            Action::Put(item) => Some((*item).clone()),
+            // The request's own item: written from where it is, not copied.
+            Action::Put(item) => Some(Cow::Borrowed(*item)),
             Action::Delete => None,
-            Action::Check => old.clone(),
+            Action::Check => old.clone().map(Cow::Owned),
             Action::Update(update, _) => {
                 let mut item = old.clone().unwrap_or_else(|| target.key_item.clone());
                 update.apply(&mut item)?;
                 target.info.check_item(&item, "Item size to update has exceeded the maximum allowed size")?;
-                Some(item)
+                Some(Cow::Owned(item))
             }
         };
         Ok(Planned { old, new })
@@ -458,16 +460,16 @@ impl Writer {
             }
             _ => {
                 let planned = self.evaluate(txn, &parsed)?;
-                let units = store_item(txn, &target.info, &target.key, planned.old.as_ref(), planned.new.as_ref())?;
+                let units = store_item(txn, &target.info, &target.key, planned.old.as_ref(), planned.new.as_deref())?;
                 (planned, units)
             }
         };
         let attributes = match (&parsed.action, parsed.return_values) {
             (_, ReturnValues::None) => None,
             (_, ReturnValues::AllOld) => planned.old,
-            (_, ReturnValues::AllNew) => planned.new,
+            (_, ReturnValues::AllNew) => planned.new.map(Cow::into_owned),
             (Action::Update(_, paths), ReturnValues::UpdatedOld) => updated(planned.old.as_ref(), paths),
-            (Action::Update(_, paths), ReturnValues::UpdatedNew) => updated(planned.new.as_ref(), paths),
+            (Action::Update(_, paths), ReturnValues::UpdatedNew) => updated(planned.new.as_deref(), paths),
             _ => None,
         };
         Ok(WriteOutput { attributes, consumed_capacity: units.consumed(&target.info.def.name, Kind::Write) })
@@ -592,7 +594,7 @@ impl Writer {
             let units = if matches!(p.action, Action::Check) {
                 Units::table(write_units(plan.old.as_ref().map_or(0, item_size)))
             } else {
-                store_item(txn, &p.target.info, &p.target.key, plan.old.as_ref(), plan.new.as_ref())?
+                store_item(txn, &p.target.info, &p.target.key, plan.old.as_ref(), plan.new.as_deref())?
             };
             per_table.add(&p.target.info.def.name, &units.scaled(2.0));
         }
@@ -690,9 +692,10 @@ struct Parsed<'r> {
 }
 
 /// The item before and after a write.
-struct Planned {
+struct Planned<'p> {
     old: Option<Item>,
-    new: Option<Item>,
+    /// Borrowed from the request for a put.
+    new: Option<Cow<'p, Item>>,
 }
 
 fn fatal_text(e: OpError) -> String {
