@@ -348,8 +348,20 @@ macro_rules! from_int {
     ($($t:ty),*) => {$(
         impl From<$t> for Number {
             fn from(v: $t) -> Self {
-                // Integers of these widths always fit 38 digits and the range.
-                v.to_string().parse().expect("integer is a valid number")
+                // Every width here is at most 64 bits, so i128 holds it exactly; its digits are
+                // written straight out (no text in between: counters and timestamps are built
+                // for every stored event and aggregate).
+                let wide = v as i128;
+                let mut magnitude = wide.unsigned_abs();
+                let mut digits = Vec::with_capacity(20);
+                while magnitude > 0 {
+                    digits.push((magnitude % 10) as u8);
+                    magnitude /= 10;
+                }
+                digits.reverse();
+                let exp = digits.len() as i32;
+                // At most 20 digits, well inside 38 digits and the range.
+                Number::from_parts(wide < 0, digits, exp).unwrap_or_else(|_| Number::zero())
             }
         }
     )*};
@@ -437,6 +449,16 @@ mod tests {
     }
 
     #[test]
+    fn integer_edges_convert_exactly() {
+        assert_eq!(Number::from(0u8), n("0"));
+        assert_eq!(Number::from(-0i32), n("0"));
+        assert_eq!(Number::from(100u32), n("1E+2"));
+        assert_eq!(Number::from(i64::MIN), n("-9223372036854775808"));
+        assert_eq!(Number::from(u64::MAX), n("18446744073709551615"));
+        assert_eq!(Number::from(usize::MAX).to_string(), usize::MAX.to_string());
+    }
+
+    #[test]
     fn converts_to_i64() {
         assert_eq!(n("42").to_i64(), Some(42));
         assert_eq!(n("-9223372036854775808").to_i64(), Some(i64::MIN));
@@ -450,6 +472,14 @@ mod tests {
         fn addition_matches_integers(a in -1_000_000_000_000i64..1_000_000_000_000, b in -1_000_000_000_000i64..1_000_000_000_000) {
             let sum = Number::from(a).checked_add(&Number::from(b)).unwrap();
             prop_assert_eq!(sum.to_i64(), Some(a + b));
+        }
+
+        #[test]
+        fn integers_convert_as_their_decimal_text_parses(a in any::<i64>(), b in any::<u64>(), c in any::<i8>()) {
+            prop_assert_eq!(Number::from(a), n(&a.to_string()));
+            prop_assert_eq!(Number::from(b), n(&b.to_string()));
+            prop_assert_eq!(Number::from(c), n(&c.to_string()));
+            prop_assert_eq!(Number::from(a).to_i64(), Some(a));
         }
 
         #[test]
