@@ -221,10 +221,6 @@ impl Table {
         self.schema.entity(name).ok_or_else(|| Error::UnknownEntity(name.to_string()))
     }
 
-    fn reserved(&self) -> &BTreeSet<String> {
-        &self.reserved
-    }
-
     /// Checks one caller-given attribute against the entity's declaration.
     fn check_attribute(
         &self,
@@ -256,7 +252,7 @@ impl Table {
     /// index key and sets the entity-type attribute. No I/O.
     pub fn build_item(&self, entity: &str, input: Item) -> Result<Item> {
         let entity = self.entity(entity)?;
-        let reserved = self.reserved();
+        let reserved = &self.reserved;
         for (name, value) in &input {
             self.check_attribute(entity, reserved, name, Some(value))?;
         }
@@ -495,7 +491,7 @@ impl Table {
         let e = self.entity(entity)?;
         let key = self.primary_key(e, key_fields)?;
         let invalid = |reason: String| Error::InvalidUpdate { entity: entity.to_string(), reason };
-        let reserved = self.reserved();
+        let reserved = &self.reserved;
         let table_fields = e.table_key().fields();
         let plain: BTreeMap<&str, &AttributeValue> = update.plain_sets().collect();
         for target in update.targets() {

@@ -169,15 +169,6 @@ impl std::fmt::Debug for Accumulator {
 }
 
 impl Accumulator {
-    /// An accumulator with room for `items` items before it grows.
-    pub fn with_capacity(items: usize) -> Self {
-        Accumulator {
-            index: hashbrown::HashTable::with_capacity(items),
-            entries: Vec::with_capacity(items),
-            hasher: hashbrown::DefaultHashBuilder::default(),
-        }
-    }
-
     /// Adds `delta` to the item of `key`.
     pub fn add(&mut self, key: AggKeyRef<'_>, delta: Delta) {
         let Some(at) = self.position(key) else { return };
@@ -254,7 +245,7 @@ impl Pending {
 }
 
 /// One epoch's items as [`Accumulator::finish`] completed them, ready to be written.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Accumulated {
     acc: Accumulator,
 }
