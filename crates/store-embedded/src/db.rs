@@ -94,12 +94,10 @@ pub fn internal(e: impl std::fmt::Display) -> StoreError {
 
 /// Reads an item by encoded key inside the write transaction.
 pub fn load(txn: &Tx, info: &TableInfo, key: &[u8]) -> Result<Option<Item>, OpError> {
-    let table = txn.open_table(bytes_table(&info.redb_name))?;
-    let found = table.get(key)?;
-    match found {
+    txn.tables().items(&info.redb_name, |table| match table.get(key)? {
         Some(v) => Ok(Some(codec::decode_item(v.value())?)),
         None => Ok(None),
-    }
+    })
 }
 
 /// The TTL index key of an item.

@@ -29,6 +29,7 @@
 //! exactly what the first run decided. Effects are what was decided, so replay is a plain copy.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -171,22 +172,78 @@ impl On<'_> {
     }
 }
 
+/// The item, index and TTL tables a write transaction has opened, kept open until the
+/// transaction's group is done. Opening a redb table looks it up in redb's table tree and
+/// closing it stages its new root there; a group writes the same few tables hundreds of times,
+/// so it opens each once (a sixth of the writer's time went to opening and closing them).
+///
+/// redb refuses to open a table twice at once, so while a table is held here every access to
+/// it must go through [`Open::items`] or [`Open::ttl`]; [`Open::close`] gives them all back
+/// (before a table is deleted, say).
+pub struct Open<'t> {
+    txn: &'t WriteTransaction,
+    items: RefCell<HashMap<String, ItemTable<'t>>>,
+    ttl: RefCell<Option<TtlTable<'t>>>,
+}
+
+/// An open base or index table.
+pub type ItemTable<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+/// The open TTL index.
+pub type TtlTable<'t> = redb::Table<'t, &'static [u8], ()>;
+
+impl<'t> Open<'t> {
+    /// Nothing open yet.
+    pub fn new(txn: &'t WriteTransaction) -> Open<'t> {
+        Open { txn, items: RefCell::new(HashMap::new()), ttl: RefCell::new(None) }
+    }
+
+    /// Runs `f` on the base or index table with this redb name, opening it on first use.
+    pub fn items<R>(&self, name: &str, f: impl FnOnce(&mut ItemTable<'t>) -> Result<R, OpError>) -> Result<R, OpError> {
+        let mut items = self.items.try_borrow_mut().map_err(|_| reentered())?;
+        let table = match items.get_mut(name) {
+            Some(table) => table,
+            None => {
+                let table = self.txn.open_table(bytes_table(name))?;
+                items.entry(name.to_string()).or_insert(table)
+            }
+        };
+        f(table)
+    }
+
+    /// Runs `f` on the TTL index, opening it on first use.
+    pub fn ttl<R>(&self, f: impl FnOnce(&mut TtlTable<'t>) -> Result<R, OpError>) -> Result<R, OpError> {
+        let mut ttl = self.ttl.try_borrow_mut().map_err(|_| reentered())?;
+        let table = match ttl.as_mut() {
+            Some(table) => table,
+            None => ttl.insert(self.txn.open_table(TTL)?),
+        };
+        f(table)
+    }
+
+    /// Closes every table held, so that they can be opened directly (or deleted).
+    pub fn close(&self) -> Result<(), OpError> {
+        self.items.try_borrow_mut().map_err(|_| reentered())?.clear();
+        *self.ttl.try_borrow_mut().map_err(|_| reentered())? = None;
+        Ok(())
+    }
+}
+
+/// A table of [`Open`] was asked for while a closure was already using the tables: a bug in the
+/// writer, reported as a failed group rather than a panic.
+fn reentered() -> OpError {
+    OpError::Fatal("a redb table was opened again while in use".into())
+}
+
 /// A redb write transaction that records every change it makes to item, index, TTL and token
-/// tables as journal effects. Reads go straight to the transaction (`Deref`).
+/// tables as journal effects.
 ///
 /// Invariant: every write the writer makes outside table creation and deletion goes through
 /// [`Tx::put`] or [`Tx::remove`]; the crash tests would lose acknowledged writes otherwise.
-pub struct Tx {
-    txn: WriteTransaction,
+/// Item, index and TTL tables are read through [`Tx::tables`] ([`Open`] says why); other
+/// tables through [`Tx::txn`].
+pub struct Tx<'t> {
+    open: Open<'t>,
     effects: RefCell<Vec<u8>>,
-}
-
-impl std::ops::Deref for Tx {
-    type Target = WriteTransaction;
-
-    fn deref(&self) -> &WriteTransaction {
-        &self.txn
-    }
 }
 
 fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -194,20 +251,26 @@ fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-impl Tx {
+impl<'t> Tx<'t> {
     /// Wraps a write transaction.
-    pub fn new(txn: WriteTransaction) -> Tx {
-        Tx { txn, effects: RefCell::new(Vec::new()) }
+    pub fn new(txn: &'t WriteTransaction) -> Tx<'t> {
+        Tx { open: Open::new(txn), effects: RefCell::new(Vec::new()) }
     }
 
-    /// The effects recorded so far.
-    pub fn effects(&self) -> std::cell::Ref<'_, Vec<u8>> {
-        self.effects.borrow()
+    /// The effects recorded, closing every table (the transaction can then commit).
+    pub fn into_effects(self) -> Vec<u8> {
+        self.effects.into_inner()
     }
 
-    /// The transaction, for its commit.
-    pub fn into_inner(self) -> WriteTransaction {
-        self.txn
+    /// The item, index and TTL tables, opened once per transaction.
+    pub fn tables(&self) -> &Open<'t> {
+        &self.open
+    }
+
+    /// The transaction itself, for tables [`Open`] does not hold (definitions, tokens, the
+    /// applied sequence) and for creating tables.
+    pub fn txn(&self) -> &'t WriteTransaction {
+        self.open.txn
     }
 
     fn note(&self, op: u8, on: On<'_>, key: &[u8], value: Option<&[u8]>) {
@@ -224,14 +287,14 @@ impl Tx {
 
     /// Inserts into an item or index table, returning the bytes it replaced if `want_old`.
     pub fn put(&self, on: On<'_>, key: &[u8], value: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
-        let old = put_raw(&self.txn, on, key, value, want_old)?;
+        let old = put_raw(&self.open, on, key, value, want_old)?;
         self.note(PUT, on, key, Some(value));
         Ok(old)
     }
 
     /// Removes a key, returning the bytes it held if `want_old`.
     pub fn remove(&self, on: On<'_>, key: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
-        let old = remove_raw(&self.txn, on, key, want_old)?;
+        let old = remove_raw(&self.open, on, key, want_old)?;
         self.note(REMOVE, on, key, None);
         Ok(old)
     }
@@ -241,21 +304,14 @@ fn token(key: &[u8]) -> Result<&str, OpError> {
     std::str::from_utf8(key).map_err(|_| OpError::Fatal("journal: a token is not UTF-8".into()))
 }
 
-fn put_raw(
-    txn: &WriteTransaction,
-    on: On<'_>,
-    key: &[u8],
-    value: &[u8],
-    want_old: bool,
-) -> Result<Option<Vec<u8>>, OpError> {
+fn put_raw(open: &Open<'_>, on: On<'_>, key: &[u8], value: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
+    let txn = open.txn;
     Ok(match on {
         On::Items(name) => {
-            let mut t = txn.open_table(bytes_table(name))?;
-            let old = t.insert(key, value)?;
-            old.filter(|_| want_old).map(|v| v.value().to_vec())
+            open.items(name, |t| Ok(t.insert(key, value)?.filter(|_| want_old).map(|v| v.value().to_vec())))?
         }
         On::Ttl => {
-            txn.open_table(TTL)?.insert(key, ())?;
+            open.ttl(|t| Ok(t.insert(key, ()).map(drop)?))?;
             None
         }
         On::Tokens => {
@@ -270,15 +326,12 @@ fn put_raw(
     })
 }
 
-fn remove_raw(txn: &WriteTransaction, on: On<'_>, key: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
+fn remove_raw(open: &Open<'_>, on: On<'_>, key: &[u8], want_old: bool) -> Result<Option<Vec<u8>>, OpError> {
+    let txn = open.txn;
     Ok(match on {
-        On::Items(name) => {
-            let mut t = txn.open_table(bytes_table(name))?;
-            let old = t.remove(key)?;
-            old.filter(|_| want_old).map(|v| v.value().to_vec())
-        }
+        On::Items(name) => open.items(name, |t| Ok(t.remove(key)?.filter(|_| want_old).map(|v| v.value().to_vec())))?,
         On::Ttl => {
-            txn.open_table(TTL)?.remove(key)?;
+            open.ttl(|t| Ok(t.remove(key).map(drop)?))?;
             None
         }
         On::Tokens => {
@@ -294,7 +347,7 @@ fn remove_raw(txn: &WriteTransaction, on: On<'_>, key: &[u8], want_old: bool) ->
 }
 
 /// Applies one record's effects to `txn`.
-fn replay(txn: &WriteTransaction, mut payload: &[u8]) -> Result<(), OpError> {
+fn replay(open: &Open<'_>, mut payload: &[u8]) -> Result<(), OpError> {
     fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], OpError> {
         let corrupt = || OpError::Fatal("journal: a record's effects are cut short".into());
         let (len, tail) = rest.split_first_chunk::<4>().ok_or_else(corrupt)?;
@@ -319,10 +372,10 @@ fn replay(txn: &WriteTransaction, mut payload: &[u8]) -> Result<(), OpError> {
         match op & 0xF0 {
             PUT => {
                 let value = take(&mut payload)?;
-                put_raw(txn, on, key, value, false)?;
+                put_raw(open, on, key, value, false)?;
             }
             REMOVE => {
-                remove_raw(txn, on, key, false)?;
+                remove_raw(open, on, key, false)?;
             }
             other => return Err(OpError::Fatal(format!("journal: unknown effect {other:#x}"))),
         }
@@ -360,6 +413,7 @@ pub fn recover(db: &redb::Database, mut file: Box<dyn JournalFile>) -> Result<Re
     txn.set_durability(redb::Durability::Immediate)?;
     let mut seq = applied(&txn)?;
     let mut replayed = 0usize;
+    let open = Open::new(&txn);
     for (record_seq, payload) in records(&bytes) {
         if record_seq <= seq {
             continue;
@@ -369,10 +423,11 @@ pub fn recover(db: &redb::Database, mut file: Box<dyn JournalFile>) -> Result<Re
                 "journal: record {record_seq} follows group {seq}; the groups between are missing"
             )));
         }
-        replay(&txn, payload)?;
+        replay(&open, payload)?;
         seq = record_seq;
         replayed += 1;
     }
+    drop(open);
     set_applied(&txn, seq)?;
     txn.commit()?;
     if replayed > 0 {

@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 
 use crate::capacity::{Kind, PerTable, Units, read_units, write_units};
 use crate::codec;
-use crate::db::{self, META, OpError, Shared, TOKEN_TIMES, TOKENS, TTL, bytes_table, load, replace_item, store_item};
+use crate::db::{self, META, OpError, Shared, TOKEN_TIMES, TOKENS, bytes_table, load, replace_item, store_item};
 use crate::expr::{Condition, ExprContext, Projection, Update};
 use crate::journal::{self, Journal, On, Tx};
 use crate::schema::{self, TableInfo};
@@ -223,7 +223,7 @@ impl Writer {
         let mut txn = self.shared.db.begin_write().map_err(|e| e.to_string())?;
         txn.set_durability(if durable { Durability::Immediate } else { Durability::None })
             .map_err(|e| e.to_string())?;
-        let tx = Tx::new(txn);
+        let tx = Tx::new(&txn);
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
             let outcome = catch_unwind(AssertUnwindSafe(|| self.apply(&tx, &job.op)));
@@ -241,19 +241,20 @@ impl Writer {
                 }
             }
         }
-        if !durable && tx.effects().is_empty() {
+        let effects = tx.into_effects();
+        if !durable && effects.is_empty() {
             // Nothing was written (every operation failed its condition): nothing to commit.
             return Ok(results);
         }
         let seq = self.seq + 1;
-        journal::set_applied(&tx, seq).map_err(fatal_text)?;
-        if !durable && let Err(e) = self.journal.append(seq, &tx.effects()) {
+        journal::set_applied(&txn, seq).map_err(fatal_text)?;
+        if !durable && let Err(e) = self.journal.append(seq, &effects) {
             // The record may or may not be on disk: refuse every write until a reopen settles it.
             let message = format!("cannot write the journal: {e}");
             self.failed = Some(message.clone());
             return Err(message);
         }
-        let committed = tx.into_inner().commit();
+        let committed = txn.commit();
         if let Err(e) = committed {
             let message = e.to_string();
             if !durable {
@@ -306,6 +307,8 @@ impl Writer {
             return Err(StoreError::ResourceInUse(format!("Table already exists: {}", def.name)).into());
         }
         let info = TableInfo::new(def.clone());
+        txn.tables().close()?;
+        let txn = txn.txn();
         txn.open_table(META)?.insert(def.name.as_str(), codec::encode_definition(def).as_slice())?;
         txn.open_table(bytes_table(&info.redb_name))?;
         for index in &info.indexes {
@@ -320,6 +323,8 @@ impl Writer {
         let info = self.defs.get(name).cloned().ok_or_else(|| {
             StoreError::ResourceNotFound(format!("Requested resource not found: Table: {name} not found"))
         })?;
+        txn.tables().close()?;
+        let txn = txn.txn();
         let (item_count, size_bytes) = {
             let base = txn.open_table(bytes_table(&info.redb_name))?;
             (base.len()?, base.stats()?.stored_bytes())
@@ -607,8 +612,7 @@ impl Writer {
     fn sweep(&self, txn: &Tx, now: u64) -> Result<Reply, OpError> {
         // DynamoDB ignores expiry times more than five years in the past.
         let oldest = now.saturating_sub(5 * 365 * 24 * 3600);
-        let due: Vec<Vec<u8>> = {
-            let ttl = txn.open_table(TTL)?;
+        let due: Vec<Vec<u8>> = txn.tables().ttl(|ttl| {
             let lo = oldest.to_be_bytes();
             let hi = now.to_be_bytes();
             let mut due = Vec::new();
@@ -619,8 +623,8 @@ impl Writer {
                     break;
                 }
             }
-            due
-        };
+            Ok(due)
+        })?;
         let more = due.len() >= SWEEP_BATCH;
         let mut deleted = 0;
         for k in due {
@@ -765,7 +769,7 @@ fn fingerprint(text: &str) -> u64 {
 }
 
 fn token_entry(txn: &Tx, token: &str) -> Result<Option<(u64, u64)>, OpError> {
-    let table = txn.open_table(TOKENS)?;
+    let table = txn.txn().open_table(TOKENS)?;
     let Some(v) = table.get(token)? else {
         return Ok(None);
     };
@@ -800,7 +804,7 @@ fn token_time_key(time: u64, token: &str) -> Vec<u8> {
 fn purge_tokens(txn: &Tx, now: u64) -> Result<(), OpError> {
     let cutoff = now.saturating_sub(IDEMPOTENCY_WINDOW_SECS).to_be_bytes();
     let old: Vec<Vec<u8>> = {
-        let times = txn.open_table(TOKEN_TIMES)?;
+        let times = txn.txn().open_table(TOKEN_TIMES)?;
         let mut old = Vec::new();
         for entry in times.range::<&[u8]>(..cutoff.as_slice())? {
             old.push(entry?.0.value().to_vec());
@@ -831,6 +835,51 @@ mod tests {
 
     fn answer(mut rx: oneshot::Receiver<Result<Reply, StoreError>>) -> Result<Reply, StoreError> {
         rx.try_recv().expect("answered")
+    }
+
+    fn new_writer(dir: &std::path::Path) -> (Writer, Arc<Shared>) {
+        let db = redb::Database::create(dir.join("t.redb")).unwrap();
+        let file = journal::open_file(dir).unwrap();
+        let recovered = journal::recover(&db, Box::new(file)).map_err(fatal_text).unwrap();
+        let shared = Arc::new(Shared { db, tables: Default::default() });
+        (Writer::new(shared.clone(), recovered.journal, recovered.seq, Checkpoint::default()), shared)
+    }
+
+    /// A group keeps the tables it writes open until it commits; a table written, deleted,
+    /// created again and written within one group must still end up exactly as if each
+    /// operation had been a group of its own, and so must a sweep among the writes.
+    #[test]
+    fn one_group_may_write_delete_recreate_and_sweep_a_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, shared) = new_writer(dir.path());
+        let def = TableDefinition::new("tbl", KeySchema::hash("pk", ScalarType::S)).ttl("ttl");
+        let (create, rx) = job(WriteOp::CreateTable(def.clone()));
+        writer.run_group(vec![create]);
+        assert!(answer(rx).is_ok());
+
+        let put = |pk: &str, ttl: u64| job(WriteOp::Put(PutItem::new("tbl", item! { "pk" => pk, "ttl" => ttl }), None));
+        let (old, rx_old) = put("old", 1_000);
+        let (delete, rx_delete) = job(WriteOp::DeleteTable("tbl".into()));
+        let (again, rx_again) = job(WriteOp::CreateTable(def));
+        let (expired, rx_expired) = put("expired", 1_000);
+        let (kept, rx_kept) = put("kept", 5_000);
+        let (sweep, rx_sweep) = job(WriteOp::Sweep { now: 2_000 });
+        let (late, rx_late) = put("late", 5_000);
+        let before = writer.seq;
+        writer.run_group(vec![old, delete, again, expired, kept, sweep, late]);
+        assert_eq!(writer.seq, before + 1, "the group committed as one transaction, not job by job");
+        for rx in [rx_old, rx_delete, rx_again, rx_expired, rx_kept, rx_late] {
+            assert!(answer(rx).is_ok());
+        }
+        assert!(matches!(answer(rx_sweep), Ok(Reply::Swept { deleted: 1, more: false })));
+        let present = |pk: &str| {
+            crate::read::get_item(&shared, GetItem::new("tbl", item! { "pk" => pk })).unwrap().item.is_some()
+        };
+        assert_eq!(
+            ["old", "expired", "kept", "late"].map(present),
+            [false, false, true, true],
+            "old went with its table, expired with the sweep"
+        );
     }
 
     /// One operation failing inside redb (here: a corrupt stored item) aborts the group's
