@@ -30,6 +30,9 @@ pub const CACHE_TTL: Duration = Duration::from_secs(5);
 /// The prefix of Tally's API keys, so a leaked key is recognisable in logs and scanners.
 pub const KEY_PREFIX: &str = "tly_";
 
+/// Most excluded address ranges one site keeps (every event is checked against them).
+pub const MAX_EXCLUDED_RANGES: usize = 1000;
+
 /// What can go wrong with sites and keys.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -54,6 +57,12 @@ pub enum SitesError {
         /// The value given.
         days: u32,
     },
+    /// An excluded address range does not parse.
+    #[error(transparent)]
+    InvalidIpRange(#[from] crate::enrich::ip::IpRangeError),
+    /// More excluded address ranges than a site keeps.
+    #[error("a site excludes at most {MAX_EXCLUDED_RANGES} address ranges, not {0}")]
+    TooManyIpRanges(usize),
     /// No site has this id or domain.
     #[error("no site {0:?}")]
     NoSuchSite(String),
@@ -84,6 +93,9 @@ pub struct SiteChanges {
     pub retention_hourly_days: Option<u32>,
     /// Days daily aggregates are kept.
     pub retention_daily_days: Option<u32>,
+    /// Client addresses whose events are dropped (counted as `excluded_ip`): addresses or CIDR
+    /// ranges, replacing the site's list; an empty list clears it.
+    pub excluded_ip_ranges: Option<Vec<String>>,
 }
 
 /// A tracked site.
@@ -465,6 +477,17 @@ impl Sites {
         if let Some(tz) = &changes.timezone {
             SiteZone::new(tz).map_err(|_| SitesError::InvalidTimezone(tz.clone()))?;
             update = update.set("timezone", tz.as_str());
+        }
+        if let Some(ranges) = &changes.excluded_ip_ranges {
+            if ranges.len() > MAX_EXCLUDED_RANGES {
+                return Err(SitesError::TooManyIpRanges(ranges.len()));
+            }
+            let parsed = IpRanges::parse(ranges.iter().map(String::as_str))?;
+            update = if parsed.is_empty() {
+                update.remove("excluded_ip_ranges")
+            } else {
+                update.set("excluded_ip_ranges", store::AttributeValue::Ss(parsed.texts().into_iter().collect()))
+            };
         }
         for (name, value, range) in [
             ("retention_event_days", changes.retention_event_days, 1..=3650),

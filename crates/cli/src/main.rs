@@ -183,8 +183,31 @@ enum SiteCommand {
         #[arg(long, default_value = "UTC")]
         timezone: String,
     },
-    /// Lists sites: id, domain, time zone, Umami website id.
+    /// Lists sites: id, domain, time zone, Umami website id, excluded address ranges.
     List,
+    /// Changes a site's settings; what is not given stays as it is.
+    Update {
+        /// The site (domain or id).
+        site: String,
+        /// A new IANA time zone (for events from now on).
+        #[arg(long)]
+        timezone: Option<String>,
+        /// Days raw events are kept.
+        #[arg(long)]
+        retention_event_days: Option<u32>,
+        /// Days hourly aggregates are kept.
+        #[arg(long)]
+        retention_hourly_days: Option<u32>,
+        /// Days daily aggregates are kept.
+        #[arg(long)]
+        retention_daily_days: Option<u32>,
+        /// An address or CIDR range whose events are dropped (repeatable; replaces the list).
+        #[arg(long = "exclude-ip", value_name = "RANGE")]
+        exclude_ip: Vec<String>,
+        /// Drops every excluded address range.
+        #[arg(long, conflicts_with = "exclude_ip")]
+        no_excluded_ips: bool,
+    },
     /// Removes a site (domain or id).
     Remove {
         /// The site.
@@ -329,6 +352,24 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             match what {
                 SiteCommand::Add { domain, timezone } => serve::site_add(&config, &domain, &timezone).await,
                 SiteCommand::List => serve::site_list(&config).await,
+                SiteCommand::Update {
+                    site,
+                    timezone,
+                    retention_event_days,
+                    retention_hourly_days,
+                    retention_daily_days,
+                    exclude_ip,
+                    no_excluded_ips,
+                } => {
+                    let changes = analytics::sites::SiteChanges {
+                        timezone,
+                        retention_event_days,
+                        retention_hourly_days,
+                        retention_daily_days,
+                        excluded_ip_ranges: (no_excluded_ips || !exclude_ip.is_empty()).then_some(exclude_ip),
+                    };
+                    serve::site_update(&config, &site, &changes).await
+                }
                 SiteCommand::Remove { site } => serve::site_remove(&config, &site).await,
             }
         })?,

@@ -12,7 +12,7 @@ use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRan
 use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
 use analytics::goal::Goal;
 use analytics::pipeline::{IngestResult, Pipeline};
-use analytics::sites::{Site, Sites};
+use analytics::sites::{Site, SiteChanges, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
 use model::Table;
@@ -214,8 +214,30 @@ pub async fn site_add(config: &Config, domain: &str, timezone: &str) -> Result<(
 pub async fn site_list(config: &Config) -> Result<()> {
     let sites = Sites::new(crate::store::open(config).await?);
     for site in sites.list().await? {
-        println!("{}\t{}\t{}\t{}", site.site_id, site.domain, site.zone.name(), site.umami_id);
+        println!(
+            "{}\t{}\t{}\t{}\t{}",
+            site.site_id,
+            site.domain,
+            site.zone.name(),
+            site.umami_id,
+            site.excluded_ips.texts().join(",")
+        );
     }
+    Ok(())
+}
+
+/// `tally site update`.
+pub async fn site_update(config: &Config, name: &str, changes: &SiteChanges) -> Result<()> {
+    let sites = Sites::new(crate::store::open(config).await?);
+    let site = site_named(&sites, name).await?;
+    let site = sites.update(&site.site_id, changes).await?;
+    println!("site: {} ({})", site.domain, site.site_id);
+    println!("timezone: {}", site.zone.name());
+    println!(
+        "retention: raw events {} days, hourly {} days, daily {} days",
+        site.retention_event_days, site.retention_hourly_days, site.retention_daily_days
+    );
+    println!("excluded addresses: {}", site.excluded_ips.texts().join(", "));
     Ok(())
 }
 

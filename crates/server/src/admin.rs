@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `GET /api/sites` | anyone signed in, a key, a shared link | the sites the caller may see |
 //! | `POST /api/sites {domain, timezone}` | users | adds a site |
-//! | `PATCH /api/sites/{site} {timezone, retention_*_days}` | users | changes settings |
+//! | `PATCH /api/sites/{site} {timezone, retention_*_days, excluded_ip_ranges}` | users | changes settings |
 //! | `DELETE /api/sites/{site}` | users | removes a site |
 //! | `POST /api/sites/{site}/domains {domain}`, `DELETE …/domains/{domain}` | users | more domains of a site |
 //! | `POST /api/sites/{site}/goals {event_name \| page_path}`, `DELETE …/goals/{id}` | users | goals |
@@ -35,6 +35,7 @@ fn site_json(site: &Site, full: bool) -> Json {
         v["retention_event_days"] = json!(site.retention_event_days);
         v["retention_hourly_days"] = json!(site.retention_hourly_days);
         v["retention_daily_days"] = json!(site.retention_daily_days);
+        v["excluded_ip_ranges"] = json!(site.excluded_ips.texts());
     }
     v["goals"] = site
         .goals
@@ -55,6 +56,8 @@ fn sites_error(e: SitesError) -> Response {
         e @ (SitesError::InvalidDomain(_)
         | SitesError::InvalidTimezone(_)
         | SitesError::InvalidRetention { .. }
+        | SitesError::InvalidIpRange(_)
+        | SitesError::TooManyIpRanges(_)
         | SitesError::Goal(_)) => bad(e.to_string()),
         e @ SitesError::DomainTaken(_) => error(StatusCode::CONFLICT, e.to_string()),
         e @ (SitesError::NoSuchSite(_) | SitesError::NoSuchKey(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
@@ -127,6 +130,17 @@ fn days(map: &Map<String, Json>, name: &str) -> Result<Option<u32>, Response> {
     }
 }
 
+fn text_list(map: &Map<String, Json>, name: &str) -> Result<Option<Vec<String>>, Response> {
+    let wrong = || bad(format!("`{name}` must be a list of strings"));
+    match map.get(name) {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::Array(items)) => {
+            items.iter().map(|v| v.as_str().map(str::to_owned).ok_or_else(wrong)).collect::<Result<_, _>>().map(Some)
+        }
+        Some(_) => Err(wrong()),
+    }
+}
+
 /// `PATCH /api/sites/{site}`.
 pub async fn update(
     State(state): State<AppState>,
@@ -141,6 +155,7 @@ pub async fn update(
         retention_event_days: tri!(days(&map, "retention_event_days")),
         retention_hourly_days: tri!(days(&map, "retention_hourly_days")),
         retention_daily_days: tri!(days(&map, "retention_daily_days")),
+        excluded_ip_ranges: tri!(text_list(&map, "excluded_ip_ranges")),
     };
     match r.sites.update(&site.site_id, &changes).await {
         Ok(site) => json_ok(site_json(&site, true)),

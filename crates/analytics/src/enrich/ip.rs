@@ -49,6 +49,14 @@ impl IpRanges {
         self.0.iter().any(|net| net.contains(&ip))
     }
 
+    /// The ranges in CIDR notation (`10.0.0.0/8`, `192.0.2.7/32`), sorted, without repeats.
+    pub fn texts(&self) -> Vec<String> {
+        let mut texts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        texts.sort();
+        texts.dedup();
+        texts
+    }
+
     /// Whether there are no ranges.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

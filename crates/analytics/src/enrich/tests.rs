@@ -274,6 +274,12 @@ fn ip_ranges() {
     assert!(IpRanges::parse(["10.0.0.0/33"]).is_err());
     assert!(IpRanges::parse(["example.com"]).is_err());
     assert!(!IpRanges::new().contains(ip("192.0.2.1")));
+    // Stored as written back: truncated to the network, sorted, each once.
+    assert_eq!(
+        ranges.texts(),
+        ["10.0.0.0/8", "192.0.2.0/24", "198.51.100.7/32", "2001:db8::/32"].map(String::from).to_vec()
+    );
+    assert_eq!(IpRanges::parse(["10.0.0.1/8", "10.9.9.9/8"]).unwrap().texts(), ["10.0.0.0/8"]);
 }
 
 #[test]

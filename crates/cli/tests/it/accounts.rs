@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Client, Response, Server, add_site, tally_ok};
+use crate::support::{Client, Response, Server, add_site, field, tally, tally_ok};
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
@@ -109,6 +109,32 @@ fn first_run_sign_in_settings_and_shared_links() {
     );
     assert_eq!(b.send("PATCH", "/api/sites/shop.test", &json!({ "timezone": "Mars/Olympus" })).status, 400);
     assert_eq!(b.send("PATCH", "/api/sites/shop.test", &json!({ "retention_event_days": 0 })).status, 400);
+
+    // Excluded addresses: events from them are dropped and counted, until the list is cleared.
+    let excluded = |b: &mut Browser, ranges: Value| {
+        b.send("PATCH", "/api/sites/shop.test", &json!({ "excluded_ip_ranges": ranges }))
+    };
+    let r = excluded(&mut b, json!(["127.0.0.1", "10.1.2.3/16"]));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["excluded_ip_ranges"], json!(["10.1.0.0/16", "127.0.0.1/32"]));
+    assert_eq!(r.json()["timezone"], json!("America/New_York"), "other settings stay");
+    for wrong in [json!(["not an address"]), json!("10.0.0.0/8"), json!([7]), json!(vec!["10.0.0.1"; 1001])] {
+        let r = excluded(&mut b, wrong.clone());
+        assert_eq!(r.status, 400, "{wrong}: {}", r.text());
+    }
+    let event = json!({ "n": "pageview", "u": "https://shop.test/", "d": "shop.test" });
+    let ua = ("user-agent", "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0");
+    let (excluded_before, accepted_before) = (
+        server.metric("tally_events_dropped_total{reason=\"excluded_ip\"}"),
+        server.metric("tally_events_accepted_total"),
+    );
+    assert_eq!(c.post_json("/api/event", &[ua], &event).status, 202);
+    assert_eq!(server.metric("tally_events_dropped_total{reason=\"excluded_ip\"}"), excluded_before + 1.0);
+    assert_eq!(server.metric("tally_events_accepted_total"), accepted_before);
+    let r = excluded(&mut b, json!([]));
+    assert_eq!(r.json()["excluded_ip_ranges"], json!([]), "{}", r.text());
+    assert_eq!(c.post_json("/api/event", &[ua], &event).status, 202);
+    assert_eq!(server.metric("tally_events_accepted_total"), accepted_before + 1.0);
     let more = b.send("POST", "/api/sites/shop.test/domains", &json!({ "domain": "shop-two.test" }));
     assert_eq!(more.status, 201, "{}", more.text());
     assert_eq!(more.json()["domains"], json!(["shop.test", "shop-two.test"]));
@@ -255,4 +281,48 @@ fn users_and_links_from_the_command_line() {
     tally_ok(&store, &["share", "revoke", "cli.test", &id]);
     assert!(tally_ok(&store, &["share", "list", "cli.test"]).contains("revoked\tboard"));
     assert!(tally_ok(&store, &["user", "list"]).trim().is_empty());
+}
+
+#[test]
+fn site_settings_keys_and_removal_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    add_site(&store, "cli.test", "UTC");
+    let line = |store: &std::path::Path| {
+        let listed = tally_ok(store, &["site", "list"]);
+        listed.lines().find(|l| l.contains("\tcli.test\t")).map(str::to_owned)
+    };
+
+    let args = ["site", "update", "cli.test", "--timezone", "Europe/Paris", "--exclude-ip", "192.0.2.9/24"];
+    let out = tally_ok(&store, &[&args[..], &["--exclude-ip", "2001:db8::1"]].concat());
+    assert_eq!(field(&out, "excluded addresses:"), "192.0.2.0/24, 2001:db8::1/128");
+    let listed = line(&store).expect("the site is listed");
+    assert!(listed.contains("\tEurope/Paris\t") && listed.ends_with("\t192.0.2.0/24,2001:db8::1/128"), "{listed}");
+    // A bad range is refused whole and changes nothing.
+    let refused = tally(&store, &["site", "update", "cli.test", "--timezone", "UTC", "--exclude-ip", "nonsense"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("\"nonsense\" is not an IP address"));
+    assert_eq!(line(&store).as_deref(), Some(listed.as_str()));
+    tally_ok(&store, &["site", "update", "cli.test", "--no-excluded-ips", "--retention-event-days", "10"]);
+    let cleared = line(&store).unwrap();
+    assert!(cleared.contains("\tEurope/Paris\t") && cleared.ends_with('\t'), "no ranges left: {cleared}");
+
+    // A key answers until it is revoked.
+    let created = tally_ok(&store, &["key", "create", "cli.test", "--name", "ci"]);
+    let (key_id, bearer) = (field(&created, "key id:"), format!("Bearer {}", field(&created, "key:")));
+    let query = json!({ "site_id": "cli.test", "metrics": ["visitors"], "date_range": "7d" });
+    let status = |store: &std::path::Path| {
+        let server = Server::start(store);
+        let status = server.client().post_json("/api/v2/query", &[("authorization", &bearer)], &query).status;
+        server.stop();
+        status
+    };
+    assert_eq!(status(&store), 200);
+    tally_ok(&store, &["key", "revoke", "cli.test", &key_id]);
+    assert_eq!(status(&store), 401);
+
+    let out = tally_ok(&store, &["site", "remove", "cli.test"]);
+    assert!(out.starts_with("removed site cli.test"), "{out}");
+    assert_eq!(line(&store), None);
+    assert!(!tally(&store, &["site", "remove", "cli.test"]).status.success(), "a second removal finds no site");
 }
