@@ -97,14 +97,18 @@ enum Command {
         #[command(subcommand)]
         what: ShareCommand,
     },
-    /// Imports NDJSON events with their own timestamps (`timestamp`, `url`, `name`, `referrer`,
-    /// `props`, `visitor` or `ip` + `user_agent`, `country`).
+    /// Imports events with their own timestamps from an NDJSON or CSV file (`timestamp`, `url`,
+    /// `name`, `referrer`, props, `visitor` or `ip` + `user_agent`, `country`, `interactive`),
+    /// in time order whatever the file's order.
     Import {
-        /// The NDJSON file.
+        /// The file: NDJSON, or CSV with a header row (`props.NAME` columns for props).
         file: PathBuf,
         /// The site (domain or id).
         #[arg(long)]
         site: String,
+        /// `ndjson` or `csv` [default: csv for a `.csv` file, else ndjson].
+        #[arg(long)]
+        format: Option<String>,
     },
     /// Aggregates: `--rebuild` recomputes a site's aggregates from its raw events.
     Aggregate {
@@ -399,7 +403,9 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 ShareCommand::Revoke { site, share_id } => users::share_revoke(&config, &site, &share_id).await,
             }
         })?,
-        Command::Import { file, site } => runtime()?.block_on(serve::import(&config, &file, &site))?,
+        Command::Import { file, site, format } => {
+            runtime()?.block_on(serve::import(&config, &file, &site, format.as_deref()))?
+        }
         Command::Aggregate { rebuild: _, site, from, to, verify } => {
             let clean = runtime()?.block_on(serve::rebuild(&config, &site, from.as_deref(), to.as_deref(), verify))?;
             if !clean {

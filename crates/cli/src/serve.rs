@@ -2,7 +2,6 @@
 //! imports and rebuilds. Each opens the configured store, builds the library objects it needs and
 //! calls them; nothing here decides anything about analytics.
 
-use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,6 +15,7 @@ use analytics::sites::{Site, SiteChanges, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
 use model::Table;
+use server::import::Format;
 use server::metrics::MetricsSnapshot;
 use server::pipeline::PipelineIngest;
 use server::stats::Reading;
@@ -285,46 +285,45 @@ pub async fn key_revoke(config: &Config, site: &str, key_id: &str) -> Result<()>
     Ok(())
 }
 
-/// `tally import FILE`: NDJSON events with timestamps, through the ingestion pipeline.
-pub async fn import(config: &Config, file: &Path, site: &str) -> Result<()> {
+/// `tally import FILE`: NDJSON or CSV events with timestamps, through the ingestion pipeline,
+/// in time order (the whole file is read first; about 0.5 KB of memory per event).
+pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&str>) -> Result<()> {
+    let format = match format {
+        Some(name) => Format::parse(name).ok_or_else(|| anyhow!("--format must be ndjson or csv, not {name:?}"))?,
+        None => Format::detect(&file.to_string_lossy()),
+    };
+    let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
     let site = site_named(&sites, site).await?;
+    let parsed =
+        server::import::parse(&body, format, &site).map_err(|e| anyhow!("{}: {e}", file.display()))?.in_time_order();
+    drop(body);
     let aggregator = start_aggregation(config, &table, &sites).await?;
     let pipeline = Pipeline::new(table, sites, Arc::new(enricher(config)?), aggregator.clone());
-    let reader =
-        std::io::BufReader::new(std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?);
-    let (mut imported, mut dropped, mut failed) = (0u64, 0u64, 0u64);
-    for (i, line) in reader.lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", file.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let outcome = match server::stats::import_line(&line, &site) {
-            Ok(event) => pipeline.import(&site, event).await,
-            Err(e) => {
-                eprintln!("line {}: {e}", i + 1);
-                failed += 1;
-                continue;
-            }
-        };
-        match outcome {
+    let mut refused = parsed.errors;
+    let (mut imported, mut dropped) = (0u64, 0u64);
+    let total = parsed.events.len();
+    for (done, (line, event)) in parsed.events.into_iter().enumerate() {
+        match pipeline.import(&site, event).await {
             IngestResult::Accepted => imported += 1,
             IngestResult::Dropped(_) => dropped += 1,
-            IngestResult::Failed(e) => return Err(anyhow!("line {}: {e}", i + 1)),
-            other => {
-                eprintln!("line {}: {other:?}", i + 1);
-                failed += 1;
-            }
+            IngestResult::Failed(e) => return Err(anyhow!("line {line}: {e}")),
+            IngestResult::Invalid(e) => refused.push((line, e.to_string())),
+            other => refused.push((line, format!("not imported: {other:?}"))),
         }
-        if (imported + dropped + failed) % 10_000 == 0 {
-            eprintln!("… {} lines", imported + dropped + failed);
+        if (done + 1) % 10_000 == 0 {
+            eprintln!("… {} of {total} events", done + 1);
         }
     }
     aggregator.shutdown().await?;
+    refused.sort_by_key(|(line, _)| *line);
+    for (line, error) in &refused {
+        eprintln!("line {line}: {error}");
+    }
     println!("imported: {imported}");
     println!("dropped: {dropped}");
-    println!("refused: {failed}");
+    println!("refused: {}", refused.len());
     Ok(())
 }
 

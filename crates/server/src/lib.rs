@@ -39,6 +39,7 @@ pub mod admin;
 pub mod auth;
 pub mod dashboard;
 pub mod error;
+pub mod import;
 pub mod ingest;
 pub mod metrics;
 pub mod pipeline;

@@ -1,16 +1,17 @@
 //! The reading routes, every one behind a site API key: `POST /api/v2/query` in the shape of
 //! Plausible's Stats API v2, `GET /api/realtime`, `GET /api/v1/stats/realtime/visitors` (a bare
-//! number, as Plausible answers) and the backfill route `POST /api/import` (NDJSON lines of events
-//! with their own timestamps).
+//! number, as Plausible answers) and the backfill route `POST /api/import` (NDJSON lines or CSV
+//! records of events with their own timestamps).
 //!
 //! A missing, unknown, revoked or other site's key gets `401` with the same message, so a caller
 //! learns nothing about which sites exist.
 
 use std::sync::Arc;
 
-use analytics::event::RawEvent;
 use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
-use analytics::pipeline::{ImportEvent, IngestResult, Pipeline};
+use analytics::pipeline::{IngestResult, Pipeline};
+
+use crate::import::Format;
 use analytics::sites::{Site, Sites};
 use analytics::stats::{Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
 use axum::body::Bytes;
@@ -279,102 +280,58 @@ pub async fn realtime_visitors(
     }
 }
 
-/// One NDJSON import line as an event of `site` (also used by `tally import`).
-pub fn import_line(line: &str, site: &Site) -> Result<ImportEvent, String> {
-    let v: Json = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let obj = v.as_object().ok_or("each line must be a JSON object")?;
-    let text = |name: &str| -> Result<Option<String>, String> {
-        match obj.get(name) {
-            None | Some(Json::Null) => Ok(None),
-            Some(Json::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(format!("`{name}` must be a string")),
-        }
-    };
-    let timestamp_ms = match obj.get("timestamp") {
-        Some(Json::Number(n)) => n.as_i64().ok_or("`timestamp` must be whole milliseconds")?,
-        Some(Json::String(s)) => {
-            s.parse::<jiff::Timestamp>().map_err(|e| format!("`timestamp` is not RFC 3339: {e}"))?.as_millisecond()
-        }
-        _ => return Err("`timestamp` is required (RFC 3339 or epoch milliseconds)".into()),
-    };
-    let url = text("url")?.ok_or("`url` is required")?;
-    let mut raw = RawEvent::pageview(&url, &site.domain);
-    raw.timestamp_ms = timestamp_ms;
-    if let Some(name) = text("name")? {
-        raw.name = name;
-    }
-    raw.referrer = text("referrer")?;
-    raw.user_agent = text("user_agent")?.unwrap_or_default();
-    if let Some(ip) = text("ip")? {
-        raw.peer_ip = ip.parse().map_err(|_| format!("`ip` is not an address: {ip:?}"))?;
-    }
-    match obj.get("interactive") {
-        None | Some(Json::Null) => {}
-        Some(Json::Bool(b)) => raw.interactive = *b,
-        Some(_) => return Err("`interactive` must be true or false".into()),
-    }
-    match obj.get("props") {
-        None | Some(Json::Null) => {}
-        Some(Json::Object(props)) => {
-            for (k, v) in props {
-                let value = match v {
-                    Json::String(s) => s.clone(),
-                    Json::Number(_) | Json::Bool(_) => v.to_string(),
-                    _ => return Err(format!("prop `{k}` must be a string, number or boolean")),
-                };
-                raw.props.push((k.clone(), value));
-            }
-        }
-        Some(_) => return Err("`props` must be an object".into()),
-    }
-    Ok(ImportEvent { raw, visitor: text("visitor")?, country: text("country")? })
-}
-
-/// `POST /api/import`: NDJSON events with their own timestamps for the key's site; answers
-/// `{imported, dropped, errors: [{line, error}]}`; a bad line does not stop the others.
+/// `POST /api/import`: events with their own timestamps for the key's site, NDJSON lines or CSV
+/// records (`Content-Type: text/csv`, or `?format=csv`; see [`crate::import`]), ingested in time
+/// order; answers `{imported, dropped, errors: [{line, error}]}`; a bad line does not stop the
+/// others, a CSV header naming an unknown column stops all (`400`).
 pub async fn import(
     State(state): State<AppState>,
     headers: HeaderMap,
-    UrlQuery(site): UrlQuery<SiteParam>,
+    UrlQuery(params): UrlQuery<ImportParams>,
     body: Bytes,
 ) -> Response {
     let r = match reading(&state) {
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let site = match authorize(r, &headers, site.site_id.as_deref(), Need::Visitors).await {
+    let site = match authorize(r, &headers, params.site_id.as_deref(), Need::Visitors).await {
         Ok((_, s)) => s,
         Err(resp) => return resp,
     };
+    let format = match params.format.as_deref() {
+        Some(name) => match Format::parse(name) {
+            Some(f) => f,
+            None => return bad("`format` must be ndjson or csv"),
+        },
+        None => Format::detect(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("")),
+    };
+    let parsed = match crate::import::parse(&body, format, &site) {
+        Ok(p) => p.in_time_order(),
+        Err(message) => return bad(message),
+    };
     let (mut imported, mut dropped) = (0u64, 0u64);
-    let mut errors = Vec::new();
-    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
-        let Ok(line) = std::str::from_utf8(line) else {
-            errors.push(json!({ "line": i + 1, "error": "the line is not UTF-8" }));
-            continue;
-        };
-        let line = line.trim_end_matches('\r');
-        if line.trim().is_empty() {
-            continue;
-        }
-        let event = match import_line(line, &site) {
-            Ok(e) => e,
-            Err(message) => {
-                errors.push(json!({ "line": i + 1, "error": message }));
-                continue;
-            }
-        };
+    let mut errors = parsed.errors;
+    for (line, event) in parsed.events {
         match r.pipeline.import(&site, event).await {
             IngestResult::Accepted => imported += 1,
             IngestResult::Dropped(_) => dropped += 1,
-            IngestResult::Invalid(e) => errors.push(json!({ "line": i + 1, "error": e.to_string() })),
-            IngestResult::UnknownSite => errors.push(json!({ "line": i + 1, "error": "unknown site" })),
+            IngestResult::Invalid(e) => errors.push((line, e.to_string())),
+            IngestResult::UnknownSite => errors.push((line, "unknown site".into())),
             IngestResult::Failed(e) => return internal(e),
-            _ => errors.push(json!({ "line": i + 1, "error": "not imported" })),
+            _ => errors.push((line, "not imported".into())),
         }
     }
+    errors.sort_by_key(|(line, _)| *line);
+    let errors: Vec<Json> = errors.into_iter().map(|(line, error)| json!({ "line": line, "error": error })).collect();
     let body = json!({ "imported": imported, "dropped": dropped, "errors": errors });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// The query of `POST /api/import`.
+#[derive(Debug, serde::Deserialize)]
+pub struct ImportParams {
+    site_id: Option<String>,
+    format: Option<String>,
 }
 
 /// The parameters of the session routes.

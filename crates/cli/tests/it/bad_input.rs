@@ -253,6 +253,47 @@ fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
             &[r#""imported":0"#, r#""line":2"#],
         ),
     ]);
+    let csv = |what: &str, body: String, status: u16, says: &[&'static str]| {
+        case(what, "POST", "/api/import", &[("authorization", &good_auth), ("content-type", "text/csv")], body)
+            .answers(status, says)
+    };
+    let (hour_ago, good_url) = (now - 3_600_000, format!("https://good.example{page}"));
+    cases.extend([
+        csv("import csv: an unknown column", "timestamp,url,refferer\n".into(), 400, &["unknown column"]),
+        csv("import csv: no url column", "timestamp,name\n".into(), 400, &["has no", "url"]),
+        csv(
+            "import csv: a record one field short",
+            format!("timestamp,url,name\n{hour_ago},{good_url}\n"),
+            200,
+            &[r#""imported":0"#, r#""line":2"#, "fields"],
+        ),
+        csv(
+            "import csv: a bad timestamp",
+            format!("timestamp,url\nyesterday,{good_url}\n"),
+            200,
+            &[r#""imported":0"#, "timestamp"],
+        ),
+        csv(
+            "import csv: a control character in the name",
+            format!("timestamp,url,user_agent,name\n{hour_ago},{good_url},\"{}\",\"a\u{1}b\"\n", ua::CHROME_WINDOWS),
+            200,
+            &[r#""imported":0"#, "control character"],
+        ),
+        csv(
+            "import csv: invalid UTF-8 header",
+            "timestamp,url,\u{fffd}\n".replace('\u{fffd}', "x\u{7f}"),
+            400,
+            &["unknown column"],
+        ),
+        case(
+            "import: an unknown format",
+            "POST",
+            "/api/import?format=xml",
+            &[("authorization", &good_auth)],
+            line(json!({})),
+        )
+        .answers(400, &["format"]),
+    ]);
     let mut utf8_line = line(json!({"name": "NAME"})).into_bytes();
     if let Some(at) = utf8_line.windows(4).position(|w| w == b"NAME") {
         utf8_line.splice(at..at + 4, [0xff, 0xfe]);

@@ -88,3 +88,72 @@ fn import_backfills_days_and_marks_a_site_stored_before_weekly_aggregates() {
     );
     server.stop();
 }
+
+/// Visits are made in time order whatever order a file or body lists its events in: the same
+/// shuffled events through `tally import` as NDJSON and as CSV, and through `POST /api/import`
+/// as CSV, give the visits they describe.
+#[test]
+fn shuffled_imports_make_the_visits_their_times_describe() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let sites = ["ndjson.test", "csv.test", "http.test"].map(|d| add_site(&store, d, "UTC"));
+    let ua = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+    // Visitor a: one visit of three pages, 40 minutes long. Visitor b: two bounces 45 minutes
+    // apart. Listed latest first, then mixed.
+    let events = [
+        ("2026-10-05T10:40:00Z", "/c", "a"),
+        ("2026-10-05T11:45:00Z", "/y", "b"),
+        ("2026-10-05T10:00:00Z", "/a", "a"),
+        ("2026-10-05T11:00:00Z", "/x", "b"),
+        ("2026-10-05T10:20:00Z", "/b", "a"),
+    ];
+    let ndjson: Vec<String> = events
+        .iter()
+        .map(|(ts, path, v)| {
+            json!({ "timestamp": ts, "url": format!("https://ndjson.test{path}"), "user_agent": ua, "visitor": v })
+                .to_string()
+        })
+        .collect();
+    let csv = |domain: &str| {
+        let rows: Vec<String> =
+            events.iter().map(|(ts, path, v)| format!("{ts},https://{domain}{path},\"{ua}\",{v}\r\n")).collect();
+        format!("timestamp,url,user_agent,visitor\r\n{}", rows.concat())
+    };
+    let (ndjson_file, csv_file) = (dir.path().join("events.ndjson"), dir.path().join("events.csv"));
+    std::fs::write(&ndjson_file, ndjson.join("\n")).unwrap();
+    std::fs::write(&csv_file, csv("csv.test")).unwrap();
+    for (file, site) in [(&ndjson_file, "ndjson.test"), (&csv_file, "csv.test")] {
+        let out = crate::support::tally_ok(&store, &["import", file.to_str().unwrap(), "--site", site]);
+        assert!(out.contains("imported: 5") && out.contains("refused: 0"), "{site}: {out}");
+    }
+
+    let server = Server::start(&store);
+    let mut c = server.client();
+    let auth = format!("Bearer {}", sites[2].key);
+    let r = c.request(
+        "POST",
+        "/api/import?site_id=http.test",
+        &[("authorization", &auth), ("content-type", "text/csv")],
+        csv("http.test").as_bytes(),
+    );
+    assert_eq!((r.status, r.json()["imported"].clone()), (200, json!(5)), "{}", r.text());
+    // The aggregator flushes within seconds; read until the last site's numbers are in.
+    let metrics = json!(["visitors", "visits", "pageviews", "bounce_rate", "visit_duration"]);
+    let expected = json!([2, 3, 5, 67, 800]);
+    for site in &sites {
+        let auth = format!("Bearer {}", site.key);
+        let body = json!({ "site_id": site.domain, "metrics": metrics, "date_range": ["2026-10-05", "2026-10-05"] });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let r = c.post_json("/api/v2/query", &[("authorization", &auth)], &body);
+            assert_eq!(r.status, 200, "{}", r.text());
+            let got = r.json()["results"][0]["metrics"].clone();
+            if got == expected {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{}: {got} instead of {expected}", site.domain);
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    server.stop();
+}

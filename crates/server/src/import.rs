@@ -1,0 +1,362 @@
+//! Backfill files and bodies: NDJSON lines or CSV records of events with their own timestamps,
+//! read into [`ImportEvent`]s for `POST /api/import` and `tally import`.
+//!
+//! Both formats carry the same fields: `timestamp` (RFC 3339, or epoch milliseconds), `url`,
+//! and optionally `name`, `referrer`, `user_agent`, `ip`, `visitor`, `country`, `interactive`
+//! and props — an object `props` in NDJSON, one `props.NAME` column per prop in CSV (an empty
+//! cell is no prop). A CSV file starts with a header row naming its columns; a column Tally
+//! does not know is refused up front, so a misspelt header cannot drop a field silently.
+//!
+//! Visits are worked out in the order events are ingested, so [`Parsed::in_time_order`] sorts
+//! what one body or file holds by timestamp first: the lines of a file may come in any order.
+//! (Events of one visit sent in separate requests must still arrive in time order.)
+//!
+//! CSV is read with the `csv` crate (BurntSushi's, the Rust ecosystem's standard reader: quoted
+//! fields with commas and newlines, CRLF, byte positions for error messages).
+
+use analytics::event::RawEvent;
+use analytics::pipeline::ImportEvent;
+use analytics::sites::Site;
+use serde_json::{Map, Value as Json};
+
+/// How an import is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One JSON object per line.
+    Ndjson,
+    /// A header row, then one event per record.
+    Csv,
+}
+
+impl Format {
+    /// The format a file name or a `Content-Type` names: CSV for `.csv` and `text/csv`,
+    /// NDJSON otherwise.
+    pub fn detect(name_or_type: &str) -> Format {
+        let lower = name_or_type.trim().to_ascii_lowercase();
+        if lower.ends_with(".csv") || lower.starts_with("text/csv") { Format::Csv } else { Format::Ndjson }
+    }
+
+    /// `ndjson` or `csv`.
+    pub fn parse(name: &str) -> Option<Format> {
+        match name.to_ascii_lowercase().as_str() {
+            "ndjson" | "jsonl" | "json" => Some(Format::Ndjson),
+            "csv" => Some(Format::Csv),
+            _ => None,
+        }
+    }
+}
+
+/// What a body or file held: the events that read, and why the others did not, each with its
+/// line number (the line a CSV record starts on).
+#[derive(Debug, Default)]
+pub struct Parsed {
+    /// Events read, in the order they came.
+    pub events: Vec<(usize, ImportEvent)>,
+    /// Lines refused, with the reason.
+    pub errors: Vec<(usize, String)>,
+}
+
+impl Parsed {
+    /// The events sorted by timestamp (ties keep their order), as visits must be ingested.
+    pub fn in_time_order(mut self) -> Parsed {
+        self.events.sort_by_key(|(_, e)| e.raw.timestamp_ms);
+        self
+    }
+}
+
+/// The columns a CSV import may have, besides `props.NAME`.
+const COLUMNS: [&str; 9] =
+    ["timestamp", "url", "name", "referrer", "user_agent", "ip", "visitor", "country", "interactive"];
+const PROP_PREFIX: &str = "props.";
+
+/// Reads `body` as `format`. A body that cannot be read at all (a CSV header naming an unknown
+/// column) is an `Err`; a bad line or record is an entry of [`Parsed::errors`].
+pub fn parse(body: &[u8], format: Format, site: &Site) -> Result<Parsed, String> {
+    match format {
+        Format::Ndjson => Ok(parse_ndjson(body, site)),
+        Format::Csv => parse_csv(body, site),
+    }
+}
+
+fn parse_ndjson(body: &[u8], site: &Site) -> Parsed {
+    let mut out = Parsed::default();
+    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
+        let number = i + 1;
+        let Ok(line) = std::str::from_utf8(line) else {
+            out.errors.push((number, "the line is not UTF-8".into()));
+            continue;
+        };
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            continue;
+        }
+        match import_line(line, site) {
+            Ok(event) => out.events.push((number, event)),
+            Err(e) => out.errors.push((number, e)),
+        }
+    }
+    out
+}
+
+fn parse_csv(body: &[u8], site: &Site) -> Result<Parsed, String> {
+    let mut reader = csv::ReaderBuilder::new().flexible(false).from_reader(body);
+    let header = reader.byte_headers().map_err(|e| format!("the header row cannot be read: {e}"))?.clone();
+    let mut names = Vec::with_capacity(header.len());
+    for (i, raw) in header.iter().enumerate() {
+        let name = std::str::from_utf8(raw).map_err(|_| format!("column {} of the header is not UTF-8", i + 1))?;
+        let name = name.trim().trim_start_matches('\u{feff}');
+        let known = COLUMNS.contains(&name) || name.strip_prefix(PROP_PREFIX).is_some_and(|p| !p.is_empty());
+        if !known {
+            return Err(format!(
+                "unknown column {name:?} (columns: {}, and props.NAME for each prop)",
+                COLUMNS.join(", ")
+            ));
+        }
+        if names.contains(&name) {
+            return Err(format!("the column {name:?} appears twice"));
+        }
+        names.push(name);
+    }
+    for required in ["timestamp", "url"] {
+        if !names.contains(&required) {
+            return Err(format!("the header row has no {required:?} column"));
+        }
+    }
+    let mut out = Parsed::default();
+    let mut record = csv::ByteRecord::new();
+    // Line numbers from byte offsets: a quoted field may span lines.
+    let (mut counted_to, mut line) = (0usize, 1usize);
+    let mut line_at = |byte: usize| {
+        // After a CRLF the reader's position is the LF, which belongs to the line before.
+        let byte = (byte + usize::from(body.get(byte) == Some(&b'\n'))).min(body.len());
+        if byte > counted_to {
+            line += body[counted_to..byte].iter().filter(|&&b| b == b'\n').count();
+            counted_to = byte;
+        }
+        line
+    };
+    loop {
+        let start = reader.position().byte() as usize;
+        match reader.read_byte_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                let message = match e.kind() {
+                    csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
+                        format!("the record has {len} fields where the header has {expected_len}")
+                    }
+                    _ => format!("the record cannot be read: {e}"),
+                };
+                let number = line_at(e.position().map_or(start, |p| p.byte() as usize));
+                out.errors.push((number, message));
+                if matches!(e.kind(), csv::ErrorKind::Io(_)) {
+                    break;
+                }
+                continue;
+            }
+        }
+        let number = line_at(record.position().map_or(start, |p| p.byte() as usize));
+        if record.iter().all(|field| field.iter().all(u8::is_ascii_whitespace)) {
+            continue;
+        }
+        match csv_object(&names, &record).and_then(|object| import_object(&object, site)) {
+            Ok(event) => out.events.push((number, event)),
+            Err(e) => out.errors.push((number, e)),
+        }
+    }
+    Ok(out)
+}
+
+/// A CSV record as the JSON object an NDJSON line would hold: empty cells left out, props
+/// gathered into `props`, `interactive` a boolean.
+fn csv_object(names: &[&str], record: &csv::ByteRecord) -> Result<Map<String, Json>, String> {
+    let mut object = Map::new();
+    let mut props = Map::new();
+    for (name, field) in names.iter().zip(record.iter()) {
+        let text = std::str::from_utf8(field).map_err(|_| format!("the {name:?} field is not UTF-8"))?;
+        if text.is_empty() {
+            continue;
+        }
+        let value = match *name {
+            "interactive" => match text.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" => Json::Bool(true),
+                "false" | "0" => Json::Bool(false),
+                _ => return Err(format!("`interactive` must be true or false, not {text:?}")),
+            },
+            "timestamp" if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
+                Json::Number(text.parse::<i64>().map_err(|_| "`timestamp` is out of range".to_owned())?.into())
+            }
+            _ => Json::String(text.to_owned()),
+        };
+        match name.strip_prefix(PROP_PREFIX) {
+            Some(prop) => {
+                props.insert(prop.to_owned(), value);
+            }
+            None => {
+                object.insert((*name).to_owned(), value);
+            }
+        }
+    }
+    if !props.is_empty() {
+        object.insert("props".into(), Json::Object(props));
+    }
+    Ok(object)
+}
+
+/// One NDJSON import line as an event of `site`.
+pub fn import_line(line: &str, site: &Site) -> Result<ImportEvent, String> {
+    let v: Json = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    import_object(v.as_object().ok_or("each line must be a JSON object")?, site)
+}
+
+fn import_object(obj: &Map<String, Json>, site: &Site) -> Result<ImportEvent, String> {
+    let text = |name: &str| -> Result<Option<String>, String> {
+        match obj.get(name) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("`{name}` must be a string")),
+        }
+    };
+    let timestamp_ms = match obj.get("timestamp") {
+        Some(Json::Number(n)) => n.as_i64().ok_or("`timestamp` must be whole milliseconds")?,
+        Some(Json::String(s)) => {
+            s.parse::<jiff::Timestamp>().map_err(|e| format!("`timestamp` is not RFC 3339: {e}"))?.as_millisecond()
+        }
+        _ => return Err("`timestamp` is required (RFC 3339 or epoch milliseconds)".into()),
+    };
+    let url = text("url")?.ok_or("`url` is required")?;
+    let mut raw = RawEvent::pageview(&url, &site.domain);
+    raw.timestamp_ms = timestamp_ms;
+    if let Some(name) = text("name")? {
+        raw.name = name;
+    }
+    raw.referrer = text("referrer")?;
+    raw.user_agent = text("user_agent")?.unwrap_or_default();
+    if let Some(ip) = text("ip")? {
+        raw.peer_ip = ip.parse().map_err(|_| format!("`ip` is not an address: {ip:?}"))?;
+    }
+    match obj.get("interactive") {
+        None | Some(Json::Null) => {}
+        Some(Json::Bool(b)) => raw.interactive = *b,
+        Some(_) => return Err("`interactive` must be true or false".into()),
+    }
+    match obj.get("props") {
+        None | Some(Json::Null) => {}
+        Some(Json::Object(props)) => {
+            for (k, v) in props {
+                let value = match v {
+                    Json::String(s) => s.clone(),
+                    Json::Number(_) | Json::Bool(_) => v.to_string(),
+                    _ => return Err(format!("prop `{k}` must be a string, number or boolean")),
+                };
+                raw.props.push((k.clone(), value));
+            }
+        }
+        Some(_) => return Err("`props` must be an object".into()),
+    }
+    Ok(ImportEvent { raw, visitor: text("visitor")?, country: text("country")? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site() -> Site {
+        Site {
+            site_id: "01SITE".into(),
+            domain: "shop.test".into(),
+            domains: Vec::new(),
+            umami_id: String::new(),
+            zone: analytics::period::SiteZone::new("UTC").unwrap(),
+            retention_event_days: 30,
+            retention_hourly_days: 90,
+            retention_daily_days: 730,
+            weeks_from_ms: 0,
+            excluded_ips: analytics::enrich::IpRanges::new(),
+            goals: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn formats_are_told_by_name_and_type() {
+        assert_eq!(Format::detect("events.CSV"), Format::Csv);
+        assert_eq!(Format::detect("text/csv; charset=utf-8"), Format::Csv);
+        assert_eq!(Format::detect("events.ndjson"), Format::Ndjson);
+        assert_eq!(Format::detect("application/x-ndjson"), Format::Ndjson);
+        assert_eq!(Format::parse("csv"), Some(Format::Csv));
+        assert_eq!(Format::parse("xml"), None);
+    }
+
+    #[test]
+    fn csv_records_read_as_ndjson_lines_do() {
+        let csv = "timestamp,url,name,referrer,user_agent,ip,visitor,country,interactive,props.plan\r\n\
+                   2026-10-05T10:00:00Z,https://shop.test/a,,https://news.example/,UA,192.0.2.1,v1,DE,,\r\n\
+                   1791201600000,\"https://shop.test/b?x=1,2\",Signup,,UA,,v1,,false,pro\r\n\
+                   ,,,,,,,,,\r\n\
+                   2026-10-05T10:01:00Z,https://shop.test/c,,,UA,,v1,,maybe,\r\n\
+                   2026-10-05T10:02:00Z,https://shop.test/d\r\n";
+        let parsed = parse(csv.as_bytes(), Format::Csv, &site()).unwrap();
+        let lines: Vec<usize> = parsed.events.iter().map(|(n, _)| *n).collect();
+        assert_eq!(lines, [2, 3]);
+        let (_, first) = &parsed.events[0];
+        assert_eq!(first.raw.timestamp_ms, 1_791_194_400_000);
+        assert_eq!(first.raw.referrer.as_deref(), Some("https://news.example/"));
+        assert_eq!((first.visitor.as_deref(), first.country.as_deref()), (Some("v1"), Some("DE")));
+        assert_eq!(first.raw.peer_ip.to_string(), "192.0.2.1");
+        let (_, second) = &parsed.events[1];
+        assert_eq!((second.raw.name.as_str(), second.raw.url.as_str()), ("Signup", "https://shop.test/b?x=1,2"));
+        assert_eq!(second.raw.props, [("plan".to_owned(), "pro".to_owned())]);
+        assert!(!second.raw.interactive);
+        let errors: Vec<(usize, bool)> =
+            parsed.errors.iter().map(|(n, e)| (*n, e.contains("interactive") || e.contains("fields"))).collect();
+        assert_eq!(errors, [(5, true), (6, true)], "{:?}", parsed.errors);
+    }
+
+    #[test]
+    fn csv_line_numbers_count_lines_inside_quoted_fields() {
+        let csv =
+            "timestamp,url,props.note\n1000,https://shop.test/,\"two\nlines\"\n\n2000,https://shop.test/,x,extra\n";
+        let parsed = parse(csv.as_bytes(), Format::Csv, &site()).unwrap();
+        assert_eq!(parsed.events[0].1.raw.props, [("note".to_owned(), "two\nlines".to_owned())]);
+        assert_eq!(parsed.errors.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [5], "{:?}", parsed.errors);
+    }
+
+    #[test]
+    fn a_csv_header_must_name_known_columns_once() {
+        for (header, complaint) in [
+            ("timestamp,url,refferer", "unknown column \"refferer\""),
+            ("timestamp,url,url", "appears twice"),
+            ("url,name", "no \"timestamp\" column"),
+            ("timestamp,url,props.", "unknown column"),
+        ] {
+            let e = parse(format!("{header}\n").as_bytes(), Format::Csv, &site()).unwrap_err();
+            assert!(e.contains(complaint), "{header}: {e}");
+        }
+        assert!(parse(b"\xef\xbb\xbftimestamp,url\n", Format::Csv, &site()).unwrap().errors.is_empty(), "a BOM");
+    }
+
+    #[test]
+    fn events_are_put_in_time_order_and_ties_keep_theirs() {
+        let ndjson = [
+            r#"{"timestamp": 3000, "url": "https://shop.test/c"}"#,
+            r#"{"timestamp": 1000, "url": "https://shop.test/a"}"#,
+            "not json",
+            r#"{"timestamp": 3000, "url": "https://shop.test/d"}"#,
+            r#"{"timestamp": 2000, "url": "https://shop.test/b"}"#,
+        ]
+        .join("\n");
+        let parsed = parse(ndjson.as_bytes(), Format::Ndjson, &site()).unwrap().in_time_order();
+        let order: Vec<(usize, &str)> = parsed.events.iter().map(|(n, e)| (*n, e.raw.url.as_str())).collect();
+        assert_eq!(
+            order,
+            [
+                (2, "https://shop.test/a"),
+                (5, "https://shop.test/b"),
+                (1, "https://shop.test/c"),
+                (4, "https://shop.test/d")
+            ]
+        );
+        assert_eq!(parsed.errors.len(), 1);
+        assert_eq!(parsed.errors[0].0, 3);
+    }
+}
