@@ -37,7 +37,7 @@ const MAX_SLOT_ATTEMPTS: usize = 8;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SiteSelector {
-    /// The event's domain list (Plausible's way): the first that is a site.
+    /// The event's domain list (Plausible's way): every one that is a site.
     Domain,
     /// An Umami website id.
     UmamiWebsite(String),
@@ -219,17 +219,37 @@ impl Pipeline {
             Ok(e) => e,
             Err(e) => return IngestResult::Invalid(e),
         };
-        let site = match self.resolve(&event, &selector).await {
-            Ok(Some(site)) => site,
-            Ok(None) => return IngestResult::UnknownSite,
+        let sites = match self.resolve(&event, &selector).await {
+            Ok(sites) => sites,
             Err(e) => return IngestResult::Failed(e.into()),
         };
+        // An event for several sites (Plausible's roll-ups) is stored for each: stored anywhere
+        // is accepted, a failure anywhere is a failure.
+        let mut outcome = IngestResult::UnknownSite;
+        for site in &sites {
+            let result = self.ingest_for(&event, site, import.as_ref()).await;
+            outcome = match (outcome, result) {
+                (IngestResult::Failed(e), _) | (_, IngestResult::Failed(e)) => IngestResult::Failed(e),
+                (IngestResult::Accepted, _) | (_, IngestResult::Accepted) => IngestResult::Accepted,
+                (IngestResult::Dropped(first), _) => IngestResult::Dropped(first),
+                (_, other) => other,
+            };
+        }
+        outcome
+    }
+
+    async fn ingest_for(
+        &self,
+        event: &Event,
+        site: &Site,
+        import: Option<&(Option<String>, Option<String>)>,
+    ) -> IngestResult {
         let context = SiteContext { domains: &site.domains, excluded_ips: &site.excluded_ips };
-        let mut enrichment = match self.enricher.enrich(&event, &context) {
+        let mut enrichment = match self.enricher.enrich(event, &context) {
             Ok(e) => e,
             Err(reason) => return IngestResult::Dropped(reason),
         };
-        let visitors = match &import {
+        let visitors = match import {
             Some((visitor, country)) => {
                 if let Some(code) = country.as_deref().and_then(crate::enrich::CountryCode::parse) {
                     enrichment.country = Some(code);
@@ -244,22 +264,27 @@ impl Pipeline {
                 }
             }
         };
-        match self.store(&site, &event, &enrichment, &visitors).await {
+        match self.store(site, event, &enrichment, &visitors).await {
             Ok(()) => IngestResult::Accepted,
             Err(e) => IngestResult::Failed(e),
         }
     }
 
-    async fn resolve(&self, event: &Event, selector: &SiteSelector) -> Result<Option<Site>, SitesError> {
+    /// The sites an event is for: its Umami website's, or every site among its domains (each
+    /// once, in the order sent).
+    async fn resolve(&self, event: &Event, selector: &SiteSelector) -> Result<Vec<Site>, SitesError> {
         match selector {
-            SiteSelector::UmamiWebsite(uuid) => self.sites.by_umami_id(uuid).await,
+            SiteSelector::UmamiWebsite(uuid) => Ok(self.sites.by_umami_id(uuid).await?.into_iter().collect()),
             SiteSelector::Domain => {
+                let mut sites: Vec<Site> = Vec::new();
                 for domain in &event.domains {
-                    if let Some(site) = self.sites.by_domain(domain.as_str()).await? {
-                        return Ok(Some(site));
+                    if let Some(site) = self.sites.by_domain(domain.as_str()).await?
+                        && !sites.iter().any(|s| s.site_id == site.site_id)
+                    {
+                        sites.push(site);
                     }
                 }
-                Ok(None)
+                Ok(sites)
             }
         }
     }

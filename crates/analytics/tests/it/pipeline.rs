@@ -11,7 +11,7 @@ use analytics::event::RawEvent;
 use analytics::goal::Goal;
 use analytics::pipeline::{ImportEvent, IngestResult, Pipeline, SiteSelector};
 use analytics::schema::tally_schema;
-use analytics::sites::Sites;
+use analytics::sites::{SiteChanges, Sites};
 use analytics::stored::StoredEvent;
 use futures::StreamExt;
 use model::Table;
@@ -178,6 +178,38 @@ async fn bots_unknown_sites_and_invalid_events_are_not_stored() {
     assert!(matches!(p.ingest(bad, SiteSelector::Domain).await, IngestResult::Invalid(_)));
     assert!(stored_events(&w).await.is_empty());
     assert_eq!(p.counters().dropped.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).sum::<u64>(), 2);
+}
+
+#[tokio::test]
+async fn an_event_for_several_domains_is_stored_for_each_site_once() {
+    let w = world().await;
+    let shop = w.sites.add("shop.example", "UTC").await.unwrap();
+    let rollup = w.sites.add("rollup.example", "UTC").await.unwrap();
+    w.sites.add_domain(&shop.site_id, "shop-two.example").await.unwrap();
+    let (p, _a) = pipeline(&w).await;
+    let t = now();
+    // Plausible's roll-up: one pageview counted for both sites; an unknown domain is skipped,
+    // and two domains of one site count once for it.
+    let mut raw = pageview("https://shop.example/", FIREFOX, [1, 2, 3, 4], t);
+    raw.domain = "unknown.example,shop.example,rollup.example,shop-two.example".into();
+    assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    let mut sites: Vec<String> = stored_events(&w).await.into_iter().map(|e| e.site_id).collect();
+    sites.sort();
+    let mut expected = vec![shop.site_id.clone(), rollup.site_id.clone()];
+    expected.sort();
+    assert_eq!(sites, expected);
+    // A site that drops the event (its excluded addresses) does not stop the others.
+    let changes = SiteChanges { excluded_ip_ranges: Some(vec!["1.2.3.0/24".into()]), ..SiteChanges::default() };
+    w.sites.update(&rollup.site_id, &changes).await.unwrap();
+    let mut raw = pageview("https://shop.example/next", FIREFOX, [1, 2, 3, 4], t + 1000);
+    raw.domain = "rollup.example,shop.example".into();
+    assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    let mut raw = pageview("https://shop.example/last", FIREFOX, [1, 2, 3, 4], t + 2000);
+    raw.domain = "rollup.example".into();
+    assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Dropped(DropReason::ExcludedIp)));
+    let events = stored_events(&w).await;
+    assert_eq!(events.iter().filter(|e| e.site_id == shop.site_id).count(), 2);
+    assert_eq!(events.iter().filter(|e| e.site_id == rollup.site_id).count(), 1);
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | event name | `n`, `name` | string, required |
 //! | page URL | `u`, `url` | string, required |
-//! | site domain(s) | `d`, `domain` | string, comma-separated; absent → the URL's host |
+//! | site domain(s) | `d`, `domain` | string, comma-separated (the event counts for every site listed); absent → the URL's host |
 //! | referrer | `r`, `referrer` | string or `null` |
 //! | properties | `m`, `meta`, `p`, `props` (first present wins) | object, or a string holding a JSON object |
 //! | hash routing | `h`, `hashMode` | `1` or `true` turns it on |
