@@ -254,7 +254,11 @@ impl Pipeline {
                 if let Some(code) = country.as_deref().and_then(crate::enrich::CountryCode::parse) {
                     enrichment.country = Some(code);
                 }
-                vec![import_visitor(&site.site_id, visitor.as_deref(), enrichment.client_ip, &event.user_agent)]
+                let salt = match self.sites.import_salt(site).await {
+                    Ok(salt) => salt,
+                    Err(e) => return IngestResult::Failed(e.into()),
+                };
+                vec![import_visitor(&salt, &site.site_id, visitor.as_deref(), enrichment.client_ip, &event.user_agent)]
             }
             None => {
                 match self.visitor_ids(&site.site_id, enrichment.client_ip, &event.user_agent, event.timestamp_ms).await
@@ -574,17 +578,12 @@ fn new_session(visitor: &str, ts: i64, event: &Event, e: &Enrichment) -> Live {
 }
 
 /// The visitor id of an imported event: a keyed hash of the site and the source's visitor key
-/// (or the client address and User-Agent), under a fixed per-site key, since past days' salts
-/// are gone; the key itself is never stored.
-fn import_visitor(site_id: &str, visitor: Option<&str>, ip: IpAddr, ua: &str) -> VisitorId {
-    let mut seed = [0u8; Salt::LEN];
-    for (i, b) in site_id.bytes().enumerate() {
-        seed[i % Salt::LEN] ^= b;
-    }
-    let salt = Salt::from_bytes(&seed).unwrap_or_else(|_| Salt::random());
+/// (or the client address and User-Agent) under the site's import salt, since past days' salts
+/// are gone. The salt is secret, so the id cannot be worked back to an address.
+fn import_visitor(salt: &Salt, site_id: &str, visitor: Option<&str>, ip: IpAddr, ua: &str) -> VisitorId {
     match visitor {
-        Some(key) => visitor_id(&salt, site_id, IpAddr::from([0, 0, 0, 0]), key),
-        None => visitor_id(&salt, site_id, ip, ua),
+        Some(key) => visitor_id(salt, site_id, IpAddr::from([0, 0, 0, 0]), key),
+        None => visitor_id(salt, site_id, ip, ua),
     }
 }
 

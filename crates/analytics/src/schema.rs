@@ -64,6 +64,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::number("weeks_from").example(0))
                 .attribute(Attribute::string_set("excluded_ip_ranges"))
                 .attribute(Attribute::string_set("extra_domains"))
+                .attribute(Attribute::binary("import_salt"))
                 .timestamps()
                 .key("SITE#{site_id}", "SITE")
                 .gsi("gsi1", "SITES", "SITE#{site_id}"),

@@ -23,6 +23,7 @@ use crate::event::Hostname;
 use crate::goal::{Goal, GoalError};
 use crate::period::SiteZone;
 use crate::ttl_cache::Cached;
+use crate::visitor::Salt;
 
 /// How long a cached site or key is trusted.
 pub const CACHE_TTL: Duration = Duration::from_secs(5);
@@ -125,6 +126,10 @@ pub struct Site {
     pub excluded_ips: IpRanges,
     /// Its goals.
     pub goals: Vec<SiteGoal>,
+    /// The secret imported events' visitor ids are hashed under (their days' salts are gone):
+    /// random per site, never shown. `None` for a site stored before imports had one, until its
+    /// first import ([`Sites::import_salt`]).
+    pub import_salt: Option<Salt>,
 }
 
 /// A goal of a site.
@@ -208,6 +213,7 @@ impl Sites {
                     "umami_id" => umami_id.as_str(),
                     // Created with weekly aggregates: every week of it is complete.
                     "weeks_from" => 0,
+                    "import_salt" => Salt::random().as_bytes().to_vec(),
                 },
             ),
             TxWrite::create("SiteDomain", item! { "domain" => host.as_str(), "site_id" => site_id.as_str() }),
@@ -285,6 +291,7 @@ impl Sites {
             weeks_from_ms: site.opt_i64("weeks_from").ok().flatten().unwrap_or(i64::MAX),
             excluded_ips,
             goals,
+            import_salt: site.bytes("import_salt").ok().and_then(|b| Salt::from_bytes(b).ok()),
         }))
     }
 
@@ -444,6 +451,25 @@ impl Sites {
         self.table.delete("SiteDomain", item! { "domain" => host.as_str() }).await?;
         self.forget(site_id, host.as_str());
         self.get(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))
+    }
+
+    /// The site's import salt ([`Site::import_salt`]), created on first use for a site stored
+    /// without one; every process gets the same one.
+    pub async fn import_salt(&self, site: &Site) -> Result<Salt, SitesError> {
+        if let Some(salt) = &site.import_salt {
+            return Ok(salt.clone());
+        }
+        let fresh = Salt::random().as_bytes().to_vec();
+        let update =
+            model::expr::Update::new().set("import_salt", model::expr::SetOperand::if_not_exists("import_salt", fresh));
+        let record = self.table.update("Site", item! { "site_id" => site.site_id.as_str() }, update).await?;
+        let salt = record
+            .bytes("import_salt")
+            .ok()
+            .and_then(|b| Salt::from_bytes(b).ok())
+            .ok_or(SitesError::Corrupt { entity: "Site", message: "the import salt does not read back".into() })?;
+        self.forget(&site.site_id, &site.domain);
+        Ok(salt)
     }
 
     fn forget(&self, site_id: &str, domain: &str) {

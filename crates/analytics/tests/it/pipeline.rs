@@ -13,6 +13,7 @@ use analytics::pipeline::{ImportEvent, IngestResult, Pipeline, SiteSelector};
 use analytics::schema::tally_schema;
 use analytics::sites::{SiteChanges, Sites};
 use analytics::stored::StoredEvent;
+use analytics::visitor::{Salt, visitor_id};
 use futures::StreamExt;
 use model::Table;
 use store::Store;
@@ -210,6 +211,52 @@ async fn an_event_for_several_domains_is_stored_for_each_site_once() {
     let events = stored_events(&w).await;
     assert_eq!(events.iter().filter(|e| e.site_id == shop.site_id).count(), 2);
     assert_eq!(events.iter().filter(|e| e.site_id == rollup.site_id).count(), 1);
+}
+
+#[tokio::test]
+async fn imported_visitors_are_hashed_under_a_secret_salt_of_their_site() {
+    let w = world().await;
+    let site = w.sites.add("example.com", "UTC").await.unwrap();
+    let other = w.sites.add("other.example", "UTC").await.unwrap();
+    assert!(site.import_salt.is_some() && other.import_salt.is_some(), "a new site has one");
+    // A site stored before import salts: the first import makes one, stored for every process.
+    let remove = model::expr::Update::new().remove("import_salt");
+    w.table.update("Site", store::item! { "site_id" => site.site_id.as_str() }, remove).await.unwrap();
+    // (A fresh `Sites`, as another process would read the table: `w.sites` cached the site.)
+    let w = World { sites: Arc::new(Sites::new(w.table.clone())), ..w };
+    let site = w.sites.get(&site.site_id).await.unwrap().unwrap();
+    assert!(site.import_salt.is_none());
+    let (p, _a) = pipeline(&w).await;
+    let t = now() - 86_400_000;
+    let import = |site: analytics::sites::Site, i: i64| {
+        let p = p.clone();
+        async move {
+            let mut raw = pageview("https://example.com/", FIREFOX, [0, 0, 0, 0], t + i * 60_000);
+            raw.domain = site.domain.clone();
+            let e = ImportEvent { raw, visitor: Some("user-1".into()), country: None };
+            assert!(matches!(p.import(&site, e).await, IngestResult::Accepted));
+        }
+    };
+    import(site.clone(), 0).await;
+    import(site.clone(), 1).await;
+    import(other.clone(), 2).await;
+    let salt = Sites::new(w.table.clone()).get(&site.site_id).await.unwrap().unwrap().import_salt.expect("stored");
+    let ids = |site_id: String| {
+        let events = stored_events(&w);
+        async move { events.await.into_iter().filter(|e| e.site_id == site_id).map(|e| e.visitor_id).collect::<Vec<_>>() }
+    };
+    let mine = ids(site.site_id.clone()).await;
+    let expected = visitor_id(&salt, &site.site_id, IpAddr::from([0, 0, 0, 0]), "user-1").to_string();
+    assert_eq!(mine, [expected.clone(), expected.clone()], "one visitor, under the stored salt");
+    let theirs = ids(other.site_id.clone()).await;
+    assert_eq!(theirs.len(), 1);
+    assert_ne!(theirs[0], expected, "another site's salt gives another id");
+    // Without the salt the id cannot be recomputed from what is public, such as a key folded
+    // from the site id (what imports once used).
+    let mut folded = [0u8; Salt::LEN];
+    site.site_id.bytes().enumerate().for_each(|(i, b)| folded[i % Salt::LEN] ^= b);
+    let guess = Salt::from_bytes(&folded).unwrap();
+    assert_ne!(visitor_id(&guess, &site.site_id, IpAddr::from([0, 0, 0, 0]), "user-1").to_string(), expected);
 }
 
 #[tokio::test]
