@@ -15,7 +15,7 @@ use crate::import::Format;
 use analytics::sites::{Site, Sites};
 use analytics::stats::{Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
 use axum::body::Bytes;
-use axum::extract::{Query as UrlQuery, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value as Json, json};
@@ -36,6 +36,21 @@ pub struct Reading {
     pub accounts: Arc<analytics::accounts::Accounts>,
     /// The one-time token of the first-run setup link, while no account exists.
     pub setup_token: Option<String>,
+}
+
+/// `axum`'s `Query`, answering a query string that does not read (`limit=many`) with a JSON
+/// `400` like every other client error here, rather than axum's plain-text one.
+pub struct UrlQuery<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for UrlQuery<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Response> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(UrlQuery(value)),
+            Err(rejection) => Err(bad(rejection.body_text())),
+        }
+    }
 }
 
 /// Largest import body accepted.

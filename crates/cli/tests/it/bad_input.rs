@@ -401,18 +401,26 @@ fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
         .answers(400, &["JSON"]),
     );
 
-    // GET /api/realtime and /api/sessions: Bearer key of the site asked about.
-    for endpoint in ["/api/realtime", "/api/sessions"] {
+    // The realtime and session routes: Bearer key of the site asked about.
+    let live_routes = [
+        ("GET", "/api/realtime"),
+        ("GET", "/api/v1/stats/realtime/visitors"),
+        ("GET", "/api/sessions"),
+        ("GET", "/api/sessions/2026-11-22.3f2a9c0d1e4b5a67.01JDB3Y5C8M9V7T2X4K6P0QWER"),
+        ("GET", "/api/visitors/3f2a9c0d1e4b5a67/sessions"),
+        ("DELETE", "/api/visitors/3f2a9c0d1e4b5a67"),
+    ];
+    for (method, endpoint) in live_routes {
         let path = format!("{endpoint}?site_id=good.example");
-        let name = |what: &str| format!("{endpoint}: {what}");
+        let name = |what: &str| format!("{method} {endpoint}: {what}");
         cases.extend([
-            case(&name("no key"), "GET", &path, &[], "").answers(401, &["key"]),
-            case(&name("a wrong key"), "GET", &path, &[("authorization", &wrong_auth)], "").answers(401, &["key"]),
-            case(&name("another site's key"), "GET", &path, &[("authorization", &other_auth)], "")
+            case(&name("no key"), method, &path, &[], "").answers(401, &["key"]),
+            case(&name("a wrong key"), method, &path, &[("authorization", &wrong_auth)], "").answers(401, &["key"]),
+            case(&name("another site's key"), method, &path, &[("authorization", &other_auth)], "")
                 .answers(401, &["key"]),
             case(
                 &name("# in the site id"),
-                "GET",
+                method,
                 &format!("{endpoint}?site_id=good.example%23AGG"),
                 &[("authorization", &good_auth)],
                 "",
@@ -420,16 +428,17 @@ fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
             .answers(401, &["key"]),
             case(
                 &name("an unknown site"),
-                "GET",
+                method,
                 &format!("{endpoint}?site_id=unknown.example"),
                 &[("authorization", &good_auth)],
                 "",
             )
             .answers(401, &["key"]),
-            case(&name("no site id"), "GET", endpoint, &[("authorization", &good_auth)], "").answers(400, &["site_id"]),
+            case(&name("no site id"), method, endpoint, &[("authorization", &good_auth)], "")
+                .answers(400, &["site_id"]),
             case(
                 &name("a control character in the site id"),
-                "GET",
+                method,
                 &format!("{endpoint}?site_id=good%01.example"),
                 &[("authorization", &good_auth)],
                 "",
@@ -437,6 +446,63 @@ fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
             .answers(401, &["key"]),
         ]);
     }
+
+    // Their own parameters: a bad date, limit, session reference or visitor id is refused.
+    let live = |what: &str, method: &'static str, path: &str, status: u16, says: &[&'static str]| {
+        case(what, method, path, &[("authorization", &good_auth)], "").answers(status, says)
+    };
+    cases.extend([
+        live("sessions: a malformed date", "GET", "/api/sessions?site_id=good.example&date=2026-13-01", 400, &["date"]),
+        live(
+            "sessions: a limit that is not a number",
+            "GET",
+            "/api/sessions?site_id=good.example&limit=many",
+            400,
+            &["limit"],
+        ),
+        live(
+            "session: # in the reference",
+            "GET",
+            "/api/sessions/x%23AGG?site_id=good.example",
+            400,
+            &["not a session reference"],
+        ),
+        live(
+            "session: a control character",
+            "GET",
+            "/api/sessions/x%01y?site_id=good.example",
+            400,
+            &["not a session reference"],
+        ),
+        live(
+            "session: none such",
+            "GET",
+            "/api/sessions/2026-11-22.3f2a9c0d1e4b5a67.01JDB3Y5C8M9V7T2X4K6P0QWER?site_id=good.example",
+            404,
+            &["no such session"],
+        ),
+        live(
+            "visitor: # in the id",
+            "GET",
+            "/api/visitors/a%23b/sessions?site_id=good.example",
+            400,
+            &["not a visitor id"],
+        ),
+        live(
+            "visitor erase: # in the id",
+            "DELETE",
+            "/api/visitors/a%23V?site_id=good.example",
+            400,
+            &["not a visitor id"],
+        ),
+        live(
+            "visitor erase: a malformed date",
+            "DELETE",
+            "/api/visitors/abc?site_id=good.example&date=yesterday",
+            400,
+            &["date"],
+        ),
+    ]);
 
     for case in &cases {
         let headers: Vec<(&str, &str)> = case.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();

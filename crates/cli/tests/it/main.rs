@@ -7,6 +7,7 @@ mod config;
 mod demo;
 mod e2e;
 mod import;
+mod live;
 mod sigkill;
 mod support;
 
