@@ -2,6 +2,7 @@
 
 mod accounts;
 mod bad_input;
+mod bench;
 mod browser;
 mod config;
 mod demo;
@@ -57,4 +58,24 @@ fn unknown_commands_fail_with_usage() {
     let output = Command::new(env!("CARGO_BIN_EXE_tally")).arg("frobnicate").output().unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("Usage"));
+}
+
+#[test]
+fn schema_matrix_and_terraform_describe_tallys_own_table() {
+    let schema = analytics::schema::tally_schema(analytics::schema::TABLE_NAME);
+    let matrix = stdout(&["schema", "matrix"]);
+    for pattern in schema.access_patterns() {
+        let row = format!("| `{}` |", pattern.name);
+        assert!(matrix.lines().any(|l| l.starts_with(&row)), "the matrix has a row for {}", pattern.name);
+    }
+    let terraform = stdout(&["schema", "terraform", "--table", "tally-prod"]);
+    for needle in [
+        "resource \"aws_dynamodb_table\"",
+        "name         = \"tally-prod\"",
+        "billing_mode = \"PAY_PER_REQUEST\"",
+        "name            = \"gsi1\"",
+        "attribute_name = \"ttl\"",
+    ] {
+        assert!(terraform.contains(needle), "{needle} missing from:\n{terraform}");
+    }
 }

@@ -1,0 +1,64 @@
+//! `tally bench` and `tally capacity`, run small: every figure the bench promises is printed and
+//! is a number, the costs file it writes prices a traffic level, and nothing is left behind in
+//! the working directory.
+
+use std::process::Command;
+
+/// The number after `label` on the line starting with `line`.
+fn figure(out: &str, line: &str, label: &str) -> f64 {
+    let text = out.lines().find(|l| l.starts_with(line)).unwrap_or_else(|| panic!("no {line:?} line in:\n{out}"));
+    let rest = text.split(label).nth(1).unwrap_or_else(|| panic!("no {label:?} in {text:?}"));
+    let number: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    number.parse().unwrap_or_else(|_| panic!("not a number after {label:?} in {text:?}"))
+}
+
+#[test]
+fn bench_prints_every_figure_and_capacity_prices_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("TALLY_LOG_LEVEL", "warn")
+            .output()
+            .expect("run tally");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "tally {args:?}: {text}{}", String::from_utf8_lossy(&output.stderr));
+        text
+    };
+    let out = run(&[
+        "bench",
+        "--events",
+        "2000",
+        "--dashboards",
+        "3",
+        "--concurrency",
+        "8",
+        "--http",
+        "--output",
+        "costs.json",
+    ]);
+    let generated = figure(&out, "events:", "events:");
+    let accepted = figure(&out, "events:", "generated,");
+    assert!(generated > 1900.0 && accepted == generated, "{out}");
+    assert!(figure(&out, "in process:", "in process:") > 0.0);
+    let units = figure(&out, "write units per event:", "write units per event:");
+    assert!((1.0..100.0).contains(&units), "at least the raw event's unit: {units}");
+    let p50 = figure(&out, "dashboard (", "p50");
+    let p99 = figure(&out, "dashboard (", "p99");
+    assert!(p50 > 0.0 && p99 >= p50, "{out}");
+    assert!(figure(&out, "dashboard lag", "at most") >= 0.0);
+    assert!(figure(&out, "over HTTP", "connections):") > 0.0);
+
+    let costs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("costs.json")).unwrap()).expect("the costs file is JSON");
+    let written = costs["write_units_per_event"].as_f64().expect("write units in the costs file");
+    assert!((written - units).abs() < 0.001, "the file holds the printed figure: {written} against {units}");
+    let priced = run(&["capacity", "--events-per-day", "1000000", "--from-bench", "costs.json"]);
+    assert!(priced.contains("measured costs (costs.json)"), "{priced}");
+    let total = figure(&priced, "  total", "$");
+    assert!(total > 0.0, "{priced}");
+    let entries: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(entries, ["costs.json"], "the bench's store was temporary");
+}
