@@ -100,6 +100,11 @@ impl Server {
 
     /// Like [`Server::start`], with more `tally serve` arguments.
     pub fn start_with(store: &Path, extra: &[&str]) -> Server {
+        Server::start_env(store, extra, &[])
+    }
+
+    /// Like [`Server::start_with`], with environment variables (AWS credentials, say).
+    pub fn start_env(store: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tally"));
         command
             .arg("serve")
@@ -114,6 +119,7 @@ impl Server {
         for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("TALLY_")) {
             command.env_remove(name);
         }
+        command.envs(env.iter().copied());
         let mut child = command.spawn().expect("spawn tally serve");
         let stderr = child.stderr.take().expect("stderr");
         let (send, logs) = mpsc::channel();
