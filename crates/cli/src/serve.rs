@@ -124,8 +124,10 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             store_read_units: capacity.read_units,
         }
     };
-    let state =
-        server::AppState::new(Arc::new(PipelineIngest(pipeline))).with_reading(reading).with_metrics(Arc::new(metrics));
+    let state = server::AppState::new(Arc::new(PipelineIngest(pipeline)))
+        .with_reading(reading)
+        .with_metrics(Arc::new(metrics))
+        .with_health(Arc::new(StoreHealth(sites.clone())));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -208,6 +210,16 @@ pub async fn site_add(config: &Config, domain: &str, timezone: &str) -> Result<(
     println!("timezone: {}", site.zone.name());
     println!("umami website id: {}", site.umami_id);
     Ok(())
+}
+
+/// `/health` of `tally serve`: the store answers a read.
+struct StoreHealth(Arc<Sites>);
+
+#[async_trait::async_trait]
+impl server::HealthCheck for StoreHealth {
+    async fn check(&self) -> Result<(), String> {
+        self.0.ping().await.map_err(|e| format!("the store does not answer: {e}"))
+    }
 }
 
 /// `tally site list`.

@@ -50,7 +50,7 @@ pub mod wire;
 
 pub use error::ServerError;
 pub use ingest::{Ingest, IngestOutcome, SiteRef};
-pub use routes::{AppState, MAX_BODY_BYTES, router};
+pub use routes::{AppState, HealthCheck, MAX_BODY_BYTES, router};
 
 /// Serves `app` on `listener` until the process ends, giving handlers the peer's address.
 pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std::io::Result<()> {

@@ -31,17 +31,35 @@ pub struct AppState {
     pub metrics: Option<Arc<dyn crate::metrics::MetricsSource>>,
     /// The Stats API, realtime and import; `None` answers 404.
     pub reading: Option<Arc<crate::stats::Reading>>,
+    /// What `/health` asks before it answers ok; `None` answers ok while the process serves.
+    pub health: Option<Arc<dyn HealthCheck>>,
 }
+
+/// A check of what the server needs beyond itself (the store), for `/health`.
+#[async_trait::async_trait]
+pub trait HealthCheck: Send + Sync {
+    /// `Err` with what is wrong when the server cannot do its work.
+    async fn check(&self) -> Result<(), String>;
+}
+
+/// How long `/health` waits for its check before it answers unavailable.
+pub const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl AppState {
     /// State around `ingest`.
     pub fn new(ingest: Arc<dyn Ingest>) -> Self {
-        AppState { ingest, metrics: None, reading: None }
+        AppState { ingest, metrics: None, reading: None, health: None }
     }
 
     /// Serves the Stats API, realtime and import from `reading`.
     pub fn with_reading(mut self, reading: Arc<crate::stats::Reading>) -> Self {
         self.reading = Some(reading);
+        self
+    }
+
+    /// Answers `/health` from `check`.
+    pub fn with_health(mut self, check: Arc<dyn HealthCheck>) -> Self {
+        self.health = Some(check);
         self
     }
 
@@ -105,8 +123,25 @@ fn accounts_and_settings() -> Router<AppState> {
         .layer(DefaultBodyLimit::max(16 * 1024))
 }
 
-async fn health() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], r#"{"status":"ok"}"#)
+/// `GET /health`: `200 {"status":"ok"}` when the check passes within [`HEALTH_TIMEOUT`], else
+/// `503 {"status":"unavailable","error":…}`, so a load balancer stops sending events to a
+/// process that cannot store them.
+async fn health(State(state): State<AppState>) -> Response {
+    let outcome = match &state.health {
+        None => Ok(()),
+        Some(check) => match tokio::time::timeout(HEALTH_TIMEOUT, check.check()).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("no answer within {} s", HEALTH_TIMEOUT.as_secs())),
+        },
+    };
+    let (status, body) = match outcome {
+        Ok(()) => (StatusCode::OK, serde_json::json!({ "status": "ok" })),
+        Err(error) => {
+            tracing::warn!(%error, "health check failed");
+            (StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({ "status": "unavailable", "error": error }))
+        }
+    };
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 /// Trackers post from any site's pages, without credentials, so any origin may.

@@ -46,6 +46,8 @@ fn realtime_and_sessions_show_what_visitors_just_did() {
     let server = Server::start(&store);
     let mut c = server.client();
     let auth = format!("Bearer {}", site.key);
+    let health = c.request("GET", "/health", &[], b"");
+    assert_eq!((health.status, health.text()), (200, r#"{"status":"ok"}"#.to_owned()), "the store answers");
 
     // Visitor a: the home page, the pricing page, then a Signup there. Visitor b: the home page.
     send(&mut c, "192.0.2.1", FIREFOX, "pageview", "/");

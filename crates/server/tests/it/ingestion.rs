@@ -252,6 +252,31 @@ async fn health() {
     assert_eq!((answer.status, answer.body.as_str()), (StatusCode::OK, r#"{"status":"ok"}"#));
 }
 
+/// A health check that fails until told otherwise.
+struct Switch(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl server::HealthCheck for Switch {
+    async fn check(&self) -> Result<(), String> {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) { Ok(()) } else { Err("the store is down".into()) }
+    }
+}
+
+#[tokio::test]
+async fn health_answers_unavailable_while_its_check_fails() {
+    let switch = std::sync::Arc::new(Switch(false.into()));
+    let check = switch.clone();
+    let app = TestApp::spawn_with(move |state| state.with_health(check)).await;
+    let answer = app.send(Method::GET, "/health", &[], "").await;
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"unavailable","error":"the store is down"}"#)
+    );
+    switch.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answer = app.send(Method::GET, "/health", &[], "").await;
+    assert_eq!((answer.status, answer.body.as_str()), (StatusCode::OK, r#"{"status":"ok"}"#));
+}
+
 #[tokio::test]
 async fn umami_batch_takes_each_body_in_order_and_reports_the_failures() {
     let app = TestApp::spawn().await;

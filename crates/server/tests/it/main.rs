@@ -72,10 +72,15 @@ pub(crate) struct Answer {
 
 impl TestApp {
     pub(crate) async fn spawn() -> TestApp {
+        TestApp::spawn_with(|state| state).await
+    }
+
+    /// Like [`TestApp::spawn`], with the state changed by `f` first.
+    pub(crate) async fn spawn_with(f: impl FnOnce(AppState) -> AppState) -> TestApp {
         let recorder = Arc::new(Recorder::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = server::router(AppState::new(recorder.clone()));
+        let app = server::router(f(AppState::new(recorder.clone())));
         tokio::spawn(server::serve(listener, app));
         TestApp { addr, recorder, client: Client::builder(TokioExecutor::new()).build_http() }
     }
