@@ -120,6 +120,8 @@ impl AggregateError {
 pub struct SiteSettings {
     /// The site's time zone: hour, day, week and month buckets are in site time.
     pub zone: SiteZone,
+    /// Days raw events are kept.
+    pub retention_event_days: u32,
     /// Days hourly aggregates are kept.
     pub retention_hourly_days: u32,
     /// Days daily aggregates are kept.
@@ -132,7 +134,13 @@ impl SiteSettings {
     /// The settings of a site that is no longer known: UTC and the default retention, so its
     /// events are still counted (and a rebuild counts them the same way).
     pub fn fallback() -> SiteSettings {
-        SiteSettings { zone: SiteZone::utc(), retention_hourly_days: 90, retention_daily_days: 730, weeks_from_ms: 0 }
+        SiteSettings {
+            zone: SiteZone::utc(),
+            retention_event_days: 30,
+            retention_hourly_days: 90,
+            retention_daily_days: 730,
+            weeks_from_ms: 0,
+        }
     }
 }
 

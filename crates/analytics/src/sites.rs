@@ -660,6 +660,7 @@ impl SiteSettingsSource for Sites {
         let site = self.get(site_id).await.map_err(AggregateError::sites)?;
         Ok(site.map(|s| SiteSettings {
             zone: s.zone,
+            retention_event_days: s.retention_event_days,
             retention_hourly_days: s.retention_hourly_days,
             retention_daily_days: s.retention_daily_days,
             weeks_from_ms: s.weeks_from_ms,

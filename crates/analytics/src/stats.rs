@@ -8,8 +8,11 @@
 //! ~40 buckets per value and of 30 days ~7, whatever the traffic. Visitors are the union of the
 //! buckets' sketches, never a sum.
 //!
-//! Filters on a dimension other than the one read would need the raw events (a later addition);
-//! such a query is refused with [`StatsError::Unsupported`] saying so, rather than answered wrong.
+//! Filters on a dimension other than the one read are answered from the raw events of the range,
+//! filtered and aggregated in memory as live aggregation would: only while the site still keeps
+//! them (its raw-event retention) and up to [`Stats::raw_event_limit`] events, which the range's
+//! aggregates tell before anything is read. Beyond either, the query is refused with
+//! [`StatsError::Unsupported`] saying why, rather than answered from part of the events.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -271,6 +274,7 @@ pub struct Realtime {
 pub struct Stats {
     table: Table,
     sites: Arc<dyn SiteSettingsSource>,
+    raw_event_limit: u64,
 }
 
 impl std::fmt::Debug for Stats {
@@ -293,10 +297,22 @@ fn display_value(dimension: &str, value: &str) -> Option<String> {
 impl Stats {
     /// Queries over `table`.
     pub fn new(table: Table, sites: Arc<dyn SiteSettingsSource>) -> Self {
-        Stats { table, sites }
+        Stats { table, sites, raw_event_limit: DEFAULT_RAW_EVENT_LIMIT }
     }
 
     /// The site's zone and the instant its weekly aggregates are complete from.
+    /// With at most `limit` raw events read for one filtered query (default
+    /// [`DEFAULT_RAW_EVENT_LIMIT`]).
+    pub fn with_raw_event_limit(mut self, limit: u64) -> Self {
+        self.raw_event_limit = limit;
+        self
+    }
+
+    /// The most raw events one filtered query reads.
+    pub fn raw_event_limit(&self) -> u64 {
+        self.raw_event_limit
+    }
+
     async fn zone_and_weeks(&self, site_id: &str) -> Result<(SiteZone, i64), StatsError> {
         let settings = self.sites.site_settings(site_id).await.map_err(|e| StatsError::Corrupt(e.to_string()))?;
         Ok(settings.map(|s| (s.zone, s.weeks_from_ms)).unwrap_or_else(|| (SiteZone::utc(), i64::MAX)))
@@ -451,7 +467,12 @@ impl Stats {
                 Some(unit) => zone.bucket(unit, b.start_ms()).map(|w| w.first_date().to_string()).unwrap_or_default(),
             }
         };
-        let raw_items = if raw { Some(self.raw_items(&q.site_id, &zone, start, end, &q.filters).await?) } else { None };
+        let raw_items = if raw {
+            self.check_raw(&q.site_id, start, &wanted).await?;
+            Some(self.raw_items(&q.site_id, &zone, start, end, &q.filters).await?)
+        } else {
+            None
+        };
         let groups = match &raw_items {
             Some(items) => gather_memory(items, &source, &wanted, &label_of),
             None => self.gather(&q.site_id, &source, &wanted, &label_of).await?,
@@ -564,8 +585,13 @@ impl Stats {
     }
 }
 
-/// The longest range answered from raw events, in UTC days read.
-pub const MAX_RAW_DAYS: i64 = 32;
+/// The longest range answered from raw events, in UTC days read (a year and its margins): the
+/// raw path reads every shard of every day.
+pub const MAX_RAW_DAYS: i64 = 400;
+
+/// The most raw events one filtered query reads unless [`Stats::with_raw_event_limit`] says
+/// otherwise (a few seconds of reading and aggregating on the embedded engine).
+pub const DEFAULT_RAW_EVENT_LIMIT: u64 = 1_000_000;
 
 /// The values of `dimension` for one stored event, as a filter sees them.
 fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
@@ -617,6 +643,37 @@ fn gather_memory(
 }
 
 impl Stats {
+    /// Whether the raw events of a range can answer a filtered query: the site still keeps every
+    /// one of them, and the range's aggregates count no more than the limit.
+    async fn check_raw(&self, site_id: &str, start_ms: i64, wanted: &[(Period, Bucket)]) -> Result<(), StatsError> {
+        let settings = self.sites.site_settings(site_id).await.map_err(|e| StatsError::Corrupt(e.to_string()))?;
+        let days = settings.map_or(30, |s| s.retention_event_days);
+        let today = crate::visitor::UtcDay::from_unix_ms(jiff::Timestamp::now().as_millisecond());
+        let kept_from = today.days() - i64::from(days);
+        let first = crate::visitor::UtcDay::from_unix_ms(start_ms);
+        if first.days() < kept_from {
+            return Err(StatsError::Unsupported(format!(
+                "filters on a dimension other than the breakdown read raw events, which this site keeps for {days} \
+                 days: the range must start on or after {}",
+                crate::visitor::UtcDay::from_days(kept_from)
+            )));
+        }
+        let events: u64 = self
+            .gather(site_id, TOTAL, wanted, &|_| String::new())
+            .await?
+            .values()
+            .map(|sum| u64::try_from(sum.counters.events).unwrap_or(0))
+            .sum();
+        if events > self.raw_event_limit {
+            return Err(StatsError::Unsupported(format!(
+                "filters on a dimension other than the breakdown read raw events: this range has {events}, more than \
+                 the {} one query reads; choose a shorter range",
+                self.raw_event_limit
+            )));
+        }
+        Ok(())
+    }
+
     /// The site's raw events of the range that pass every filter, aggregated in memory with the
     /// same deltas live aggregation uses. One Query per shard and UTC day, from the day before
     /// the range (for visits that began then).

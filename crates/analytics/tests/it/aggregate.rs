@@ -35,8 +35,7 @@ impl SiteSettingsSource for Sites {
 }
 
 fn sites() -> Arc<Sites> {
-    let settings =
-        |zone: SiteZone| SiteSettings { zone, retention_hourly_days: 90, retention_daily_days: 730, weeks_from_ms: 0 };
+    let settings = |zone: SiteZone| SiteSettings { zone, ..SiteSettings::fallback() };
     Arc::new(Sites(HashMap::from([
         ("S1".to_owned(), settings(SiteZone::utc())),
         ("S2".to_owned(), settings(SiteZone::new("Europe/Berlin").expect("a known zone"))),

@@ -11,7 +11,7 @@ use analytics::goal::Goal;
 use analytics::period::{DateRange, SiteZone};
 use analytics::pipeline::{ImportEvent, IngestResult, Pipeline};
 use analytics::schema::tally_schema;
-use analytics::sites::{Site, Sites};
+use analytics::sites::{Site, SiteChanges, Sites};
 use analytics::stats::{Filter, FilterOp, Metric, Query, Row, Stats, StatsError, Value};
 use model::Table;
 use store::Store;
@@ -196,6 +196,29 @@ async fn filters_on_another_dimension_read_raw_events_and_agree_with_aggregates(
     assert_eq!(raw[0].dimensions, vec!["Firefox".to_owned()]);
     assert_eq!(raw[0].metrics, agg[0].metrics, "raw and aggregate paths agree");
     assert_eq!(raw[0].metrics, vec![Int(2), Int(2), Int(2), Int(50), Int(150)]);
+}
+
+#[tokio::test]
+async fn filtered_reads_reach_as_far_back_as_raw_events_are_kept_and_no_further() {
+    let w = world().await;
+    let google = Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Google".into()] };
+    let mut quarter = q(&w, &[Metric::Visitors, Metric::Pageviews], &["event:page"], vec![google]);
+    quarter.range = DateRange::new(w.day.checked_sub(jiff::Span::new().days(89)).unwrap(), w.day).unwrap();
+    let expected = vec![(vec!["/".into()], vec![Int(1), Int(1)]), (vec!["/pricing".into()], vec![Int(1), Int(1)])];
+    // Kept 30 days: a quarter would be answered from a third of it, so it is refused.
+    let err = w.stats.query(&quarter).await.unwrap_err();
+    assert!(matches!(err, StatsError::Unsupported(_)) && err.to_string().contains("keeps for 30 days"), "{err}");
+    // Kept a year: the quarter is read, and says what the day alone says.
+    let sites = Arc::new(Sites::new(w.table.clone()));
+    let year = SiteChanges { retention_event_days: Some(365), ..SiteChanges::default() };
+    sites.update(&w.site.site_id, &year).await.unwrap();
+    let stats = Stats::new(w.table.clone(), sites.clone());
+    assert_eq!(rows(&stats.query(&quarter).await.unwrap()), expected);
+    // At most so many raw events per query, counted from the aggregates before reading: five here.
+    let err = Stats::new(w.table.clone(), sites.clone()).with_raw_event_limit(4).query(&quarter).await.unwrap_err();
+    assert!(err.to_string().contains("this range has 5"), "{err}");
+    let five = Stats::new(w.table.clone(), sites).with_raw_event_limit(5);
+    assert_eq!(rows(&five.query(&quarter).await.unwrap()), expected);
 }
 
 #[tokio::test]
