@@ -11,7 +11,7 @@
 //! |---------|--------------------------|---------|---------|--------------------------------------------------------------------|
 //! | alice   | Chrome/Windows (Desktop) | DE      | S1      | D 10:00 `/` (from google.com), 10:05 `/product/1`, 10:06 Signup{plan=pro} |
 //! | alice   |                          |         | S2      | D 10:37 `/pricing` (31 min after 10:06: a new visit; direct; a bounce) |
-//! | bob     | Safari/macOS (Desktop)   | FR      | B       | D 23:50 `/blog/post?utm=newsletter/email/launch`, D+1 00:10 `/product/2` (crosses midnight) |
+//! | bob     | Safari/macOS (Desktop)   | FR      | B       | D 23:50 `/blog/post?utm=newsletter/email/launch/hero/analytics`, D+1 00:10 `/product/2` (crosses midnight) |
 //! | carol   | Safari/iOS (Mobile)      | US      | C       | D 12:00 `/` (from t.co), 12:02 Scroll{depth=50} non-interactive (a bounce of 120 s) |
 //! | dave    | Chrome/Android (Mobile)  | DE      | Dv      | D+1 09:00 `/pricing` (self-referral: direct), 09:01 Signup{plan=free} |
 //! | crawler | Googlebot                | –       | –       | dropped                                                            |
@@ -222,7 +222,7 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
         json!({"timestamp": alice(at(&berlin, d, 10, 37)), "name": "pageview", "url": url("/pricing"),
                "visitor": "alice", "user_agent": ua::CHROME_WINDOWS, "country": "DE"}),
         json!({"timestamp": at(&berlin, d, 23, 50), "name": "pageview",
-               "url": url("/blog/post?utm_source=newsletter&utm_medium=email&utm_campaign=launch"),
+               "url": url("/blog/post?utm_source=newsletter&utm_medium=email&utm_campaign=launch&utm_content=hero&utm_term=analytics"),
                "visitor": "bob", "user_agent": ua::SAFARI_MAC, "country": "FR"}),
         json!({"timestamp": at(&berlin, d1, 0, 10), "name": "pageview", "url": url("/product/2"),
                "visitor": "bob", "user_agent": ua::SAFARI_MAC, "country": "FR"}),
@@ -473,9 +473,13 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
         false,
     );
     // UTM breakdowns list tagged visits only, as Plausible's do.
-    for (dimension, value) in
-        [("visit:utm_source", "newsletter"), ("visit:utm_medium", "email"), ("visit:utm_campaign", "launch")]
-    {
+    for (dimension, value) in [
+        ("visit:utm_source", "newsletter"),
+        ("visit:utm_medium", "email"),
+        ("visit:utm_campaign", "launch"),
+        ("visit:utm_content", "hero"),
+        ("visit:utm_term", "analytics"),
+    ] {
         stats.check(
             dimension,
             &a.key,
