@@ -411,20 +411,22 @@ impl Stats {
         let filtered: BTreeSet<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
         // The aggregate path reads one dimension's items; filters on any other dimension need
         // the raw events (`raw`), filtered event by event and aggregated in memory.
+        // Visit metrics under an event filter describe the visits with a matching event, which
+        // only the raw events tell.
+        let session_metrics = q.metrics.iter().any(|m| m.is_session_metric());
+        let event_filtered = filtered.iter().any(|d| d.starts_with("event:"));
         let (source, raw) = match (&breakdown, filtered.len()) {
             (Some(b), _) if filtered.iter().all(|f| f == b) => (b.clone(), false),
             (None, 0) => (TOTAL.to_owned(), false),
-            (None, 1) => (filtered.iter().next().map(|s| (*s).to_owned()).unwrap_or_default(), false),
+            (None, 1) if !(session_metrics && event_filtered) => {
+                (filtered.iter().next().map(|s| (*s).to_owned()).unwrap_or_default(), false)
+            }
             (Some(b), _) => (b.clone(), true),
             (None, _) => (TOTAL.to_owned(), true),
         };
-        let event_filters: Vec<&str> = filtered.iter().copied().filter(|d| d.starts_with("event:")).collect();
-        if q.metrics.iter().any(|m| m.is_session_metric())
-            && (source.starts_with("event:") || (raw && !event_filters.is_empty()))
-        {
+        if session_metrics && source.starts_with("event:") {
             return Err(StatsError::Invalid(format!(
-                "session metrics cannot be combined with an event dimension ({})",
-                if source.starts_with("event:") { source.clone() } else { event_filters.join(", ") }
+                "session metrics cannot be combined with an event dimension ({source}) as the breakdown"
             )));
         }
         // Which buckets: hours for an hourly series, days for the other series, the fewest
@@ -609,6 +611,23 @@ fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
     }
 }
 
+/// Whether the filters select a visit (its events, in order): its visit attributes pass each
+/// visit filter (the exit page as the visit ends), and for each event filter some event passes
+/// it — or, for `is_not`, every event does (a visit that never viewed the page). So a filter on
+/// a page gives visit metrics of the visits that viewed it, as Plausible's do.
+fn session_selected(session: &[crate::stored::StoredEvent], filters: &[Filter]) -> bool {
+    let Some(last) = session.last() else { return false };
+    filters.iter().all(|f| {
+        if !f.dimension.starts_with("event:") {
+            passes(f, last)
+        } else if f.op == FilterOp::IsNot {
+            session.iter().all(|e| passes(f, e))
+        } else {
+            session.iter().any(|e| passes(f, e))
+        }
+    })
+}
+
 fn passes(f: &Filter, e: &crate::stored::StoredEvent) -> bool {
     let values = event_value(e, &f.dimension);
     match f.op {
@@ -694,18 +713,37 @@ impl Stats {
             )));
         }
         let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
+        let mut add = |e: &crate::stored::StoredEvent, event_part: bool, visit_part: bool| {
+            for (key, delta) in crate::aggregate::deltas(e, zone) {
+                let c = delta.counters;
+                let entry = items.entry(key).or_default();
+                if event_part {
+                    entry.counters.pageviews += c.pageviews;
+                    entry.counters.events += c.events;
+                    if let Some(v) = delta.visitor {
+                        entry.sketch.insert_u64(v);
+                    }
+                }
+                if visit_part {
+                    entry.counters.visits += c.visits;
+                    entry.counters.bounces += c.bounces;
+                    entry.counters.duration_ms += c.duration_ms;
+                    entry.counters.visit_pageviews += c.visit_pageviews;
+                }
+            }
+        };
         for day in first.days()..=last.days() {
             let day = crate::visitor::UtcDay::from_days(day).to_string();
             for shard in 0..crate::schema::EVENT_SHARDS {
                 let events =
                     self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await?;
-                for e in events.iter().filter(|e| filters.iter().all(|f| passes(f, e))) {
-                    for (key, delta) in crate::aggregate::deltas(e, zone) {
-                        let entry = items.entry(key).or_default();
-                        entry.counters.add(&delta.counters);
-                        if let Some(v) = delta.visitor {
-                            entry.sketch.insert_u64(v);
-                        }
+                // A partition holds whole sessions, one after another (sorted by visitor, session, seq).
+                for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
+                    let selected = session_selected(session, filters);
+                    for e in session {
+                        // Event counters and visitors: the events that pass every filter. Visit
+                        // counters: every event of the visits the filters select.
+                        add(e, filters.iter().all(|f| passes(f, e)), selected);
                     }
                 }
             }

@@ -198,6 +198,49 @@ async fn filters_on_another_dimension_read_raw_events_and_agree_with_aggregates(
     assert_eq!(raw[0].metrics, vec![Int(2), Int(2), Int(2), Int(50), Int(150)]);
 }
 
+/// Visit metrics under a filter on a page or a goal are those of the visits with a matching
+/// event; event metrics count the matching events only (as Plausible's dashboard shows them).
+#[tokio::test]
+async fn an_event_filter_gives_the_visit_metrics_of_the_visits_it_matches() {
+    let w = world().await;
+    let all = [Metric::Visitors, Metric::Visits, Metric::Pageviews, Metric::BounceRate, Metric::VisitDuration];
+    let filter =
+        |op, dimension: &str, value: &str| Filter { op, dimension: dimension.into(), values: vec![value.into()] };
+    let world = &w;
+    let totals = |filters: Vec<Filter>| {
+        let query = q(world, &all, &[], filters);
+        async move { world.stats.query(&query).await.unwrap()[0].metrics.clone() }
+    };
+    // /pricing: a's visit (2 pages, 60 s); one page view of /pricing.
+    assert_eq!(
+        totals(vec![filter(FilterOp::Is, "event:page", "/pricing")]).await,
+        [Int(1), Int(1), Int(1), Int(0), Int(60)]
+    );
+    // `/`: a's and b's visits (b bounced: 50 %, (60 + 0) / 2 s); two page views of `/`.
+    assert_eq!(totals(vec![filter(FilterOp::Is, "event:page", "/")]).await, [Int(2), Int(2), Int(2), Int(50), Int(30)]);
+    // The Signup goal: c's visit (300 s), no page view among the matching events.
+    assert_eq!(
+        totals(vec![filter(FilterOp::Is, "event:goal", "Signup")]).await,
+        [Int(1), Int(1), Int(0), Int(0), Int(300)]
+    );
+    // Not /pricing: the visits that never viewed it, b's and c's; the page views of other pages.
+    assert_eq!(
+        totals(vec![filter(FilterOp::IsNot, "event:page", "/pricing")]).await,
+        [Int(3), Int(2), Int(3), Int(50), Int(150)]
+    );
+    // With a visit filter too, and by source: `/` from Google is a's visit alone.
+    let by_source = q(
+        &w,
+        &all,
+        &["visit:source"],
+        vec![filter(FilterOp::Is, "event:page", "/"), filter(FilterOp::Is, "visit:source", "Google")],
+    );
+    assert_eq!(
+        rows(&w.stats.query(&by_source).await.unwrap()),
+        vec![(vec!["Google".into()], vec![Int(1), Int(1), Int(1), Int(0), Int(60)])]
+    );
+}
+
 #[tokio::test]
 async fn filtered_reads_reach_as_far_back_as_raw_events_are_kept_and_no_further() {
     let w = world().await;
@@ -244,9 +287,8 @@ async fn bad_queries_say_what_is_wrong() {
     let google = Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Google".into()] };
     let err = w.stats.query(&q(&w, &[Metric::BounceRate], &["visit:source"], vec![google.clone()])).await;
     assert!(err.is_ok(), "a visit filter with its own breakdown is fine: {err:?}");
-    let goal = Filter { op: FilterOp::Is, dimension: "event:goal".into(), values: vec!["Signup".into()] };
-    let err = w.stats.query(&q(&w, &[Metric::Visits], &["visit:source"], vec![goal])).await.unwrap_err();
-    assert!(err.to_string().contains("event:goal"), "{err}");
+    let err = make(vec![Metric::Visits], vec!["event:page"]).unwrap_err();
+    assert!(err.to_string().contains("event:page"), "visit metrics by page have no meaning: {err}");
     let mut long = q(&w, &[Metric::Visitors], &["event:page"], vec![google]);
     long.range = DateRange::new(w.day.checked_sub(jiff::Span::new().days(60)).unwrap(), w.day).unwrap();
     assert!(matches!(w.stats.query(&long).await, Err(StatsError::Unsupported(_))), "raw reads are bounded");

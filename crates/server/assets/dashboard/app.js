@@ -225,16 +225,23 @@ function dashboard() {
   S.timer = setInterval(() => loadRealtime(seq), 10000);
 }
 
-// Visits and the per-visit metrics describe whole visits, which a filter on a page or an event
-// does not select; the Stats API refuses that combination, so the dashboard does not ask.
+// Under a filter on a page or an event, visits and the per-visit metrics are those of the visits
+// with a matching event, which the Stats API reads from raw events: a range older than the site
+// keeps them (or too large) is refused, and then the dashboard shows the other metrics.
 const SESSION_METRICS = new Set(["visits", "views_per_visit", "bounce_rate", "visit_duration"]);
 const eventFiltered = () => S.filters.some((f) => f[1].startsWith("event:"));
-const allowed = (m) => !(eventFiltered() && SESSION_METRICS.has(m));
 
 async function loadTop(seq) {
-  const metrics = TOP.map((t) => t[0]).filter(allowed);
+  let metrics = TOP.map((t) => t[0]);
+  let without = "";
   try {
-    const cur = await query({ metrics });
+    let cur;
+    try { cur = await query({ metrics }); } catch (e) {
+      if (!eventFiltered()) throw e;
+      metrics = metrics.filter((m) => !SESSION_METRICS.has(m));
+      without = e.message;
+      cur = await query({ metrics });
+    }
     if (seq !== S.seq) return;
     const [first, last] = cur.query.date_range;
     const n = daysBetween(first, last) + 1;
@@ -248,7 +255,8 @@ async function loadTop(seq) {
       if (!card) return;
       if (i < 0) {
         card.querySelector(".value").textContent = "–";
-        card.querySelector(".change").textContent = "not with a page or event filter";
+        card.querySelector(".change").textContent = "not for this range with a page or event filter";
+        card.title = without;
         return;
       }
       card.querySelector(".value").textContent = fmt(m, now[i] || 0);
@@ -271,16 +279,22 @@ async function loadTop(seq) {
 async function loadChart(seq) {
   const box = document.getElementById("chart-box");
   try {
-    const metric = allowed(S.metric) ? S.metric : "visitors";
+    let metric = S.metric;
     const series = (interval) => query({ metrics: [metric], dimensions: [`time:${interval}`], order_by: [[`time:${interval}`, "asc"]] });
     let res;
     try { res = await series(S.interval); } catch (e) {
-      // Hourly items are kept for a few dimensions only; a filter on another falls back to days.
-      if (S.interval !== "hour") throw e;
-      S.interval = "day";
-      const select = document.getElementById("interval");
-      if (select) select.value = "day";
-      res = await series("day");
+      if (eventFiltered() && SESSION_METRICS.has(metric)) {
+        // Visit metrics under an event filter need raw events the range may no longer have.
+        metric = "visitors";
+        res = await series(S.interval);
+      } else {
+        // Hourly items are kept for a few dimensions only; a filter on another falls back to days.
+        if (S.interval !== "hour") throw e;
+        S.interval = "day";
+        const select = document.getElementById("interval");
+        if (select) select.value = "day";
+        res = await series("day");
+      }
     }
     if (seq !== S.seq) return;
     const got = new Map(res.results.map((r) => [r.dimensions[0], r.metrics[0] || 0]));
@@ -353,7 +367,7 @@ async function loadPanel(p, seq) {
   if (!el) return;
   let dim = S.tabs[p.id] || p.tabs[0][0];
   if (dim === "props") dim = `event:props:${S.prop || "plan"}`;
-  const metrics = (p.metrics || ["visitors", dim.startsWith("event:") || eventFiltered() ? "pageviews" : "visits"]).filter(allowed);
+  const metrics = p.metrics || ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"];
   try {
     const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 } });
     if (seq !== S.seq) return;
