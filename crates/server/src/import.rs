@@ -336,6 +336,71 @@ mod tests {
         assert!(parse(b"\xef\xbb\xbftimestamp,url\n", Format::Csv, &site()).unwrap().errors.is_empty(), "a BOM");
     }
 
+    /// Import bodies near the real ones: fields and cells from a small vocabulary, quotes,
+    /// commas, newlines and stray bytes included.
+    fn body() -> impl proptest::strategy::Strategy<Value = (Vec<u8>, Format)> {
+        use proptest::prelude::*;
+        let cell = prop_oneof![
+            Just(String::new()),
+            Just("2026-10-05T10:00:00Z".to_owned()),
+            Just("1791194400000".to_owned()),
+            Just("https://shop.test/a?b=1,2".to_owned()),
+            Just("\"quoted, with \"\"quotes\"\" and\nnewline\"".to_owned()),
+            Just("true".to_owned()),
+            Just("192.0.2.1".to_owned()),
+            "[ -~]{0,12}".prop_map(|s| s),
+            Just("\u{1}".to_owned()),
+        ];
+        let column = prop_oneof![
+            Just("timestamp"),
+            Just("url"),
+            Just("name"),
+            Just("interactive"),
+            Just("ip"),
+            Just("props.plan"),
+            Just("visitor")
+        ];
+        let csv = (
+            proptest::collection::vec(column, 0..6),
+            proptest::collection::vec(proptest::collection::vec(cell.clone(), 0..7), 0..6),
+        )
+            .prop_map(|(header, rows)| {
+                let mut text =
+                    format!("timestamp,url{}{}\n", if header.is_empty() { "" } else { "," }, header.join(","));
+                for row in rows {
+                    text.push_str(&row.join(","));
+                    text.push('\n');
+                }
+                (text.into_bytes(), Format::Csv)
+            });
+        let field = (prop_oneof![Just("timestamp"), Just("url"), Just("props"), Just("ip"), Just("interactive")], cell)
+            .prop_map(|(k, v)| format!("{k:?}:{}", serde_json::Value::String(v)));
+        let line = proptest::collection::vec(field, 0..5).prop_map(|f| format!("{{{}}}", f.join(",")));
+        let ndjson = proptest::collection::vec(line, 0..6).prop_map(|l| (l.join("\n").into_bytes(), Format::Ndjson));
+        let bytes =
+            (proptest::collection::vec(any::<u8>(), 0..200), prop_oneof![Just(Format::Csv), Just(Format::Ndjson)]);
+        prop_oneof![csv, ndjson, bytes]
+    }
+
+    proptest::proptest! {
+        /// No body panics the reader; every line named is a line of the body, once; time order
+        /// is time order.
+        #[test]
+        fn any_body_reads_without_panic_into_numbered_lines((bytes, format) in body()) {
+            let lines = bytes.split(|b| *b == b'\n').count();
+            if let Ok(parsed) = parse(&bytes, format, &site()) {
+                let parsed = parsed.in_time_order();
+                let mut named: Vec<usize> =
+                    parsed.events.iter().map(|(n, _)| *n).chain(parsed.errors.iter().map(|(n, _)| *n)).collect();
+                proptest::prop_assert!(named.iter().all(|n| (1..=lines).contains(n)), "{named:?} of {lines}");
+                named.sort_unstable();
+                named.dedup();
+                proptest::prop_assert_eq!(named.len(), parsed.events.len() + parsed.errors.len());
+                proptest::prop_assert!(parsed.events.windows(2).all(|w| w[0].1.raw.timestamp_ms <= w[1].1.raw.timestamp_ms));
+            }
+        }
+    }
+
     #[test]
     fn events_are_put_in_time_order_and_ties_keep_theirs() {
         let ndjson = [
