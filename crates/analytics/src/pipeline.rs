@@ -245,7 +245,11 @@ impl Pipeline {
         import: Option<&(Option<String>, Option<String>)>,
     ) -> IngestResult {
         let context = SiteContext { domains: &site.domains, excluded_ips: &site.excluded_ips };
-        let mut enrichment = match self.enricher.enrich(event, &context) {
+        let enriched = match import {
+            Some((Some(_), _)) => self.enricher.enrich_import(event, &context),
+            _ => self.enricher.enrich(event, &context),
+        };
+        let mut enrichment = match enriched {
             Ok(e) => e,
             Err(reason) => return IngestResult::Dropped(reason),
         };

@@ -300,7 +300,6 @@ impl Stats {
         Stats { table, sites, raw_event_limit: DEFAULT_RAW_EVENT_LIMIT }
     }
 
-    /// The site's zone and the instant its weekly aggregates are complete from.
     /// With at most `limit` raw events read for one filtered query (default
     /// [`DEFAULT_RAW_EVENT_LIMIT`]).
     pub fn with_raw_event_limit(mut self, limit: u64) -> Self {
@@ -313,6 +312,7 @@ impl Stats {
         self.raw_event_limit
     }
 
+    /// The site's zone and the instant its weekly aggregates are complete from.
     async fn zone_and_weeks(&self, site_id: &str) -> Result<(SiteZone, i64), StatsError> {
         let settings = self.sites.site_settings(site_id).await.map_err(|e| StatsError::Corrupt(e.to_string()))?;
         Ok(settings.map(|s| (s.zone, s.weeks_from_ms)).unwrap_or_else(|| (SiteZone::utc(), i64::MAX)))
@@ -791,6 +791,21 @@ fn order(rows: &mut [Row], q: &Query) {
     });
 }
 
+/// One daily aggregate item, as `tally export --aggregates` writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DayItem {
+    /// The site-time date.
+    pub date: String,
+    /// The dimension (`total` for the site's totals).
+    pub dimension: String,
+    /// The value, as the Stats API shows it.
+    pub value: String,
+    /// Distinct visitors (the item's sketch).
+    pub visitors: u64,
+    /// The counters.
+    pub counters: Counters,
+}
+
 /// A visit as its events tell it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionSummary {
@@ -864,6 +879,56 @@ impl Stats {
             .iter()
             .map(|r| crate::aggregate::event_from_record(r).map_err(|e| StatsError::Corrupt(e.to_string())))
             .collect()
+    }
+
+    /// Every stored event of the site whose site-time date is in `range`, session by session
+    /// (each in order), for `tally export`: the UTC day partitions from the day before the range
+    /// to the day after, as the rebuild reads them.
+    pub async fn export_events(
+        &self,
+        site_id: &str,
+        range: &DateRange,
+        mut f: impl FnMut(&crate::stored::StoredEvent) -> Result<(), StatsError>,
+    ) -> Result<u64, StatsError> {
+        let (zone, _) = self.zone_and_weeks(site_id).await?;
+        let (start, end) = zone.bounds_ms(range).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let first = crate::visitor::UtcDay::from_unix_ms(start).previous();
+        let last = crate::visitor::UtcDay::from_unix_ms(end);
+        let mut written = 0;
+        for day in first.days()..=last.days() {
+            let day = crate::visitor::UtcDay::from_days(day).to_string();
+            for shard in 0..crate::schema::EVENT_SHARDS {
+                let events =
+                    self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await?;
+                for e in events.iter().filter(|e| (start..end).contains(&e.ts)) {
+                    f(e)?;
+                    written += 1;
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// The site's daily aggregate items of `range`, for `tally export`: for each day, dimension
+    /// and value, the counters and the visitors (estimated from the item's sketch).
+    pub async fn export_days(&self, site_id: &str, range: &DateRange) -> Result<Vec<DayItem>, StatsError> {
+        let (first, last) = (range.first().to_string(), range.last().to_string());
+        let mut out = Vec::new();
+        for dimension in
+            std::iter::once(TOTAL).chain(EVENT_DIMENSIONS.iter().copied()).chain(VISIT_DIMENSIONS.iter().copied())
+        {
+            for (bucket, value, sum) in self.read(site_id, Period::Day, dimension, &first, &last).await? {
+                out.push(DayItem {
+                    date: bucket,
+                    dimension: dimension.to_owned(),
+                    value: display_value(dimension, &value).unwrap_or(value),
+                    visitors: sum.sketch.estimate(),
+                    counters: sum.counters,
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.date, &a.dimension, &a.value).cmp(&(&b.date, &b.dimension, &b.value)));
+        Ok(out)
     }
 
     /// One session's events in order (one Query).

@@ -8,6 +8,7 @@ mod bench;
 mod capacity;
 mod config;
 mod demo;
+mod export;
 #[allow(dead_code)]
 mod http;
 mod logging;
@@ -109,6 +110,28 @@ enum Command {
         /// `ndjson` or `csv` [default: csv for a `.csv` file, else ndjson].
         #[arg(long)]
         format: Option<String>,
+    },
+    /// Exports a site's events (in the shape `import` reads) or its daily aggregates, as NDJSON
+    /// or CSV.
+    Export {
+        /// The site (domain or id).
+        #[arg(long)]
+        site: String,
+        /// First date, site time [default: the raw-event retention ago].
+        #[arg(long)]
+        from: Option<String>,
+        /// Last date, site time [default: today].
+        #[arg(long)]
+        to: Option<String>,
+        /// The daily aggregate items (every dimension but props) instead of the events.
+        #[arg(long)]
+        aggregates: bool,
+        /// `ndjson` or `csv`.
+        #[arg(long, default_value = "ndjson")]
+        format: String,
+        /// The file to write [default: standard output].
+        #[arg(long)]
+        output: Option<PathBuf>,
     },
     /// Aggregates: `--rebuild` recomputes a site's aggregates from its raw events.
     Aggregate {
@@ -403,6 +426,17 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 ShareCommand::Revoke { site, share_id } => users::share_revoke(&config, &site, &share_id).await,
             }
         })?,
+        Command::Export { site, from, to, aggregates, format, output } => {
+            let options = export::ExportOptions {
+                site: &site,
+                from: from.as_deref(),
+                to: to.as_deref(),
+                aggregates,
+                format: &format,
+                output: output.as_deref(),
+            };
+            runtime()?.block_on(export::export(&config, &options))?;
+        }
         Command::Import { file, site, format } => {
             runtime()?.block_on(serve::import(&config, &file, &site, format.as_deref()))?
         }

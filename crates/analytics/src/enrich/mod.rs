@@ -127,11 +127,24 @@ impl Enricher {
 
     /// Enriches `event` for `site`, or says why it is dropped.
     pub fn enrich(&self, event: &Event, site: &SiteContext<'_>) -> Result<Enrichment, DropReason> {
+        self.enrich_with(event, site, false)
+    }
+
+    /// Like [`Enricher::enrich`] for an imported event that names its visitor: one without a
+    /// User-Agent is kept (the source told people from bots already, and a Tally export has
+    /// none); one with a User-Agent is checked as any other.
+    pub fn enrich_import(&self, event: &Event, site: &SiteContext<'_>) -> Result<Enrichment, DropReason> {
+        self.enrich_with(event, site, true)
+    }
+
+    fn enrich_with(&self, event: &Event, site: &SiteContext<'_>, named: bool) -> Result<Enrichment, DropReason> {
         let client_ip = self.client_ip(event);
         if let Some(reason) = bot::check_ip(client_ip, site.excluded_ips) {
             return Err(reason);
         }
-        if let Some(reason) = self.bots.check_user_agent(&event.user_agent) {
+        if !(named && event.user_agent.is_empty())
+            && let Some(reason) = self.bots.check_user_agent(&event.user_agent)
+        {
             return Err(reason);
         }
         let client = self.user_agents.parse(&event.user_agent);

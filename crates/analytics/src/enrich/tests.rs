@@ -326,6 +326,18 @@ fn enrich_drops_and_enriches() {
     assert_eq!(run("198.51.100.9", &[], firefox).unwrap_err(), DropReason::ExcludedIp);
     assert_eq!(run("192.0.2.5", &[], "").unwrap_err(), DropReason::EmptyUserAgent);
     assert_eq!(run("192.0.2.5", &[], "curl/8.5.0").unwrap_err(), DropReason::Bot);
+    // An import naming its visitor may lack a User-Agent; a bot's is still a bot's, and an
+    // excluded address still excluded.
+    let import = |peer: &str, ua: &str| {
+        let mut raw = RawEvent::pageview("https://example.com/a", "example.com");
+        raw.peer_ip = ip(peer);
+        raw.user_agent = ua.into();
+        ENRICHER.enrich_import(&Event::parse(raw, &Limits::default()).unwrap(), &site)
+    };
+    let e = import("0.0.0.0", "").unwrap();
+    assert_eq!((e.browser.name.as_str(), e.device), ("Other", DeviceType::Other), "{e:?}");
+    assert_eq!(import("0.0.0.0", "curl/8.5.0").unwrap_err(), DropReason::Bot);
+    assert_eq!(import("198.51.100.9", "").unwrap_err(), DropReason::ExcludedIp);
     let labels: Vec<&str> = DropReason::ALL.iter().map(|r| r.as_str()).collect();
     assert_eq!(labels, ["empty_user_agent", "headless_browser", "bot", "excluded_ip"]);
 }

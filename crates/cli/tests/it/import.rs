@@ -194,3 +194,87 @@ fn shuffled_imports_make_the_visits_their_times_describe() {
     }
     server.stop();
 }
+
+/// `tally export` writes events as `tally import` reads them: a site exported and imported into
+/// two others (NDJSON and CSV) reads the same, sources and campaigns included; its daily
+/// aggregates come out by dimension.
+#[test]
+fn an_export_imports_into_another_site_with_the_same_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let sites = ["from.test", "ndjson.test", "csv.test"].map(|d| add_site(&store, d, "UTC"));
+    let ua = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+    let lines = [
+        json!({ "timestamp": "2026-10-05T10:00:00Z", "url": "https://from.test/?utm_source=mail&utm_campaign=fall",
+                "referrer": "https://news.example/item", "user_agent": ua, "visitor": "a", "country": "DE" }),
+        json!({ "timestamp": "2026-10-05T10:01:00Z", "url": "https://from.test/pricing", "user_agent": ua, "visitor": "a" }),
+        json!({ "timestamp": "2026-10-05T10:02:00Z", "url": "https://from.test/pricing", "name": "Signup",
+                "props": { "plan": "pro, yearly" }, "user_agent": ua, "visitor": "a" }),
+        json!({ "timestamp": "2026-10-05T11:00:00Z", "url": "https://from.test/", "user_agent": ua, "visitor": "b" }),
+        json!({ "timestamp": "2026-10-06T09:00:00Z", "url": "https://from.test/later", "user_agent": ua, "visitor": "b" }),
+    ];
+    let file = dir.path().join("events.ndjson");
+    std::fs::write(&file, lines.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")).unwrap();
+    crate::support::tally_ok(&store, &["import", file.to_str().unwrap(), "--site", "from.test"]);
+
+    let export = |args: &[&str], name: &str| {
+        let path = dir.path().join(name);
+        let mut all = vec!["export", "--site", "from.test", "--from", "2026-10-05", "--to", "2026-10-05"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--output", path.to_str().unwrap()]);
+        crate::support::tally_ok(&store, &all);
+        (path.clone(), std::fs::read_to_string(path).unwrap())
+    };
+    let (ndjson_path, ndjson) = export(&[], "out.ndjson");
+    let events: Vec<serde_json::Value> = ndjson.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.len(), 4, "the range's four events, not the next day's: {ndjson}");
+    let first = events.iter().find(|e| e["referrer"].is_string()).expect("a visit's first event names its referrer");
+    assert_eq!(first["url"], json!("https://from.test/?utm_source=mail&utm_campaign=fall"));
+    assert_eq!((first["country"].clone(), first["timestamp"].clone()), (json!("DE"), json!("2026-10-05T10:00:00Z")));
+    assert!(ndjson.contains(r#""props":{"plan":"pro, yearly"}"#), "{ndjson}");
+    assert!(!ndjson.contains(ua) && !ndjson.contains("\"ip\""), "no User-Agent or address is kept, so none leaves");
+    let (csv_path, csv) = export(&["--format", "csv"], "out.csv");
+    assert!(csv.starts_with("timestamp,url,name,referrer,visitor,country,interactive,props.plan\n"), "{csv}");
+    assert_eq!(csv.lines().count(), 5);
+    for (path, site) in [(&ndjson_path, "ndjson.test"), (&csv_path, "csv.test")] {
+        let out = crate::support::tally_ok(&store, &["import", path.to_str().unwrap(), "--site", site]);
+        assert!(out.contains("imported: 4") && out.contains("refused: 0"), "{site}: {out}");
+    }
+    let (_, days) = export(&["--aggregates", "--format", "csv"], "days.csv");
+    assert!(
+        days.starts_with("date,dimension,value,visitors,visits,pageviews,events,bounces,duration_ms,visit_pageviews\n")
+    );
+    assert!(days.contains("\n2026-10-05,total,,2,2,3,4,1,120000,3\n"), "{days}");
+    assert!(days.contains("\n2026-10-05,visit:utm_campaign,fall,1,1,2,3,0,120000,2\n"), "{days}");
+
+    let server = Server::start(&store);
+    let mut c = server.client();
+    let metrics = json!(["visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration"]);
+    let mut answers = Vec::new();
+    for site in &sites {
+        let auth = format!("Bearer {}", site.key);
+        let mut answer = Vec::new();
+        for dimensions in [json!([]), json!(["visit:source"]), json!(["visit:utm_campaign"]), json!(["visit:country"])]
+        {
+            let body = json!({ "site_id": site.domain, "metrics": metrics, "dimensions": dimensions,
+                               "date_range": ["2026-10-05", "2026-10-05"] });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            let results = loop {
+                let r = c.post_json("/api/v2/query", &[("authorization", &auth)], &body);
+                assert_eq!(r.status, 200, "{}", r.text());
+                let results = r.json()["results"].clone();
+                if results.to_string().contains("[2,2,3,4,50,60]") || dimensions != json!([]) {
+                    break results;
+                }
+                assert!(std::time::Instant::now() < deadline, "{}: {results}", site.domain);
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            };
+            answer.push(results);
+        }
+        answers.push(answer);
+    }
+    assert_eq!(answers[0][0], json!([{ "dimensions": [], "metrics": [2, 2, 3, 4, 50, 60] }]));
+    assert_eq!(answers[1], answers[0], "the NDJSON export imports to the same numbers");
+    assert_eq!(answers[2], answers[0], "the CSV export imports to the same numbers");
+    server.stop();
+}

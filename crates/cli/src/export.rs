@@ -1,0 +1,218 @@
+//! `tally export`: a site's events or its daily aggregates, as NDJSON or CSV.
+//!
+//! Events come out in the shape `tally import` reads (`timestamp`, `url`, `name`, `referrer`,
+//! `visitor`, `country`, `interactive`, props), so an export moves a site to another Tally, or
+//! back after a reset, and visits, sources and campaigns come out the same: a visit's first event
+//! carries its referrer and its `utm_*` parameters in the URL. What Tally never keeps (addresses,
+//! User-Agents) is not there, so browsers, systems and devices do not travel with the events;
+//! the aggregates export has them, by day.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use analytics::sites::Sites;
+use analytics::stats::{DayItem, Stats, StatsError};
+use analytics::stored::StoredEvent;
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::{Map, Value as Json, json};
+
+use crate::config::Config;
+
+/// What to export and how.
+pub struct ExportOptions<'a> {
+    /// The site (domain or id).
+    pub site: &'a str,
+    /// First date, site time [default: the raw-event retention ago].
+    pub from: Option<&'a str>,
+    /// Last date, site time [default: today].
+    pub to: Option<&'a str>,
+    /// Daily aggregates instead of events.
+    pub aggregates: bool,
+    /// `ndjson` or `csv`.
+    pub format: &'a str,
+    /// Where to write [default: standard output].
+    pub output: Option<&'a Path>,
+}
+
+/// `tally export`.
+pub async fn export(config: &Config, options: &ExportOptions<'_>) -> Result<()> {
+    let csv = match options.format {
+        "ndjson" => false,
+        "csv" => true,
+        other => bail!("--format must be ndjson or csv, not {other:?}"),
+    };
+    let table = crate::store::open(config).await?;
+    let sites = Arc::new(Sites::new(table.clone()));
+    let site = sites.resolve(options.site).await?.ok_or_else(|| anyhow!("no site {:?}", options.site))?;
+    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
+    let first = match options.from {
+        Some(d) => analytics::period::parse_date(d)?,
+        None => today.checked_sub(jiff::Span::new().days(i64::from(site.retention_event_days)))?,
+    };
+    let last = match options.to {
+        Some(d) => analytics::period::parse_date(d)?,
+        None => today,
+    };
+    let range = analytics::period::DateRange::new(first, last)?;
+    let stats = Stats::new(table, sites.clone());
+    let mut out: Box<dyn Write> = match options.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let count = if options.aggregates {
+        let items = stats.export_days(&site.site_id, &range).await?;
+        write_days(&mut out, &items, csv)?;
+        items.len() as u64
+    } else if csv {
+        // CSV names every prop key in its header, so the events are gathered first.
+        let mut rows = Vec::new();
+        let n = stats
+            .export_events(&site.site_id, &range, |e| {
+                rows.push(event_record(e));
+                Ok(())
+            })
+            .await?;
+        write_csv(&mut out, &rows)?;
+        n
+    } else {
+        let mut failed = None;
+        let n = stats
+            .export_events(&site.site_id, &range, |e| {
+                writeln!(out, "{}", Json::Object(event_record(e))).map_err(|err| {
+                    failed = Some(err.to_string());
+                    StatsError::Invalid("the output cannot be written".into())
+                })
+            })
+            .await;
+        if let Some(err) = failed {
+            bail!("writing the export: {err}");
+        }
+        n?
+    };
+    out.flush().context("writing the export")?;
+    let what = if options.aggregates { "daily aggregate items" } else { "events" };
+    eprintln!("exported {count} {what} of {} from {first} to {last}", site.domain);
+    Ok(())
+}
+
+/// An event as `tally import` reads it.
+fn event_record(e: &StoredEvent) -> Map<String, Json> {
+    let v = &e.visit;
+    let mut url = format!("https://{}{}", e.hostname, e.path);
+    let first = e.seq == 0;
+    if first {
+        let utm: Vec<(&str, &str)> = [
+            ("utm_source", &v.utm_source),
+            ("utm_medium", &v.utm_medium),
+            ("utm_campaign", &v.utm_campaign),
+            ("utm_content", &v.utm_content),
+            ("utm_term", &v.utm_term),
+        ]
+        .into_iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(k, value)| (k, value.as_str()))
+        .collect();
+        if !utm.is_empty() {
+            let query: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(utm).finish();
+            url = format!("{url}?{query}");
+        }
+    }
+    let mut record = Map::new();
+    let timestamp = jiff::Timestamp::from_millisecond(e.ts).map(|t| t.to_string()).unwrap_or_default();
+    record.insert("timestamp".into(), json!(timestamp));
+    record.insert("url".into(), json!(url));
+    record.insert("name".into(), json!(e.name));
+    if first && !v.referrer.is_empty() {
+        record.insert("referrer".into(), json!(format!("https://{}", v.referrer)));
+    }
+    record.insert("visitor".into(), json!(e.visitor_id));
+    if !v.country.is_empty() {
+        record.insert("country".into(), json!(v.country));
+    }
+    if !e.interactive {
+        record.insert("interactive".into(), json!(false));
+    }
+    if !e.props.is_empty() {
+        record.insert("props".into(), json!(e.props));
+    }
+    record
+}
+
+fn write_csv(out: &mut dyn Write, rows: &[Map<String, Json>]) -> Result<()> {
+    const COLUMNS: [&str; 7] = ["timestamp", "url", "name", "referrer", "visitor", "country", "interactive"];
+    let mut props: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.get("props").and_then(Json::as_object))
+        .flat_map(|p| p.keys().map(String::as_str))
+        .collect();
+    props.sort_unstable();
+    props.dedup();
+    let mut w = csv::Writer::from_writer(out);
+    let header: Vec<String> =
+        COLUMNS.iter().map(|c| (*c).to_owned()).chain(props.iter().map(|p| format!("props.{p}"))).collect();
+    w.write_record(&header)?;
+    let text = |v: Option<&Json>| match v {
+        Some(Json::String(s)) => s.clone(),
+        Some(Json::Bool(b)) => b.to_string(),
+        _ => String::new(),
+    };
+    for row in rows {
+        let cells = COLUMNS
+            .iter()
+            .map(|c| text(row.get(*c)))
+            .chain(props.iter().map(|p| text(row.get("props").and_then(Json::as_object).and_then(|m| m.get(*p)))));
+        w.write_record(cells.collect::<Vec<_>>())?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn write_days(out: &mut dyn Write, items: &[DayItem], csv: bool) -> Result<()> {
+    const COLUMNS: [&str; 10] = [
+        "date",
+        "dimension",
+        "value",
+        "visitors",
+        "visits",
+        "pageviews",
+        "events",
+        "bounces",
+        "duration_ms",
+        "visit_pageviews",
+    ];
+    let values = |i: &DayItem| -> [Json; 10] {
+        let c = &i.counters;
+        [
+            json!(i.date),
+            json!(i.dimension),
+            json!(i.value),
+            json!(i.visitors),
+            json!(c.visits),
+            json!(c.pageviews),
+            json!(c.events),
+            json!(c.bounces),
+            json!(c.duration_ms),
+            json!(c.visit_pageviews),
+        ]
+    };
+    if csv {
+        let mut w = csv::Writer::from_writer(out);
+        w.write_record(COLUMNS)?;
+        for item in items {
+            w.write_record(values(item).iter().map(|v| match v {
+                Json::String(s) => s.clone(),
+                other => other.to_string(),
+            }))?;
+        }
+        w.flush()?;
+    } else {
+        for item in items {
+            let object: Map<String, Json> = COLUMNS.iter().map(|c| (*c).to_owned()).zip(values(item)).collect();
+            writeln!(out, "{}", Json::Object(object))?;
+        }
+    }
+    Ok(())
+}
