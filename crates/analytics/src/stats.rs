@@ -959,7 +959,9 @@ impl Stats {
         Ok(summarize(&self.visitor_events(site_id, day, visitor).await?))
     }
 
-    async fn visitor_events(
+    /// Every event of a visitor whose sessions started on UTC day `day` (one Query), in order:
+    /// all Tally keeps about them, for a GDPR access request.
+    pub async fn visitor_events(
         &self,
         site_id: &str,
         day: &str,

@@ -91,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions", get(crate::stats::recent_sessions))
         .route("/api/sessions/{session}", get(crate::stats::session))
         .route("/api/visitors/{visitor}/sessions", get(crate::stats::visitor_sessions))
+        .route("/api/visitors/{visitor}/events", get(crate::stats::visitor_export))
         .route("/api/visitors/{visitor}", axum::routing::delete(crate::stats::delete_visitor))
         .route("/api/import", post(crate::stats::import).layer(DefaultBodyLimit::max(crate::stats::MAX_IMPORT_BYTES)))
         .merge(accounts_and_settings())

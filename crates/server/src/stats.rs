@@ -472,6 +472,43 @@ pub async fn visitor_sessions(
     }
 }
 
+/// `GET /api/visitors/{visitor}/events?site_id=&date=`: everything stored about a visitor's
+/// sessions of a UTC day, event by event (a GDPR access request; `DELETE` erases it).
+pub async fn visitor_export(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Path(visitor): axum::extract::Path<String>,
+    UrlQuery(p): UrlQuery<SessionParams>,
+) -> Response {
+    let (r, site, day) = match session_day(&state, &headers, &p).await {
+        Ok(x) => x,
+        Err(resp) => return resp,
+    };
+    match r.stats.visitor_events(&site.site_id, &day, &visitor).await {
+        Ok(events) => {
+            let list: Vec<Json> = events
+                .iter()
+                .map(|e| {
+                    let v = &e.visit;
+                    json!({
+                        "session": format!("{}.{}.{}", e.day, e.visitor_id, e.session_id),
+                        "timestamp": e.ts, "name": e.name, "hostname": e.hostname, "path": e.path,
+                        "props": e.props, "interactive": e.interactive, "goals": e.goals,
+                        "revenue": e.revenue.as_ref().map(|(amount, currency)| json!({ "amount": amount, "currency": currency })),
+                        "entry_page": v.entry_page, "source": v.source, "referrer": v.referrer,
+                        "utm_source": v.utm_source, "utm_medium": v.utm_medium, "utm_campaign": v.utm_campaign,
+                        "utm_content": v.utm_content, "utm_term": v.utm_term, "country": v.country,
+                        "device": v.device, "browser": v.browser, "browser_version": v.browser_version,
+                        "os": v.os, "os_version": v.os_version,
+                    })
+                })
+                .collect();
+            json_ok(json!({ "visitor_id": visitor.to_ascii_lowercase(), "date": day, "events": list }))
+        }
+        Err(e) => stats_error(e),
+    }
+}
+
 /// `DELETE /api/visitors/{visitor}?site_id=&date=`: erases a visitor's events of a UTC day.
 pub async fn delete_visitor(
     State(state): State<AppState>,

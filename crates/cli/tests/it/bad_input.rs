@@ -408,6 +408,7 @@ fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
         ("GET", "/api/sessions"),
         ("GET", "/api/sessions/2026-11-22.3f2a9c0d1e4b5a67.01JDB3Y5C8M9V7T2X4K6P0QWER"),
         ("GET", "/api/visitors/3f2a9c0d1e4b5a67/sessions"),
+        ("GET", "/api/visitors/3f2a9c0d1e4b5a67/events"),
         ("DELETE", "/api/visitors/3f2a9c0d1e4b5a67"),
     ];
     for (method, endpoint) in live_routes {

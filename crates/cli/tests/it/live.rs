@@ -1,6 +1,6 @@
 //! Realtime and sessions over real HTTP, with numbers worked out by hand: what a visitor did a
 //! moment ago shows in `/api/realtime` and its bare-number twin, and the session routes list,
-//! replay and erase it.
+//! replay, hand over (GDPR access) and erase it.
 
 use std::time::{Duration, Instant};
 
@@ -101,6 +101,16 @@ fn realtime_and_sessions_show_what_visitors_just_did() {
     let mine = until(&mut c, &auth, &format!("/api/visitors/{visitor}/sessions?site_id=live.test"), |_| true);
     assert_eq!(mine["sessions"].as_array().unwrap().len(), 1);
     assert_eq!(mine["sessions"][0]["session"], json!(reference));
+    // Everything kept about them (a GDPR access request), then erased.
+    let access = format!("/api/visitors/{visitor}/events?site_id=live.test");
+    let kept = until(&mut c, &auth, &access, |_| true);
+    let names: Vec<&str> = kept["events"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pageview", "pageview", "Signup"]);
+    assert_eq!(
+        (kept["events"][2]["browser"].clone(), kept["events"][2]["session"].clone()),
+        (json!("Firefox"), json!(reference))
+    );
+    assert_eq!(c.request("GET", &access, &[("authorization", &theirs)], b"").status, 401);
     let erase = format!("/api/visitors/{visitor}?site_id=live.test");
     assert_eq!(c.request("DELETE", &erase, &[("authorization", &theirs)], b"").status, 401);
     let r = c.request("DELETE", &erase, &[("authorization", &auth)], b"");
@@ -109,5 +119,6 @@ fn realtime_and_sessions_show_what_visitors_just_did() {
     assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "{list}");
     let r = c.request("GET", &format!("/api/sessions/{reference}?site_id=live.test"), &[("authorization", &auth)], b"");
     assert_eq!(r.status, 404);
+    assert_eq!(until(&mut c, &auth, &access, |_| true)["events"], json!([]), "nothing is left of them");
     server.stop();
 }
