@@ -791,6 +791,24 @@ fn order(rows: &mut [Row], q: &Query) {
     });
 }
 
+/// Fewest steps of a funnel.
+pub const MIN_FUNNEL_STEPS: usize = 2;
+/// Most steps of a funnel.
+pub const MAX_FUNNEL_STEPS: usize = 8;
+
+/// One step of a funnel, as [`Stats::funnel`] counts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunnelStep {
+    /// The step, as a goal of its kind is named (`Visit /pricing*`, `Signup`).
+    pub name: String,
+    /// Visitors who reached it, every step before it done in order within one visit.
+    pub visitors: u64,
+    /// Of the visitors who entered the funnel (the first step), the share who reached this step, in %.
+    pub conversion_rate: f64,
+    /// Visitors who reached the step before but not this one (0 for the first step).
+    pub dropoff: u64,
+}
+
 /// One daily aggregate item, as `tally export --aggregates` writes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DayItem {
@@ -879,6 +897,69 @@ impl Stats {
             .iter()
             .map(|r| crate::aggregate::event_from_record(r).map_err(|e| StatsError::Corrupt(e.to_string())))
             .collect()
+    }
+
+    /// A funnel over `range`: for each step, the visitors who, within one visit, completed it
+    /// and every step before it in order (other events may come between), with the conversion
+    /// from the first step and the drop-off from the previous one. Read from the raw events, so
+    /// bounded as a filtered query is (the site's raw-event retention, [`Stats::raw_event_limit`]).
+    pub async fn funnel(
+        &self,
+        site_id: &str,
+        range: &DateRange,
+        steps: &[crate::goal::Goal],
+    ) -> Result<Vec<FunnelStep>, StatsError> {
+        if !(MIN_FUNNEL_STEPS..=MAX_FUNNEL_STEPS).contains(&steps.len()) {
+            return Err(StatsError::Invalid(format!(
+                "a funnel has {MIN_FUNNEL_STEPS} to {MAX_FUNNEL_STEPS} steps, not {}",
+                steps.len()
+            )));
+        }
+        let (zone, _) = self.zone_and_weeks(site_id).await?;
+        let (start, end) = zone.bounds_ms(range).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let days: Vec<(Period, Bucket)> = zone
+            .buckets(Unit::Day, start, end)
+            .map_err(|e| StatsError::Invalid(e.to_string()))?
+            .map(|b| (Period::Day, b))
+            .collect();
+        self.check_raw(site_id, start, &days).await?;
+        let mut reached: Vec<BTreeSet<String>> = vec![BTreeSet::new(); steps.len()];
+        let first = crate::visitor::UtcDay::from_unix_ms(start).previous();
+        let last = crate::visitor::UtcDay::from_unix_ms(end.saturating_sub(1));
+        for day in first.days()..=last.days() {
+            let day = crate::visitor::UtcDay::from_days(day).to_string();
+            for shard in 0..crate::schema::EVENT_SHARDS {
+                let events =
+                    self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await?;
+                for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
+                    let mut done = 0;
+                    for e in session.iter().filter(|e| (start..end).contains(&e.ts)) {
+                        if done < steps.len() && steps[done].matches(&e.name, &e.path) {
+                            done += 1;
+                        }
+                    }
+                    if let Some(visitor) = session.first().map(|e| &e.visitor_id) {
+                        reached.iter_mut().take(done).for_each(|set| {
+                            set.insert(visitor.clone());
+                        });
+                    }
+                }
+            }
+        }
+        let entered = reached[0].len() as u64;
+        let mut out = Vec::with_capacity(steps.len());
+        let mut previous = entered;
+        for (step, visitors) in steps.iter().zip(&reached) {
+            let visitors = visitors.len() as u64;
+            out.push(FunnelStep {
+                name: step.display_name(),
+                visitors,
+                conversion_rate: crate::goal::conversion_rate(visitors, entered).percent(2),
+                dropoff: previous.saturating_sub(visitors),
+            });
+            previous = visitors;
+        }
+        Ok(out)
     }
 
     /// Every stored event of the site whose site-time date is in `range`, session by session

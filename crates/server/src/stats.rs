@@ -12,6 +12,7 @@ use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
 use analytics::pipeline::{IngestResult, Pipeline};
 
 use crate::import::Format;
+use analytics::goal::Goal;
 use analytics::sites::{Site, Sites};
 use analytics::stats::{Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
 use axum::body::Bytes;
@@ -167,36 +168,89 @@ fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
         .map_err(|e| bad(e.to_string()))
 }
 
+/// A JSON body naming a `site_id` the caller may read the statistics of: the reading state,
+/// the body and the site, or the answer refusing it.
+async fn json_request<'a>(
+    state: &'a AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<(&'a Reading, Json, Site), Response> {
+    let r = reading(state)?;
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body is larger than {} bytes", crate::routes::MAX_BODY_BYTES),
+            ));
+        }
+        Err(rejection) => return Err(bad(format!("could not read the body: {rejection}"))),
+    };
+    let body: Json = match serde_json::from_slice(&body) {
+        Ok(v @ Json::Object(_)) => v,
+        Ok(_) => return Err(bad("the body must be a JSON object")),
+        Err(e) => return Err(bad(format!("the body is not JSON: {e}"))),
+    };
+    let Some(site_name) = body.get("site_id").and_then(Json::as_str) else {
+        return Err(bad("`site_id` is required"));
+    };
+    let (_, site) = authorize(r, headers, Some(site_name), Need::Stats).await?;
+    Ok((r, body, site))
+}
+
+/// `POST /api/funnel {site_id, date_range, steps: [{"page": "/pricing*"} | {"event": "Signup"}]}`:
+/// of 2 to 8 steps, the visitors who did each step and every one before it, in order, within
+/// one visit; answers `{steps: [{step, visitors, conversion_rate, dropoff}], query}`. Read from
+/// raw events, so only within the site's raw-event retention.
+pub async fn funnel(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let (r, body, site) = match json_request(&state, &headers, body).await {
+        Ok(x) => x,
+        Err(resp) => return resp,
+    };
+    let range = match parse_range(&body, &site.zone) {
+        Ok(range) => range,
+        Err(resp) => return resp,
+    };
+    let Some(list) = body.get("steps").and_then(Json::as_array) else {
+        return bad("`steps` must be a list of {\"page\": pattern} or {\"event\": name}");
+    };
+    let mut steps = Vec::with_capacity(list.len());
+    for (i, step) in list.iter().enumerate() {
+        let goal = match (step.get("page").and_then(Json::as_str), step.get("event").and_then(Json::as_str)) {
+            (Some(page), None) => Goal::page(page),
+            (None, Some(event)) => Goal::event(event),
+            _ => return bad(format!("step {}: give one of `page` or `event`", i + 1)),
+        };
+        match goal {
+            Ok(goal) => steps.push(goal),
+            Err(e) => return bad(format!("step {}: {e}", i + 1)),
+        }
+    }
+    match r.stats.funnel(&site.site_id, &range, &steps).await {
+        Ok(result) => {
+            let steps: Vec<Json> = result
+                .iter()
+                .map(|s| json!({ "step": s.name, "visitors": s.visitors, "conversion_rate": s.conversion_rate, "dropoff": s.dropoff }))
+                .collect();
+            let query = json!({ "site_id": body.get("site_id"), "date_range": [range.first().to_string(), range.last().to_string()] });
+            json_ok(json!({ "steps": steps, "query": query }))
+        }
+        Err(e) => stats_error(e),
+    }
+}
+
 /// `POST /api/v2/query`.
 pub async fn query(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let body = match body {
-        Ok(b) => b,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("body is larger than {} bytes", crate::routes::MAX_BODY_BYTES),
-            );
-        }
-        Err(rejection) => return bad(format!("could not read the body: {rejection}")),
-    };
-    let body: Json = match serde_json::from_slice(&body) {
-        Ok(v @ Json::Object(_)) => v,
-        Ok(_) => return bad("the body must be a JSON object"),
-        Err(e) => return bad(format!("the body is not JSON: {e}")),
-    };
-    let Some(site_name) = body.get("site_id").and_then(Json::as_str) else {
-        return bad("`site_id` is required");
-    };
-    let site = match authorize(r, &headers, Some(site_name), Need::Stats).await {
-        Ok((_, s)) => s,
+    let (r, body, site) = match json_request(&state, &headers, body).await {
+        Ok(x) => x,
         Err(resp) => return resp,
     };
     let q = match parse_query(&body, &site) {
@@ -223,7 +277,7 @@ pub async fn query(
         })
         .collect();
     let echo = json!({
-        "site_id": site_name,
+        "site_id": body.get("site_id"),
         "metrics": q.metrics.iter().map(|m| m.name()).collect::<Vec<_>>(),
         "date_range": [q.range.first().to_string(), q.range.last().to_string()],
         "dimensions": q.dimensions,

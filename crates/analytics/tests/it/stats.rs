@@ -241,6 +241,39 @@ async fn an_event_filter_gives_the_visit_metrics_of_the_visits_it_matches() {
     );
 }
 
+/// Funnels, by hand: a went `/` → `/pricing`; b stayed on `/`; c read `/blog`, then signed up.
+#[tokio::test]
+async fn funnels_count_the_visitors_who_did_each_step_in_order() {
+    let w = world().await;
+    let range = DateRange::new(w.day, w.day).unwrap();
+    let page = |p: &str| Goal::page(p).unwrap();
+    let event = |e: &str| Goal::event(e).unwrap();
+    let funnel = |steps: Vec<Goal>| {
+        let (w, range) = (&w, &range);
+        async move {
+            let steps = w.stats.funnel(&w.site.site_id, range, &steps).await.unwrap();
+            steps.into_iter().map(|s| (s.name, s.visitors, s.conversion_rate, s.dropoff)).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        funnel(vec![page("/"), page("/pricing")]).await,
+        [("Visit /".into(), 2, 100.0, 0), ("Visit /pricing".into(), 1, 50.0, 1)]
+    );
+    assert_eq!(
+        funnel(vec![page("/*"), event("Signup")]).await,
+        [("Visit /*".into(), 3, 100.0, 0), ("Signup".into(), 1, 33.33, 2)]
+    );
+    // In order only: a saw `/` before `/pricing`, never after.
+    assert_eq!(
+        funnel(vec![page("/pricing"), page("/")]).await,
+        [("Visit /pricing".into(), 1, 100.0, 0), ("Visit /".into(), 0, 0.0, 1)]
+    );
+    for wrong in [vec![page("/")], vec![page("/"); 9]] {
+        let err = w.stats.funnel(&w.site.site_id, &range, &wrong).await.unwrap_err();
+        assert!(matches!(err, StatsError::Invalid(_)) && err.to_string().contains("2 to 8 steps"), "{err}");
+    }
+}
+
 #[tokio::test]
 async fn filtered_reads_reach_as_far_back_as_raw_events_are_kept_and_no_further() {
     let w = world().await;

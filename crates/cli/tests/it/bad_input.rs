@@ -448,6 +448,47 @@ fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
         ]);
     }
 
+    // POST /api/funnel: the site's key, 2 to 8 steps, each a page pattern or an event name.
+    let funnel = |what: &str, key: &str, body: Value, status: u16, says: &[&'static str]| {
+        case(
+            what,
+            "POST",
+            "/api/funnel",
+            &[("authorization", key), ("content-type", "application/json")],
+            body.to_string(),
+        )
+        .answers(status, says)
+    };
+    let two = json!([{ "page": "/" }, { "event": "Signup" }]);
+    cases.extend([
+        funnel("funnel: no key", "", json!({ "site_id": "good.example", "date_range": "7d", "steps": two }), 401, &["key"]),
+        funnel("funnel: another site's key", &other_auth, json!({ "site_id": "good.example", "date_range": "7d", "steps": two }), 401, &["key"]),
+        funnel("funnel: no steps", &good_auth, json!({ "site_id": "good.example", "date_range": "7d" }), 400, &["steps"]),
+        funnel("funnel: one step", &good_auth, json!({ "site_id": "good.example", "date_range": "7d", "steps": [{ "page": "/" }] }), 400, &["2 to 8"]),
+        funnel(
+            "funnel: a step with both",
+            &good_auth,
+            json!({ "site_id": "good.example", "date_range": "7d", "steps": [{ "page": "/", "event": "x" }, { "page": "/" }] }),
+            400,
+            &["step 1"],
+        ),
+        funnel(
+            "funnel: a control character in a step",
+            &good_auth,
+            json!({ "site_id": "good.example", "date_range": "7d", "steps": [{ "page": "/" }, { "event": "a\u{1}b" }] }),
+            400,
+            &["step 2"],
+        ),
+        funnel("funnel: no date range", &good_auth, json!({ "site_id": "good.example", "steps": two }), 400, &["date_range"]),
+        funnel(
+            "funnel: before the raw events kept",
+            &good_auth,
+            json!({ "site_id": "good.example", "date_range": ["2020-01-01", "2020-01-31"], "steps": two }),
+            400,
+            &["keeps for 30 days"],
+        ),
+    ]);
+
     // Their own parameters: a bad date, limit, session reference or visitor id is refused.
     let live = |what: &str, method: &'static str, path: &str, status: u16, says: &[&'static str]| {
         case(what, method, path, &[("authorization", &good_auth)], "").answers(status, says)

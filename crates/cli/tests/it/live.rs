@@ -72,6 +72,21 @@ fn realtime_and_sessions_show_what_visitors_just_did() {
     let theirs = format!("Bearer {}", other.key);
     assert_eq!(c.request("GET", "/api/realtime?site_id=live.test", &[("authorization", &theirs)], b"").status, 401);
 
+    // A funnel: the home page, then pricing, then a signup, in one visit each.
+    let steps = json!([{ "page": "/" }, { "page": "/pricing*" }, { "event": "Signup" }]);
+    let body = json!({ "site_id": "live.test", "date_range": "day", "steps": steps });
+    let r = c.post_json("/api/funnel", &[("authorization", &auth)], &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["steps"],
+        json!([
+            { "step": "Visit /", "visitors": 2, "conversion_rate": 100.0, "dropoff": 0 },
+            { "step": "Visit /pricing*", "visitors": 1, "conversion_rate": 50.0, "dropoff": 1 },
+            { "step": "Signup", "visitors": 1, "conversion_rate": 50.0, "dropoff": 0 },
+        ])
+    );
+    assert_eq!(c.post_json("/api/funnel", &[("authorization", &theirs)], &body).status, 401);
+
     // Recent sessions: two, a's with its three events, entry and exit pages.
     let list =
         until(&mut c, &auth, "/api/sessions?site_id=live.test", |l| l["sessions"].as_array().unwrap().len() == 2);
