@@ -672,8 +672,9 @@ impl Stats {
         let first = crate::visitor::UtcDay::from_unix_ms(start_ms);
         if first.days() < kept_from {
             return Err(StatsError::Unsupported(format!(
-                "filters on a dimension other than the breakdown read raw events, which this site keeps for {days} \
-                 days: the range must start on or after {}",
+                "this query reads raw events (a filter on a dimension other than the breakdown, visit metrics \
+                 under an event filter, or a funnel), which this site keeps for {days} days: the range must \
+                 start on or after {}",
                 crate::visitor::UtcDay::from_days(kept_from)
             )));
         }
@@ -685,8 +686,9 @@ impl Stats {
             .sum();
         if events > self.raw_event_limit {
             return Err(StatsError::Unsupported(format!(
-                "filters on a dimension other than the breakdown read raw events: this range has {events}, more than \
-                 the {} one query reads; choose a shorter range",
+                "this query reads raw events (a filter on a dimension other than the breakdown, visit metrics \
+                 under an event filter, or a funnel): this range has {events}, more than the {} one query reads; \
+                 choose a shorter range",
                 self.raw_event_limit
             )));
         }
