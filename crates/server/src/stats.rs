@@ -1,18 +1,17 @@
 //! The reading routes, every one behind a site API key: `POST /api/v2/query` in the shape of
-//! Plausible's Stats API v2, `GET /api/realtime`, `GET /api/v1/stats/realtime/visitors` (a bare
-//! number, as Plausible answers) and the backfill route `POST /api/import` (NDJSON lines or CSV
-//! records of events with their own timestamps).
+//! Plausible's Stats API v2, `POST /api/funnel`, `GET /api/realtime`,
+//! `GET /api/v1/stats/realtime/visitors` (a bare number, as Plausible answers), the session and
+//! visitor routes, and the backfill route `POST /api/import` (NDJSON lines or CSV records of
+//! events with their own timestamps).
 //!
 //! A missing, unknown, revoked or other site's key gets `401` with the same message, so a caller
 //! learns nothing about which sites exist.
 
 use std::sync::Arc;
 
+use analytics::goal::Goal;
 use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
 use analytics::pipeline::{IngestResult, Pipeline};
-
-use crate::import::Format;
-use analytics::goal::Goal;
 use analytics::sites::{Site, Sites};
 use analytics::stats::{Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
 use axum::body::Bytes;
@@ -22,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value as Json, json};
 
 use crate::auth::{Need, authorize, error, internal};
+use crate::import::Format;
 use crate::routes::AppState;
 
 /// What the reading routes need.
