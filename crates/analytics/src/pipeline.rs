@@ -481,7 +481,9 @@ impl Pipeline {
                 prev: live.state.clone(),
                 run: ticket.run_id().to_owned(),
                 epoch: ticket.epoch(),
-                ttl: now_ms() / 1000 + i64::from(site.retention_event_days) * 86_400,
+                // A day more than the retention: a range of the last N days starts N days ago at
+                // midnight in site time, so its first morning is still there to be read.
+                ttl: now_ms() / 1000 + (i64::from(site.retention_event_days) + 1) * 86_400,
             };
             match self.table.write("Event", event_item(&stored), PutMode::Create, None).await {
                 Ok(()) => {}

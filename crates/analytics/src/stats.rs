@@ -17,6 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use futures::StreamExt;
+
 use model::Table;
 use store::item;
 
@@ -666,16 +668,20 @@ impl Stats {
     /// one of them, and the range's aggregates count no more than the limit.
     async fn check_raw(&self, site_id: &str, start_ms: i64, wanted: &[(Period, Bucket)]) -> Result<(), StatsError> {
         let settings = self.sites.site_settings(site_id).await.map_err(|e| StatsError::Corrupt(e.to_string()))?;
-        let days = settings.map_or(30, |s| s.retention_event_days);
-        let today = crate::visitor::UtcDay::from_unix_ms(jiff::Timestamp::now().as_millisecond());
-        let kept_from = today.days() - i64::from(days);
-        let first = crate::visitor::UtcDay::from_unix_ms(start_ms);
-        if first.days() < kept_from {
+        let (zone, days) = settings.map_or((SiteZone::utc(), 30), |s| (s.zone, s.retention_event_days));
+        // In site time: raw events live a day longer than the retention, so "the last N days"
+        // (from midnight N days ago) is whole whenever N is at most the retention.
+        let dates = zone
+            .date_of(jiff::Timestamp::now().as_millisecond())
+            .and_then(|today| Ok((today, zone.date_of(start_ms)?)))
+            .map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let (today, first) = dates;
+        let kept_from = today.checked_sub(jiff::Span::new().days(i64::from(days))).unwrap_or(today);
+        if first < kept_from {
             return Err(StatsError::Unsupported(format!(
                 "this query reads raw events (a filter on a dimension other than the breakdown, visit metrics \
                  under an event filter, or a funnel), which this site keeps for {days} days: the range must \
-                 start on or after {}",
-                crate::visitor::UtcDay::from_days(kept_from)
+                 start on or after {kept_from}"
             )));
         }
         let events: u64 = self
@@ -734,19 +740,16 @@ impl Stats {
                 }
             }
         };
-        for day in first.days()..=last.days() {
-            let day = crate::visitor::UtcDay::from_days(day).to_string();
-            for shard in 0..crate::schema::EVENT_SHARDS {
-                let events =
-                    self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await?;
-                // A partition holds whole sessions, one after another (sorted by visitor, session, seq).
-                for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
-                    let selected = session_selected(session, filters);
-                    for e in session {
-                        // Event counters and visitors: the events that pass every filter. Visit
-                        // counters: every event of the visits the filters select.
-                        add(e, filters.iter().all(|f| passes(f, e)), selected);
-                    }
+        let mut partitions = self.partitions(site_id, first, last, false);
+        while let Some(events) = partitions.next().await {
+            let events = events?;
+            // A partition holds whole sessions, one after another (sorted by visitor, session, seq).
+            for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
+                let selected = session_selected(session, filters);
+                for e in session {
+                    // Event counters and visitors: the events that pass every filter. Visit
+                    // counters: every event of the visits the filters select.
+                    add(e, filters.iter().all(|f| passes(f, e)), selected);
                 }
             }
         }
@@ -792,6 +795,10 @@ fn order(rows: &mut [Row], q: &Query) {
         a.dimensions.cmp(&b.dimensions)
     });
 }
+
+/// Partitions the raw-event reads (filtered queries, funnels, recent sessions, exports) read
+/// at once: on DynamoDB each is a round trip, so one at a time would leave the time to latency.
+pub const PARALLEL_READS: usize = 16;
 
 /// Fewest steps of a funnel.
 pub const MIN_FUNNEL_STEPS: usize = 2;
@@ -928,23 +935,20 @@ impl Stats {
         let mut reached: Vec<BTreeSet<String>> = vec![BTreeSet::new(); steps.len()];
         let first = crate::visitor::UtcDay::from_unix_ms(start).previous();
         let last = crate::visitor::UtcDay::from_unix_ms(end.saturating_sub(1));
-        for day in first.days()..=last.days() {
-            let day = crate::visitor::UtcDay::from_days(day).to_string();
-            for shard in 0..crate::schema::EVENT_SHARDS {
-                let events =
-                    self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await?;
-                for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
-                    let mut done = 0;
-                    for e in session.iter().filter(|e| (start..end).contains(&e.ts)) {
-                        if done < steps.len() && steps[done].matches(&e.name, &e.path) {
-                            done += 1;
-                        }
+        let mut partitions = self.partitions(site_id, first, last, false);
+        while let Some(events) = partitions.next().await {
+            let events = events?;
+            for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
+                let mut done = 0;
+                for e in session.iter().filter(|e| (start..end).contains(&e.ts)) {
+                    if done < steps.len() && steps[done].matches(&e.name, &e.path) {
+                        done += 1;
                     }
-                    if let Some(visitor) = session.first().map(|e| &e.visitor_id) {
-                        reached.iter_mut().take(done).for_each(|set| {
-                            set.insert(visitor.clone());
-                        });
-                    }
+                }
+                if let Some(visitor) = session.first().map(|e| &e.visitor_id) {
+                    reached.iter_mut().take(done).for_each(|set| {
+                        set.insert(visitor.clone());
+                    });
                 }
             }
         }
@@ -964,6 +968,24 @@ impl Stats {
         Ok(out)
     }
 
+    /// The events of each (UTC day, shard) partition of the site from `first` to `last`, in
+    /// partition order when `ordered`, else as they come; [`PARALLEL_READS`] Queries at a time.
+    fn partitions<'a>(
+        &'a self,
+        site_id: &'a str,
+        first: crate::visitor::UtcDay,
+        last: crate::visitor::UtcDay,
+        ordered: bool,
+    ) -> futures::stream::BoxStream<'a, Result<Vec<crate::stored::StoredEvent>, StatsError>> {
+        let keys = (first.days()..=last.days())
+            .flat_map(|day| (0..crate::schema::EVENT_SHARDS).map(move |shard| (day, shard)));
+        let reads = futures::stream::iter(keys).map(move |(day, shard)| async move {
+            let day = crate::visitor::UtcDay::from_days(day).to_string();
+            self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await
+        });
+        if ordered { reads.buffered(PARALLEL_READS).boxed() } else { reads.buffer_unordered(PARALLEL_READS).boxed() }
+    }
+
     /// Every stored event of the site whose site-time date is in `range`, session by session
     /// (each in order), for `tally export`: the UTC day partitions from the day before the range
     /// to the day after, as the rebuild reads them.
@@ -978,15 +1000,12 @@ impl Stats {
         let first = crate::visitor::UtcDay::from_unix_ms(start).previous();
         let last = crate::visitor::UtcDay::from_unix_ms(end);
         let mut written = 0;
-        for day in first.days()..=last.days() {
-            let day = crate::visitor::UtcDay::from_days(day).to_string();
-            for shard in 0..crate::schema::EVENT_SHARDS {
-                let events =
-                    self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await?;
-                for e in events.iter().filter(|e| (start..end).contains(&e.ts)) {
-                    f(e)?;
-                    written += 1;
-                }
+        let mut partitions = self.partitions(site_id, first, last, true);
+        while let Some(events) = partitions.next().await {
+            let events = events?;
+            for e in events.iter().filter(|e| (start..end).contains(&e.ts)) {
+                f(e)?;
+                written += 1;
             }
         }
         Ok(written)
@@ -1071,10 +1090,12 @@ impl Stats {
         limit: usize,
     ) -> Result<Vec<SessionSummary>, StatsError> {
         crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let day =
+            crate::visitor::UtcDay::parse(day).ok_or_else(|| StatsError::Invalid(format!("{day:?} is not a date")))?;
         let mut all = Vec::new();
-        for shard in 0..crate::schema::EVENT_SHARDS {
-            let events = self.events_of(item! { "site_id" => site_id, "day" => day, "shard" => shard }).await?;
-            all.extend(summarize(&events));
+        let mut partitions = self.partitions(site_id, day, day, false);
+        while let Some(events) = partitions.next().await {
+            all.extend(summarize(&events?));
         }
         all.sort_by_key(|s| std::cmp::Reverse(s.last_seen_at));
         all.truncate(limit);

@@ -284,8 +284,20 @@ async fn filtered_reads_reach_as_far_back_as_raw_events_are_kept_and_no_further(
     // Kept 30 days: a quarter would be answered from a third of it, so it is refused.
     let err = w.stats.query(&quarter).await.unwrap_err();
     assert!(matches!(err, StatsError::Unsupported(_)) && err.to_string().contains("keeps for 30 days"), "{err}");
-    // Kept a year: the quarter is read, and says what the day alone says.
+    // Kept 30 days: the last 30 days and today is as far back as a filter reads, counted in the
+    // site's own time zone (east of UTC, its first midnight is the day before in UTC).
     let sites = Arc::new(Sites::new(w.table.clone()));
+    let tokyo = SiteChanges { timezone: Some("Asia/Tokyo".into()), ..SiteChanges::default() };
+    sites.update(&w.site.site_id, &tokyo).await.unwrap();
+    let stats = Stats::new(w.table.clone(), sites.clone());
+    let today = SiteZone::new("Asia/Tokyo").unwrap().date_of(jiff::Timestamp::now().as_millisecond()).unwrap();
+    let back = |days: i64| today.checked_sub(jiff::Span::new().days(days)).unwrap();
+    let mut month = quarter.clone();
+    month.range = DateRange::new(back(30), today).unwrap();
+    assert_eq!(rows(&stats.query(&month).await.unwrap()), expected);
+    month.range = DateRange::new(back(31), today).unwrap();
+    assert!(stats.query(&month).await.unwrap_err().to_string().contains("keeps for 30 days"));
+    // Kept a year: the quarter is read, and says what the day alone says.
     let year = SiteChanges { retention_event_days: Some(365), ..SiteChanges::default() };
     sites.update(&w.site.site_id, &year).await.unwrap();
     let stats = Stats::new(w.table.clone(), sites.clone());
