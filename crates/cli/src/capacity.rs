@@ -114,7 +114,8 @@ impl Estimate {
         let write_units = events * costs.write_units_per_event;
         let read_units = events * costs.read_units_per_event
             + traffic.dashboards_per_day * DAYS_PER_MONTH * costs.read_units_per_dashboard;
-        let bytes = traffic.events_per_day * traffic.raw_retention_days * costs.raw_bytes_per_event
+        // Raw events expire a day after their retention (so a range of the last N days is whole).
+        let bytes = traffic.events_per_day * (traffic.raw_retention_days + 1.0) * costs.raw_bytes_per_event
             + traffic.sites * traffic.aggregate_days * costs.aggregate_bytes_per_site_day;
         let storage_gb = bytes / 1e9;
         Estimate {
@@ -193,7 +194,7 @@ pub fn report(costs: &Costs, traffic: &Traffic) -> String {
          \x20 total                          ${total:>10.2}\n\
          \n\
          assumptions: on-demand capacity, Standard table class, us-east-1 prices; {month} days a month;\n\
-         raw events kept {raw} days, aggregates {agg} days; 100 bytes of DynamoDB overhead per item;\n\
+         raw events kept {raw} days (and one more before they expire), aggregates {agg} days; 100 bytes of DynamoDB overhead per item;\n\
          no global tables, backups, streams or data transfer; free tier not deducted.\n{warning}",
         events = traffic.events_per_day,
         dash = traffic.dashboards_per_day,
@@ -273,9 +274,9 @@ mod tests {
         assert!((e.write_units - 30_437_500.0).abs() < 1e-6);
         assert!((e.write_cost - 19.0234375).abs() < 1e-9);
         assert_eq!(e.read_cost, 0.0);
-        // 30 days of a million 1 KB events is 30 GB.
-        assert!((e.storage_gb - 30.0).abs() < 1e-9);
-        assert!((e.total() - (19.0234375 + 7.5)).abs() < 1e-9);
+        // 31 days (30 kept, and the day before they expire) of a million 1 KB events is 31 GB.
+        assert!((e.storage_gb - 31.0).abs() < 1e-9);
+        assert!((e.total() - (19.0234375 + 7.75)).abs() < 1e-9);
     }
 
     #[test]
