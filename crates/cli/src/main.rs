@@ -114,15 +114,8 @@ enum Command {
     /// Exports a site's events (in the shape `import` reads) or its daily aggregates, as NDJSON
     /// or CSV.
     Export {
-        /// The site (domain or id).
-        #[arg(long)]
-        site: String,
-        /// First date, site time [default: the raw-event retention ago].
-        #[arg(long)]
-        from: Option<String>,
-        /// Last date, site time [default: today].
-        #[arg(long)]
-        to: Option<String>,
+        #[command(flatten)]
+        range: SiteRange,
         /// The daily aggregate items (every dimension but props) instead of the events.
         #[arg(long)]
         aggregates: bool,
@@ -138,15 +131,8 @@ enum Command {
         /// Recompute (required; the only operation).
         #[arg(long, required = true)]
         rebuild: bool,
-        /// The site (domain or id).
-        #[arg(long)]
-        site: String,
-        /// First date (site time) [default: the raw-event retention ago].
-        #[arg(long)]
-        from: Option<String>,
-        /// Last date (site time) [default: today].
-        #[arg(long)]
-        to: Option<String>,
+        #[command(flatten)]
+        range: SiteRange,
         /// Only compare and report differences (exit 1 when any); do not write.
         #[arg(long)]
         verify: bool,
@@ -198,6 +184,20 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         from_bench: Option<PathBuf>,
     },
+}
+
+/// A site and a range of its days, for `export` and `aggregate`.
+#[derive(clap::Args)]
+struct SiteRange {
+    /// The site (domain or id).
+    #[arg(long)]
+    site: String,
+    /// First date, site time [default: the raw-event retention ago].
+    #[arg(long)]
+    from: Option<String>,
+    /// Last date, site time [default: today].
+    #[arg(long)]
+    to: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -426,11 +426,11 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 ShareCommand::Revoke { site, share_id } => users::share_revoke(&config, &site, &share_id).await,
             }
         })?,
-        Command::Export { site, from, to, aggregates, format, output } => {
+        Command::Export { range, aggregates, format, output } => {
             let options = export::ExportOptions {
-                site: &site,
-                from: from.as_deref(),
-                to: to.as_deref(),
+                site: &range.site,
+                from: range.from.as_deref(),
+                to: range.to.as_deref(),
                 aggregates,
                 format: &format,
                 output: output.as_deref(),
@@ -440,8 +440,9 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Import { file, site, format } => {
             runtime()?.block_on(serve::import(&config, &file, &site, format.as_deref()))?
         }
-        Command::Aggregate { rebuild: _, site, from, to, verify } => {
-            let clean = runtime()?.block_on(serve::rebuild(&config, &site, from.as_deref(), to.as_deref(), verify))?;
+        Command::Aggregate { rebuild: _, range, verify } => {
+            let (site, from, to) = (&range.site, range.from.as_deref(), range.to.as_deref());
+            let clean = runtime()?.block_on(serve::rebuild(&config, site, from, to, verify))?;
             if !clean {
                 return Ok(std::process::ExitCode::FAILURE);
             }
