@@ -472,8 +472,8 @@ impl Stats {
             }
         };
         let raw_items = if raw {
-            self.check_raw(&q.site_id, start, &wanted).await?;
-            Some(self.raw_items(&q.site_id, &zone, (start, end), &q.filters, &[source.as_str(), TOTAL]).await?)
+            let partitions = self.check_raw(&q.site_id, (start, end), &wanted).await?;
+            Some(self.raw_items(&q.site_id, &zone, partitions, &q.filters, &[source.as_str(), TOTAL]).await?)
         } else {
             None
         };
@@ -664,20 +664,24 @@ fn gather_memory(
 }
 
 impl Stats {
-    /// Whether the raw events of a range can answer a filtered query: the site still keeps every
-    /// one of them, and the range's aggregates count no more than the limit.
-    async fn check_raw(&self, site_id: &str, start_ms: i64, wanted: &[(Period, Bucket)]) -> Result<(), StatsError> {
+    /// Whether the raw events of the range `start_ms..end_ms` can answer a query: the site still
+    /// keeps every one of them, the range spans at most [`MAX_RAW_DAYS`], and its aggregates
+    /// (`wanted`) count no more than the limit. Returns the UTC day partitions to read: from the
+    /// day before the range (for visits that began then) to its last day.
+    async fn check_raw(
+        &self,
+        site_id: &str,
+        (start_ms, end_ms): (i64, i64),
+        wanted: &[(Period, Bucket)],
+    ) -> Result<(crate::visitor::UtcDay, crate::visitor::UtcDay), StatsError> {
         let settings = self.sites.site_settings(site_id).await.map_err(|e| StatsError::Corrupt(e.to_string()))?;
         let (zone, days) = settings.map_or((SiteZone::utc(), 30), |s| (s.zone, s.retention_event_days));
         // In site time: raw events live a day longer than the retention, so "the last N days"
         // (from midnight N days ago) is whole whenever N is at most the retention.
-        let dates = zone
-            .date_of(jiff::Timestamp::now().as_millisecond())
-            .and_then(|today| Ok((today, zone.date_of(start_ms)?)))
-            .map_err(|e| StatsError::Invalid(e.to_string()))?;
-        let (today, first) = dates;
+        let date_of = |ms| zone.date_of(ms).map_err(|e| StatsError::Invalid(e.to_string()));
+        let today = date_of(jiff::Timestamp::now().as_millisecond())?;
         let kept_from = today.checked_sub(jiff::Span::new().days(i64::from(days))).unwrap_or(today);
-        if first < kept_from {
+        if date_of(start_ms)? < kept_from {
             return Err(StatsError::Unsupported(format!(
                 "this query reads raw events (a filter on a dimension other than the breakdown, visit metrics \
                  under an event filter, or a funnel), which this site keeps for {days} days: the range must \
@@ -698,20 +702,6 @@ impl Stats {
                 self.raw_event_limit
             )));
         }
-        Ok(())
-    }
-
-    /// The site's raw events of the range that pass every filter, aggregated in memory with the
-    /// same deltas live aggregation uses. One Query per shard and UTC day, from the day before
-    /// the range (for visits that began then).
-    async fn raw_items(
-        &self,
-        site_id: &str,
-        zone: &SiteZone,
-        (start_ms, end_ms): (i64, i64),
-        filters: &[Filter],
-        dimensions: &[&str],
-    ) -> Result<HashMap<crate::stored::AggKey, Sum>, StatsError> {
         let first = crate::visitor::UtcDay::from_unix_ms(start_ms).previous();
         let last = crate::visitor::UtcDay::from_unix_ms(end_ms.saturating_sub(1));
         if last.days() - first.days() > MAX_RAW_DAYS {
@@ -720,31 +710,41 @@ impl Stats {
                 MAX_RAW_DAYS - 1
             )));
         }
+        Ok((first, last))
+    }
+
+    /// The raw events of the partitions `first..=last` ([`Stats::check_raw`]) that pass every
+    /// filter, aggregated in memory with the same deltas live aggregation uses, for the items of
+    /// `dimensions` only. One Query per shard and UTC day.
+    async fn raw_items(
+        &self,
+        site_id: &str,
+        zone: &SiteZone,
+        (first, last): (crate::visitor::UtcDay, crate::visitor::UtcDay),
+        filters: &[Filter],
+        dimensions: &[&str],
+    ) -> Result<HashMap<crate::stored::AggKey, Sum>, StatsError> {
         let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
         let mut add = |e: &crate::stored::StoredEvent, event_part: bool, visit_part: bool| {
             // Only the dimensions the query reads, and no minutes: building every item of every
             // event was most of a filtered query's time.
             crate::aggregate::for_each_delta(e, zone, i64::MAX, |key, delta| {
-                let c = delta.counters;
-                let counts_event = event_part && (c.pageviews != 0 || c.events != 0 || delta.visitor.is_some());
-                let counts_visit =
-                    visit_part && (c.visits != 0 || c.bounces != 0 || c.duration_ms != 0 || c.visit_pageviews != 0);
-                if !(counts_event || counts_visit) || !dimensions.contains(&key.dimension) {
+                let (events, visits) = delta.counters.split();
+                let mut counters = Counters::default();
+                if event_part {
+                    counters.add(&events);
+                }
+                if visit_part {
+                    counters.add(&visits);
+                }
+                let visitor = delta.visitor.filter(|_| event_part);
+                if (counters.is_zero() && visitor.is_none()) || !dimensions.contains(&key.dimension) {
                     return;
                 }
                 let entry = items.entry(key.to_owned_key()).or_default();
-                if event_part {
-                    entry.counters.pageviews += c.pageviews;
-                    entry.counters.events += c.events;
-                    if let Some(v) = delta.visitor {
-                        entry.sketch.insert_u64(v);
-                    }
-                }
-                if visit_part {
-                    entry.counters.visits += c.visits;
-                    entry.counters.bounces += c.bounces;
-                    entry.counters.duration_ms += c.duration_ms;
-                    entry.counters.visit_pageviews += c.visit_pageviews;
+                entry.counters.add(&counters);
+                if let Some(v) = visitor {
+                    entry.sketch.insert_u64(v);
                 }
             });
         };
@@ -864,7 +864,8 @@ pub struct SessionSummary {
     pub visit: crate::stored::VisitAttrs,
 }
 
-fn session_ref(e: &crate::stored::StoredEvent) -> String {
+/// The reference of an event's session (`{day}.{visitor}.{session}`): one Query finds it.
+pub fn session_ref(e: &crate::stored::StoredEvent) -> String {
     format!("{}.{}.{}", e.day, e.visitor_id, e.session_id)
 }
 
@@ -939,10 +940,8 @@ impl Stats {
             .map_err(|e| StatsError::Invalid(e.to_string()))?
             .map(|b| (Period::Day, b))
             .collect();
-        self.check_raw(site_id, start, &days).await?;
+        let (first, last) = self.check_raw(site_id, (start, end), &days).await?;
         let mut reached: Vec<BTreeSet<String>> = vec![BTreeSet::new(); steps.len()];
-        let first = crate::visitor::UtcDay::from_unix_ms(start).previous();
-        let last = crate::visitor::UtcDay::from_unix_ms(end.saturating_sub(1));
         let mut partitions = self.partitions(site_id, first, last, false);
         while let Some(events) = partitions.next().await {
             let events = events?;

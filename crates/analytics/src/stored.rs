@@ -329,6 +329,13 @@ impl Counters {
     pub fn is_zero(&self) -> bool {
         *self == Counters::default()
     }
+
+    /// The event counters alone (page views, events) and the visit counters alone.
+    pub fn split(&self) -> (Counters, Counters) {
+        let events = Counters { pageviews: self.pageviews, events: self.events, ..Counters::default() };
+        let visits = Counters { pageviews: 0, events: 0, ..*self };
+        (events, visits)
+    }
 }
 
 /// Which aggregate item: the model fields of an `Aggregate` key

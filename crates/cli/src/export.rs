@@ -14,7 +14,7 @@ use std::sync::Arc;
 use analytics::sites::Sites;
 use analytics::stats::{DayItem, Stats, StatsError};
 use analytics::stored::StoredEvent;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value as Json, json};
 
 use crate::config::Config;
@@ -44,16 +44,8 @@ pub async fn export(config: &Config, options: &ExportOptions<'_>) -> Result<()> 
     };
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
-    let site = sites.resolve(options.site).await?.ok_or_else(|| anyhow!("no site {:?}", options.site))?;
-    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
-    let first = match options.from {
-        Some(d) => analytics::period::parse_date(d)?,
-        None => today.checked_sub(jiff::Span::new().days(i64::from(site.retention_event_days)))?,
-    };
-    let last = match options.to {
-        Some(d) => analytics::period::parse_date(d)?,
-        None => today,
-    };
+    let site = crate::serve::site_named(&sites, options.site).await?;
+    let (first, last) = crate::serve::site_days(&site, options.from, options.to)?;
     let range = analytics::period::DateRange::new(first, last)?;
     let stats = Stats::new(table, sites.clone());
     let mut out: Box<dyn Write> = match options.output {

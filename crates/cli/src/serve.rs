@@ -197,8 +197,27 @@ async fn shutdown_signal() {
     }
 }
 
-async fn site_named(sites: &Sites, name: &str) -> Result<Site> {
+pub(crate) async fn site_named(sites: &Sites, name: &str) -> Result<Site> {
     sites.resolve(name).await?.ok_or_else(|| anyhow!("no site {name:?} (give its domain or id)"))
+}
+
+/// The dates `--from` and `--to` name in the site's time zone: by default from the raw-event
+/// retention ago to today.
+pub(crate) fn site_days(
+    site: &Site,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<(jiff::civil::Date, jiff::civil::Date)> {
+    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
+    let first = match from {
+        Some(d) => analytics::period::parse_date(d)?,
+        None => today.checked_sub(jiff::Span::new().days(i64::from(site.retention_event_days)))?,
+    };
+    let last = match to {
+        Some(d) => analytics::period::parse_date(d)?,
+        None => today,
+    };
+    Ok((first, last))
 }
 
 /// `tally site add`.
@@ -344,15 +363,8 @@ pub async fn rebuild(config: &Config, site: &str, from: Option<&str>, to: Option
     let table: Table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
     let site = site_named(&sites, site).await?;
+    let (first, last) = site_days(&site, from, to)?;
     let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
-    let first = match from {
-        Some(d) => analytics::period::parse_date(d)?,
-        None => today.checked_sub(jiff::Span::new().days(i64::from(site.retention_event_days)))?,
-    };
-    let last = match to {
-        Some(d) => analytics::period::parse_date(d)?,
-        None => today,
-    };
     let mode = if verify { RebuildMode::Verify } else { RebuildMode::Replace };
     let progress = |n: u64| {
         if n.is_multiple_of(50_000) && n > 0 {

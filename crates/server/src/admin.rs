@@ -71,15 +71,6 @@ async fn manage(state: &AppState, headers: &HeaderMap, site: &str) -> Result<(Re
     Ok((r, site))
 }
 
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(resp) => return resp,
-        }
-    };
-}
-
 /// `GET /api/sites`.
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let r = tri!(reading(&state));

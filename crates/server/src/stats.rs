@@ -207,14 +207,8 @@ pub async fn funnel(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let (r, body, site) = match json_request(&state, &headers, body).await {
-        Ok(x) => x,
-        Err(resp) => return resp,
-    };
-    let range = match parse_range(&body, &site.zone) {
-        Ok(range) => range,
-        Err(resp) => return resp,
-    };
+    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
+    let range = tri!(parse_range(&body, &site.zone));
     let Some(list) = body.get("steps").and_then(Json::as_array) else {
         return bad("`steps` must be a list of {\"page\": pattern} or {\"event\": name}");
     };
@@ -249,14 +243,8 @@ pub async fn query(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let (r, body, site) = match json_request(&state, &headers, body).await {
-        Ok(x) => x,
-        Err(resp) => return resp,
-    };
-    let q = match parse_query(&body, &site) {
-        Ok(q) => q,
-        Err(resp) => return resp,
-    };
+    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
+    let q = tri!(parse_query(&body, &site));
     let rows = match r.stats.query(&q).await {
         Ok(rows) => rows,
         Err(e @ (StatsError::Invalid(_) | StatsError::Unsupported(_))) => return bad(e.to_string()),
@@ -286,7 +274,7 @@ pub async fn query(
         "pagination": { "limit": q.limit, "offset": q.offset },
     });
     let answer = json!({ "results": results, "meta": {}, "query": echo });
-    ([(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response()
+    json_ok(answer)
 }
 
 /// The `site_id` of a GET route's query string.
@@ -295,37 +283,33 @@ pub struct SiteParam {
     site_id: Option<String>,
 }
 
+/// The realtime panel of the site a realtime route names, or the answer refusing the request.
+async fn realtime_of(
+    state: &AppState,
+    headers: &HeaderMap,
+    p: SiteParam,
+) -> Result<analytics::stats::Realtime, Response> {
+    let r = reading(state)?;
+    let Some(name) = p.site_id else { return Err(bad("`site_id` is required")) };
+    let (_, site) = authorize(r, headers, Some(&name), Need::Stats).await?;
+    r.stats.realtime(&site.site_id, jiff::Timestamp::now().as_millisecond()).await.map_err(internal)
+}
+
 /// `GET /api/realtime?site_id=…`: `{current_visitors, pageviews_per_minute: [{minute, pageviews}],
 /// top_pages: [{page, visitors, pageviews}]}` over the last 30 minutes.
 pub async fn realtime(State(state): State<AppState>, headers: HeaderMap, UrlQuery(p): UrlQuery<SiteParam>) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let Some(name) = p.site_id else { return bad("`site_id` is required") };
-    let site = match authorize(r, &headers, Some(&name), Need::Stats).await {
-        Ok((_, s)) => s,
-        Err(resp) => return resp,
-    };
-    let now = jiff::Timestamp::now().as_millisecond();
-    match r.stats.realtime(&site.site_id, now).await {
-        Ok(rt) => {
-            let minutes: Vec<Json> = rt
-                .pageviews_per_minute
-                .iter()
-                .map(|(ms, n)| {
-                    let at = jiff::Timestamp::from_millisecond(*ms).map(|t| t.to_string()).unwrap_or_default();
-                    json!({ "minute": at, "pageviews": n })
-                })
-                .collect();
-            let pages: Vec<Json> =
-                rt.top_pages.iter().map(|(p, v, n)| json!({ "page": p, "visitors": v, "pageviews": n })).collect();
-            let body =
-                json!({ "current_visitors": rt.current_visitors, "pageviews_per_minute": minutes, "top_pages": pages });
-            ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
-        }
-        Err(e) => internal(e),
-    }
+    let rt = tri!(realtime_of(&state, &headers, p).await);
+    let minutes: Vec<Json> = rt
+        .pageviews_per_minute
+        .iter()
+        .map(|(ms, n)| {
+            let at = jiff::Timestamp::from_millisecond(*ms).map(|t| t.to_string()).unwrap_or_default();
+            json!({ "minute": at, "pageviews": n })
+        })
+        .collect();
+    let pages: Vec<Json> =
+        rt.top_pages.iter().map(|(p, v, n)| json!({ "page": p, "visitors": v, "pageviews": n })).collect();
+    json_ok(json!({ "current_visitors": rt.current_visitors, "pageviews_per_minute": minutes, "top_pages": pages }))
 }
 
 /// `GET /api/v1/stats/realtime/visitors?site_id=…`: the current visitors as a bare number.
@@ -334,19 +318,8 @@ pub async fn realtime_visitors(
     headers: HeaderMap,
     UrlQuery(p): UrlQuery<SiteParam>,
 ) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let Some(name) = p.site_id else { return bad("`site_id` is required") };
-    let site = match authorize(r, &headers, Some(&name), Need::Stats).await {
-        Ok((_, s)) => s,
-        Err(resp) => return resp,
-    };
-    match r.stats.realtime(&site.site_id, jiff::Timestamp::now().as_millisecond()).await {
-        Ok(rt) => ([(header::CONTENT_TYPE, "application/json")], rt.current_visitors.to_string()).into_response(),
-        Err(e) => internal(e),
-    }
+    let rt = tri!(realtime_of(&state, &headers, p).await);
+    ([(header::CONTENT_TYPE, "application/json")], rt.current_visitors.to_string()).into_response()
 }
 
 /// `POST /api/import`: events with their own timestamps for the key's site, NDJSON lines or CSV
@@ -359,14 +332,8 @@ pub async fn import(
     UrlQuery(params): UrlQuery<ImportParams>,
     body: Bytes,
 ) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let site = match authorize(r, &headers, params.site_id.as_deref(), Need::Visitors).await {
-        Ok((_, s)) => s,
-        Err(resp) => return resp,
-    };
+    let r = tri!(reading(&state));
+    let (_, site) = tri!(authorize(r, &headers, params.site_id.as_deref(), Need::Visitors).await);
     let format = match params.format.as_deref() {
         Some(name) => match Format::parse(name) {
             Some(f) => f,
@@ -393,7 +360,7 @@ pub async fn import(
     errors.sort_by_key(|(line, _)| *line);
     let errors: Vec<Json> = errors.into_iter().map(|(line, error)| json!({ "line": line, "error": error })).collect();
     let body = json!({ "imported": imported, "dropped": dropped, "errors": errors });
-    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    json_ok(body)
 }
 
 /// The query of `POST /api/import`.
@@ -475,10 +442,7 @@ pub async fn recent_sessions(
     headers: HeaderMap,
     UrlQuery(p): UrlQuery<SessionParams>,
 ) -> Response {
-    let (r, site, day) = match session_day(&state, &headers, &p).await {
-        Ok(x) => x,
-        Err(resp) => return resp,
-    };
+    let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
     match r.stats.recent_sessions(&site.site_id, &day, p.limit.unwrap_or(50).min(1000)).await {
         Ok(list) => json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() })),
         Err(e) => stats_error(e),
@@ -492,10 +456,7 @@ pub async fn session(
     axum::extract::Path(reference): axum::extract::Path<String>,
     UrlQuery(p): UrlQuery<SessionParams>,
 ) -> Response {
-    let (r, site) = match session_site(&state, &headers, &p).await {
-        Ok(x) => x,
-        Err(resp) => return resp,
-    };
+    let (r, site) = tri!(session_site(&state, &headers, &p).await);
     match r.stats.session_events(&site.site_id, &reference).await {
         Ok(events) if events.is_empty() => error(StatusCode::NOT_FOUND, "no such session"),
         Ok(events) => {
@@ -516,10 +477,7 @@ pub async fn visitor_sessions(
     axum::extract::Path(visitor): axum::extract::Path<String>,
     UrlQuery(p): UrlQuery<SessionParams>,
 ) -> Response {
-    let (r, site, day) = match session_day(&state, &headers, &p).await {
-        Ok(x) => x,
-        Err(resp) => return resp,
-    };
+    let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
     match r.stats.visitor_sessions(&site.site_id, &day, &visitor).await {
         Ok(list) => json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() })),
         Err(e) => stats_error(e),
@@ -534,10 +492,7 @@ pub async fn visitor_export(
     axum::extract::Path(visitor): axum::extract::Path<String>,
     UrlQuery(p): UrlQuery<SessionParams>,
 ) -> Response {
-    let (r, site, day) = match session_day(&state, &headers, &p).await {
-        Ok(x) => x,
-        Err(resp) => return resp,
-    };
+    let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
     match r.stats.visitor_events(&site.site_id, &day, &visitor).await {
         Ok(events) => {
             let list: Vec<Json> = events
@@ -545,7 +500,7 @@ pub async fn visitor_export(
                 .map(|e| {
                     let v = &e.visit;
                     json!({
-                        "session": format!("{}.{}.{}", e.day, e.visitor_id, e.session_id),
+                        "session": analytics::stats::session_ref(e),
                         "timestamp": e.ts, "name": e.name, "hostname": e.hostname, "path": e.path,
                         "props": e.props, "interactive": e.interactive, "goals": e.goals,
                         "revenue": e.revenue.as_ref().map(|(amount, currency)| json!({ "amount": amount, "currency": currency })),
@@ -570,10 +525,7 @@ pub async fn delete_visitor(
     axum::extract::Path(visitor): axum::extract::Path<String>,
     UrlQuery(p): UrlQuery<SessionParams>,
 ) -> Response {
-    let (r, site, day) = match session_day(&state, &headers, &p).await {
-        Ok(x) => x,
-        Err(resp) => return resp,
-    };
+    let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
     match r.stats.delete_visitor(&site.site_id, &day, &visitor).await {
         Ok(n) => json_ok(json!({ "deleted_events": n })),
         Err(e) => stats_error(e),
