@@ -323,10 +323,13 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
     }
     // A flush writes its items concurrently, so the totals can be in while other items of the
     // same flush are still being written: wait until no acknowledged event is left unflushed.
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while server.metric("tally_pending_events") > 0.0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let settle = || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while server.metric("tally_pending_events") > 0.0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    settle();
 
     stats.check("A totals", &a.key, totals_query.clone(), &[row(&[], &totals_a)], true);
     let tb_s = tb.to_string();
@@ -343,6 +346,7 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    settle();
     stats.check(
         "B totals (erin and the live page view; nothing of A's)",
         &b.key,
