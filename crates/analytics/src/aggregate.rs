@@ -36,6 +36,7 @@ mod codec;
 mod deltas;
 pub mod rebuild;
 pub mod recovery;
+pub mod session_log;
 #[cfg(test)]
 mod tests;
 
@@ -363,6 +364,7 @@ impl Ticket {
                 Some(zone) => apply::accumulate_from(&mut slot.acc, event, zone, minutes_from),
                 None => slot.unzoned.push(event.clone()),
             }
+            slot.acc.note_session(event);
             slot.events += 1;
             slot.oldest_ms.get_or_insert_with(now_ms);
         }

@@ -218,6 +218,23 @@ pub fn tally_schema(name: &str) -> Schema {
                 .key("AGG#{site_id}#{period}#{dimension}", "B#{bucket}#{value}"),
         )
         .entity(
+            Entity::new("SessionLog")
+                .description(
+                    "The sessions with an event in one flush of one run, on one site and UTC day, each with its \
+                     latest event time (36 bytes each): recent sessions read the newest of these, then each \
+                     session, so listing costs what it lists, not the day's traffic.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("day").required().example("2026-11-22"))
+                .attribute(Attribute::number("last_ts").required().example(1_732_262_400_000i64))
+                .attribute(Attribute::string("run_id").required().example("01JDB3Y5C8M9V7T2X4K6P0QWER"))
+                .attribute(Attribute::number("epoch").required().example(42))
+                .attribute(Attribute::number("part").required().example(0))
+                .attribute(Attribute::binary("sessions").required())
+                .ttl_after("ttl", Duration::from_secs(31 * 86_400))
+                .key("SLOG#{site_id}#{day}", "T#{last_ts:13}#{run_id}#{epoch}#{part}"),
+        )
+        .entity(
             Entity::new("Run")
                 .description(
                     "One ingesting process's run: the (site, day) partitions it wrote events to and the last \
@@ -293,6 +310,11 @@ pub fn tally_schema(name: &str) -> Schema {
             AccessPattern::query("realtime_window", "The last 30 minutes of per-minute aggregates")
                 .entity("Aggregate")
                 .sort(SortShape::GreaterOrEqual),
+        )
+        .access_pattern(
+            AccessPattern::query("recent_sessions", "The sessions active on a UTC day, latest first")
+                .entity("SessionLog")
+                .descending(),
         )
         .access_pattern(AccessPattern::query("runs", "Every ingesting run, to find crashed ones").entity("Run"))
         .build()

@@ -1089,23 +1089,68 @@ impl Stats {
         .await
     }
 
-    /// The latest sessions that started on UTC day `day`, newest first (one Query per shard).
+    /// The sessions active on UTC day `day` with the latest events, latest first: the day's
+    /// session log read newest first until no older entry can make the list, then each session
+    /// (one Query each, [`PARALLEL_READS`] at a time). The cost follows `limit`, not the day's
+    /// traffic. A session erased since is left out, so the list can be shorter than `limit`.
     pub async fn recent_sessions(
         &self,
         site_id: &str,
         day: &str,
         limit: usize,
     ) -> Result<Vec<SessionSummary>, StatsError> {
+        use crate::aggregate::session_log::{self, SessionId};
         crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
-        let day =
-            crate::visitor::UtcDay::parse(day).ok_or_else(|| StatsError::Invalid(format!("{day:?} is not a date")))?;
-        let mut all = Vec::new();
-        let mut partitions = self.partitions(site_id, day, day, false);
-        while let Some(events) = partitions.next().await {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut latest: HashMap<SessionId, i64> = HashMap::new();
+        // The `limit`-th latest time so far: once an item's newest entry is older, no entry
+        // from here on can make the list.
+        let mut bar = i64::MIN;
+        let mut logs = self
+            .table
+            .query("SessionLog")
+            .key(item! { "site_id" => site_id, "day" => day })
+            .descending()
+            .page_size(64)
+            .items();
+        while let Some(record) = logs.next().await {
+            let record = record?;
+            if latest.len() >= limit && record.opt_i64("last_ts")?.unwrap_or(i64::MAX) < bar {
+                break;
+            }
+            let Some(store::AttributeValue::B(bytes)) = record.get("sessions") else { continue };
+            for (id, ts) in session_log::decode(bytes).map_err(|e| StatsError::Corrupt(e.to_string()))? {
+                let at = latest.entry(id).or_insert(ts);
+                *at = (*at).max(ts);
+            }
+            if latest.len() >= limit {
+                let mut times: Vec<i64> = latest.values().copied().collect();
+                times.select_nth_unstable_by_key(limit - 1, |&t| std::cmp::Reverse(t));
+                bar = times[limit - 1];
+            }
+        }
+        let mut chosen: Vec<(SessionId, i64)> = latest.into_iter().collect();
+        chosen.sort_by_key(|&(id, ts)| (std::cmp::Reverse(ts), id.session));
+        chosen.truncate(limit);
+        let reads = chosen.into_iter().map(|(id, _)| async move {
+            let (start_day, visitor, session) = id.parts();
+            self.events_of(item! {
+                "site_id" => site_id,
+                "day" => start_day,
+                "shard" => crate::stored::visitor_shard(&visitor),
+                "visitor_id" => visitor.as_str(),
+                "session_id" => session,
+            })
+            .await
+        });
+        let mut all: Vec<SessionSummary> = Vec::new();
+        let mut sessions = futures::stream::iter(reads).buffered(PARALLEL_READS);
+        while let Some(events) = sessions.next().await {
             all.extend(summarize(&events?));
         }
         all.sort_by_key(|s| std::cmp::Reverse(s.last_seen_at));
-        all.truncate(limit);
         Ok(all)
     }
 

@@ -435,8 +435,8 @@ fn stats_error(e: StatsError) -> Response {
     }
 }
 
-/// `GET /api/sessions?site_id=&date=&limit=`: the latest sessions that started on a UTC day
-/// (today by default), newest first.
+/// `GET /api/sessions?site_id=&date=&limit=`: the sessions active on a UTC day (today by
+/// default), latest activity first; 50 by default, at most 1,000.
 pub async fn recent_sessions(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -17,6 +17,7 @@ use model::{PutMode, Table};
 
 use super::codec::{StoredAggregate, agg_key_fields};
 use super::deltas::{Delta, for_each_fine_delta};
+use super::session_log::SessionActivity;
 use super::{AggregateError, SiteSettings};
 use crate::period::SiteZone;
 use crate::sketch::VisitorSketch;
@@ -154,6 +155,7 @@ pub struct Accumulator {
     index: hashbrown::HashTable<u32>,
     entries: Vec<Entry>,
     hasher: hashbrown::DefaultHashBuilder,
+    sessions: SessionActivity,
 }
 
 struct Entry {
@@ -182,6 +184,12 @@ impl Accumulator {
     /// Adds `event`'s deltas in a site whose zone is `zone`.
     pub fn accumulate(&mut self, event: &StoredEvent, zone: &SiteZone) {
         accumulate_from(self, event, zone, i64::MIN);
+    }
+
+    /// Notes that `event`'s session was active, for the epoch's `SessionLog` items (ingestion and
+    /// recovery do; a rebuild, which writes no log, does not).
+    pub fn note_session(&mut self, event: &StoredEvent) {
+        self.sessions.record(event);
     }
 
     /// How many items so far (before [`finish`](Self::finish) adds the weeks and months).
@@ -269,6 +277,11 @@ impl Accumulated {
     /// How many items.
     pub fn len(&self) -> usize {
         self.acc.len()
+    }
+
+    /// The sessions the epoch saw (see [`Accumulator::note_session`]).
+    pub fn sessions(&self) -> &SessionActivity {
+        &self.acc.sessions
     }
 
     /// Whether no item has a delta.
@@ -393,6 +406,16 @@ impl Writer<'_> {
             .collect();
         let results: Vec<_> = stream::iter(jobs).buffer_unordered(self.concurrency.max(1)).collect().await;
         let mut outcome = Outcome { written: 0, skipped: 0, conflicts: 0, result: Ok(()) };
+        // The session log: plain puts, the same items whenever this epoch is applied again.
+        let logs = acc.sessions().items(self.run_id, self.epoch);
+        let logged: Vec<Result<(), AggregateError>> = stream::iter(logs)
+            .map(|item| async move { Ok(self.table.write("SessionLog", item, PutMode::Put, None).await?) })
+            .buffer_unordered(self.concurrency.max(1))
+            .collect()
+            .await;
+        if let Some(Err(e)) = logged.into_iter().find(Result::is_err) {
+            outcome.result = Err(e);
+        }
         for (key, r) in results {
             match r {
                 Ok((done, item, conflicts)) => {

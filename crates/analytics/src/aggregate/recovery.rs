@@ -185,6 +185,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
             let zone =
                 settings.get(&event.site_id).map(|s| s.zone.clone()).unwrap_or_else(crate::period::SiteZone::utc);
             apply::accumulate_from(&mut acc, event, &zone, super::minutes_from(&shared.config));
+            acc.note_session(event);
         }
         let writer = apply::Writer {
             table: &shared.table,

@@ -410,3 +410,57 @@ async fn a_site_stored_before_weekly_aggregates_reads_its_earlier_weeks_as_days(
     let fresh = Stats::new(w.table.clone(), Arc::new(Sites::new(w.table.clone())));
     assert_ne!(rows(&fresh.query(&totals).await.unwrap()), rows(&expected.0));
 }
+
+/// Recent sessions come from the session log: the latest by their last event, whichever flush
+/// or start time they had, for a handful of requests however busy the day was.
+#[tokio::test]
+async fn recent_sessions_cost_what_they_list_not_the_days_traffic() {
+    let w = world().await;
+    let sites = Arc::new(Sites::new(w.table.clone()));
+    let site = sites.add("busy.example", "UTC").await.unwrap();
+    let config = AggregatorConfig { flush_interval: Duration::from_secs(3600), ..AggregatorConfig::default() };
+    let aggregator = Aggregator::start(w.table.clone(), sites.clone(), config).await.unwrap();
+    let enricher = Arc::new(Enricher::new(EnricherConfig::default()).unwrap());
+    let pipeline = Pipeline::new(w.table.clone(), sites.clone(), enricher, aggregator.clone());
+    let midnight = w.day.to_zoned(jiff::tz::TimeZone::UTC).unwrap().timestamp().as_millisecond();
+    // 300 one-page visits two minutes apart from midnight, and one long visit: a page every 20
+    // minutes from 01:00 to 23:40, so it starts early and ends last.
+    let mut script: Vec<(String, String, i64)> =
+        (0..300).map(|i| (format!("v{i}"), format!("/p{i}"), midnight + i * 120_000)).collect();
+    script.extend((0..68).map(|i| ("long".to_owned(), format!("/l{i}"), midnight + HOUR + i * 1_200_000)));
+    script.sort_by_key(|(_, _, at)| *at);
+    for (n, (visitor, path, at)) in script.into_iter().enumerate() {
+        let mut raw = RawEvent::pageview(&format!("https://busy.example{path}"), "busy.example");
+        raw.user_agent = FIREFOX.into();
+        raw.timestamp_ms = at;
+        let event = ImportEvent { raw, visitor: Some(visitor), country: None };
+        assert!(matches!(pipeline.import(&site, event).await, IngestResult::Accepted));
+        if n % 50 == 49 {
+            aggregator.flush_now().await.unwrap();
+        }
+    }
+    aggregator.flush_now().await.unwrap();
+
+    let metered = w.table.metered();
+    let stats = Stats::new(metered.clone(), sites);
+    let recent = stats.recent_sessions(&site.site_id, &w.day.to_string(), 4).await.unwrap();
+    let summary: Vec<(&str, &str, i64, u32)> = recent
+        .iter()
+        .map(|s| (s.entry_page.as_str(), s.exit_page.as_str(), s.last_seen_at - midnight, s.pageviews))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("/l0", "/l67", HOUR + 67 * 1_200_000, 68),
+            ("/p299", "/p299", 299 * 120_000, 1),
+            ("/p298", "/p298", 298 * 120_000, 1),
+            ("/p297", "/p297", 297 * 120_000, 1),
+        ]
+    );
+    let requests = metered.capacity().requests;
+    assert!(requests <= 8, "four sessions and a page of the log, not the day's 368 events: {requests} requests");
+    assert_eq!(stats.recent_sessions(&site.site_id, &w.day.to_string(), 1000).await.unwrap().len(), 301);
+    assert!(stats.recent_sessions(&site.site_id, &w.day.to_string(), 0).await.unwrap().is_empty());
+    let next_day = w.day.tomorrow().unwrap().to_string();
+    assert!(stats.recent_sessions(&site.site_id, &next_day, 10).await.unwrap().is_empty());
+}
