@@ -323,6 +323,20 @@ fn recovering() -> AggregatorConfig {
     }
 }
 
+/// The latest time the session log holds for each visitor active on `site` on UTC day `day`.
+async fn logged(table: &Table, site: &str, day: &str) -> BTreeMap<u64, i64> {
+    let records = table.query("SessionLog").key(item! { "site_id" => site, "day" => day }).all().await.unwrap();
+    let mut latest = BTreeMap::new();
+    for r in records {
+        let Some(store::AttributeValue::B(bytes)) = r.get("sessions") else { panic!("a log without entries") };
+        for (id, ts) in analytics::aggregate::session_log::decode(bytes).unwrap() {
+            let at = latest.entry(id.visitor).or_insert(ts);
+            *at = (*at).max(ts);
+        }
+    }
+    latest
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_run_is_recovered_by_another() {
     let h = harness().await;
@@ -338,6 +352,7 @@ async fn a_crashed_run_is_recovered_by_another() {
     assert_eq!(a.stats().pending_events, 2);
     a.abort();
     assert!(!verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences.is_empty());
+    assert_eq!(logged(&h.table, "S1", "2026-11-22").await, BTreeMap::from([(0xa, T0), (0xb, T0 + 5_000)]));
 
     tokio::time::sleep(Duration::from_millis(400)).await;
     let b = Aggregator::start(h.table.clone(), sites(), recovering()).await.expect("a second run starts");
@@ -345,6 +360,8 @@ async fn a_crashed_run_is_recovered_by_another() {
     let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
     assert_eq!((report.events_read, report.differences), (4, vec![]));
     assert_eq!(item(&h.table, "day", "total", "2026-11-22", "").await, Some((counters(3, 4, 2, 0, 125_000, 3), 2)));
+    let recovered = BTreeMap::from([(0xa, T0 + 60_000), (0xb, T0 + 70_000)]);
+    assert_eq!(logged(&h.table, "S1", "2026-11-22").await, recovered, "recovery logs the dead run's sessions");
     b.shutdown().await.expect("shuts down");
     assert_eq!(run_state(&h.table, b.run_id()).await, "done");
 }
