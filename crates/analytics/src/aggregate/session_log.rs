@@ -236,6 +236,23 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_entries_round_trip_and_any_bytes_decode_or_refuse(
+            entries in proptest::collection::vec((-1_000_000i64..1_000_000, proptest::prelude::any::<u64>(),
+                proptest::prelude::any::<u128>(), proptest::prelude::any::<i64>()), 0..40),
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            let entries: Vec<(SessionId, i64)> = entries
+                .into_iter()
+                .map(|(start_day, visitor, session, ts)| (SessionId { start_day, visitor, session }, ts))
+                .collect();
+            proptest::prop_assert_eq!(decode(&encode(&entries)).unwrap(), entries);
+            let decoded = decode(&junk);
+            proptest::prop_assert_eq!(decoded.is_ok(), junk.len() % ENTRY_BYTES == 0);
+        }
+    }
+
     #[test]
     fn a_busy_epoch_splits_into_parts_under_the_item_limit() {
         let mut activity = SessionActivity::default();
