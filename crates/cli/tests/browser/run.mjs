@@ -191,6 +191,19 @@ try {
 
   await dash.waitForSelector("#chart path.line");
   await dash.waitForSelector('[data-panel="pages"] tr.row[data-value="/pricing"]');
+  // Recent sessions: the API's list, latest first; a click shows a session's events in order.
+  const apiSessions = (await get(`/api/sessions?site_id=${SITE}&limit=10`)).sessions;
+  assert.ok(apiSessions.length >= 1, "today's sessions are listed");
+  await dash.waitForFunction((n) => document.querySelectorAll("#sessions tr.session").length === n, apiSessions.length);
+  const latest = dash.locator("#sessions tr.session").first();
+  assert.equal(await latest.getAttribute("data-session"), apiSessions[0].session, "the latest session first");
+  await latest.click();
+  await dash.waitForSelector("#sessions tr.events:not([hidden]) li");
+  const steps = await dash.locator("#sessions tr.events:not([hidden]) li").allTextContents();
+  const replayed = (await get(`/api/sessions/${apiSessions[0].session}?site_id=${SITE}`)).events;
+  assert.equal(steps.length, replayed.length, `the session's events: ${JSON.stringify(steps)}`);
+  replayed.forEach((e, i) => assert.ok(steps[i].includes(`${e.name} ${e.path}`), `step ${i}: ${steps[i]} is not ${e.name} ${e.path}`));
+  found.dashboard_session = steps;
   const shot = join(OUT, "dashboard.png");
   await dash.screenshot({ path: shot, fullPage: true });
   const chartPng = await dash.locator("#chart").screenshot();
@@ -260,6 +273,7 @@ try {
   const today = (await stats({ date_range: "day", metrics: ["visitors"] })).results[0].metrics;
   assert.equal((await shared.textContent("#stat-visitors .value")).trim(), String(today[0]), "visitors on the shared link");
   assert.equal(await shared.locator("#settings-link").count(), 0, "a shared link has no settings");
+  assert.equal(await shared.locator("#sessions").count(), 0, "a shared link shows no visitor's sessions");
   // Today by hour, filtered by a dimension without hourly items: the chart falls back to days.
   await shared.goto(`${TALLY}${env("TALLY_SHARE_PATH")}?period=day&interval=hour&f=is%7Cvisit%3Adevice%7CDesktop`);
   await shared.waitForSelector("#chart");

@@ -1,5 +1,5 @@
 // Tally's dashboard: one page, no build step, embedded in the binary. Every figure it shows comes
-// from the public API (POST /api/v2/query, GET /api/realtime, GET /api/sites), so a script with a
+// from the public API (POST /api/v2/query, GET /api/realtime, GET /api/sessions, GET /api/sites), so a script with a
 // key can get the same numbers. Signed-in users send the login cookie plus the X-Tally-CSRF token;
 // shared links send X-Tally-Share. The page's state lives in the URL, so a view can be bookmarked.
 "use strict";
@@ -217,12 +217,14 @@ function dashboard() {
     INTERVALS.map((i) => h("option", { value: i, selected: i === S.interval }, i)));
   const chart = h("div", { class: "card chart-card" }, h("div", { class: "chart-head" },
     h("strong", {}, (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
-  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), realtimeShell());
+  // Sessions name visitors' paths through the site: signed-in users see them, shared links do not.
+  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), realtimeShell(), S.share ? null : sessionsShell());
   show(h("div", { class: "wrap" }, topBar(), filterBar(), stats, chart, panels));
   loadTop(seq); loadChart(seq);
   for (const p of PANELS) loadPanel(p, seq);
-  loadRealtime(seq);
-  S.timer = setInterval(() => loadRealtime(seq), 10000);
+  const live = () => { loadRealtime(seq); if (!S.share) loadSessions(seq); };
+  live();
+  S.timer = setInterval(live, 10000);
 }
 
 // Under a filter on a page or an event, visits and the per-visit metrics are those of the visits
@@ -421,6 +423,50 @@ async function loadRealtime(seq) {
   } catch (e) {
     const body = document.querySelector("#realtime .body");
     if (body && seq === S.seq) body.replaceChildren(h("p", { class: "error" }, e.message));
+  }
+}
+
+function sessionsShell() {
+  return h("section", { class: "card panel sessions", id: "sessions" }, h("div", { class: "head" }, h("h2", {}, "Recent sessions"),
+    h("span", { class: "note" }, "today (UTC), latest first; click one for its events")), h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
+}
+
+const clock = (ms, seconds) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: seconds ? "2-digit" : undefined });
+
+async function loadSessions(seq) {
+  const body = () => document.querySelector("#sessions .body");
+  try {
+    const site = encodeURIComponent(S.site.site_id);
+    const list = (await api("GET", `/api/sessions?site_id=${site}&limit=10`)).sessions;
+    if (seq !== S.seq || !body()) return;
+    // A refresh keeps a session that is open open.
+    const open = body().querySelector("tr.session.open")?.dataset.session;
+    if (!list.length) { body().replaceChildren(h("p", { class: "empty" }, "No sessions today yet")); return; }
+    const rows = [];
+    for (const x of list) {
+      const detail = h("tr", { class: "events", hidden: true }, h("td", { colspan: 4 }));
+      const toggle = async (row) => {
+        row.classList.toggle("open");
+        detail.hidden = !row.classList.contains("open");
+        if (detail.hidden) return;
+        try {
+          const events = (await api("GET", `/api/sessions/${encodeURIComponent(x.session)}?site_id=${site}`)).events;
+          detail.firstChild.replaceChildren(h("ol", {}, events.map((e) =>
+            h("li", {}, `${clock(e.timestamp, true)} `, h("strong", {}, e.name), ` ${e.path}`))));
+        } catch (e) { detail.firstChild.replaceChildren(h("p", { class: "error" }, e.message)); }
+      };
+      const row = h("tr", { class: "row session", "data-session": x.session, onclick: (ev) => toggle(ev.currentTarget) },
+        h("td", { class: "num" }, clock(x.last_seen_at)),
+        h("td", { class: "name" }, h("span", {}, x.entry_page === x.exit_page ? x.entry_page : `${x.entry_page} → ${x.exit_page}`)),
+        h("td", {}, [x.source || "Direct", x.country, x.browser].filter(Boolean).join(" · ")),
+        h("td", { class: "num" }, `${x.pageviews} pv · ${duration(Math.round((x.last_seen_at - x.started_at) / 1000))}`));
+      rows.push(row, detail);
+      if (x.session === open) toggle(row);
+    }
+    body().replaceChildren(h("table", { class: "rows" }, h("tr", {}, h("th", { class: "num" }, "Last seen"), h("th", {}, "Pages"),
+      h("th", {}, "From"), h("th", { class: "num" }, "Visit")), rows));
+  } catch (e) {
+    if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
