@@ -417,7 +417,7 @@ impl Stats {
         // only the raw events tell.
         let session_metrics = q.metrics.iter().any(|m| m.is_session_metric());
         let event_filtered = filtered.iter().any(|d| d.starts_with("event:"));
-        let (source, raw) = match (&breakdown, filtered.len()) {
+        let (mut source, mut raw) = match (&breakdown, filtered.len()) {
             (Some(b), _) if filtered.iter().all(|f| f == b) => (b.clone(), false),
             (None, 0) => (TOTAL.to_owned(), false),
             (None, 1) if !(session_metrics && event_filtered) => {
@@ -435,12 +435,6 @@ impl Stats {
         // month/day/hour buckets otherwise.
         let wanted: Vec<(Period, Bucket)> = match time {
             Some(Unit::Hour) => {
-                if !HOUR_DIMENSIONS.contains(&source.as_str()) {
-                    return Err(StatsError::Unsupported(format!(
-                        "hourly series are kept for {} only",
-                        HOUR_DIMENSIONS.join(", ")
-                    )));
-                }
                 let b = zone.buckets(Unit::Hour, start, end).map_err(|e| StatsError::Invalid(e.to_string()))?;
                 b.map(|b| (Period::Hour, b)).collect()
             }
@@ -455,13 +449,11 @@ impl Stats {
                 .map(|b| (Period::of_unit(b.unit()), b))
                 .collect(),
         };
-        if time.is_none()
-            && wanted.iter().any(|(p, _)| *p == Period::Hour)
-            && !HOUR_DIMENSIONS.contains(&source.as_str())
-        {
-            return Err(StatsError::Unsupported(
-                "ranges that do not start and end on day boundaries need hourly items".into(),
-            ));
+        // Hour items are stored for a few dimensions only: an hourly series or a part-day range
+        // of any other is answered from the raw events (as far back as the site keeps them).
+        if wanted.iter().any(|(p, _)| *p == Period::Hour) && !HOUR_DIMENSIONS.contains(&source.as_str()) {
+            source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
+            raw = true;
         }
         let label_of = |b: &Bucket| -> String {
             match time {
@@ -473,7 +465,9 @@ impl Stats {
         };
         let raw_items = if raw {
             let partitions = self.check_raw(&q.site_id, (start, end), &wanted).await?;
-            Some(self.raw_items(&q.site_id, &zone, partitions, &q.filters, &[source.as_str(), TOTAL]).await?)
+            let periods: BTreeSet<Period> = wanted.iter().map(|(p, _)| *p).collect();
+            let periods: Vec<Period> = periods.into_iter().collect();
+            Some(self.raw_items(&q.site_id, &zone, partitions, &q.filters, &[source.as_str(), TOTAL], &periods).await?)
         } else {
             None
         };
@@ -723,12 +717,13 @@ impl Stats {
         (first, last): (crate::visitor::UtcDay, crate::visitor::UtcDay),
         filters: &[Filter],
         dimensions: &[&str],
+        periods: &[Period],
     ) -> Result<HashMap<crate::stored::AggKey, Sum>, StatsError> {
         let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
         let mut add = |e: &crate::stored::StoredEvent, event_part: bool, visit_part: bool| {
-            // Only the dimensions the query reads, and no minutes: building every item of every
+            // Only the dimensions and periods the query reads: building every item of every
             // event was most of a filtered query's time.
-            crate::aggregate::for_each_delta(e, zone, i64::MAX, |key, delta| {
+            crate::aggregate::for_each_delta_of_periods(e, zone, periods, |key, delta| {
                 let (events, visits) = delta.counters.split();
                 let mut counters = Counters::default();
                 if event_part {

@@ -89,7 +89,20 @@ pub fn deltas(event: &StoredEvent, zone: &SiteZone) -> Vec<(AggKey, Delta)> {
 /// Minute buckets are left out for events before `minutes_from` (ms): realtime reads only the
 /// last half hour, and minute items expire two hours after their last write.
 pub fn for_each_delta(event: &StoredEvent, zone: &SiteZone, minutes_from: i64, f: impl FnMut(AggKeyRef<'_>, Delta)) {
-    each_delta(event, zone, minutes_from, &Period::ALL, f);
+    each_delta(event, zone, minutes_from, &Period::ALL, false, f);
+}
+
+/// The deltas of `event` in `periods` only (no minutes), with **every** dimension's hour items
+/// where the stored aggregates keep hours for [`HOUR_DIMENSIONS`] only: what a query that reads
+/// raw events builds, so it can answer hourly series and part-day ranges of any dimension.
+pub fn for_each_delta_of_periods(
+    event: &StoredEvent,
+    zone: &SiteZone,
+    periods: &[Period],
+    f: impl FnMut(AggKeyRef<'_>, Delta),
+) {
+    let periods: Vec<Period> = periods.iter().copied().filter(|p| *p != Period::Minute).collect();
+    each_delta(event, zone, i64::MAX, &periods, true, f);
 }
 
 /// [`for_each_delta`] without the week and month items, which are the sums of the event's day
@@ -103,7 +116,7 @@ pub(crate) fn for_each_fine_delta(
     minutes_from: i64,
     f: impl FnMut(AggKeyRef<'_>, Delta),
 ) {
-    each_delta(event, zone, minutes_from, &[Period::Minute, Period::Hour, Period::Day], f);
+    each_delta(event, zone, minutes_from, &[Period::Minute, Period::Hour, Period::Day], false, f);
 }
 
 fn each_delta(
@@ -111,8 +124,11 @@ fn each_delta(
     zone: &SiteZone,
     minutes_from: i64,
     periods: &[Period],
+    every_hour: bool,
     mut f: impl FnMut(AggKeyRef<'_>, Delta),
 ) {
+    let keeps =
+        |period: Period, dimension: &str| period_keeps(period, dimension) || (every_hour && period == Period::Hour);
     let site_id = event.site_id.as_str();
     let pageviews = i64::from(event.is_pageview());
     let visitor = visitor_u64(&event.visitor_id);
@@ -158,7 +174,7 @@ fn each_delta(
         let visit_change = if same { change } else { Delta::default() };
         if let Some(bucket) = &event_bucket {
             let mut add = |dimension: &str, value: &str, delta: Delta| {
-                if period_keeps(period, dimension) {
+                if keeps(period, dimension) {
                     f(AggKeyRef { site_id, period, dimension, bucket, value }, delta);
                 }
             };
@@ -182,11 +198,11 @@ fn each_delta(
         }
         let Some(bucket) = &start_bucket else { continue };
         let key = |dimension, value| AggKeyRef { site_id, period, dimension, bucket, value };
-        if !same && period_keeps(period, TOTAL) && !change.counters.is_zero() {
+        if !same && keeps(period, TOTAL) && !change.counters.is_zero() {
             f(key(TOTAL, ""), change);
         }
         for dimension in VISIT_DIMENSIONS {
-            if !period_keeps(period, dimension) {
+            if !keeps(period, dimension) {
                 continue;
             }
             match visit_value(&event.visit, dimension) {

@@ -290,7 +290,7 @@ async function loadChart(seq) {
         metric = "visitors";
         res = await series(S.interval);
       } else {
-        // Hourly items are kept for a few dimensions only; a filter on another falls back to days.
+        // Hours of most dimensions come from raw events; past the site's raw retention, days.
         if (S.interval !== "hour") throw e;
         S.interval = "day";
         const select = document.getElementById("interval");
