@@ -484,7 +484,7 @@ async fn hourly_series_of_any_dimension_come_from_the_raw_events() {
     let by_browser =
         rows(&w.stats.query(&q(&w, &[Metric::Visitors], &["time:hour", "visit:browser"], vec![])).await.unwrap());
     let labels: Vec<(String, String, Value)> =
-        by_browser.into_iter().map(|(d, m)| (d[0].clone(), d[1].clone(), m[0].clone())).collect();
+        by_browser.into_iter().map(|(d, m)| (d[0].clone(), d[1].clone(), m[0])).collect();
     let hours = ["10", "11", "12"].map(|h| (format!("{day} {h}:00:00"), "Firefox".to_owned(), Int(1)));
     assert_eq!(labels, hours);
     let safari = Filter { op: FilterOp::Is, dimension: "visit:browser".into(), values: vec!["Safari".into()] };
