@@ -1035,6 +1035,24 @@ impl Stats {
         Ok(out)
     }
 
+    /// The events of the session `(day, visitor, session)` in order (one Query).
+    async fn one_session(
+        &self,
+        site_id: &str,
+        day: &str,
+        visitor: &str,
+        session: &str,
+    ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
+        self.events_of(item! {
+            "site_id" => site_id,
+            "day" => day,
+            "shard" => crate::stored::visitor_shard(visitor),
+            "visitor_id" => visitor,
+            "session_id" => session,
+        })
+        .await
+    }
+
     /// One session's events in order (one Query).
     pub async fn session_events(
         &self,
@@ -1043,14 +1061,7 @@ impl Stats {
     ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
         let (day, visitor, session) = parse_session_ref(reference)
             .ok_or_else(|| StatsError::Invalid(format!("{reference:?} is not a session reference")))?;
-        self.events_of(item! {
-            "site_id" => site_id,
-            "day" => day,
-            "shard" => crate::stored::visitor_shard(&visitor),
-            "visitor_id" => visitor.as_str(),
-            "session_id" => session,
-        })
-        .await
+        self.one_session(site_id, &day, &visitor, &session).await
     }
 
     /// A visitor's sessions that started on UTC day `day` (one Query), oldest first.
@@ -1131,14 +1142,7 @@ impl Stats {
         chosen.truncate(limit);
         let reads = chosen.into_iter().map(|(id, _)| async move {
             let (start_day, visitor, session) = id.parts();
-            self.events_of(item! {
-                "site_id" => site_id,
-                "day" => start_day,
-                "shard" => crate::stored::visitor_shard(&visitor),
-                "visitor_id" => visitor.as_str(),
-                "session_id" => session,
-            })
-            .await
+            self.one_session(site_id, &start_day, &visitor, &session).await
         });
         let mut all: Vec<SessionSummary> = Vec::new();
         let mut sessions = futures::stream::iter(reads).buffered(PARALLEL_READS);
