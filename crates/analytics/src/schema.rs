@@ -89,6 +89,19 @@ pub fn tally_schema(name: &str) -> Schema {
                 .key("SITE#{site_id}", "GOAL#{goal_id}"),
         )
         .entity(
+            Entity::new("Funnel")
+                .description(
+                    "A saved funnel the dashboard shows: a name and 2 to 8 steps, each `{page: pattern}` or \
+                     `{event: name}`.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("funnel_id").ulid())
+                .attribute(Attribute::string("name").required().example("Signup"))
+                .attribute(Attribute::list("steps").required())
+                .timestamps()
+                .key("SITE#{site_id}", "FUNNEL#{funnel_id}"),
+        )
+        .entity(
             Entity::new("ApiKey")
                 .description("A site API key, stored as the SHA-256 of the key; the key itself is shown once.")
                 .attribute(Attribute::string("key_hash").required().example("9f86d081884c7d65"))
@@ -259,7 +272,10 @@ pub fn tally_schema(name: &str) -> Schema {
             AccessPattern::get("site_by_domain", "Resolve an incoming event's domain to its site").entity("SiteDomain"),
         )
         .access_pattern(
-            AccessPattern::query("site_with_goals", "A site and its goals in one query").entity("Site").entity("Goal"),
+            AccessPattern::query("site_with_goals", "A site, its goals and funnels in one query")
+                .entity("Site")
+                .entity("Goal")
+                .entity("Funnel"),
         )
         .access_pattern(AccessPattern::get("api_key_by_hash", "Authenticate a Bearer API key").entity("ApiKey"))
         .access_pattern(

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use model::ops::TxWrite;
 use model::{Record, Table};
 use sha2::{Digest, Sha256};
-use store::item;
+use store::{AttributeValue, item};
 
 use crate::aggregate::{AggregateError, SiteSettings, SiteSettingsSource};
 use crate::enrich::IpRanges;
@@ -70,6 +70,9 @@ pub enum SitesError {
     /// The goal is not valid.
     #[error(transparent)]
     Goal(#[from] GoalError),
+    /// A funnel is not valid.
+    #[error("{0}")]
+    InvalidFunnel(String),
     /// No key of the site has this id.
     #[error("the site has no API key {0:?}")]
     NoSuchKey(String),
@@ -126,6 +129,8 @@ pub struct Site {
     pub excluded_ips: IpRanges,
     /// Its goals.
     pub goals: Vec<SiteGoal>,
+    /// Its saved funnels, oldest first.
+    pub funnels: Vec<SiteFunnel>,
     /// The secret imported events' visitor ids are hashed under (their days' salts are gone):
     /// random per site, never shown. `None` for a site stored before imports had one, until its
     /// first import ([`Sites::import_salt`]).
@@ -140,6 +145,23 @@ pub struct SiteGoal {
     /// The goal.
     pub goal: Goal,
 }
+
+/// A saved funnel of a site.
+#[derive(Debug, Clone)]
+pub struct SiteFunnel {
+    /// Its id (a ULID).
+    pub funnel_id: String,
+    /// What its owner called it.
+    pub name: String,
+    /// Its steps in order: page patterns and event names, as goals are.
+    pub steps: Vec<Goal>,
+}
+
+/// The most funnels a site keeps.
+pub const MAX_FUNNELS: usize = 50;
+
+/// The longest funnel name, in characters.
+pub const MAX_FUNNEL_NAME: usize = 120;
 
 /// A site API key, without the key itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,7 +274,8 @@ impl Sites {
 
     /// Reads a site and its goals (one Query), bypassing the cache.
     async fn load(&self, site_id: &str) -> Result<Option<Site>, SitesError> {
-        let records = self.table.collection(&["Site", "Goal"]).key(item! { "site_id" => site_id }).all().await?;
+        let records =
+            self.table.collection(&["Site", "Goal", "Funnel"]).key(item! { "site_id" => site_id }).all().await?;
         let Some(site) = records.iter().find(|r| r.entity() == "Site") else {
             return Ok(None);
         };
@@ -273,6 +296,18 @@ impl Sites {
             };
             goals.push(SiteGoal { goal_id, goal });
         }
+        let mut funnels = Vec::new();
+        for f in records.iter().filter(|r| r.entity() == "Funnel") {
+            let steps = match f.get("steps") {
+                Some(AttributeValue::L(list)) => list.iter().map(step_from_value).collect::<Result<Vec<_>, _>>()?,
+                _ => return Err(SitesError::Corrupt { entity: "Funnel", message: "no steps".into() }),
+            };
+            funnels.push(SiteFunnel {
+                funnel_id: f.string("funnel_id").map_err(corrupt("Funnel"))?.to_owned(),
+                name: f.string("name").map_err(corrupt("Funnel"))?.to_owned(),
+                steps,
+            });
+        }
         let mut extra: Vec<String> =
             site.string_set("extra_domains").map(|s| s.into_iter().collect()).unwrap_or_default();
         extra.sort();
@@ -291,6 +326,7 @@ impl Sites {
             weeks_from_ms: site.opt_i64("weeks_from").ok().flatten().unwrap_or(i64::MAX),
             excluded_ips,
             goals,
+            funnels,
             import_salt: site.bytes("import_salt").ok().and_then(|b| Salt::from_bytes(b).ok()),
         }))
     }
@@ -364,6 +400,11 @@ impl Sites {
         }
         for goal in &site.goals {
             self.table.delete("Goal", item! { "site_id" => site_id, "goal_id" => goal.goal_id.as_str() }).await?;
+        }
+        for funnel in &site.funnels {
+            self.table
+                .delete("Funnel", item! { "site_id" => site_id, "funnel_id" => funnel.funnel_id.as_str() })
+                .await?;
         }
         for domain in &site.domains {
             self.table.delete("SiteDomain", item! { "domain" => domain.as_str() }).await?;
@@ -485,6 +526,51 @@ impl Sites {
         if let Ok(mut c) = self.by_domain.lock() {
             c.remove(domain);
         }
+    }
+
+    /// Saves a funnel of 2 to 8 steps under `name` (trimmed; 1 to [`MAX_FUNNEL_NAME`]
+    /// characters, no control characters); a site keeps at most [`MAX_FUNNELS`].
+    pub async fn add_funnel(&self, site_id: &str, name: &str, steps: Vec<Goal>) -> Result<SiteFunnel, SitesError> {
+        use crate::stats::{MAX_FUNNEL_STEPS, MIN_FUNNEL_STEPS};
+        let site = self.load(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))?;
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > MAX_FUNNEL_NAME || name.chars().any(char::is_control) {
+            return Err(SitesError::InvalidFunnel(format!(
+                "a funnel's name is 1 to {MAX_FUNNEL_NAME} characters without control characters"
+            )));
+        }
+        if !(MIN_FUNNEL_STEPS..=MAX_FUNNEL_STEPS).contains(&steps.len()) {
+            return Err(SitesError::InvalidFunnel(format!(
+                "a funnel has {MIN_FUNNEL_STEPS} to {MAX_FUNNEL_STEPS} steps, not {}",
+                steps.len()
+            )));
+        }
+        if site.funnels.len() >= MAX_FUNNELS {
+            return Err(SitesError::InvalidFunnel(format!("a site keeps at most {MAX_FUNNELS} funnels")));
+        }
+        let funnel_id = ulid::Ulid::new().to_string();
+        let fields = item! {
+            "site_id" => site_id,
+            "funnel_id" => funnel_id.as_str(),
+            "name" => name,
+            "steps" => AttributeValue::L(steps.iter().map(step_to_value).collect()),
+        };
+        self.table.create("Funnel", fields).await?;
+        if let Ok(mut c) = self.by_id.lock() {
+            c.remove(site_id);
+        }
+        Ok(SiteFunnel { funnel_id, name: name.to_owned(), steps })
+    }
+
+    /// Removes a saved funnel; whether it existed.
+    pub async fn remove_funnel(&self, site_id: &str, funnel_id: &str) -> Result<bool, SitesError> {
+        let key = item! { "site_id" => site_id, "funnel_id" => funnel_id };
+        let existed = self.table.get("Funnel", key.clone()).await?.is_some();
+        self.table.delete("Funnel", key).await?;
+        if let Ok(mut c) = self.by_id.lock() {
+            c.remove(site_id);
+        }
+        Ok(existed)
     }
 
     /// Removes a goal from a site. Its past conversions stay in the aggregates under its name.
@@ -665,5 +751,24 @@ impl SiteSettingsSource for Sites {
             retention_daily_days: s.retention_daily_days,
             weeks_from_ms: s.weeks_from_ms,
         }))
+    }
+}
+
+/// A funnel step as stored: `{page: pattern}` or `{event: name}`.
+fn step_to_value(step: &Goal) -> AttributeValue {
+    let (kind, target) = match step {
+        Goal::Page(pattern) => ("page", pattern.as_str()),
+        Goal::Event(name) => ("event", name.as_str()),
+    };
+    AttributeValue::M([(kind.to_owned(), AttributeValue::from(target))].into_iter().collect())
+}
+
+fn step_from_value(value: &AttributeValue) -> Result<Goal, SitesError> {
+    let bad = || SitesError::Corrupt { entity: "Funnel", message: "a step is not {page} or {event}".into() };
+    let AttributeValue::M(map) = value else { return Err(bad()) };
+    match (map.get("page").and_then(AttributeValue::as_s), map.get("event").and_then(AttributeValue::as_s)) {
+        (Some(page), None) => Ok(Goal::page(page)?),
+        (None, Some(event)) => Ok(Goal::event(event)?),
+        _ => Err(bad()),
     }
 }

@@ -8,6 +8,7 @@
 //! | `DELETE /api/sites/{site}` | users | removes a site |
 //! | `POST /api/sites/{site}/domains {domain}`, `DELETE …/domains/{domain}` | users | more domains of a site |
 //! | `POST /api/sites/{site}/goals {event_name \| page_path}`, `DELETE …/goals/{id}` | users | goals |
+//! | `POST /api/sites/{site}/funnels {name, steps: [{page} \| {event}]}`, `DELETE …/funnels/{id}` | users | saved funnels |
 //! | `GET, POST {name} /api/sites/{site}/keys`, `DELETE …/keys/{id}` | users | API keys; a new key is shown once |
 //! | `GET, POST {name, password} /api/sites/{site}/shares`, `DELETE …/shares/{id}` | users | shared links; a new link is shown once |
 //!
@@ -48,6 +49,21 @@ fn site_json(site: &Site, full: bool) -> Json {
             json!({ "goal_id": g.goal_id, "kind": kind, "target": target, "display_name": g.goal.display_name() })
         })
         .collect();
+    v["funnels"] = site
+        .funnels
+        .iter()
+        .map(|f| {
+            let steps: Vec<Json> = f
+                .steps
+                .iter()
+                .map(|step| match step {
+                    Goal::Page(p) => json!({ "page": p.as_str() }),
+                    Goal::Event(name) => json!({ "event": name }),
+                })
+                .collect();
+            json!({ "funnel_id": f.funnel_id, "name": f.name, "steps": steps })
+        })
+        .collect();
     v
 }
 
@@ -58,7 +74,8 @@ fn sites_error(e: SitesError) -> Response {
         | SitesError::InvalidRetention { .. }
         | SitesError::InvalidIpRange(_)
         | SitesError::TooManyIpRanges(_)
-        | SitesError::Goal(_)) => bad(e.to_string()),
+        | SitesError::Goal(_)
+        | SitesError::InvalidFunnel(_)) => bad(e.to_string()),
         e @ SitesError::DomainTaken(_) => error(StatusCode::CONFLICT, e.to_string()),
         e @ (SitesError::NoSuchSite(_) | SitesError::NoSuchKey(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
         e => internal(e),
@@ -227,6 +244,37 @@ pub async fn remove_goal(
     match r.sites.remove_goal(&site.site_id, &goal).await {
         Ok(true) => json_ok(json!({ "removed": goal })),
         Ok(false) => error(StatusCode::NOT_FOUND, "no such goal"),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `POST /api/sites/{site}/funnels`.
+pub async fn add_funnel(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let name = tri!(field(&map, "name"));
+    let steps = tri!(crate::stats::funnel_steps(map.get("steps")));
+    match r.sites.add_funnel(&site.site_id, name, steps).await {
+        Ok(f) => (StatusCode::CREATED, json_ok(json!({ "funnel_id": f.funnel_id, "name": f.name }))).into_response(),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}/funnels/{funnel}`.
+pub async fn remove_funnel(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, funnel)): Path<(String, String)>,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.sites.remove_funnel(&site.site_id, &funnel).await {
+        Ok(true) => json_ok(json!({ "removed": funnel })),
+        Ok(false) => error(StatusCode::NOT_FOUND, "no such funnel"),
         Err(e) => sites_error(e),
     }
 }

@@ -274,6 +274,7 @@ mod tests {
             weeks_from_ms: 0,
             excluded_ips: analytics::enrich::IpRanges::new(),
             goals: Vec::new(),
+            funnels: Vec::new(),
             import_salt: None,
         }
     }

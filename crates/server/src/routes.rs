@@ -118,6 +118,8 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/sites/{site}/domains/{domain}", delete(admin::remove_domain))
         .route("/api/sites/{site}/goals", post(admin::add_goal))
         .route("/api/sites/{site}/goals/{goal}", delete(admin::remove_goal))
+        .route("/api/sites/{site}/funnels", post(admin::add_funnel))
+        .route("/api/sites/{site}/funnels/{funnel}", delete(admin::remove_funnel))
         .route("/api/sites/{site}/keys", get(admin::keys).post(admin::create_key))
         .route("/api/sites/{site}/keys/{key}", delete(admin::revoke_key))
         .route("/api/sites/{site}/shares", get(admin::shares).post(admin::create_share))

@@ -198,6 +198,25 @@ async fn json_request<'a>(
     Ok((r, body, site))
 }
 
+/// A funnel's `steps`: a list of `{"page": pattern}` or `{"event": name}`, or a 400 saying
+/// which step is wrong (how many is the funnel's own check).
+pub(crate) fn funnel_steps(steps: Option<&Json>) -> Result<Vec<Goal>, Response> {
+    let Some(list) = steps.and_then(Json::as_array) else {
+        return Err(bad("`steps` must be a list of {\"page\": pattern} or {\"event\": name}"));
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let goal = match (step.get("page").and_then(Json::as_str), step.get("event").and_then(Json::as_str)) {
+                (Some(page), None) => Goal::page(page),
+                (None, Some(event)) => Goal::event(event),
+                _ => return Err(bad(format!("step {}: give one of `page` or `event`", i + 1))),
+            };
+            goal.map_err(|e| bad(format!("step {}: {e}", i + 1)))
+        })
+        .collect()
+}
+
 /// `POST /api/funnel {site_id, date_range, steps: [{"page": "/pricing*"} | {"event": "Signup"}]}`:
 /// of 2 to 8 steps, the visitors who did each step and every one before it, in order, within
 /// one visit; answers `{steps: [{step, visitors, conversion_rate, dropoff}], query}`. Read from
@@ -209,21 +228,7 @@ pub async fn funnel(
 ) -> Response {
     let (r, body, site) = tri!(json_request(&state, &headers, body).await);
     let range = tri!(parse_range(&body, &site.zone));
-    let Some(list) = body.get("steps").and_then(Json::as_array) else {
-        return bad("`steps` must be a list of {\"page\": pattern} or {\"event\": name}");
-    };
-    let mut steps = Vec::with_capacity(list.len());
-    for (i, step) in list.iter().enumerate() {
-        let goal = match (step.get("page").and_then(Json::as_str), step.get("event").and_then(Json::as_str)) {
-            (Some(page), None) => Goal::page(page),
-            (None, Some(event)) => Goal::event(event),
-            _ => return bad(format!("step {}: give one of `page` or `event`", i + 1)),
-        };
-        match goal {
-            Ok(goal) => steps.push(goal),
-            Err(e) => return bad(format!("step {}: {e}", i + 1)),
-        }
-    }
+    let steps = tri!(funnel_steps(body.get("steps")));
     match r.stats.funnel(&site.site_id, &range, &steps).await {
         Ok(result) => {
             let steps: Vec<Json> = result

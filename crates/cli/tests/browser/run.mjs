@@ -251,11 +251,28 @@ try {
   await dash.fill("#domain-input", "shop-two.test");
   await dash.click("#add-domain button");
   await dash.waitForFunction(() => document.querySelector("#domains")?.textContent.includes("shop-two.test"));
+  // A saved funnel: the home page, then pricing, then a Purchase.
+  await dash.fill("#funnel-name", "To purchase");
+  await dash.fill("#funnel-steps", "/\n/pricing*\nPurchase");
+  await dash.click("#add-funnel button");
+  await dash.waitForFunction(() => document.querySelector("#funnels")?.textContent.includes("/ → /pricing* → Purchase"));
+  await dash.fill("#funnel-name", "Too short");
+  await dash.fill("#funnel-steps", "/only-one-step");
+  await dash.click("#add-funnel button");
+  await dash.waitForFunction(() => document.querySelector("#add-funnel .error")?.textContent.includes("2 to 8 steps"));
   const purchaseGoal = rows(await stats({ date_range: "day", metrics: ["visitors"], dimensions: ["event:goal"] }));
   found.settings = { key: "created", goals: Object.keys(purchaseGoal) };
   await dash.screenshot({ path: join(OUT, "settings.png"), fullPage: true });
   await dash.goto(`${TALLY}/?site=${SITE}&period=30d`);
   await dash.waitForSelector("#top-stats[data-range]");
+  // The funnel panel counts what the funnel API counts: one visitor through all three steps.
+  await dash.waitForFunction(() => document.querySelectorAll("#funnel tr.step").length === 3);
+  const funnelApi = await (await fetch(`${TALLY}/api/funnel`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "30d", steps: [{ page: "/" }, { page: "/pricing*" }, { event: "Purchase" }] }) })).json();
+  const funnelShown = await dash.locator("#funnel tr.step td:nth-child(2)").allTextContents();
+  assert.deepEqual(funnelShown, funnelApi.steps.map((st) => String(st.visitors)), "the funnel panel shows the API's numbers");
+  assert.deepEqual(funnelShown, ["1", "1", "1"], `one visitor through the funnel: ${JSON.stringify(funnelApi)}`);
+  found.funnel = funnelApi.steps;
 
   await dash.setViewportSize({ width: 390, height: 844 });
   await dash.waitForTimeout(300);

@@ -151,6 +151,30 @@ fn first_run_sign_in_settings_and_shared_links() {
     let gone =
         b.send("DELETE", &format!("/api/sites/shop.test/goals/{}", page_goal["goal_id"].as_str().unwrap()), &json!({}));
     assert_eq!(gone.status, 200);
+    // Saved funnels: listed with the site, whole; refused with a reason when malformed.
+    let steps = json!([{ "page": "/" }, { "page": "/pricing*" }, { "event": "Signup" }]);
+    let funnel = b.send("POST", "/api/sites/shop.test/funnels", &json!({ "name": " Signup path ", "steps": steps }));
+    assert_eq!(funnel.status, 201, "{}", funnel.text());
+    let funnel_id = funnel.json()["funnel_id"].as_str().unwrap().to_owned();
+    for (body, says) in [
+        (json!({ "name": "one", "steps": [{ "page": "/" }] }), "2 to 8 steps"),
+        (json!({ "name": "", "steps": steps }), "name"),
+        (json!({ "name": "x", "steps": [{ "page": "/" }, { "page": "/a", "event": "B" }] }), "step 2"),
+        (json!({ "name": "x" }), "steps"),
+        (json!({ "name": "x", "steps": [{ "page": "no-slash" }, { "event": "B" }] }), "step 1"),
+    ] {
+        let r = b.send("POST", "/api/sites/shop.test/funnels", &body);
+        assert!(r.status == 400 && r.text().contains(says), "{body}: {} {}", r.status, r.text());
+    }
+    let sites = b.get("/api/sites").json();
+    let shop = sites["sites"].as_array().unwrap().iter().find(|s| s["domain"] == "shop.test").unwrap().clone();
+    assert_eq!(shop["funnels"], json!([{ "funnel_id": funnel_id, "name": "Signup path", "steps": steps }]));
+    let path = format!("/api/sites/shop.test/funnels/{funnel_id}");
+    assert_eq!(b.send("DELETE", &path, &json!({})).status, 200);
+    assert_eq!(b.send("DELETE", &path, &json!({})).status, 404);
+    let sites = b.get("/api/sites").json();
+    let shop = sites["sites"].as_array().unwrap().iter().find(|s| s["domain"] == "shop.test").unwrap().clone();
+    assert_eq!(shop["funnels"], json!([]));
     let key = b.send("POST", "/api/sites/shop.test/keys", &json!({ "name": "ci" })).json();
     let key_secret = key["key"].as_str().unwrap().to_owned();
     let listed = b.get("/api/sites/shop.test/keys").text();
@@ -219,6 +243,12 @@ fn first_run_sign_in_settings_and_shared_links() {
         ("PATCH", "/api/sites/shop.test".into(), br#"{"timezone":"UTC"}"#.to_vec()),
         ("DELETE", "/api/sites/shop.test".into(), vec![]),
         ("POST", "/api/sites/shop.test/goals".into(), br#"{"event_name":"X"}"#.to_vec()),
+        (
+            "POST",
+            "/api/sites/shop.test/funnels".into(),
+            br#"{"name":"X","steps":[{"page":"/"},{"event":"Y"}]}"#.to_vec(),
+        ),
+        ("DELETE", "/api/sites/shop.test/funnels/01JDB3Y5C8M9V7T2X4K6P0QWER".into(), vec![]),
         ("POST", "/api/sites/shop.test/domains".into(), br#"{"domain":"evil-two.test"}"#.to_vec()),
         ("GET", "/api/sites/shop.test/keys".into(), vec![]),
         ("POST", "/api/sites/shop.test/keys".into(), b"{}".to_vec()),

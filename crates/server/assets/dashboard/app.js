@@ -19,7 +19,7 @@ const PANELS = [
   { id: "events", title: "Custom events", tabs: [["event:name", "Events"], ["props", "Properties"]], metrics: ["visitors", "events"] },
 ];
 const S = { csrf: null, share: null, user: null, sites: [], site: null, period: "30d", from: "", to: "",
-  interval: "day", metric: "visitors", filters: [], tabs: {}, prop: "plan", timer: null, seq: 0 };
+  interval: "day", metric: "visitors", funnel: null, filters: [], tabs: {}, prop: "plan", timer: null, seq: 0 };
 
 // ---- helpers ----
 function h(tag, attrs, ...kids) {
@@ -84,6 +84,7 @@ function readUrl() {
   S.from = q.get("from") || ""; S.to = q.get("to") || "";
   S.interval = q.get("interval") || (S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day");
   S.metric = q.get("metric") || "visitors";
+  S.funnel = q.get("funnel") || null;
   S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, [v.join("|")]]; })
     .filter((f) => ["is", "is_not", "contains"].includes(f[0]) && f[1]);
   return q.get("site");
@@ -95,6 +96,7 @@ function writeUrl() {
   if (S.period === "custom") { q.set("from", S.from); q.set("to", S.to); }
   q.set("interval", S.interval);
   if (S.metric !== "visitors") q.set("metric", S.metric);
+  if (S.funnel) q.set("funnel", S.funnel);
   for (const [op, dim, [v]] of S.filters) q.append("f", `${op}|${dim}|${v}`);
   history.replaceState(null, "", `${location.pathname}?${q}`);
 }
@@ -145,7 +147,7 @@ async function bootShare(token) {
       try { await api("POST", `/api/share/${token}/unlock`, { password: pw.value }); location.reload(); } catch (e) { msg.textContent = e.message; }
     } }, h("h1", {}, info.domain), h("p", {}, "This dashboard is protected by a password."), pw, h("button", { class: "primary" }, "View dashboard"), msg));
   }
-  S.sites = [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [] }];
+  S.sites = [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [], funnels: [] }];
   S.site = S.sites[0];
   readUrl();
   dashboard();
@@ -218,10 +220,13 @@ function dashboard() {
   const chart = h("div", { class: "card chart-card" }, h("div", { class: "chart-head" },
     h("strong", {}, (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
   // Sessions name visitors' paths through the site: signed-in users see them, shared links do not.
-  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), realtimeShell(), S.share ? null : sessionsShell());
+  const funnels = S.site.funnels || [];
+  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), funnels.length ? funnelShell(funnels, seq) : null,
+    realtimeShell(), S.share ? null : sessionsShell());
   show(h("div", { class: "wrap" }, topBar(), filterBar(), stats, chart, panels));
   loadTop(seq); loadChart(seq);
   for (const p of PANELS) loadPanel(p, seq);
+  if (funnels.length) loadFunnel(seq);
   const live = () => { loadRealtime(seq); if (!S.share) loadSessions(seq); };
   live();
   S.timer = setInterval(live, 10000);
@@ -426,6 +431,35 @@ async function loadRealtime(seq) {
   }
 }
 
+// Saved funnels (settings page), counted over the dashboard's range from raw events; the
+// dashboard's filters do not apply to them.
+function funnelShell(funnels, seq) {
+  if (!funnels.some((f) => f.funnel_id === S.funnel)) S.funnel = funnels[0].funnel_id;
+  const pick = h("select", { id: "funnel-pick", "aria-label": "Funnel", onchange: (e) => { S.funnel = e.target.value; writeUrl(); loadFunnel(seq); } },
+    funnels.map((f) => h("option", { value: f.funnel_id, selected: f.funnel_id === S.funnel }, f.name)));
+  return h("section", { class: "card panel funnel", id: "funnel" }, h("div", { class: "head" }, h("h2", {}, "Funnel"), pick),
+    h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
+}
+
+async function loadFunnel(seq) {
+  const body = () => document.querySelector("#funnel .body");
+  const funnel = (S.site.funnels || []).find((f) => f.funnel_id === S.funnel);
+  if (!funnel) return;
+  try {
+    const res = await api("POST", "/api/funnel", { site_id: S.site.site_id, date_range: dateRange(), steps: funnel.steps });
+    if (seq !== S.seq || !body()) return;
+    const first = Math.max(1, res.steps[0]?.visitors || 0);
+    body().replaceChildren(h("table", { class: "rows" },
+      h("tr", {}, h("th", {}, "Step"), h("th", { class: "num" }, "Visitors"), h("th", { class: "num" }, "Conversion"), h("th", { class: "num" }, "Dropoff")),
+      res.steps.map((st) => h("tr", { class: "step" },
+        h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * st.visitors) / first}%` }), h("span", {}, st.step)),
+        h("td", { class: "num" }, compact(st.visitors)), h("td", { class: "num" }, `${st.conversion_rate}%`), h("td", { class: "num" }, compact(st.dropoff))))),
+      S.filters.length ? h("p", { class: "note" }, "Funnels count every visit: the filters above do not apply.") : null);
+  } catch (e) {
+    if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
+  }
+}
+
 function sessionsShell() {
   return h("section", { class: "card panel sessions", id: "sessions" }, h("div", { class: "head" }, h("h2", {}, "Recent sessions"),
     h("span", { class: "note" }, "today (UTC), latest first; click one for its events")), h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
@@ -537,6 +571,21 @@ async function settingsPage() {
       const v = goalInput.value.trim();
       try { await api("POST", `/api/sites/${site.site_id}/goals`, v.startsWith("/") ? { page_path: v } : { event_name: v }); location.reload(); } catch (e) { msg(goalMsg, e.message, "error"); }
     } }, goalInput, h("button", {}, "Add goal"), h("span", { class: "note" }, "A custom event name, or a page path (with * wildcards)."), goalMsg)));
+
+  // Funnel steps, one per line: a page path (with * wildcards) or a custom event name.
+  const funnelName = h("input", { id: "funnel-name", placeholder: "Funnel name" });
+  const funnelSteps = h("textarea", { id: "funnel-steps", rows: 4, placeholder: "/\n/pricing*\nSignup" });
+  const funnelMsg = h("span");
+  const stepText = (st) => st.page !== undefined ? st.page : st.event;
+  out.append(h("section", { class: "card" }, h("h2", {}, "Funnels"),
+    h("table", { class: "rows", id: "funnels" }, (site.funnels || []).map((f) => h("tr", {}, h("td", {}, f.name),
+      h("td", { class: "note" }, f.steps.map(stepText).join(" → ")),
+      h("td", { class: "num" }, h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/funnels/${f.funnel_id}`); location.reload(); } }, "Remove"))))),
+    h("form", { class: "row", id: "add-funnel", onsubmit: async (ev) => {
+      ev.preventDefault();
+      const steps = funnelSteps.value.split("\n").map((l) => l.trim()).filter(Boolean).map((l) => l.startsWith("/") ? { page: l } : { event: l });
+      try { await api("POST", `/api/sites/${site.site_id}/funnels`, { name: funnelName.value, steps }); location.reload(); } catch (e) { msg(funnelMsg, e.message, "error"); }
+    } }, funnelName, funnelSteps, h("button", {}, "Add funnel"), h("span", { class: "note" }, "2 to 8 steps, one per line: a page path (with * wildcards) or a custom event name, done in order within a visit."), funnelMsg)));
 
   const keysBox = h("div");
   const keyName = h("input", { id: "key-name", placeholder: "Key name" });
