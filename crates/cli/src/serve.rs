@@ -128,6 +128,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
         .with_reading(reading)
         .with_metrics(Arc::new(metrics))
         .with_health(Arc::new(StoreHealth(sites.clone())));
+    let shutdown = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -140,7 +141,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     if let Some(token) = &setup_token {
         tracing::warn!("no account yet: create the admin account at http://{addr}/setup?token={token}");
     }
-    server::serve_with_shutdown(listener, server::router(state), shutdown_signal()).await?;
+    server::serve_with_shutdown(listener, server::router(state), shutdown).await?;
     if let Some((live, _)) = demo {
         live.abort();
     }
@@ -176,24 +177,28 @@ async fn first_run_token(accounts: &Accounts) -> Result<Option<String>> {
     Ok(Some(secret.iter().map(|b| format!("{b:02x}")).collect()))
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Installs the SIGINT and SIGTERM handlers now and returns the future they complete: a signal
+/// that comes as soon as "listening on" is logged must stop the server gracefully, and a handler
+/// installed only when the server first polls it would leave the default action (exit at once,
+/// unflushed) for that moment.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
+        })
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }
 

@@ -80,3 +80,13 @@ fn schema_matrix_and_terraform_describe_tallys_own_table() {
         assert!(terraform.contains(needle), "{needle} missing from:\n{terraform}");
     }
 }
+
+/// SIGTERM the moment `tally serve` says it listens still stops it gracefully (exit 0, aggregates
+/// flushed): the handlers are installed before that line, not when the server first polls them.
+#[test]
+fn sigterm_as_soon_as_serve_listens_stops_it_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    for _ in 0..5 {
+        support::Server::start(&dir.path().join("data")).stop();
+    }
+}
