@@ -63,6 +63,9 @@ pub async fn fill(
     for goal in [Goal::event(EVENT_NAMES[0])?, Goal::event(EVENT_NAMES[1])?, Goal::page(SIGNUP_PAGE)?] {
         sites.add_goal(&site.site_id, goal).await?;
     }
+    let funnel =
+        vec![Goal::page("/")?, Goal::page("/pricing")?, Goal::page(SIGNUP_PAGE)?, Goal::event(EVENT_NAMES[0])?];
+    sites.add_funnel(&site.site_id, "From the home page to a signup", funnel).await?;
     let now = jiff::Timestamp::now().as_millisecond();
     let start = now - now.rem_euclid(DAY_MS) - i64::from(options.days) * DAY_MS;
     let config = SynthConfig::new(7, vec![DEMO_DOMAIN.to_owned()], start, options.days + 1, options.events_per_day);
