@@ -564,20 +564,18 @@ impl Sites {
 
     /// Removes a saved funnel; whether it existed.
     pub async fn remove_funnel(&self, site_id: &str, funnel_id: &str) -> Result<bool, SitesError> {
-        let key = item! { "site_id" => site_id, "funnel_id" => funnel_id };
-        let existed = self.table.get("Funnel", key.clone()).await?.is_some();
-        self.table.delete("Funnel", key).await?;
-        if let Ok(mut c) = self.by_id.lock() {
-            c.remove(site_id);
-        }
-        Ok(existed)
+        self.remove_member("Funnel", item! { "site_id" => site_id, "funnel_id" => funnel_id }, site_id).await
     }
 
     /// Removes a goal from a site. Its past conversions stay in the aggregates under its name.
     pub async fn remove_goal(&self, site_id: &str, goal_id: &str) -> Result<bool, SitesError> {
-        let key = item! { "site_id" => site_id, "goal_id" => goal_id };
-        let existed = self.table.get("Goal", key.clone()).await?.is_some();
-        self.table.delete("Goal", key).await?;
+        self.remove_member("Goal", item! { "site_id" => site_id, "goal_id" => goal_id }, site_id).await
+    }
+
+    /// Deletes an item of a site's collection (a goal, a funnel); whether it existed.
+    async fn remove_member(&self, entity: &str, key: store::Item, site_id: &str) -> Result<bool, SitesError> {
+        let existed = self.table.get(entity, key.clone()).await?.is_some();
+        self.table.delete(entity, key).await?;
         if let Ok(mut c) = self.by_id.lock() {
             c.remove(site_id);
         }

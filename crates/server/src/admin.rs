@@ -241,9 +241,14 @@ pub async fn remove_goal(
     Path((site, goal)): Path<(String, String)>,
 ) -> Response {
     let (r, site) = tri!(manage(&state, &headers, &site).await);
-    match r.sites.remove_goal(&site.site_id, &goal).await {
-        Ok(true) => json_ok(json!({ "removed": goal })),
-        Ok(false) => error(StatusCode::NOT_FOUND, "no such goal"),
+    removed(r.sites.remove_goal(&site.site_id, &goal).await, "goal", &goal)
+}
+
+/// The answer to removing `id`: what was removed, or 404 when there was no such `what`.
+fn removed(result: Result<bool, SitesError>, what: &str, id: &str) -> Response {
+    match result {
+        Ok(true) => json_ok(json!({ "removed": id })),
+        Ok(false) => error(StatusCode::NOT_FOUND, format!("no such {what}")),
         Err(e) => sites_error(e),
     }
 }
@@ -272,11 +277,7 @@ pub async fn remove_funnel(
     Path((site, funnel)): Path<(String, String)>,
 ) -> Response {
     let (r, site) = tri!(manage(&state, &headers, &site).await);
-    match r.sites.remove_funnel(&site.site_id, &funnel).await {
-        Ok(true) => json_ok(json!({ "removed": funnel })),
-        Ok(false) => error(StatusCode::NOT_FOUND, "no such funnel"),
-        Err(e) => sites_error(e),
-    }
+    removed(r.sites.remove_funnel(&site.site_id, &funnel).await, "funnel", &funnel)
 }
 
 /// `GET /api/sites/{site}/keys`.
