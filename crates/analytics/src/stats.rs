@@ -1153,8 +1153,10 @@ impl Stats {
         Ok(all)
     }
 
-    /// Deletes every event of a visitor whose sessions started on UTC day `day` (GDPR erasure);
-    /// returns how many. Aggregates keep their counts (they hold no visitor id).
+    /// Deletes every event of a visitor whose sessions started on UTC day `day` (GDPR erasure),
+    /// then their entries in the session log of that day and the next (a visit ends 30 minutes
+    /// after its last event); returns how many events. Aggregates keep their counts (they hold no
+    /// visitor id).
     pub async fn delete_visitor(&self, site_id: &str, day: &str, visitor: &str) -> Result<usize, StatsError> {
         let events = self.visitor_events(site_id, day, visitor).await?;
         for e in &events {
@@ -1172,6 +1174,50 @@ impl Stats {
                 )
                 .await?;
         }
+        self.forget_in_session_log(site_id, day, visitor).await?;
         Ok(events.len())
+    }
+
+    /// Rewrites the session-log items of `day` and the next day that name `visitor`'s sessions
+    /// started on `day`, without them (an item left empty is deleted).
+    async fn forget_in_session_log(&self, site_id: &str, day: &str, visitor: &str) -> Result<(), StatsError> {
+        use crate::aggregate::session_log;
+        let (Some(start), Ok(id)) = (crate::visitor::UtcDay::parse(day), u64::from_str_radix(visitor, 16)) else {
+            return Ok(());
+        };
+        let theirs = |e: &(session_log::SessionId, i64)| e.0.visitor == id && e.0.start_day == start.days();
+        for active in [start, crate::visitor::UtcDay::from_days(start.days() + 1)] {
+            let active = active.to_string();
+            let logs = self
+                .table
+                .query("SessionLog")
+                .key(item! { "site_id" => site_id, "day" => active.as_str() })
+                .consistent()
+                .all()
+                .await?;
+            for record in logs {
+                let Some(store::AttributeValue::B(bytes)) = record.get("sessions") else { continue };
+                let entries = session_log::decode(bytes).map_err(|e| StatsError::Corrupt(e.to_string()))?;
+                if !entries.iter().any(theirs) {
+                    continue;
+                }
+                let key = item! {
+                    "site_id" => site_id,
+                    "day" => active.as_str(),
+                    "last_ts" => record.opt_i64("last_ts")?.unwrap_or(0),
+                    "run_id" => record.string("run_id")?,
+                    "epoch" => record.opt_i64("epoch")?.unwrap_or(0),
+                    "part" => record.opt_i64("part")?.unwrap_or(0),
+                };
+                let kept: Vec<_> = entries.into_iter().filter(|e| !theirs(e)).collect();
+                if kept.is_empty() {
+                    self.table.delete("SessionLog", key).await?;
+                } else {
+                    let bytes = store::AttributeValue::B(session_log::encode(&kept));
+                    self.table.update("SessionLog", key, model::expr::Update::new().set("sessions", bytes)).await?;
+                }
+            }
+        }
+        Ok(())
     }
 }

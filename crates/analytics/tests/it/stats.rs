@@ -353,9 +353,29 @@ async fn sessions_are_listed_replayed_and_erased() {
     let mine = w.stats.visitor_sessions(&w.site.site_id, &day, &a.visitor_id).await.unwrap();
     assert_eq!(mine.len(), 1);
     assert!(w.stats.session_events(&w.site.site_id, "not-a-ref").await.is_err());
+    let logged = |w: &World| {
+        let (table, site, day) = (w.table.clone(), w.site.site_id.clone(), day.clone());
+        async move {
+            let key = store::item! { "site_id" => site.as_str(), "day" => day.as_str() };
+            let mut visitors = Vec::new();
+            for r in table.query("SessionLog").key(key).all().await.unwrap() {
+                let Some(store::AttributeValue::B(bytes)) = r.get("sessions") else { panic!("a log without entries") };
+                let entries = analytics::aggregate::session_log::decode(bytes).unwrap();
+                visitors.extend(entries.iter().map(|(id, _)| format!("{:016x}", id.visitor)));
+            }
+            visitors.sort();
+            visitors.dedup();
+            visitors
+        }
+    };
+    assert_eq!(logged(&w).await.len(), 3);
+    assert!(logged(&w).await.contains(&a.visitor_id));
     assert_eq!(w.stats.delete_visitor(&w.site.site_id, &day, &a.visitor_id).await.unwrap(), 2);
     assert!(w.stats.visitor_sessions(&w.site.site_id, &day, &a.visitor_id).await.unwrap().is_empty());
     assert_eq!(w.stats.recent_sessions(&w.site.site_id, &day, 10).await.unwrap().len(), 2);
+    let left = logged(&w).await;
+    assert_eq!(left.len(), 2, "b and c stay in the session log");
+    assert!(!left.contains(&a.visitor_id), "the erased visitor's id is gone from the session log too");
 }
 
 #[tokio::test]
