@@ -473,7 +473,11 @@ async function loadSessions(seq) {
     const site = encodeURIComponent(S.site.site_id);
     const list = (await api("GET", `/api/sessions?site_id=${site}&limit=10`)).sessions;
     if (seq !== S.seq || !body()) return;
-    // A refresh keeps a session that is open open.
+    // A refresh that changes nothing leaves the panel (and an open session) as it is; one that
+    // does keeps a session that is open open.
+    const signature = JSON.stringify(list);
+    if (body().dataset.signature === signature) return;
+    body().dataset.signature = signature;
     const open = body().querySelector("tr.session.open")?.dataset.session;
     if (!list.length) { body().replaceChildren(h("p", { class: "empty" }, "No sessions today yet")); return; }
     const rows = [];
