@@ -383,6 +383,11 @@ pub struct SessionParams {
     limit: Option<usize>,
 }
 
+/// `{"sessions": [...]}`: the answer of the routes that list sessions.
+fn sessions_answer(list: &[analytics::stats::SessionSummary]) -> Response {
+    json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() }))
+}
+
 fn session_json(s: &analytics::stats::SessionSummary) -> Json {
     json!({
         "session": s.session_ref,
@@ -449,7 +454,7 @@ pub async fn recent_sessions(
 ) -> Response {
     let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
     match r.stats.recent_sessions(&site.site_id, &day, p.limit.unwrap_or(50).min(1000)).await {
-        Ok(list) => json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() })),
+        Ok(list) => sessions_answer(&list),
         Err(e) => stats_error(e),
     }
 }
@@ -484,7 +489,7 @@ pub async fn visitor_sessions(
 ) -> Response {
     let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
     match r.stats.visitor_sessions(&site.site_id, &day, &visitor).await {
-        Ok(list) => json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() })),
+        Ok(list) => sessions_answer(&list),
         Err(e) => stats_error(e),
     }
 }
