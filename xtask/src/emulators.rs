@@ -18,6 +18,30 @@ use anyhow::{Context, Result, bail};
 pub const DYNALITE_VERSION: &str = "4.0.0";
 /// The moto release the suite's unsupported table was written against.
 pub const MOTO_VERSION: &str = "5.2.5";
+/// moto's server with every request applied under one lock. moto's own `moto_server` handles
+/// requests on concurrent threads without isolating them: under load, two conditional writes of
+/// one item both succeed and concurrent `ADD`s lose increments (CI, 2026-11-25). Tally's tests
+/// that run several writers against moto — two `tally serve` processes flushing the same aggregate
+/// items under a version condition — need the atomicity DynamoDB gives, so they get a moto that
+/// applies one request at a time; connections are still accepted concurrently (HTTP/1.1
+/// keep-alive), and a response is read whole inside the lock. The conformance cases about
+/// concurrent writers stay listed as unsupported on moto (they would pass here only because of
+/// the lock, which tests nothing of moto's).
+const MOTO_SERIAL: &str = r#"
+import os, sys, threading
+os.environ.setdefault("MOTO_PORT", sys.argv[2])
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+
+app = DomainDispatcherApplication(create_backend_app)
+lock = threading.Lock()
+
+def serial(environ, start_response):
+    with lock:
+        return [b"".join(app(environ, start_response))]
+
+run_simple(sys.argv[1], int(sys.argv[2]), serial, threaded=True, request_handler=MotoRequestHandler)
+"#;
 /// How long a server may take to answer its first request.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one install may take.
@@ -71,7 +95,7 @@ pub fn start(root: &Path) -> Result<Emulators> {
     fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
 
     let dynalite_cli = install_dynalite(&tools)?;
-    let moto_server = install_moto(&tools)?;
+    let moto_python = install_moto(&tools)?;
 
     let mut emulators = Emulators { servers: Vec::new() };
     let port = free_port()?;
@@ -81,8 +105,8 @@ pub fn start(root: &Path) -> Result<Emulators> {
     node.args(["--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"]);
     emulators.servers.push(spawn("dynalite", node, &logs, port)?);
     let port = free_port()?;
-    let mut moto = Command::new(&moto_server);
-    moto.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+    let mut moto = Command::new(&moto_python);
+    moto.args(["-c", MOTO_SERIAL, "127.0.0.1", &port.to_string()]);
     emulators.servers.push(spawn("moto", moto, &logs, port)?);
 
     for s in &mut emulators.servers {
@@ -142,14 +166,16 @@ fn install_dynalite(tools: &Path) -> Result<PathBuf> {
     Ok(cli)
 }
 
-/// A venv at `.tools/venv` with the pinned `moto[server]`, unless a stamp says it is there.
+/// A venv at `.tools/venv` with the pinned `moto[server]`, unless a stamp says it is there;
+/// returns the venv's Python, which runs [`MOTO_SERIAL`].
 fn install_moto(tools: &Path) -> Result<PathBuf> {
     let venv = tools.join("venv");
     let bin = venv.join("bin");
     let stamp = venv.join(format!(".tally-moto-{MOTO_VERSION}"));
     let server = bin.join("moto_server");
+    let python = bin.join("python");
     if stamp.is_file() && server.is_file() {
-        return Ok(server);
+        return Ok(python);
     }
     if !bin.join("python").exists() {
         eprintln!("xtask: creating a Python venv in {}", venv.display());
@@ -165,7 +191,7 @@ fn install_moto(tools: &Path) -> Result<PathBuf> {
         bail!("moto was installed but {} is missing", server.display());
     }
     fs::write(&stamp, MOTO_VERSION).with_context(|| format!("writing {}", stamp.display()))?;
-    Ok(server)
+    Ok(python)
 }
 
 /// Runs an install command with its output captured; prints the output only if it fails.

@@ -306,7 +306,9 @@ async fn ingested_and_imported_traffic_aggregates_equal_a_rebuild() {
 
 /// The same pipeline on the DynamoDB engine (moto, started by `cargo xtask test`; dynalite has no
 /// transactions, which adding a site uses): two
-/// processes share a visitor, aggregates equal a rebuild.
+/// processes share a visitor, aggregates equal a rebuild. The two aggregators may write the same
+/// items under a `version` condition, which needs an atomic engine: `cargo xtask test` runs moto
+/// one request at a time for that (`xtask/src/emulators.rs`, `MOTO_SERIAL`).
 #[tokio::test]
 async fn the_pipeline_runs_unchanged_on_the_dynamodb_engine() {
     let endpoint = match std::env::var("TALLY_MOTO_ENDPOINT") {

@@ -2,6 +2,12 @@
 //! deployment behind a load balancer runs them: a visitor whose requests alternate between the
 //! processes makes one visit, each process flushes its own share of the aggregates, and the
 //! aggregates equal a rebuild.
+//!
+//! The two processes flush the same aggregate items concurrently, each under a `version`
+//! condition; that is only correct on an engine that applies a conditional write atomically.
+//! moto's own server does not under load (`store-dynamodb`'s unsupported table, the concurrent
+//! cases), so `cargo xtask test` runs moto with one request applied at a time
+//! (`xtask/src/emulators.rs`, `MOTO_SERIAL`), which is the atomicity DynamoDB gives.
 
 use std::path::Path;
 use std::process::Command;

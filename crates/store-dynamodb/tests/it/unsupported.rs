@@ -123,6 +123,16 @@ pub const UNSUPPORTED_MOTO: &[Unsupported] = &[
         reason: "ignores ClientRequestToken: the same transaction sent twice is applied twice",
     },
     Unsupported {
+        case: "concurrent-atomic-counter",
+        reason: "concurrent ADD updates of one item are not atomic: under load an increment was lost (CI, 2026-11-25: \
+                 100 ADDs acknowledged, the counter 99); it passes when the machine is idle",
+    },
+    Unsupported {
+        case: "concurrent-create-only",
+        reason: "concurrent puts under attribute_not_exists are not serialised: under load two of four writers won one \
+                 key (CI, 2026-11-25); it passes when the machine is idle",
+    },
+    Unsupported {
         case: "concurrent-transactions",
         reason: "concurrent TransactWriteItems are not isolated: under load one of two transfers adding 1 to the same balance was lost (CI, 2026-11-25: 10 transfers acknowledged, the balance 9); it passes when the machine is idle",
     },
