@@ -100,6 +100,9 @@ pub enum AggregateError {
     /// The aggregator was shut down.
     #[error("the aggregator is shut down")]
     Stopped,
+    /// Event blocks could not be read.
+    #[error("event blocks: {0}")]
+    Events(String),
 }
 
 impl AggregateError {
@@ -108,6 +111,7 @@ impl AggregateError {
         match self {
             AggregateError::Model(e) => e.is_retryable(),
             AggregateError::Contended { .. } => true,
+            AggregateError::Events(_) => true,
             _ => false,
         }
     }
@@ -139,7 +143,7 @@ impl SiteSettings {
     pub fn fallback() -> SiteSettings {
         SiteSettings {
             zone: SiteZone::utc(),
-            retention_event_days: 30,
+            retention_event_days: 730,
             retention_hourly_days: 90,
             retention_daily_days: 730,
             weeks_from_ms: 0,

@@ -13,9 +13,12 @@
 
 pub mod accounts;
 pub mod aggregate;
+pub mod block;
 pub mod enrich;
 pub mod event;
+pub mod event_store;
 pub mod goal;
+pub mod lease;
 pub mod period;
 pub mod pipeline;
 pub mod schema;

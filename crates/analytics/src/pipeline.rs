@@ -1,28 +1,38 @@
 //! The ingestion path of one event (DESIGN.md, "The path of one event"): validate, resolve the
 //! site, enrich, compute the visitor id under the shared daily salt, find or start the session,
-//! write the event under its session's next `seq`, and hand it to the aggregator.
+//! write the event in an event block (waiting until the block is durable), and hand it to the
+//! aggregator.
 //!
 //! **Sessions across processes.** A process keeps the sessions it has seen in memory, each behind
-//! an async mutex so one process writes a session's events one at a time. Another process may
-//! have written to the same session meanwhile; the write of slot `seq = n` is conditional on the
-//! slot being free, so a stale cache is found out by a failed condition, the session is read back
-//! from the table (one Query for the visitor's newest event, whose stored previous state plus
-//! itself is the whole session), and the write is tried again at the next slot.
+//! an async mutex so one process writes a session's events one at a time. How a session is
+//! shared with other processes depends on the ingest lease ([`crate::lease`]):
+//! - **alone** (this process holds the lease, and no other ingests): memory is the truth. A
+//!   visitor's latest event is written to the table (`VisitorSession`) only when its live
+//!   session leaves memory, when the process stops, or when another process starts ingesting;
+//! - **shared** (the default, and whenever another process ingests): every event first claims the
+//!   session's next slot with a conditional write of the visitor's `VisitorSession` item (its
+//!   `version` must be the one this process last saw), so a stale cache is found out by a failed
+//!   condition, the session is read back (one GetItem) and the claim tried again.
+//!
+//! Either way a cache miss reads the `VisitorSession` item (one GetItem), and every event's
+//! [`PrevState`] is the fold of exactly the events before it.
 //!
 //! **Salts.** Today's salt is created by whichever process needs it first (a conditional put; the
 //! loser reads the winner's), so every process computes the same visitor ids.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use model::{PutMode, Table};
+use model::Table;
+use model::expr::attr;
 use store::item;
 
-use crate::aggregate::{Aggregator, event_from_record, event_item};
+use crate::aggregate::Aggregator;
 use crate::enrich::{DropReason, Enricher, Enrichment, SiteContext};
 use crate::event::{Event, EventError, Limits, RawEvent};
+use crate::event_store::{BlockWriter, EventStoreError};
 use crate::sites::{Site, Sites, SitesError};
 use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
 use crate::visitor::{Salt, UtcDay, VisitorId, salt_expires_at_ms, salts_to_try, visitor_id};
@@ -78,6 +88,9 @@ pub enum PipelineError {
     /// A stored salt does not read back.
     #[error("a stored salt is malformed")]
     BadSalt,
+    /// The event's block could not be written.
+    #[error(transparent)]
+    Events(#[from] EventStoreError),
 }
 
 /// Counts for `/metrics`.
@@ -115,9 +128,19 @@ struct Live {
     next_seq: u32,
     state: PrevState,
     visit: VisitAttrs,
+    /// The session's latest event, for its `VisitorSession` item.
+    last: Option<StoredEvent>,
 }
 
-type Slot = Arc<tokio::sync::Mutex<Option<Live>>>;
+/// A cached session and the version of the visitor's `VisitorSession` item last seen (`None`:
+/// none seen; the claim then requires there is none).
+#[derive(Debug, Clone, Default)]
+struct Cached {
+    live: Option<Live>,
+    head_version: Option<i64>,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Cached>>;
 
 /// The ingestion pipeline. Share it behind an `Arc`.
 pub struct Pipeline {
@@ -129,8 +152,16 @@ pub struct Pipeline {
     /// Salts by UTC day; `None` caches that a past day's salt does not exist (no process
     /// creates a past day's salt, so the answer cannot change).
     salts: Mutex<HashMap<i64, Option<Salt>>>,
-    sessions: Mutex<Sessions>,
+    sessions: Arc<Mutex<Sessions>>,
     counters: PipelineCounters,
+    writer: Arc<BlockWriter>,
+    /// Whether this process ingests alone ([`crate::lease`]); shared until the lease says so.
+    alone: AtomicBool,
+    /// The newest event time seen, for telling live sessions from idle ones when the events
+    /// are imported ones with old times.
+    newest_ts: AtomicI64,
+    /// Whether a task is writing evicted sessions' items.
+    evicting: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -157,6 +188,7 @@ const MAX_CACHED_SESSIONS: usize = 20_000;
 impl Pipeline {
     /// A pipeline writing to `table`.
     pub fn new(table: Table, sites: Arc<Sites>, enricher: Arc<Enricher>, aggregator: Arc<Aggregator>) -> Self {
+        let writer = BlockWriter::start(table.clone(), aggregator.run_id());
         Pipeline {
             table,
             sites,
@@ -164,9 +196,57 @@ impl Pipeline {
             aggregator,
             limits: Limits::default(),
             salts: Mutex::default(),
-            sessions: Mutex::default(),
+            sessions: Arc::default(),
             counters: PipelineCounters::default(),
+            writer,
+            alone: AtomicBool::new(false),
+            newest_ts: AtomicI64::new(0),
+            evicting: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The block writer's counters (blocks, events, bytes written).
+    pub fn block_counters(&self) -> &crate::event_store::WriterCounters {
+        self.writer.counters()
+    }
+
+    /// Whether this process ingests alone.
+    pub fn is_alone(&self) -> bool {
+        self.alone.load(Ordering::SeqCst)
+    }
+
+    /// Starts ingesting alone: sessions are kept in memory only ([`crate::lease`] calls this
+    /// once it holds the lease and no other process ingests).
+    pub fn set_alone(&self) {
+        self.alone.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops ingesting alone, before another process starts: from now on every event claims its
+    /// session's slot in the table, and every session in memory is written there first (each
+    /// once its in-flight event, if any, is done). Returns how many were written.
+    pub async fn share(&self) -> Result<usize, PipelineError> {
+        self.alone.store(false, Ordering::SeqCst);
+        self.write_heads(None).await
+    }
+
+    /// Writes the `VisitorSession` item of every session in memory whose latest event is at
+    /// or after `since_ts` (all when `None`), unconditionally: only while no other process
+    /// ingests (switching to shared, stopping alone). Returns how many.
+    pub async fn write_heads(&self, since_ts: Option<i64>) -> Result<usize, PipelineError> {
+        let slots: Vec<Slot> = lock(&self.sessions).values().cloned().collect();
+        let mut written = 0;
+        for slot in slots {
+            let mut guard = slot.lock().await;
+            let Some(last) = guard.live.as_ref().and_then(|l| l.last.clone()) else { continue };
+            if since_ts.is_some_and(|t| last.ts < t) {
+                continue;
+            }
+            let version = guard.head_version.unwrap_or(0) + 1;
+            self.table.put("VisitorSession", head_item_for(&last, version)?).await?;
+            guard.head_version = Some(version);
+            written += 1;
+        }
+        Ok(written)
     }
 
     /// The counters for `/metrics`.
@@ -193,6 +273,47 @@ impl Pipeline {
         let result = self.ingest_inner(raw, SiteSelector::Domain, Some((event.visitor, event.country))).await;
         self.count(&result);
         result
+    }
+
+    /// Imports `events` of `site` (each with a caller's label, say its line), `lanes` at a time:
+    /// one visitor's events stay in the order given (a visitor's lane is fixed by its key), so
+    /// their sessions are as a sequential import makes them, while different visitors' events
+    /// share the event blocks being written. Calls `progress` with the number done, now and then.
+    /// Returns each event's outcome with its label, in no particular order.
+    pub async fn import_many<L: Send + 'static>(
+        &self,
+        site: &Site,
+        events: Vec<(L, ImportEvent)>,
+        lanes: usize,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Vec<(L, IngestResult)> {
+        let lanes = lanes.max(1);
+        let mut queues: Vec<Vec<(L, ImportEvent)>> = (0..lanes).map(|_| Vec::new()).collect();
+        for (label, event) in events {
+            let key = match &event.visitor {
+                Some(v) => siphasher::sip::SipHasher13::new().hash(v.as_bytes()),
+                None => siphasher::sip::SipHasher13::new()
+                    .hash(format!("{}\u{0}{}", event.raw.peer_ip, event.raw.user_agent).as_bytes()),
+            };
+            queues[(key % lanes as u64) as usize].push((label, event));
+        }
+        let done = AtomicU64::new(0);
+        let outcomes = futures::future::join_all(queues.into_iter().map(|queue| {
+            let done = &done;
+            async move {
+                let mut out = Vec::with_capacity(queue.len());
+                for (label, event) in queue {
+                    out.push((label, self.import(site, event).await));
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_multiple_of(10_000) {
+                        progress(n as usize);
+                    }
+                }
+                out
+            }
+        }))
+        .await;
+        outcomes.into_iter().flatten().collect()
     }
 
     fn count(&self, result: &IngestResult) {
@@ -347,53 +468,63 @@ impl Pipeline {
     }
 
     fn slot(&self, site_id: &str, visitor: &str) -> Slot {
-        let mut sessions = match self.sessions.lock() {
-            Ok(s) => s,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut sessions = lock(&self.sessions);
         if sessions.len() >= MAX_CACHED_SESSIONS {
-            make_room(&mut sessions, now_ms());
+            if self.is_alone() {
+                // Alone, memory is the truth: a live session leaves it only once its item is
+                // written, by a task (the map may pass its bound by what arrives meanwhile).
+                if !self.evicting.swap(true, Ordering::SeqCst) {
+                    let horizon = now_ms().min(self.newest_ts.load(Ordering::Relaxed)) - SESSION_TIMEOUT_MS;
+                    let chosen: Vec<((String, String), Slot)> = eviction_candidates(&sessions, now_ms())
+                        .into_iter()
+                        .filter_map(|k| sessions.get(&k).map(|s| (k, s.clone())))
+                        .collect();
+                    let (table, evicting, map) = (self.table.clone(), self.evicting.clone(), self.sessions.clone());
+                    tokio::spawn(async move {
+                        evict(&table, &map, chosen, horizon).await;
+                        evicting.store(false, Ordering::SeqCst);
+                    });
+                }
+            } else {
+                make_room(&mut sessions, now_ms());
+            }
         }
         sessions.entry((site_id.to_owned(), visitor.to_owned())).or_default().clone()
     }
 
-    /// The visitor's newest session as stored on the partitions of `days`, if it is live at `ts`.
-    async fn load_session(
+    /// The visitor's latest event as the table has it (`VisitorSession`), and the item's version.
+    async fn load_head(
         &self,
         site_id: &str,
         visitor: &str,
-        ts: i64,
-        days: &[UtcDay],
-    ) -> Result<Option<Live>, PipelineError> {
-        for &day in days {
-            let newest = self
-                .table
-                .query("Event")
-                .key(item! {
-                    "site_id" => site_id,
-                    "day" => day.to_string(),
-                    "shard" => visitor_shard(visitor),
-                    "visitor_id" => visitor,
-                })
-                .descending()
-                .limit(1)
-                .consistent()
-                .first()
-                .await?;
-            if let Some(record) = newest {
-                let e = event_from_record(&record).map_err(PipelineError::Aggregate)?;
-                let state = e.next();
-                return Ok(live_at(&state, ts).then(|| Live {
-                    day: e.day.clone(),
-                    visitor_id: e.visitor_id.clone(),
-                    session_id: e.session_id.clone(),
-                    next_seq: e.seq + 1,
-                    state,
-                    visit: e.visit.clone(),
-                }));
-            }
-        }
-        Ok(None)
+    ) -> Result<(Option<StoredEvent>, Option<i64>), PipelineError> {
+        let found = self
+            .table
+            .get_with("VisitorSession", item! { "site_id" => site_id, "visitor_id" => visitor }, true)
+            .await?;
+        let Some(record) = found else { return Ok((None, None)) };
+        let version = record.opt_i64("version")?.unwrap_or(0);
+        let bytes = record.bytes("last")?;
+        let last = crate::block::decode_events(bytes).map_err(EventStoreError::from)?.pop();
+        Ok((last, Some(version)))
+    }
+
+    /// The visitor's session as the table has it, if it is live at `ts`.
+    async fn load_session(&self, site_id: &str, visitor: &str, ts: i64) -> Result<Cached, PipelineError> {
+        let (last, head_version) = self.load_head(site_id, visitor).await?;
+        let live = last.and_then(|e| {
+            let state = e.next();
+            live_at(&state, ts).then(|| Live {
+                day: e.day.clone(),
+                visitor_id: e.visitor_id.clone(),
+                session_id: e.session_id.clone(),
+                next_seq: e.seq + 1,
+                state,
+                visit: e.visit.clone(),
+                last: Some(e),
+            })
+        });
+        Ok(Cached { live, head_version })
     }
 
     async fn store(
@@ -404,13 +535,14 @@ impl Pipeline {
         visitors: &[VisitorId],
     ) -> Result<(), PipelineError> {
         let ts = event.timestamp_ms;
+        self.newest_ts.fetch_max(ts, Ordering::Relaxed);
         // A visit that began under yesterday's salt continues under its id; otherwise today's.
         let ids: Vec<String> = visitors.iter().map(ToString::to_string).collect();
         let mut chosen = None;
         for id in ids.iter().rev().skip(usize::from(ids.len() < 2)).chain(ids.first()) {
             let slot = self.slot(&site.site_id, id);
             let guard = slot.lock().await;
-            let live = guard.as_ref().is_some_and(|l| live_at(&l.state, ts));
+            let live = guard.live.as_ref().is_some_and(|l| live_at(&l.state, ts));
             drop(guard);
             if live {
                 chosen = Some((id.clone(), slot));
@@ -420,34 +552,33 @@ impl Pipeline {
         let (visitor, slot) = match chosen {
             Some(c) => c,
             None => {
-                // Nothing live in memory: ask the table, older salt first. A visit under today's
-                // salt began today; one under yesterday's salt began yesterday (new visits always
-                // take today's). A single id (an import) may have begun either day.
-                let today = UtcDay::from_unix_ms(ts);
-                let mut found = None;
-                for (i, id) in ids.iter().enumerate().rev() {
-                    let days = match (ids.len(), i) {
-                        (1, _) => vec![today, today.previous()],
-                        (_, 0) => vec![today],
-                        _ => vec![today.previous()],
-                    };
-                    if let Some(live) = self.load_session(&site.site_id, id, ts, &days).await? {
-                        found = Some((id.clone(), live));
-                        break;
+                // Nothing live in memory: ask the table, older salt first; a new visit takes
+                // today's id.
+                let mut found: Option<(String, Cached)> = None;
+                for id in ids.iter().rev() {
+                    let cached = self.load_session(&site.site_id, id, ts).await?;
+                    if cached.live.is_some() || id == &ids[0] {
+                        let live = cached.live.is_some();
+                        found = Some((id.clone(), cached));
+                        if live {
+                            break;
+                        }
                     }
                 }
-                let (id, live) = match found {
-                    Some((id, live)) => (id, Some(live)),
-                    None => (ids[0].clone(), None),
-                };
+                let (id, cached) = found.unwrap_or_else(|| (ids[0].clone(), Cached::default()));
                 let slot = self.slot(&site.site_id, &id);
-                *slot.lock().await = live;
+                let mut guard = slot.lock().await;
+                // Another task of this process may have filled the slot meanwhile: keep its.
+                if guard.live.is_none() {
+                    *guard = cached;
+                }
+                drop(guard);
                 (id, slot)
             }
         };
         let mut guard = slot.lock().await;
         for _ in 0..MAX_SLOT_ATTEMPTS {
-            let live = match guard.as_ref().filter(|l| live_at(&l.state, ts)) {
+            let live = match guard.live.as_ref().filter(|l| live_at(&l.state, ts)) {
                 Some(l) => l.clone(),
                 None => new_session(&visitor, ts, event, enrichment),
             };
@@ -485,47 +616,114 @@ impl Pipeline {
                 // midnight in site time, so its first morning is still there to be read.
                 ttl: now_ms() / 1000 + (i64::from(site.retention_event_days) + 1) * 86_400,
             };
-            match self.table.write("Event", event_item(&stored), PutMode::Create, None).await {
-                Ok(()) => {}
-                Err(e) if e.is_condition_failed() || e.is_already_exists() => {
-                    // Another process wrote this slot: read the session back and try the next one.
-                    drop(ticket);
-                    let today = UtcDay::from_unix_ms(ts);
-                    *guard = self.load_session(&site.site_id, &live.visitor_id, ts, &[today, today.previous()]).await?;
-                    if guard.as_ref().is_none_or(|l| l.session_id != live.session_id) && live.next_seq > 0 {
-                        *guard = Some(Live { next_seq: live.next_seq + 1, ..live });
+            let mut head_version = guard.head_version;
+            if !self.is_alone() {
+                // Claim the session's next slot: the visitor's item must be as this process
+                // last saw it.
+                let version = head_version.unwrap_or(0) + 1;
+                let condition = match head_version {
+                    Some(v) => attr("version").eq(v),
+                    None => attr("pk").not_exists(),
+                };
+                match self
+                    .table
+                    .write("VisitorSession", head_item_for(&stored, version)?, model::PutMode::Put, Some(&condition))
+                    .await
+                {
+                    Ok(()) => head_version = Some(version),
+                    Err(e) if e.is_condition_failed() => {
+                        // Another process moved the session on: read it back and try again.
+                        drop(ticket);
+                        *guard = self.load_session(&site.site_id, &live.visitor_id, ts).await?;
+                        continue;
                     }
-                    continue;
-                }
-                Err(e) => {
-                    // The write may have happened anyway: settle it with a consistent read.
-                    let key = item! {
-                        "site_id" => stored.site_id.as_str(),
-                        "day" => stored.day.as_str(),
-                        "shard" => stored.shard,
-                        "visitor_id" => stored.visitor_id.as_str(),
-                        "session_id" => stored.session_id.as_str(),
-                        "seq" => stored.seq,
-                    };
-                    let mine = self
-                        .table
-                        .get_with("Event", key, true)
-                        .await
-                        .ok()
-                        .flatten()
-                        .and_then(|r| event_from_record(&r).ok())
-                        .is_some_and(|s| s.run == stored.run && s.epoch == stored.epoch && s.ts == stored.ts);
-                    if !mine {
-                        *guard = None;
+                    Err(e) => {
+                        drop(ticket);
+                        *guard = Cached::default();
                         return Err(e.into());
                     }
                 }
             }
+            if let Err(e) = self.writer.append(stored.clone()).await {
+                // Not stored: give the slot back (the item still names our claim, so a later
+                // event reads it back and continues from the state before this event).
+                drop(ticket);
+                if head_version != guard.head_version
+                    && let Some(previous) = guard.live.as_ref().and_then(|l| l.last.clone())
+                {
+                    let condition = attr("version").eq(head_version.unwrap_or(0));
+                    let next = head_version.unwrap_or(0) + 1;
+                    if let Ok(item) = head_item_for(&previous, next) {
+                        let _ = self.table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await;
+                    }
+                }
+                *guard = Cached::default();
+                return Err(e.into());
+            }
             ticket.commit(&stored);
-            *guard = Some(Live { next_seq: stored.seq + 1, state: stored.next(), ..live });
+            *guard = Cached {
+                live: Some(Live { next_seq: stored.seq + 1, state: stored.next(), last: Some(stored), ..live }),
+                head_version,
+            };
             return Ok(());
         }
         Err(PipelineError::Contended(MAX_SLOT_ATTEMPTS))
+    }
+}
+
+/// The `VisitorSession` item holding `last` (as a one-event block) at `version`. Kept two hours:
+/// a session ends 30 minutes after its latest event.
+pub(crate) fn head_item_for(last: &StoredEvent, version: i64) -> Result<store::Item, EventStoreError> {
+    let bytes = crate::block::encode(&last.site_id, &last.day, std::slice::from_ref(last))?;
+    Ok(item! {
+        "site_id" => last.site_id.as_str(),
+        "visitor_id" => last.visitor_id.as_str(),
+        "last" => bytes,
+        "version" => version,
+        "ttl" => now_ms() / 1000 + 2 * 3600,
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The sessions to drop from a full cache: idle ones, and if most are live, the older half.
+fn eviction_candidates(sessions: &Sessions, now: i64) -> Vec<(String, String)> {
+    let cutoff = now - SESSION_TIMEOUT_MS;
+    let last_ts = |slot: &Slot| slot.try_lock().ok().map(|c| c.live.as_ref().map(|l| l.state.last_ts));
+    let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
+    let middle = times.len() / 2;
+    let median = if middle > 0 { *times.select_nth_unstable(middle).1 } else { i64::MIN };
+    let bar =
+        if times.iter().filter(|&&t| t >= cutoff).count() >= MAX_CACHED_SESSIONS * 3 / 4 { median } else { cutoff };
+    sessions
+        .iter()
+        .filter(|(_, slot)| last_ts(slot).is_some_and(|ts| ts.is_none_or(|ts| ts < bar)))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// Writes the items of the chosen sessions still live at `horizon`, then drops each from the
+/// cache if it did not change meanwhile.
+async fn evict(table: &Table, map: &Mutex<Sessions>, chosen: Vec<((String, String), Slot)>, horizon: i64) {
+    for (key, slot) in chosen {
+        let Ok(mut guard) = slot.try_lock() else { continue };
+        let last = guard.live.as_ref().and_then(|l| l.last.clone());
+        if let Some(last) = last.filter(|e| e.next().last_ts >= horizon) {
+            let version = guard.head_version.unwrap_or(0) + 1;
+            let Ok(item) = head_item_for(&last, version) else { continue };
+            if let Err(e) = table.put("VisitorSession", item).await {
+                tracing::warn!(error = %e, "writing a session leaving memory failed; it stays in memory");
+                continue;
+            }
+            guard.head_version = Some(version);
+        }
+        drop(guard);
+        let mut sessions = lock(map);
+        if sessions.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) && Arc::strong_count(&slot) <= 2 {
+            sessions.remove(&key);
+        }
     }
 }
 
@@ -535,7 +733,7 @@ type Sessions = HashMap<(String, String), Slot>;
 /// older half of them too. A slot in use (locked) stays, since its task holds it.
 fn make_room(sessions: &mut Sessions, now: i64) {
     let cutoff = now - SESSION_TIMEOUT_MS;
-    let last_ts = |slot: &Slot| slot.try_lock().map(|live| live.as_ref().map(|l| l.state.last_ts)).ok();
+    let last_ts = |slot: &Slot| slot.try_lock().map(|c| c.live.as_ref().map(|l| l.state.last_ts)).ok();
     sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts >= cutoff)));
     if sessions.len() >= MAX_CACHED_SESSIONS * 3 / 4 {
         let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
@@ -563,6 +761,7 @@ fn new_session(visitor: &str, ts: i64, event: &Event, e: &Enrichment) -> Live {
         session_id: ulid::Ulid::from_parts(millis, rand::random()).to_string(),
         next_seq: 0,
         state: PrevState::default(),
+        last: None,
         visit: VisitAttrs {
             start_ts: ts,
             entry_page: event.pathname.as_str().to_owned(),

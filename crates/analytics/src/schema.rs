@@ -58,7 +58,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("domain").required().example("example.com"))
                 .attribute(Attribute::string("timezone").default_value("UTC"))
                 .attribute(Attribute::string("umami_id").example("9f1c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b"))
-                .attribute(Attribute::number("retention_event_days").default_value(30))
+                .attribute(Attribute::number("retention_event_days").default_value(730))
                 .attribute(Attribute::number("retention_hourly_days").default_value(90))
                 .attribute(Attribute::number("retention_daily_days").default_value(730))
                 .attribute(Attribute::number("weeks_from").example(0))
@@ -208,6 +208,66 @@ pub fn tally_schema(name: &str) -> Schema {
                 .key("EV#{site_id}#{day}#{shard:3}", "V#{visitor_id}#S#{session_id}#{seq:5}"),
         )
         .entity(
+            Entity::new("EventBlock")
+                .description(
+                    "Raw events of one site whose sessions started on one UTC day, many to an item, column by \
+                     column and compressed (`crate::block`): the unit of durability at ingestion, of scanning at \
+                     query time and of erasure. Written once by one run (`run_id`, `block` numbered within the \
+                     run), rewritten only to erase a visitor (under `version`).",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("day").required().example("2026-11-22"))
+                .attribute(Attribute::string("run_id").required().example("01JDB3Y5C8M9V7T2X4K6P0QWER"))
+                .attribute(Attribute::number("block").required().example(17))
+                .attribute(Attribute::number("events").required().example(812))
+                .attribute(Attribute::number("first_ts").required().example(1_732_262_400_000i64))
+                .attribute(Attribute::number("last_ts").required().example(1_732_262_460_000i64))
+                .attribute(Attribute::number("max_epoch").required().example(42))
+                .attribute(Attribute::binary("data").required())
+                .attribute(Attribute::number("version").default_value(0))
+                .ttl_after("ttl", Duration::from_secs(731 * 86_400))
+                .key("EB#{site_id}#{day}", "B#{run_id}#{block:10}"),
+        )
+        .entity(
+            Entity::new("VisitorSession")
+                .description(
+                    "A visitor's latest event (a one-event block), so another process, or this one after \
+                     dropping it from memory, continues the visit: written per event while several processes \
+                     ingest (under `version`), otherwise only when a live session leaves memory.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("visitor_id").required().example("3f2a9c0d1e4b5a67"))
+                .attribute(Attribute::binary("last").required())
+                .attribute(Attribute::number("version").default_value(0))
+                .ttl_after("ttl", Duration::from_secs(2 * 3600))
+                .key("VS#{site_id}#{visitor_id}", "S"),
+        )
+        .entity(
+            Entity::new("StoreFormat")
+                .description(
+                    "Which storage format the table is in: present once raw events are stored as event blocks \
+                     (an earlier Tally's per-event items converted), so the conversion runs once.",
+                )
+                .attribute(Attribute::string("format").required().example("event-blocks"))
+                .attribute(Attribute::number("version").example(1))
+                .key("META", "FORMAT#{format}"),
+        )
+        .entity(
+            Entity::new("IngestLease")
+                .description(
+                    "Which process ingests alone: its holder keeps sessions in memory only; any other ingesting \
+                     process marks the lease `shared`, and then every process serialises sessions through \
+                     `VisitorSession` items.",
+                )
+                .attribute(Attribute::string("holder").required().example("01JDB3Y5C8M9V7T2X4K6P0QWER"))
+                .attribute(Attribute::string("host").example("tally-1"))
+                .attribute(Attribute::number("pid").example(4242))
+                .attribute(Attribute::number("expires_ms").required().example(1_732_262_400_000i64))
+                .attribute(Attribute::bool("shared"))
+                .attribute(Attribute::bool("shared_ack"))
+                .key("LEASE", "INGEST"),
+        )
+        .entity(
             Entity::new("Aggregate")
                 .description(
                     "Counters and a unique-visitor sketch for one (site, period, dimension, bucket, value); \
@@ -317,6 +377,18 @@ pub fn tally_schema(name: &str) -> Schema {
             AccessPattern::query("events_of_shard_day", "Raw events of one shard and day: rebuilds, recovery, filters")
                 .entity("Event"),
         )
+        .access_pattern(
+            AccessPattern::query("blocks_of_day", "Event blocks of one site and UTC day: queries, rebuilds, sessions")
+                .entity("EventBlock"),
+        )
+        .access_pattern(
+            AccessPattern::query("blocks_of_run", "A run's event blocks of one site and day: crash recovery")
+                .entity("EventBlock")
+                .sort(SortShape::BeginsWith),
+        )
+        .access_pattern(AccessPattern::get("visitor_session", "A visitor's latest event").entity("VisitorSession"))
+        .access_pattern(AccessPattern::get("store_format", "Whether raw events are in blocks").entity("StoreFormat"))
+        .access_pattern(AccessPattern::get("ingest_lease", "Whether one process ingests alone").entity("IngestLease"))
         .access_pattern(
             AccessPattern::query("aggregate_range", "A dimension's buckets over a date range (dashboards, Stats API)")
                 .entity("Aggregate")

@@ -320,7 +320,7 @@ impl Sites {
             domain,
             umami_id: site.opt_string("umami_id").ok().flatten().unwrap_or_default().to_owned(),
             zone,
-            retention_event_days: u32_of(site, "retention_event_days", 30),
+            retention_event_days: u32_of(site, "retention_event_days", 730),
             retention_hourly_days: u32_of(site, "retention_hourly_days", 90),
             retention_daily_days: u32_of(site, "retention_daily_days", 730),
             weeks_from_ms: site.opt_i64("weeks_from").ok().flatten().unwrap_or(i64::MAX),

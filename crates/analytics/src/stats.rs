@@ -8,11 +8,12 @@
 //! ~40 buckets per value and of 30 days ~7, whatever the traffic. Visitors are the union of the
 //! buckets' sketches, never a sum.
 //!
-//! Filters on a dimension other than the one read are answered from the raw events of the range,
-//! filtered and aggregated in memory as live aggregation would: only while the site still keeps
-//! them (its raw-event retention) and up to [`Stats::raw_event_limit`] events, which the range's
-//! aggregates tell before anything is read. Beyond either, the query is refused with
-//! [`StatsError::Unsupported`] saying why, rather than answered from part of the events.
+//! Filters on a dimension other than the one read are answered from the event blocks of the
+//! range ([`crate::event_store`]), filtered and aggregated in memory as live aggregation would,
+//! over any range the site keeps its events for (its raw-event retention, two years by default).
+//! Such a query is bounded by a time budget ([`Stats::time_budget`]), not by its range: past the
+//! budget it is refused with [`StatsError::TooSlow`] naming it, never answered from part of the
+//! events.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -147,6 +148,27 @@ pub enum StatsError {
     /// Stored data does not read back.
     #[error("stored aggregates are malformed: {0}")]
     Corrupt(String),
+    /// Reading the events took longer than the query's time budget.
+    #[error(
+        "this query reads raw events and took longer than its time budget of {0:?}; choose a shorter range or fewer \
+         filters"
+    )]
+    TooSlow(std::time::Duration),
+}
+
+impl From<crate::event_store::EventStoreError> for StatsError {
+    fn from(e: crate::event_store::EventStoreError) -> Self {
+        match e {
+            crate::event_store::EventStoreError::Model(m) => StatsError::Model(m),
+            other => StatsError::Corrupt(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::block::BlockError> for StatsError {
+    fn from(e: crate::block::BlockError) -> Self {
+        StatsError::Corrupt(e.to_string())
+    }
 }
 
 /// One metric's value.
@@ -276,7 +298,7 @@ pub struct Realtime {
 pub struct Stats {
     table: Table,
     sites: Arc<dyn SiteSettingsSource>,
-    raw_event_limit: u64,
+    time_budget: std::time::Duration,
 }
 
 impl std::fmt::Debug for Stats {
@@ -299,19 +321,23 @@ fn display_value(dimension: &str, value: &str) -> Option<String> {
 impl Stats {
     /// Queries over `table`.
     pub fn new(table: Table, sites: Arc<dyn SiteSettingsSource>) -> Self {
-        Stats { table, sites, raw_event_limit: DEFAULT_RAW_EVENT_LIMIT }
+        Stats { table, sites, time_budget: DEFAULT_TIME_BUDGET }
     }
 
-    /// With at most `limit` raw events read for one filtered query (default
-    /// [`DEFAULT_RAW_EVENT_LIMIT`]).
-    pub fn with_raw_event_limit(mut self, limit: u64) -> Self {
-        self.raw_event_limit = limit;
+    /// With `budget` as the longest a query reading raw events may take (default
+    /// [`DEFAULT_TIME_BUDGET`]).
+    pub fn with_time_budget(mut self, budget: std::time::Duration) -> Self {
+        self.time_budget = budget;
         self
     }
 
-    /// The most raw events one filtered query reads.
-    pub fn raw_event_limit(&self) -> u64 {
-        self.raw_event_limit
+    /// The longest a query reading raw events may take before it is refused.
+    pub fn time_budget(&self) -> std::time::Duration {
+        self.time_budget
+    }
+
+    fn deadline(&self) -> Deadline {
+        Deadline { at: std::time::Instant::now() + self.time_budget, budget: self.time_budget }
     }
 
     /// The site's zone and the instant its weekly aggregates are complete from.
@@ -464,7 +490,7 @@ impl Stats {
             }
         };
         let raw_items = if raw {
-            let partitions = self.check_raw(&q.site_id, (start, end), &wanted).await?;
+            let partitions = self.check_raw(&q.site_id, (start, end)).await?;
             let periods: BTreeSet<Period> = wanted.iter().map(|(p, _)| *p).collect();
             let periods: Vec<Period> = periods.into_iter().collect();
             Some(self.raw_items(&q.site_id, &zone, partitions, &q.filters, &[source.as_str(), TOTAL], &periods).await?)
@@ -583,13 +609,22 @@ impl Stats {
     }
 }
 
-/// The longest range answered from raw events, in UTC days read (a year and its margins): the
-/// raw path reads every shard of every day.
-pub const MAX_RAW_DAYS: i64 = 400;
+/// The longest a query reading raw events may take unless [`Stats::with_time_budget`] says
+/// otherwise.
+pub const DEFAULT_TIME_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The most raw events one filtered query reads unless [`Stats::with_raw_event_limit`] says
-/// otherwise (a few seconds of reading and aggregating on the embedded engine).
-pub const DEFAULT_RAW_EVENT_LIMIT: u64 = 1_000_000;
+/// When a query reading raw events must have finished.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: std::time::Instant,
+    budget: std::time::Duration,
+}
+
+impl Deadline {
+    fn check(&self) -> Result<(), StatsError> {
+        if std::time::Instant::now() > self.at { Err(StatsError::TooSlow(self.budget)) } else { Ok(()) }
+    }
+}
 
 /// The values of `dimension` for one stored event, as a filter sees them.
 fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
@@ -659,17 +694,15 @@ fn gather_memory(
 
 impl Stats {
     /// Whether the raw events of the range `start_ms..end_ms` can answer a query: the site still
-    /// keeps every one of them, the range spans at most [`MAX_RAW_DAYS`], and its aggregates
-    /// (`wanted`) count no more than the limit. Returns the UTC day partitions to read: from the
-    /// day before the range (for visits that began then) to its last day.
+    /// keeps every one of them. Returns the UTC day partitions to read: from the day before the
+    /// range (for visits that began then) to its last day.
     async fn check_raw(
         &self,
         site_id: &str,
         (start_ms, end_ms): (i64, i64),
-        wanted: &[(Period, Bucket)],
     ) -> Result<(crate::visitor::UtcDay, crate::visitor::UtcDay), StatsError> {
         let settings = self.sites.site_settings(site_id).await.map_err(|e| StatsError::Corrupt(e.to_string()))?;
-        let (zone, days) = settings.map_or((SiteZone::utc(), 30), |s| (s.zone, s.retention_event_days));
+        let (zone, days) = settings.map_or((SiteZone::utc(), 730), |s| (s.zone, s.retention_event_days));
         // In site time: raw events live a day longer than the retention, so "the last N days"
         // (from midnight N days ago) is whole whenever N is at most the retention.
         let date_of = |ms| zone.date_of(ms).map_err(|e| StatsError::Invalid(e.to_string()));
@@ -682,28 +715,8 @@ impl Stats {
                  start on or after {kept_from}"
             )));
         }
-        let events: u64 = self
-            .gather(site_id, TOTAL, wanted, &|_| String::new())
-            .await?
-            .values()
-            .map(|sum| u64::try_from(sum.counters.events).unwrap_or(0))
-            .sum();
-        if events > self.raw_event_limit {
-            return Err(StatsError::Unsupported(format!(
-                "this query reads raw events (a filter on a dimension other than the breakdown, visit metrics \
-                 under an event filter, or a funnel): this range has {events}, more than the {} one query reads; \
-                 choose a shorter range",
-                self.raw_event_limit
-            )));
-        }
         let first = crate::visitor::UtcDay::from_unix_ms(start_ms).previous();
         let last = crate::visitor::UtcDay::from_unix_ms(end_ms.saturating_sub(1));
-        if last.days() - first.days() > MAX_RAW_DAYS {
-            return Err(StatsError::Unsupported(format!(
-                "filters on a dimension other than the breakdown read raw events, for ranges of up to {} days",
-                MAX_RAW_DAYS - 1
-            )));
-        }
         Ok((first, last))
     }
 
@@ -743,9 +756,11 @@ impl Stats {
                 }
             });
         };
+        let deadline = self.deadline();
         let mut partitions = self.partitions(site_id, first, last, false);
         while let Some(events) = partitions.next().await {
             let events = events?;
+            deadline.check()?;
             // A partition holds whole sessions, one after another (sorted by visitor, session, seq).
             for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
                 let selected = session_selected(session, filters);
@@ -904,18 +919,43 @@ fn summarize(events: &[crate::stored::StoredEvent]) -> Vec<SessionSummary> {
 }
 
 impl Stats {
-    async fn events_of(&self, fields: store::Item) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
-        let records = self.table.query("Event").key(fields).consistent().all().await?;
-        records
-            .iter()
-            .map(|r| crate::aggregate::event_from_record(r).map_err(|e| StatsError::Corrupt(e.to_string())))
-            .collect()
+    /// The events of the given sessions (day, visitor, session), each session's in order, read
+    /// from the blocks of their start days: each day's blocks are read once, the sessions column
+    /// first, and only the blocks holding a wanted session are decoded whole.
+    async fn sessions_events(
+        &self,
+        site_id: &str,
+        wanted: &[(String, String, String)],
+    ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
+        use crate::block::{Col, Cols};
+        let mut by_day: BTreeMap<&str, BTreeSet<(u64, u128)>> = BTreeMap::new();
+        for (day, visitor, session) in wanted {
+            let (Ok(v), Ok(s)) = (u64::from_str_radix(visitor, 16), ulid::Ulid::from_string(session)) else { continue };
+            by_day.entry(day.as_str()).or_default().insert((v, s.0));
+        }
+        let mut out = Vec::new();
+        for (day, keys) in by_day {
+            let Some(d) = crate::visitor::UtcDay::parse(day) else { continue };
+            for b in crate::event_store::blocks_of_day(&self.table, site_id, d).await? {
+                let head = b.read(Cols::NONE.with(Col::Sessions))?;
+                if !head.sessions.iter().any(|k| keys.contains(&(k.visitor, k.session))) {
+                    continue;
+                }
+                out.extend(b.events()?.into_iter().filter(|e| {
+                    let v = u64::from_str_radix(&e.visitor_id, 16).unwrap_or(u64::MAX);
+                    let s = ulid::Ulid::from_string(&e.session_id).map(|u| u.0).unwrap_or(0);
+                    keys.contains(&(v, s))
+                }));
+            }
+        }
+        crate::event_store::sort_sessions(&mut out);
+        Ok(out)
     }
 
     /// A funnel over `range`: for each step, the visitors who, within one visit, completed it
     /// and every step before it in order (other events may come between), with the conversion
     /// from the first step and the drop-off from the previous one. Read from the raw events, so
-    /// bounded as a filtered query is (the site's raw-event retention, [`Stats::raw_event_limit`]).
+    /// bounded as a filtered query is (the site's raw-event retention, [`Stats::time_budget`]).
     pub async fn funnel(
         &self,
         site_id: &str,
@@ -930,16 +970,13 @@ impl Stats {
         }
         let (zone, _) = self.zone_and_weeks(site_id).await?;
         let (start, end) = zone.bounds_ms(range).map_err(|e| StatsError::Invalid(e.to_string()))?;
-        let days: Vec<(Period, Bucket)> = zone
-            .buckets(Unit::Day, start, end)
-            .map_err(|e| StatsError::Invalid(e.to_string()))?
-            .map(|b| (Period::Day, b))
-            .collect();
-        let (first, last) = self.check_raw(site_id, (start, end), &days).await?;
+        let (first, last) = self.check_raw(site_id, (start, end)).await?;
+        let deadline = self.deadline();
         let mut reached: Vec<BTreeSet<String>> = vec![BTreeSet::new(); steps.len()];
         let mut partitions = self.partitions(site_id, first, last, false);
         while let Some(events) = partitions.next().await {
             let events = events?;
+            deadline.check()?;
             for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
                 let mut done = 0;
                 for e in session.iter().filter(|e| (start..end).contains(&e.ts)) {
@@ -970,8 +1007,9 @@ impl Stats {
         Ok(out)
     }
 
-    /// The events of each (UTC day, shard) partition of the site from `first` to `last`, in
-    /// partition order when `ordered`, else as they come; [`PARALLEL_READS`] Queries at a time.
+    /// The events of each UTC day partition of the site from `first` to `last`, each day's
+    /// sorted by session (a session's events together, in order), in day order when `ordered`,
+    /// else as they come; [`crate::event_store::PARALLEL_READS`] days at a time.
     fn partitions<'a>(
         &'a self,
         site_id: &'a str,
@@ -979,13 +1017,17 @@ impl Stats {
         last: crate::visitor::UtcDay,
         ordered: bool,
     ) -> futures::stream::BoxStream<'a, Result<Vec<crate::stored::StoredEvent>, StatsError>> {
-        let keys = (first.days()..=last.days())
-            .flat_map(|day| (0..crate::schema::EVENT_SHARDS).map(move |shard| (day, shard)));
-        let reads = futures::stream::iter(keys).map(move |(day, shard)| async move {
-            let day = crate::visitor::UtcDay::from_days(day).to_string();
-            self.events_of(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).await
-        });
-        if ordered { reads.buffered(PARALLEL_READS).boxed() } else { reads.buffer_unordered(PARALLEL_READS).boxed() }
+        crate::event_store::blocks_of_days(&self.table, site_id, first, last, ordered)
+            .map(|day| {
+                let (_, blocks) = day?;
+                let mut events = Vec::new();
+                for b in blocks {
+                    events.extend(b.events()?);
+                }
+                crate::event_store::sort_sessions(&mut events);
+                Ok(events)
+            })
+            .boxed()
     }
 
     /// Every stored event of the site whose site-time date is in `range`, session by session
@@ -1035,7 +1077,7 @@ impl Stats {
         Ok(out)
     }
 
-    /// The events of the session `(day, visitor, session)` in order (one Query).
+    /// The events of the session `(day, visitor, session)` in order.
     async fn one_session(
         &self,
         site_id: &str,
@@ -1043,17 +1085,10 @@ impl Stats {
         visitor: &str,
         session: &str,
     ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
-        self.events_of(item! {
-            "site_id" => site_id,
-            "day" => day,
-            "shard" => crate::stored::visitor_shard(visitor),
-            "visitor_id" => visitor,
-            "session_id" => session,
-        })
-        .await
+        self.sessions_events(site_id, &[(day.to_owned(), visitor.to_owned(), session.to_owned())]).await
     }
 
-    /// One session's events in order (one Query).
+    /// One session's events in order.
     pub async fn session_events(
         &self,
         site_id: &str,
@@ -1086,13 +1121,16 @@ impl Stats {
         if visitor.len() != 16 || !visitor.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(StatsError::Invalid(format!("{visitor:?} is not a visitor id")));
         }
-        self.events_of(item! {
-            "site_id" => site_id,
-            "day" => day,
-            "shard" => crate::stored::visitor_shard(visitor),
-            "visitor_id" => visitor,
-        })
-        .await
+        let visitor = visitor.to_ascii_lowercase();
+        let d =
+            crate::visitor::UtcDay::parse(day).ok_or_else(|| StatsError::Invalid(format!("{day:?} is not a day")))?;
+        let mut events: Vec<_> = crate::event_store::events_of_day(&self.table, site_id, d)
+            .await?
+            .into_iter()
+            .filter(|e| e.visitor_id == visitor)
+            .collect();
+        crate::event_store::sort_sessions(&mut events);
+        Ok(events)
     }
 
     /// The sessions active on UTC day `day` with the latest events, latest first: the day's
@@ -1140,15 +1178,8 @@ impl Stats {
         let mut chosen: Vec<(SessionId, i64)> = latest.into_iter().collect();
         chosen.sort_by_key(|&(id, ts)| (std::cmp::Reverse(ts), id.session));
         chosen.truncate(limit);
-        let reads = chosen.into_iter().map(|(id, _)| async move {
-            let (start_day, visitor, session) = id.parts();
-            self.one_session(site_id, &start_day, &visitor, &session).await
-        });
-        let mut all: Vec<SessionSummary> = Vec::new();
-        let mut sessions = futures::stream::iter(reads).buffered(PARALLEL_READS);
-        while let Some(events) = sessions.next().await {
-            all.extend(summarize(&events?));
-        }
+        let wanted: Vec<(String, String, String)> = chosen.into_iter().map(|(id, _)| id.parts()).collect();
+        let mut all: Vec<SessionSummary> = summarize(&self.sessions_events(site_id, &wanted).await?);
         all.sort_by_key(|s| std::cmp::Reverse(s.last_seen_at));
         Ok(all)
     }
@@ -1158,24 +1189,14 @@ impl Stats {
     /// after its last event); returns how many events. Aggregates keep their counts (they hold no
     /// visitor id).
     pub async fn delete_visitor(&self, site_id: &str, day: &str, visitor: &str) -> Result<usize, StatsError> {
-        let events = self.visitor_events(site_id, day, visitor).await?;
-        for e in &events {
-            self.table
-                .delete(
-                    "Event",
-                    item! {
-                        "site_id" => site_id,
-                        "day" => day,
-                        "shard" => e.shard,
-                        "visitor_id" => visitor,
-                        "session_id" => e.session_id.as_str(),
-                        "seq" => e.seq,
-                    },
-                )
-                .await?;
-        }
-        self.forget_in_session_log(site_id, day, visitor).await?;
-        Ok(events.len())
+        // Checks the day and the visitor id the same way reading them does.
+        self.visitor_events(site_id, day, visitor).await?;
+        let visitor = visitor.to_ascii_lowercase();
+        let d =
+            crate::visitor::UtcDay::parse(day).ok_or_else(|| StatsError::Invalid(format!("{day:?} is not a day")))?;
+        let erased = crate::event_store::erase_visitor(&self.table, site_id, d, &visitor).await?;
+        self.forget_in_session_log(site_id, day, &visitor).await?;
+        Ok(erased)
     }
 
     /// Rewrites the session-log items of `day` and the next day that name `visitor`'s sessions

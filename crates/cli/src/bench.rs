@@ -49,6 +49,8 @@ struct Setup {
     sites: Arc<Sites>,
     aggregator: Arc<Aggregator>,
     pipeline: Arc<Pipeline>,
+    /// Holds the ingest lease: the bench ingests alone, as one `tally serve` does.
+    _lease: analytics::lease::IngestLease,
 }
 
 async fn setup(flush_interval: Duration) -> Result<Setup> {
@@ -70,7 +72,15 @@ async fn setup(flush_interval: Duration) -> Result<Setup> {
         trusted_proxies: IpRanges::parse(["127.0.0.1/32", "::1/128"]).map_err(|e| anyhow::anyhow!("{e}"))?,
     })?;
     let pipeline = Arc::new(Pipeline::new(table.clone(), sites.clone(), Arc::new(enricher), aggregator.clone()));
-    Ok(Setup { _dir: dir, table, sites, aggregator, pipeline })
+    let lease = analytics::lease::IngestLease::start(
+        table.clone(),
+        pipeline.clone(),
+        aggregator.run_id(),
+        "bench",
+        std::process::id(),
+    )
+    .await?;
+    Ok(Setup { _dir: dir, table, sites, aggregator, pipeline, _lease: lease })
 }
 
 fn synth(events: u64) -> Synth {

@@ -10,6 +10,7 @@ use analytics::accounts::Accounts;
 use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRange};
 use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
 use analytics::goal::Goal;
+use analytics::lease::IngestLease;
 use analytics::pipeline::{IngestResult, Pipeline};
 use analytics::sites::{Site, SiteChanges, Sites};
 use analytics::stats::Stats;
@@ -68,6 +69,16 @@ async fn start_aggregation(config: &Config, table: &Table, sites: &Arc<Sites>) -
     Aggregator::start(table.clone(), sites.clone(), aggregator_config(config)).await.context("starting aggregation")
 }
 
+/// Takes or joins the ingest lease for `pipeline` (alone when no other process ingests).
+async fn start_lease(table: &Table, pipeline: &Arc<Pipeline>, aggregator: &Aggregator) -> Result<IngestLease> {
+    let lease =
+        IngestLease::start(table.clone(), pipeline.clone(), aggregator.run_id(), &hostname(), std::process::id())
+            .await
+            .context("taking the ingest lease")?;
+    tracing::info!(state = ?lease.state(), "ingest lease");
+    Ok(lease)
+}
+
 /// Runs the server until SIGTERM or Ctrl-C, then stops taking requests, flushes and exits.
 pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     let table = crate::store::open(config).await?;
@@ -76,6 +87,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     let aggregator = start_aggregation(config, &metered, &sites).await?;
     let pipeline =
         Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
+    let lease = start_lease(&metered, &pipeline, &aggregator).await?;
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
     let accounts = Arc::new(Accounts::new(metered.clone()));
     let demo = match demo {
@@ -146,6 +158,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
         live.abort();
     }
     tracing::info!("stopping: flushing aggregates");
+    lease.stop().await.context("giving up the ingest lease")?;
     aggregator.shutdown().await.context("flushing aggregates at shutdown")?;
     tracing::info!("stopped");
     Ok(())
@@ -156,8 +169,11 @@ pub async fn demo(config: &Config, options: DemoOptions) -> Result<()> {
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
     let aggregator = start_aggregation(config, &table, &sites).await?;
-    let pipeline = Arc::new(Pipeline::new(table, sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
+    let pipeline =
+        Arc::new(Pipeline::new(table.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
+    let lease = start_lease(&table, &pipeline, &aggregator).await?;
     let (site, filled) = crate::demo::fill(&sites, &pipeline, &aggregator, options).await?;
+    lease.stop().await.context("giving up the ingest lease")?;
     aggregator.shutdown().await.context("flushing aggregates")?;
     println!("site id: {}", site.site_id);
     println!("domain: {}", site.domain);
@@ -321,6 +337,9 @@ pub async fn key_revoke(config: &Config, site: &str, key_id: &str) -> Result<()>
     Ok(())
 }
 
+/// How many visitors an import ingests at once.
+const IMPORT_LANES: usize = 256;
+
 /// `tally import FILE`: NDJSON or CSV events with timestamps, through the ingestion pipeline,
 /// in time order (the whole file is read first; about 0.5 KB of memory per event).
 pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&str>) -> Result<()> {
@@ -336,22 +355,31 @@ pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&st
         server::import::parse(&body, format, &site).map_err(|e| anyhow!("{}: {e}", file.display()))?.in_time_order();
     drop(body);
     let aggregator = start_aggregation(config, &table, &sites).await?;
-    let pipeline = Pipeline::new(table, sites, Arc::new(enricher(config)?), aggregator.clone());
+    let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher(config)?), aggregator.clone()));
+    let lease = start_lease(&table, &pipeline, &aggregator).await?;
     let mut refused = parsed.errors;
     let (mut imported, mut dropped) = (0u64, 0u64);
     let total = parsed.events.len();
-    for (done, (line, event)) in parsed.events.into_iter().enumerate() {
-        match pipeline.import(&site, event).await {
+    let started = std::time::Instant::now();
+    let progress = |done: usize| {
+        let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
+        let eta = (total - done.min(total)) as f64 / rate.max(1.0);
+        eprintln!("… {done} of {total} events, {rate:.0} events/s, about {eta:.0} s left");
+    };
+    // Many visitors at once, each visitor's events in order: their events share event blocks.
+    let mut outcomes = pipeline.import_many(&site, parsed.events, IMPORT_LANES, &progress).await;
+    outcomes.sort_by_key(|(line, _)| *line);
+    for (line, outcome) in outcomes {
+        match outcome {
             IngestResult::Accepted => imported += 1,
             IngestResult::Dropped(_) => dropped += 1,
             IngestResult::Failed(e) => return Err(anyhow!("line {line}: {e}")),
             IngestResult::Invalid(e) => refused.push((line, e.to_string())),
             other => refused.push((line, format!("not imported: {other:?}"))),
         }
-        if (done + 1) % 10_000 == 0 {
-            eprintln!("… {} of {total} events", done + 1);
-        }
     }
+    eprintln!("{total} events in {:.1} s", started.elapsed().as_secs_f64());
+    lease.stop().await?;
     aggregator.shutdown().await?;
     refused.sort_by_key(|(line, _)| *line);
     for (line, error) in &refused {

@@ -33,6 +33,21 @@ pub async fn open_reporting(config: &Config) -> Result<(Table, bool)> {
         Err(e) if is_in_use(&e) => false,
         Err(e) => return Err(e).with_context(|| format!("creating table {} in {}", config.table, config.store)),
     };
+    // A store written by an earlier Tally keeps one item per raw event: convert them to event
+    // blocks before anything reads or writes events (once; a marker item says it is done).
+    let started = std::time::Instant::now();
+    let converted = analytics::event_store::ensure_blocks(&table, &|n| {
+        eprintln!("… {n} stored events converted to event blocks");
+    })
+    .await
+    .context("converting stored events to event blocks")?;
+    if converted > 0 {
+        tracing::info!(
+            events = converted,
+            seconds = started.elapsed().as_secs_f64(),
+            "converted the store's per-event items to event blocks"
+        );
+    }
     Ok((table, created))
 }
 

@@ -34,10 +34,9 @@ use model::Table;
 use store::item;
 
 use super::apply::{Accumulator, Pending, Visitors, accumulate_from};
-use super::codec::{StoredAggregate, agg_key_fields, agg_key_from_record, event_from_record};
+use super::codec::{StoredAggregate, agg_key_fields, agg_key_from_record};
 use super::{AggregateError, SiteSettings, SiteSettingsSource};
 use crate::period::{DateRange, SiteZone, Unit};
-use crate::schema::EVENT_SHARDS;
 use crate::sketch::VisitorSketch;
 use crate::stored::{AggKey, Counters, EVENT_DIMENSIONS, HOUR_DIMENSIONS, Period, TOTAL, VISIT_DIMENSIONS};
 
@@ -199,18 +198,18 @@ pub async fn rebuild(
             Err(_) => break,
         }
     }
-    let queries: Vec<(String, u32)> =
-        days.iter().flat_map(|d| (0..EVENT_SHARDS).map(move |s| (d.clone(), s))).collect();
-    let mut pages = stream::iter(queries)
-        .map(|(day, shard)| {
-            table.query("Event").key(item! { "site_id" => site_id, "day" => day.as_str(), "shard" => shard }).all()
+    let mut pages = stream::iter(days)
+        .map(|day| async move {
+            let d = crate::visitor::UtcDay::parse(&day).ok_or_else(|| AggregateError::Events(format!("day {day}")))?;
+            crate::event_store::events_of_day(table, site_id, d)
+                .await
+                .map_err(|e| AggregateError::Events(e.to_string()))
         })
         .buffer_unordered(16);
     let mut acc = Accumulator::default();
     let mut runs: BTreeMap<String, u64> = BTreeMap::new();
-    while let Some(records) = pages.next().await {
-        for record in records? {
-            let event = event_from_record(&record)?;
+    while let Some(events) = pages.next().await {
+        for event in events? {
             accumulate_from(&mut acc, &event, zone, i64::MAX);
             let max = runs.entry(event.run.clone()).or_default();
             *max = (*max).max(event.epoch);

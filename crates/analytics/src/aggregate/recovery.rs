@@ -18,9 +18,7 @@ use model::{Record, Table};
 use store::item;
 
 use super::apply::{self, Accumulator, ItemCache};
-use super::codec::event_from_record;
 use super::{AggregateError, FINISHED_RUN_TTL_S, Shared, now_ms, parse_partition};
-use crate::schema::EVENT_SHARDS;
 use crate::stored::StoredEvent;
 
 /// A `Run` item as read.
@@ -146,27 +144,25 @@ pub(crate) async fn unflushed_events(
     run: &RunInfo,
     after: u64,
 ) -> Result<BTreeMap<u64, Vec<StoredEvent>>, AggregateError> {
-    let queries: Vec<_> = run
-        .partitions
-        .iter()
-        .flat_map(|(site, day)| (0..EVENT_SHARDS).map(move |shard| (site.clone(), day.clone(), shard)))
-        .collect();
-    let pages: Vec<Vec<Record>> = stream::iter(queries)
-        .map(|(site, day, shard)| {
-            table
-                .query("Event")
-                .key(item! { "site_id" => site.as_str(), "day" => day.as_str(), "shard" => shard })
-                .filter(attr("run").eq(run.run_id.as_str()).and(attr("epoch").gt(after)))
-                .consistent()
-                .all()
+    let partitions: Vec<(String, String)> = run.partitions.iter().cloned().collect();
+    let run_id = run.run_id.clone();
+    let blocks: Vec<Vec<crate::event_store::StoredBlock>> = stream::iter(partitions)
+        .map(|(site, day)| {
+            let run_id = run_id.clone();
+            async move { crate::event_store::blocks_of_run(table, &site, &day, &run_id, after).await }
         })
         .buffer_unordered(16)
         .try_collect()
-        .await?;
+        .await
+        .map_err(|e| AggregateError::Events(e.to_string()))?;
     let mut by_epoch: BTreeMap<u64, Vec<StoredEvent>> = BTreeMap::new();
-    for record in pages.iter().flatten() {
-        let event = event_from_record(record)?;
-        by_epoch.entry(event.epoch).or_default().push(event);
+    for block in blocks.iter().flatten() {
+        let events = block.events().map_err(|e| AggregateError::Events(e.to_string()))?;
+        // Only this run's events of the epochs not flushed (a migrated block of an earlier
+        // run's events keeps each event's own run and epoch).
+        for event in events.into_iter().filter(|e| e.run == run.run_id && e.epoch > after) {
+            by_epoch.entry(event.epoch).or_default().push(event);
+        }
     }
     Ok(by_epoch)
 }

@@ -6,14 +6,18 @@ const NOW: i64 = 1_800_000_000_000;
 
 fn live(last_ts: i64) -> Slot {
     let state = PrevState { events: 1, pageviews: 1, interactive: 1, last_ts, exit_page: "/".to_owned() };
-    Arc::new(tokio::sync::Mutex::new(Some(Live {
-        day: day_text(last_ts),
-        visitor_id: "v".to_owned(),
-        session_id: "s".to_owned(),
-        next_seq: 1,
-        state,
-        visit: VisitAttrs::default(),
-    })))
+    Arc::new(tokio::sync::Mutex::new(Cached {
+        live: Some(Live {
+            day: day_text(last_ts),
+            visitor_id: "v".to_owned(),
+            session_id: "s".to_owned(),
+            next_seq: 1,
+            state,
+            visit: VisitAttrs::default(),
+            last: None,
+        }),
+        head_version: None,
+    }))
 }
 
 fn key(i: usize) -> (String, String) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use analytics::aggregate::{
     AggregateError, Aggregator, AggregatorConfig, RebuildMode, RebuildRange, RebuildReport, SiteSettings,
-    SiteSettingsSource, event_item, rebuild,
+    SiteSettingsSource, rebuild,
 };
 use analytics::period::{SiteZone, parse_date};
 use analytics::schema::tally_schema;
@@ -136,7 +136,7 @@ async fn ingest(agg: &Aggregator, table: &Table, mut e: StoredEvent) -> StoredEv
     let ticket = agg.begin();
     e.run = ticket.run_id().to_owned();
     e.epoch = ticket.epoch();
-    table.put("Event", event_item(&e)).await.expect("the event is stored");
+    analytics::event_store::store_events(table, std::slice::from_ref(&e)).await.expect("the event is stored");
     ticket.commit(&e);
     e
 }
@@ -810,7 +810,7 @@ async fn closing_an_epoch_waits_for_its_tickets() {
     assert!(!flushing.is_finished(), "the epoch is closed but one of its events is still being written");
     // New tickets go to the next epoch meanwhile.
     assert_eq!(agg.begin().epoch(), e.epoch + 1);
-    h.table.put("Event", event_item(&e)).await.expect("stored");
+    analytics::event_store::store_events(&h.table, std::slice::from_ref(&e)).await.expect("stored");
     ticket.commit(&e);
     flushing.await.expect("the task ends").expect("flushes");
     assert_eq!(item(&h.table, "day", "total", "2026-11-22", "").await.map(|(c, _)| c.pageviews), Some(1));

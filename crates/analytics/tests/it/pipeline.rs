@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRange, event_from_record, rebuild};
+use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRange, rebuild};
 use analytics::enrich::{DropReason, Enricher, EnricherConfig};
 use analytics::event::RawEvent;
 use analytics::goal::Goal;
@@ -64,13 +64,7 @@ fn pageview(url: &str, ua: &str, ip: [u8; 4], ts: i64) -> RawEvent {
 }
 
 async fn stored_events(w: &World) -> Vec<StoredEvent> {
-    let mut events = Vec::new();
-    let mut pages = w.table.scan().entity("Event").consistent().pages();
-    while let Some(page) = pages.next().await {
-        for r in page.expect("scan").records {
-            events.push(event_from_record(&r).expect("events read back"));
-        }
-    }
+    let mut events = analytics::event_store::scan_events(&w.table).await.expect("events read back");
     events.sort_by_key(|e| (e.session_id.clone(), e.seq));
     events
 }

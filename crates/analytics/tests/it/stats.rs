@@ -281,12 +281,16 @@ async fn filtered_reads_reach_as_far_back_as_raw_events_are_kept_and_no_further(
     let mut quarter = q(&w, &[Metric::Visitors, Metric::Pageviews], &["event:page"], vec![google]);
     quarter.range = DateRange::new(w.day.checked_sub(jiff::Span::new().days(89)).unwrap(), w.day).unwrap();
     let expected = vec![(vec!["/".into()], vec![Int(1), Int(1)]), (vec!["/pricing".into()], vec![Int(1), Int(1)])];
+    // Kept two years by default: a quarter is read.
+    assert_eq!(rows(&w.stats.query(&quarter).await.unwrap()), expected);
+    let sites = Arc::new(Sites::new(w.table.clone()));
+    let month_only = SiteChanges { retention_event_days: Some(30), ..SiteChanges::default() };
+    sites.update(&w.site.site_id, &month_only).await.unwrap();
     // Kept 30 days: a quarter would be answered from a third of it, so it is refused.
-    let err = w.stats.query(&quarter).await.unwrap_err();
+    let err = Stats::new(w.table.clone(), sites.clone()).query(&quarter).await.unwrap_err();
     assert!(matches!(err, StatsError::Unsupported(_)) && err.to_string().contains("keeps for 30 days"), "{err}");
     // Kept 30 days: the last 30 days and today is as far back as a filter reads, counted in the
     // site's own time zone (east of UTC, its first midnight is the day before in UTC).
-    let sites = Arc::new(Sites::new(w.table.clone()));
     let tokyo = SiteChanges { timezone: Some("Asia/Tokyo".into()), ..SiteChanges::default() };
     sites.update(&w.site.site_id, &tokyo).await.unwrap();
     let stats = Stats::new(w.table.clone(), sites.clone());
@@ -302,11 +306,12 @@ async fn filtered_reads_reach_as_far_back_as_raw_events_are_kept_and_no_further(
     sites.update(&w.site.site_id, &year).await.unwrap();
     let stats = Stats::new(w.table.clone(), sites.clone());
     assert_eq!(rows(&stats.query(&quarter).await.unwrap()), expected);
-    // At most so many raw events per query, counted from the aggregates before reading: five here.
-    let err = Stats::new(w.table.clone(), sites.clone()).with_raw_event_limit(4).query(&quarter).await.unwrap_err();
-    assert!(err.to_string().contains("this range has 5"), "{err}");
-    let five = Stats::new(w.table.clone(), sites).with_raw_event_limit(5);
-    assert_eq!(rows(&five.query(&quarter).await.unwrap()), expected);
+    // Bounded by time, not by range or count: past its budget a query is refused, naming the budget.
+    let none = Stats::new(w.table.clone(), sites.clone()).with_time_budget(std::time::Duration::ZERO);
+    let err = none.query(&quarter).await.unwrap_err();
+    assert!(matches!(err, StatsError::TooSlow(_)) && err.to_string().contains("time budget of 0ns"), "{err}");
+    let ample = Stats::new(w.table.clone(), sites).with_time_budget(std::time::Duration::from_secs(60));
+    assert_eq!(rows(&ample.query(&quarter).await.unwrap()), expected);
 }
 
 #[tokio::test]
@@ -336,7 +341,7 @@ async fn bad_queries_say_what_is_wrong() {
     assert!(err.to_string().contains("event:page"), "visit metrics by page have no meaning: {err}");
     let mut long = q(&w, &[Metric::Visitors], &["event:page"], vec![google]);
     long.range = DateRange::new(w.day.checked_sub(jiff::Span::new().days(60)).unwrap(), w.day).unwrap();
-    assert!(matches!(w.stats.query(&long).await, Err(StatsError::Unsupported(_))), "raw reads are bounded");
+    assert!(w.stats.query(&long).await.is_ok(), "a filtered query reads any range the site keeps its events for");
 }
 
 #[tokio::test]

@@ -485,7 +485,7 @@ fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
             &good_auth,
             json!({ "site_id": "good.example", "date_range": ["2020-01-01", "2020-01-31"], "steps": two }),
             400,
-            &["keeps for 30 days"],
+            &["keeps for 730 days"],
         ),
     ]);
 

@@ -9,6 +9,7 @@ mod demo;
 mod e2e;
 mod import;
 mod live;
+mod migrate;
 mod shared_table;
 mod sigkill;
 mod support;

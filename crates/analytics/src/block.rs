@@ -1,0 +1,925 @@
+//! Event blocks: many raw events of one site and UTC day in one compact, column-oriented value.
+//!
+//! A block is the unit of durability at ingestion (an event is acknowledged once its block is
+//! durable), of scanning (a query decodes only the columns it reads) and of erasure (a visitor's
+//! events leave by rewriting the blocks that hold them). DESIGN.md ("Event blocks") says why the
+//! format is Tally's own over lz4 rather than Arrow IPC or Parquet.
+//!
+//! **Layout.** `TEB` and a version byte; the site id and the UTC day (the partition's); the number
+//! of events and of sessions; then the columns, each `id, flags, length, bytes`, the bytes
+//! lz4-compressed when that makes them smaller. A reader skips the columns it does not want
+//! without decompressing them. Columns are either per event (`n` values) or per session (one per
+//! distinct `(visitor, session)` of the block): a visit's attributes are the same on each of its
+//! events, so they are stored once per session, and an event points at its session.
+//!
+//! **Encodings.** Integers are LEB128 varints; signed ones zigzag. Times are deltas from the
+//! previous event's (the first from zero); a visit's start is a delta from its first event in the
+//! block, a previous state's latest time a delta back from the event's own. Text columns are
+//! dictionaries in first-seen order plus one varint index per row, which is also how a filter is
+//! evaluated fast: once per distinct value, then by index ([`Dict`]).
+//!
+//! **Invariant:** `decode_events(encode(events)) == events` for every slice of events of one
+//! site and day whose visitor ids are 16 lower-case hex digits and session ids canonical ULIDs
+//! (`tests::round_trip`, a property test).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
+
+/// The format's magic and version.
+const MAGIC: &[u8; 3] = b"TEB";
+const VERSION: u8 = 1;
+
+/// A column is compressed when it is at least this long and lz4 makes it smaller.
+const COMPRESS_FROM: usize = 64;
+
+/// Why a block cannot be written or read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlockError {
+    /// The bytes are not a block of this version, or are damaged.
+    #[error("event block is damaged: {0}")]
+    Corrupt(&'static str),
+    /// An event cannot be stored in a block as it is.
+    #[error("event cannot be stored in a block: {0}")]
+    Unencodable(String),
+}
+
+/// The columns of a block. A reader asks for a set of them ([`Cols`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+#[allow(missing_docs)]
+pub enum Col {
+    /// Per session: visitor id (u64) and session ULID (u128).
+    Sessions = 0,
+    /// Per event: index of its session.
+    Session = 1,
+    Ts = 2,
+    Seq = 3,
+    Name = 4,
+    Hostname = 5,
+    Path = 6,
+    Props = 7,
+    Revenue = 8,
+    Interactive = 9,
+    Goals = 10,
+    /// Per event: previous state's counters and latest time.
+    Prev = 11,
+    /// Per event: previous state's exit page.
+    PrevExit = 12,
+    Run = 13,
+    Epoch = 14,
+    Ttl = 15,
+    /// Per session: visit start time.
+    VisitStart = 16,
+    VisitEntry = 17,
+    VisitSource = 18,
+    VisitReferrer = 19,
+    VisitUtmSource = 20,
+    VisitUtmMedium = 21,
+    VisitUtmCampaign = 22,
+    VisitUtmContent = 23,
+    VisitUtmTerm = 24,
+    VisitCountry = 25,
+    VisitDevice = 26,
+    VisitBrowser = 27,
+    VisitBrowserVersion = 28,
+    VisitOs = 29,
+    VisitOsVersion = 30,
+}
+
+/// How many column ids there are.
+const COLUMNS: u8 = 31;
+
+/// The visit-attribute text columns, in [`VisitAttrs`] field order after `start_ts`.
+pub const VISIT_TEXT: [Col; 14] = [
+    Col::VisitEntry,
+    Col::VisitSource,
+    Col::VisitReferrer,
+    Col::VisitUtmSource,
+    Col::VisitUtmMedium,
+    Col::VisitUtmCampaign,
+    Col::VisitUtmContent,
+    Col::VisitUtmTerm,
+    Col::VisitCountry,
+    Col::VisitDevice,
+    Col::VisitBrowser,
+    Col::VisitBrowserVersion,
+    Col::VisitOs,
+    Col::VisitOsVersion,
+];
+
+impl Col {
+    fn from_id(id: u8) -> Option<Col> {
+        (id < COLUMNS).then(|| ALL_COLS[usize::from(id)])
+    }
+}
+
+const ALL_COLS: [Col; COLUMNS as usize] = [
+    Col::Sessions,
+    Col::Session,
+    Col::Ts,
+    Col::Seq,
+    Col::Name,
+    Col::Hostname,
+    Col::Path,
+    Col::Props,
+    Col::Revenue,
+    Col::Interactive,
+    Col::Goals,
+    Col::Prev,
+    Col::PrevExit,
+    Col::Run,
+    Col::Epoch,
+    Col::Ttl,
+    Col::VisitStart,
+    Col::VisitEntry,
+    Col::VisitSource,
+    Col::VisitReferrer,
+    Col::VisitUtmSource,
+    Col::VisitUtmMedium,
+    Col::VisitUtmCampaign,
+    Col::VisitUtmContent,
+    Col::VisitUtmTerm,
+    Col::VisitCountry,
+    Col::VisitDevice,
+    Col::VisitBrowser,
+    Col::VisitBrowserVersion,
+    Col::VisitOs,
+    Col::VisitOsVersion,
+];
+
+/// A set of columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cols(u64);
+
+impl Cols {
+    /// Every column.
+    pub const ALL: Cols = Cols((1 << COLUMNS) - 1);
+    /// No column (the header only: site, day, counts).
+    pub const NONE: Cols = Cols(0);
+
+    /// This set and `col`.
+    #[must_use]
+    pub const fn with(self, col: Col) -> Cols {
+        Cols(self.0 | 1 << col as u8)
+    }
+
+    /// Whether `col` is in the set.
+    pub const fn has(self, col: Col) -> bool {
+        self.0 & (1 << col as u8) != 0
+    }
+
+    /// The union of two sets.
+    #[must_use]
+    pub const fn union(self, other: Cols) -> Cols {
+        Cols(self.0 | other.0)
+    }
+}
+
+/// A dictionary-encoded text column: the distinct values and one index per row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dict {
+    /// The distinct values, in first-seen order.
+    pub values: Vec<String>,
+    /// Each row's value, as an index into `values`.
+    pub rows: Vec<u32>,
+}
+
+impl Dict {
+    /// Row `i`'s value.
+    pub fn get(&self, i: usize) -> &str {
+        &self.values[self.rows[i] as usize]
+    }
+
+    /// For each distinct value, whether `f` holds: evaluated once per value, then looked up by
+    /// row index.
+    pub fn matching(&self, f: impl Fn(&str) -> bool) -> Vec<bool> {
+        self.values.iter().map(|v| f(v)).collect()
+    }
+}
+
+/// Properties (or goals): per row, a run of `(key, value)` index pairs into one dictionary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pairs {
+    /// The distinct keys and values.
+    pub values: Vec<String>,
+    /// Row `i`'s pairs are `pairs[offsets[i]..offsets[i + 1]]`.
+    pub offsets: Vec<u32>,
+    /// `(key, value)` indexes into `values`; for goals, the key is the goal and the value unused.
+    pub pairs: Vec<(u32, u32)>,
+}
+
+impl Pairs {
+    /// Row `i`'s pairs as text.
+    pub fn row(&self, i: usize) -> impl Iterator<Item = (&str, &str)> {
+        let (a, b) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
+        self.pairs[a..b].iter().map(|&(k, v)| (self.values[k as usize].as_str(), self.values[v as usize].as_str()))
+    }
+
+    /// Row `i`'s index pairs.
+    pub fn row_ids(&self, i: usize) -> &[(u32, u32)] {
+        &self.pairs[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+}
+
+/// A session of a block: its visitor and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionKey {
+    /// The visitor id as a number (its 16 hex digits).
+    pub visitor: u64,
+    /// The session ULID as a number.
+    pub session: u128,
+}
+
+impl SessionKey {
+    /// The visitor id as stored elsewhere (16 lower-case hex digits).
+    pub fn visitor_hex(&self) -> String {
+        format!("{:016x}", self.visitor)
+    }
+
+    /// The session id as stored elsewhere (a ULID string).
+    pub fn session_text(&self) -> String {
+        ulid::Ulid(self.session).to_string()
+    }
+}
+
+/// The previous-state counters of an event ([`PrevState`] without its exit page).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrevCounts {
+    /// Events before.
+    pub events: u32,
+    /// Page views before.
+    pub pageviews: u32,
+    /// Interactive events before.
+    pub interactive: u32,
+    /// Latest event time before (0 when none).
+    pub last_ts: i64,
+}
+
+/// The columns of one block that a reader asked for; the others are empty.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Block {
+    /// The site.
+    pub site_id: String,
+    /// The UTC day its sessions started.
+    pub day: String,
+    /// How many events.
+    pub len: usize,
+    /// The distinct sessions ([`Col::Sessions`]).
+    pub sessions: Vec<SessionKey>,
+    /// Each event's session index ([`Col::Session`]).
+    pub session: Vec<u32>,
+    /// Each event's time, epoch ms.
+    pub ts: Vec<i64>,
+    /// Each event's position in its session.
+    pub seq: Vec<u32>,
+    /// Event names.
+    pub name: Dict,
+    /// Host names.
+    pub hostname: Dict,
+    /// Paths.
+    pub path: Dict,
+    /// Custom properties.
+    pub props: Pairs,
+    /// Revenue (amount, currency), if any.
+    pub revenue: Vec<Option<(String, String)>>,
+    /// Whether each event is interactive.
+    pub interactive: Vec<bool>,
+    /// Goals each event completed (key = goal).
+    pub goals: Pairs,
+    /// The previous state's counters.
+    pub prev: Vec<PrevCounts>,
+    /// The previous state's exit page.
+    pub prev_exit: Dict,
+    /// The ingesting run.
+    pub run: Dict,
+    /// The run's flush epoch.
+    pub epoch: Vec<u64>,
+    /// Expiry, epoch seconds.
+    pub ttl: Vec<i64>,
+    /// Per session: visit start, epoch ms.
+    pub visit_start: Vec<i64>,
+    /// Per session: the visit text attributes, in [`VISIT_TEXT`] order.
+    pub visit: [Dict; 14],
+}
+
+impl Block {
+    /// The visit text column `col` (one of [`VISIT_TEXT`]).
+    pub fn visit_col(&self, col: Col) -> Option<&Dict> {
+        VISIT_TEXT.iter().position(|c| *c == col).map(|i| &self.visit[i])
+    }
+}
+
+/// Encodes events of one site and UTC day (in the order given) as a block.
+pub fn encode(site_id: &str, day: &str, events: &[StoredEvent]) -> Result<Vec<u8>, BlockError> {
+    let mut sessions: Vec<SessionKey> = Vec::new();
+    let mut first_event: Vec<usize> = Vec::new();
+    let mut session_of: HashMap<SessionKey, u32> = HashMap::new();
+    let mut session_col = Vec::with_capacity(events.len());
+    for (i, e) in events.iter().enumerate() {
+        if e.site_id != site_id || e.day != day {
+            return Err(BlockError::Unencodable(format!(
+                "event of {}/{} in a block of {site_id}/{day}",
+                e.site_id, e.day
+            )));
+        }
+        let key = session_key(e)?;
+        let next = sessions.len() as u32;
+        let index = *session_of.entry(key).or_insert_with(|| {
+            sessions.push(key);
+            first_event.push(i);
+            next
+        });
+        session_col.push(index);
+    }
+    // A session's visit attributes are stored once: every event of it must carry the same.
+    for (e, &s) in events.iter().zip(&session_col) {
+        if e.visit != events[first_event[s as usize]].visit {
+            return Err(BlockError::Unencodable(format!("session {} has differing visit attributes", e.session_id)));
+        }
+    }
+    if events.iter().any(|e| e.shard != visitor_shard(&e.visitor_id)) {
+        return Err(BlockError::Unencodable("an event's shard is not its visitor's".into()));
+    }
+
+    let mut out = Vec::with_capacity(64 + events.len() * 24);
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    put_str(&mut out, site_id);
+    put_str(&mut out, day);
+    put_uvar(&mut out, events.len() as u64);
+    put_uvar(&mut out, sessions.len() as u64);
+    let mut columns: Vec<(Col, Vec<u8>)> = Vec::with_capacity(usize::from(COLUMNS));
+
+    let mut buf = Vec::with_capacity(sessions.len() * 24);
+    for s in &sessions {
+        buf.extend_from_slice(&s.visitor.to_le_bytes());
+        buf.extend_from_slice(&s.session.to_le_bytes());
+    }
+    columns.push((Col::Sessions, buf));
+    columns.push((Col::Session, uvars(session_col.iter().map(|&s| u64::from(s)))));
+    let mut previous = 0i64;
+    columns.push((
+        Col::Ts,
+        ivars(events.iter().map(|e| {
+            let d = e.ts.wrapping_sub(previous);
+            previous = e.ts;
+            d
+        })),
+    ));
+    columns.push((Col::Seq, uvars(events.iter().map(|e| u64::from(e.seq)))));
+    columns.push((Col::Name, dict(events.iter().map(|e| e.name.as_str()))));
+    columns.push((Col::Hostname, dict(events.iter().map(|e| e.hostname.as_str()))));
+    columns.push((Col::Path, dict(events.iter().map(|e| e.path.as_str()))));
+    columns.push((
+        Col::Props,
+        pairs(events.iter().map(|e| e.props.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>())),
+    ));
+    let mut buf = Vec::new();
+    for e in events {
+        match &e.revenue {
+            None => buf.push(0),
+            Some((amount, currency)) => {
+                buf.push(1);
+                put_str(&mut buf, amount);
+                put_str(&mut buf, currency);
+            }
+        }
+    }
+    columns.push((Col::Revenue, buf));
+    columns.push((Col::Interactive, bits(events.iter().map(|e| e.interactive))));
+    columns.push((Col::Goals, pairs(events.iter().map(|e| e.goals.iter().map(|g| (g.as_str(), "")).collect()))));
+    let mut buf = Vec::with_capacity(events.len() * 4);
+    for e in events {
+        put_uvar(&mut buf, u64::from(e.prev.events));
+        put_uvar(&mut buf, u64::from(e.prev.pageviews));
+        put_uvar(&mut buf, u64::from(e.prev.interactive));
+        // Zero stays zero (no previous event); otherwise one more than the zigzag of the
+        // (small) delta back from the event's own time.
+        let code = if e.prev.last_ts == 0 {
+            0
+        } else {
+            zigzag(e.ts.wrapping_sub(e.prev.last_ts))
+                .checked_add(1)
+                .ok_or_else(|| BlockError::Unencodable("a previous time too far from the event".into()))?
+        };
+        put_uvar(&mut buf, code);
+    }
+    columns.push((Col::Prev, buf));
+    columns.push((Col::PrevExit, dict(events.iter().map(|e| e.prev.exit_page.as_str()))));
+    columns.push((Col::Run, dict(events.iter().map(|e| e.run.as_str()))));
+    columns.push((Col::Epoch, uvars(events.iter().map(|e| e.epoch))));
+    let mut previous = 0i64;
+    columns.push((
+        Col::Ttl,
+        ivars(events.iter().map(|e| {
+            let d = e.ttl.wrapping_sub(previous);
+            previous = e.ttl;
+            d
+        })),
+    ));
+    let visits: Vec<(&VisitAttrs, i64)> = first_event.iter().map(|&i| (&events[i].visit, events[i].ts)).collect();
+    columns.push((Col::VisitStart, ivars(visits.iter().map(|(v, ts)| v.start_ts.wrapping_sub(*ts)))));
+    for (n, col) in VISIT_TEXT.iter().enumerate() {
+        columns.push((*col, dict(visits.iter().map(|(v, _)| visit_text(v, n)))));
+    }
+
+    put_uvar(&mut out, columns.len() as u64);
+    for (col, raw) in columns {
+        out.push(col as u8);
+        let packed = (raw.len() >= COMPRESS_FROM).then(|| lz4_flex::compress_prepend_size(&raw));
+        match packed {
+            Some(p) if p.len() < raw.len() => {
+                out.push(1);
+                put_uvar(&mut out, p.len() as u64);
+                out.extend_from_slice(&p);
+            }
+            _ => {
+                out.push(0);
+                put_uvar(&mut out, raw.len() as u64);
+                out.extend_from_slice(&raw);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn session_key(e: &StoredEvent) -> Result<SessionKey, BlockError> {
+    let visitor = (e.visitor_id.len() == 16 && e.visitor_id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| u64::from_str_radix(&e.visitor_id, 16).ok())
+        .flatten()
+        .ok_or_else(|| BlockError::Unencodable(format!("visitor id {:?}", e.visitor_id)))?;
+    let session = ulid::Ulid::from_string(&e.session_id)
+        .ok()
+        .filter(|u| u.to_string() == e.session_id)
+        .ok_or_else(|| BlockError::Unencodable(format!("session id {:?}", e.session_id)))?;
+    Ok(SessionKey { visitor, session: session.0 })
+}
+
+fn visit_text(v: &VisitAttrs, n: usize) -> &str {
+    [
+        &v.entry_page,
+        &v.source,
+        &v.referrer,
+        &v.utm_source,
+        &v.utm_medium,
+        &v.utm_campaign,
+        &v.utm_content,
+        &v.utm_term,
+        &v.country,
+        &v.device,
+        &v.browser,
+        &v.browser_version,
+        &v.os,
+        &v.os_version,
+    ][n]
+}
+
+/// Reads a block's header and the columns in `want`.
+pub fn decode(bytes: &[u8], want: Cols) -> Result<Block, BlockError> {
+    let mut r = Reader { bytes, at: 0 };
+    if r.take(3)? != MAGIC {
+        return Err(BlockError::Corrupt("not an event block"));
+    }
+    if r.byte()? != VERSION {
+        return Err(BlockError::Corrupt("unknown block version"));
+    }
+    let site_id = r.string()?;
+    let day = r.string()?;
+    let len = r.len_bounded()?;
+    let n_sessions = r.len_bounded()?;
+    if n_sessions > len {
+        return Err(BlockError::Corrupt("more sessions than events"));
+    }
+    let mut block = Block { site_id, day, len, ..Block::default() };
+    let columns = r.len_bounded()?;
+    for _ in 0..columns {
+        let id = r.byte()?;
+        let flags = r.byte()?;
+        let size = r.len_bounded()?;
+        let raw = r.take(size)?;
+        let Some(col) = Col::from_id(id) else { return Err(BlockError::Corrupt("unknown column")) };
+        if !want.has(col) {
+            continue;
+        }
+        let unpacked;
+        let data = match flags {
+            0 => raw,
+            1 => {
+                // The prepended size is checked against what any column of this block could be.
+                let claimed = raw.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+                if claimed.is_none_or(|c| c > bytes.len().saturating_mul(255).max(1 << 20)) {
+                    return Err(BlockError::Corrupt("column size"));
+                }
+                unpacked = lz4_flex::decompress_size_prepended(raw).map_err(|_| BlockError::Corrupt("lz4"))?;
+                &unpacked[..]
+            }
+            _ => return Err(BlockError::Corrupt("column flags")),
+        };
+        let mut c = Reader { bytes: data, at: 0 };
+        let rows = if is_session_col(col) { n_sessions } else { len };
+        read_column(&mut block, col, &mut c, rows)?;
+        if c.at != data.len() {
+            return Err(BlockError::Corrupt("trailing bytes in a column"));
+        }
+    }
+    if r.at != bytes.len() {
+        return Err(BlockError::Corrupt("trailing bytes"));
+    }
+    check_shapes(&block, want, n_sessions)?;
+    Ok(block)
+}
+
+fn is_session_col(col: Col) -> bool {
+    matches!(col, Col::Sessions | Col::VisitStart) || VISIT_TEXT.contains(&col)
+}
+
+fn read_column(block: &mut Block, col: Col, c: &mut Reader<'_>, rows: usize) -> Result<(), BlockError> {
+    match col {
+        Col::Sessions => {
+            block.sessions = (0..rows)
+                .map(|_| {
+                    let v = c.take(8)?;
+                    let s = c.take(16)?;
+                    Ok(SessionKey {
+                        visitor: u64::from_le_bytes(v.try_into().expect("8 bytes")),
+                        session: u128::from_le_bytes(s.try_into().expect("16 bytes")),
+                    })
+                })
+                .collect::<Result<_, BlockError>>()?
+        }
+        Col::Session => block.session = c.u32s(rows)?,
+        Col::Ts => block.ts = c.running(rows)?,
+        Col::Seq => block.seq = c.u32s(rows)?,
+        Col::Name => block.name = c.dict(rows)?,
+        Col::Hostname => block.hostname = c.dict(rows)?,
+        Col::Path => block.path = c.dict(rows)?,
+        Col::Props => block.props = c.pairs(rows)?,
+        Col::Revenue => {
+            block.revenue = (0..rows)
+                .map(|_| match c.byte()? {
+                    0 => Ok(None),
+                    1 => Ok(Some((c.string()?, c.string()?))),
+                    _ => Err(BlockError::Corrupt("revenue flag")),
+                })
+                .collect::<Result<_, _>>()?
+        }
+        Col::Interactive => {
+            let bytes = c.take(rows.div_ceil(8))?;
+            block.interactive = (0..rows).map(|i| bytes[i / 8] & (1 << (i % 8)) != 0).collect();
+        }
+        Col::Goals => block.goals = c.pairs(rows)?,
+        Col::Prev => {
+            block.prev = (0..rows)
+                .map(|_| {
+                    Ok(PrevCounts {
+                        events: c.u32()?,
+                        pageviews: c.u32()?,
+                        interactive: c.u32()?,
+                        // The raw code, resolved against the event's time in `read`.
+                        last_ts: c.uvar()? as i64,
+                    })
+                })
+                .collect::<Result<_, BlockError>>()?
+        }
+        Col::PrevExit => block.prev_exit = c.dict(rows)?,
+        Col::Run => block.run = c.dict(rows)?,
+        Col::Epoch => block.epoch = (0..rows).map(|_| c.uvar()).collect::<Result<_, _>>()?,
+        Col::Ttl => block.ttl = c.running(rows)?,
+        // Resolved against the session's first event's time in `read`.
+        Col::VisitStart => block.visit_start = (0..rows).map(|_| c.ivar()).collect::<Result<_, _>>()?,
+        text => {
+            let i = VISIT_TEXT.iter().position(|v| *v == text).ok_or(BlockError::Corrupt("column"))?;
+            block.visit[i] = c.dict(rows)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the columns read agree with each other.
+fn check_shapes(block: &Block, want: Cols, n_sessions: usize) -> Result<(), BlockError> {
+    if want.has(Col::Session) && block.session.iter().any(|&s| s as usize >= n_sessions) {
+        return Err(BlockError::Corrupt("session index"));
+    }
+    Ok(())
+}
+
+/// The columns [`decode`] must read for `want` to be usable: times stored as deltas need their base.
+pub fn closure(want: Cols) -> Cols {
+    let mut out = want;
+    if want.has(Col::Prev) {
+        out = out.with(Col::Ts);
+    }
+    if want.has(Col::VisitStart) {
+        out = out.with(Col::Ts).with(Col::Session);
+    }
+    out
+}
+
+/// Reads the columns in `want` (and what they depend on) and resolves delta-coded times.
+pub fn read(bytes: &[u8], want: Cols) -> Result<Block, BlockError> {
+    let mut block = decode(bytes, closure(want))?;
+    if want.has(Col::Prev) {
+        for (p, &ts) in block.prev.iter_mut().zip(&block.ts) {
+            let code = p.last_ts as u64;
+            if code != 0 {
+                p.last_ts = ts.wrapping_sub(unzigzag(code - 1));
+            }
+        }
+    }
+    if want.has(Col::VisitStart) {
+        let mut first: Vec<Option<i64>> = vec![None; block.visit_start.len()];
+        for (&s, &ts) in block.session.iter().zip(&block.ts) {
+            let slot = first.get_mut(s as usize).ok_or(BlockError::Corrupt("session index"))?;
+            slot.get_or_insert(ts);
+        }
+        for (v, f) in block.visit_start.iter_mut().zip(first) {
+            *v = v.wrapping_add(f.ok_or(BlockError::Corrupt("a session without events"))?);
+        }
+    }
+    Ok(block)
+}
+
+/// Every event of a block, whole.
+pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
+    let b = read(bytes, Cols::ALL)?;
+    let n = b.len;
+    let lens_ok = [
+        b.session.len(),
+        b.ts.len(),
+        b.seq.len(),
+        b.name.rows.len(),
+        b.hostname.rows.len(),
+        b.path.rows.len(),
+        b.props.offsets.len().saturating_sub(1),
+        b.revenue.len(),
+        b.interactive.len(),
+        b.goals.offsets.len().saturating_sub(1),
+        b.prev.len(),
+        b.prev_exit.rows.len(),
+        b.run.rows.len(),
+        b.epoch.len(),
+        b.ttl.len(),
+    ]
+    .iter()
+    .all(|&l| l == n);
+    if !lens_ok {
+        return Err(BlockError::Corrupt("a column is missing"));
+    }
+    let visits: Vec<VisitAttrs> = (0..b.sessions.len())
+        .map(|s| {
+            let t = |i: usize| b.visit[i].get(s).to_owned();
+            VisitAttrs {
+                start_ts: b.visit_start[s],
+                entry_page: t(0),
+                source: t(1),
+                referrer: t(2),
+                utm_source: t(3),
+                utm_medium: t(4),
+                utm_campaign: t(5),
+                utm_content: t(6),
+                utm_term: t(7),
+                country: t(8),
+                device: t(9),
+                browser: t(10),
+                browser_version: t(11),
+                os: t(12),
+                os_version: t(13),
+            }
+        })
+        .collect();
+    let ids: Vec<(String, String)> = b.sessions.iter().map(|s| (s.visitor_hex(), s.session_text())).collect();
+    Ok((0..n)
+        .map(|i| {
+            let s = b.session[i] as usize;
+            let (visitor_id, session_id) = ids[s].clone();
+            StoredEvent {
+                site_id: b.site_id.clone(),
+                day: b.day.clone(),
+                shard: visitor_shard(&visitor_id),
+                visitor_id,
+                session_id,
+                seq: b.seq[i],
+                name: b.name.get(i).to_owned(),
+                ts: b.ts[i],
+                hostname: b.hostname.get(i).to_owned(),
+                path: b.path.get(i).to_owned(),
+                props: b.props.row(i).map(|(k, v)| (k.to_owned(), v.to_owned())).collect::<BTreeMap<_, _>>(),
+                revenue: b.revenue[i].clone(),
+                interactive: b.interactive[i],
+                goals: b.goals.row(i).map(|(g, _)| g.to_owned()).collect(),
+                visit: visits[s].clone(),
+                prev: PrevState {
+                    events: b.prev[i].events,
+                    pageviews: b.prev[i].pageviews,
+                    interactive: b.prev[i].interactive,
+                    last_ts: b.prev[i].last_ts,
+                    exit_page: b.prev_exit.get(i).to_owned(),
+                },
+                run: b.run.get(i).to_owned(),
+                epoch: b.epoch[i],
+                ttl: b.ttl[i],
+            }
+        })
+        .collect())
+}
+
+fn put_uvar(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_ivar(out: &mut Vec<u8>, v: i64) {
+    put_uvar(out, zigzag(v));
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_uvar(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn uvars(values: impl Iterator<Item = u64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    values.for_each(|v| put_uvar(&mut out, v));
+    out
+}
+
+fn ivars(values: impl Iterator<Item = i64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    values.for_each(|v| put_ivar(&mut out, v));
+    out
+}
+
+fn bits(values: impl Iterator<Item = bool>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, b) in values.enumerate() {
+        if i % 8 == 0 {
+            out.push(0);
+        }
+        if b {
+            *out.last_mut().expect("pushed above") |= 1 << (i % 8);
+        }
+    }
+    out
+}
+
+/// A dictionary column: the distinct values (count, then each), then one index per row.
+fn dict<'a>(rows: impl Iterator<Item = &'a str>) -> Vec<u8> {
+    let mut index: HashMap<&'a str, u32> = HashMap::new();
+    let mut values: Vec<&'a str> = Vec::new();
+    let rows: Vec<u32> = rows
+        .map(|v| {
+            *index.entry(v).or_insert_with(|| {
+                values.push(v);
+                values.len() as u32 - 1
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    put_uvar(&mut out, values.len() as u64);
+    for v in values {
+        put_str(&mut out, v);
+    }
+    for r in rows {
+        put_uvar(&mut out, u64::from(r));
+    }
+    out
+}
+
+/// A pairs column: one dictionary of keys and values, then per row a count and index pairs.
+fn pairs<'a>(rows: impl Iterator<Item = Vec<(&'a str, &'a str)>>) -> Vec<u8> {
+    let mut index: HashMap<&'a str, u32> = HashMap::new();
+    let mut values: Vec<&'a str> = Vec::new();
+    let mut id = |v: &'a str| {
+        *index.entry(v).or_insert_with(|| {
+            values.push(v);
+            values.len() as u32 - 1
+        })
+    };
+    let mut body = Vec::new();
+    for row in rows {
+        put_uvar(&mut body, row.len() as u64);
+        for (k, v) in row {
+            put_uvar(&mut body, u64::from(id(k)));
+            put_uvar(&mut body, u64::from(id(v)));
+        }
+    }
+    let mut out = Vec::new();
+    put_uvar(&mut out, values.len() as u64);
+    for v in values {
+        put_str(&mut out, v);
+    }
+    out.extend_from_slice(&body);
+    out
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], BlockError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or(BlockError::Corrupt("truncated"))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn byte(&mut self) -> Result<u8, BlockError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn uvar(&mut self) -> Result<u64, BlockError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(BlockError::Corrupt("varint"))
+    }
+
+    fn ivar(&mut self) -> Result<i64, BlockError> {
+        Ok(unzigzag(self.uvar()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, BlockError> {
+        u32::try_from(self.uvar()?).map_err(|_| BlockError::Corrupt("u32"))
+    }
+
+    /// A count that cannot exceed the bytes left (each counted thing takes at least a byte
+    /// somewhere), so a damaged count cannot make a reader allocate without bound.
+    fn len_bounded(&mut self) -> Result<usize, BlockError> {
+        let v = self.uvar()?;
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v <= self.bytes.len().saturating_mul(8).max(1 << 16))
+            .ok_or(BlockError::Corrupt("count"))
+    }
+
+    fn string(&mut self) -> Result<String, BlockError> {
+        let n = self.len_bounded()?;
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| BlockError::Corrupt("utf-8"))
+    }
+
+    fn u32s(&mut self, rows: usize) -> Result<Vec<u32>, BlockError> {
+        (0..rows).map(|_| self.u32()).collect()
+    }
+
+    fn running(&mut self, rows: usize) -> Result<Vec<i64>, BlockError> {
+        let mut at = 0i64;
+        (0..rows)
+            .map(|_| {
+                at = at.wrapping_add(self.ivar()?);
+                Ok(at)
+            })
+            .collect()
+    }
+
+    fn dict(&mut self, rows: usize) -> Result<Dict, BlockError> {
+        let n = self.len_bounded()?;
+        let values = (0..n).map(|_| self.string()).collect::<Result<Vec<_>, _>>()?;
+        let rows = (0..rows)
+            .map(|_| self.u32().and_then(|r| if (r as usize) < n { Ok(r) } else { Err(BlockError::Corrupt("index")) }))
+            .collect::<Result<_, _>>()?;
+        Ok(Dict { values, rows })
+    }
+
+    fn pairs(&mut self, rows: usize) -> Result<Pairs, BlockError> {
+        let n = self.len_bounded()?;
+        let values = (0..n).map(|_| self.string()).collect::<Result<Vec<_>, _>>()?;
+        let mut offsets = Vec::with_capacity(rows + 1);
+        let mut pairs = Vec::new();
+        offsets.push(0);
+        for _ in 0..rows {
+            let count = self.len_bounded()?;
+            for _ in 0..count {
+                let (k, v) = (self.u32()?, self.u32()?);
+                if k as usize >= n || v as usize >= n {
+                    return Err(BlockError::Corrupt("index"));
+                }
+                pairs.push((k, v));
+            }
+            offsets.push(u32::try_from(pairs.len()).map_err(|_| BlockError::Corrupt("count"))?);
+        }
+        Ok(Pairs { values, offsets, pairs })
+    }
+}
+
+#[cfg(test)]
+mod tests;

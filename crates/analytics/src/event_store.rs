@@ -1,0 +1,527 @@
+//! Raw events on the table, as event blocks ([`crate::block`]): the block writer that ingestion
+//! waits on, the readers every other path uses (queries, sessions, rebuilds, recovery, export),
+//! erasure by visitor, and the migration of the per-event items an earlier Tally wrote.
+//!
+//! **Writing.** Ingestion hands each event to the [`BlockWriter`] and waits. The writer takes
+//! every event waiting when it is free, groups them by (site, UTC day of the session's start),
+//! and writes one `EventBlock` item per group (more when a group would pass [`MAX_BLOCK_BYTES`]),
+//! all at once; each event's wait ends when its block is durable. This is a group commit: one
+//! writer, no timer, so a lone event is written at once, and under load a block holds what
+//! arrived during the previous write. A block's key names its run and a number the run never
+//! reuses, and it is written create-only, so a retried write that already happened is recognised
+//! (the condition fails on our own block) rather than written twice.
+//!
+//! **Reading.** Every block of a (site, day) is one Query (`EB#{site}#{day}`); a reader decodes
+//! only the columns it needs. A session's events are all in the partition of its start day.
+//!
+//! **Erasing.** A visitor's events leave by rewriting each block of their start day that holds
+//! them, without their rows, under the block's `version` (a block left empty is deleted).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use model::expr::{Update, attr};
+use model::{PutMode, Record, Table};
+use store::{AttributeValue, item};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::block::{self, Block, BlockError, Cols};
+use crate::stored::StoredEvent;
+use crate::visitor::UtcDay;
+
+/// The encoded size a block is cut at, well within DynamoDB's 400 KB item limit (the rest of the
+/// item is a few hundred bytes). One event is at most about 75 KB (the validation limits), so a
+/// block that holds one more event than this bound still fits.
+pub const MAX_BLOCK_BYTES: usize = 256 * 1024;
+
+/// The most events in one block: bounds what one block costs to decode.
+pub const MAX_BLOCK_EVENTS: usize = 8192;
+
+/// How many block Queries a reader keeps in flight.
+pub const PARALLEL_READS: usize = 16;
+
+/// Why raw events could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventStoreError {
+    /// The table failed.
+    #[error(transparent)]
+    Model(#[from] model::Error),
+    /// A block is damaged or an event cannot be encoded.
+    #[error(transparent)]
+    Block(#[from] BlockError),
+    /// The block writer is gone (the process is stopping).
+    #[error("the event block writer has stopped")]
+    Stopped,
+    /// The block holding the event could not be written.
+    #[error("writing an event block failed: {0}")]
+    Write(String),
+}
+
+impl EventStoreError {
+    /// Whether trying again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            EventStoreError::Model(e) => e.is_retryable(),
+            EventStoreError::Write(_) => true,
+            _ => false,
+        }
+    }
+}
+
+struct Pending {
+    event: StoredEvent,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+/// Writes events in blocks: see the module documentation.
+#[derive(Debug)]
+pub struct BlockWriter {
+    tx: mpsc::UnboundedSender<Pending>,
+    counters: Arc<WriterCounters>,
+}
+
+/// What the block writer has done, for `/metrics` and `tally bench`.
+#[derive(Debug, Default)]
+pub struct WriterCounters {
+    /// Blocks written.
+    pub blocks: AtomicU64,
+    /// Events in them.
+    pub events: AtomicU64,
+    /// Encoded bytes written.
+    pub bytes: AtomicU64,
+    /// Block writes that failed (their events were not acknowledged).
+    pub failures: AtomicU64,
+}
+
+impl BlockWriter {
+    /// Starts the writer task for `run_id` on the current tokio runtime.
+    pub fn start(table: Table, run_id: &str) -> Arc<BlockWriter> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(WriterCounters::default());
+        tokio::spawn(write_task(table, run_id.to_owned(), rx, counters.clone()));
+        Arc::new(BlockWriter { tx, counters })
+    }
+
+    /// Writes `event` in a block; returns once that block is durable.
+    pub async fn append(&self, event: StoredEvent) -> Result<(), EventStoreError> {
+        let (done, wait) = oneshot::channel();
+        self.tx.send(Pending { event, done }).map_err(|_| EventStoreError::Stopped)?;
+        match wait.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(EventStoreError::Write(e)),
+            Err(_) => Err(EventStoreError::Stopped),
+        }
+    }
+
+    /// The writer's counters.
+    pub fn counters(&self) -> &WriterCounters {
+        &self.counters
+    }
+}
+
+async fn write_task(
+    table: Table,
+    run_id: String,
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    counters: Arc<WriterCounters>,
+) {
+    let mut next_block: u64 = 0;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BLOCK_EVENTS * 4 {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        // Group by partition, keeping arrival order within each.
+        let mut groups: Vec<((String, String), Vec<Pending>)> = Vec::new();
+        let mut index: HashMap<(String, String), usize> = HashMap::new();
+        for p in batch {
+            let key = (p.event.site_id.clone(), p.event.day.clone());
+            let i = *index.entry(key.clone()).or_insert_with(|| {
+                groups.push((key, Vec::new()));
+                groups.len() - 1
+            });
+            groups[i].1.push(p);
+        }
+        let mut writes = Vec::new();
+        for ((site, day), pending) in groups {
+            for chunk in cut(pending) {
+                writes.push((site.clone(), day.clone(), next_block, chunk));
+                next_block += 1;
+            }
+        }
+        let table = &table;
+        let run_id = run_id.as_str();
+        let counters = &counters;
+        futures::future::join_all(writes.into_iter().map(|(site, day, number, chunk)| async move {
+            let events: Vec<StoredEvent> = chunk.iter().map(|p| p.event.clone()).collect();
+            let result = write_block(table, run_id, number, &site, &day, &events).await;
+            match &result {
+                Ok(bytes) => {
+                    counters.blocks.fetch_add(1, Ordering::Relaxed);
+                    counters.events.fetch_add(events.len() as u64, Ordering::Relaxed);
+                    counters.bytes.fetch_add(*bytes as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    counters.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(site = %site, day = %day, error = %e, "writing an event block failed");
+                }
+            }
+            let outcome = result.map(|_| ()).map_err(|e| e.to_string());
+            for p in chunk {
+                let _ = p.done.send(outcome.clone());
+            }
+        }))
+        .await;
+    }
+}
+
+/// Splits one partition's events into blocks of at most [`MAX_BLOCK_EVENTS`] events and about
+/// [`MAX_BLOCK_BYTES`] of text.
+fn cut(pending: Vec<Pending>) -> Vec<Vec<Pending>> {
+    let mut out: Vec<Vec<Pending>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for p in pending {
+        let size = approx_size(&p.event);
+        let current = out.last_mut().expect("never empty");
+        if !current.is_empty() && (current.len() >= MAX_BLOCK_EVENTS || bytes + size > MAX_BLOCK_BYTES) {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        out.last_mut().expect("never empty").push(p);
+    }
+    out
+}
+
+/// An upper bound of what an event adds to a block before compression.
+pub fn approx_size(e: &StoredEvent) -> usize {
+    let v = &e.visit;
+    let visit = [
+        &v.entry_page,
+        &v.source,
+        &v.referrer,
+        &v.utm_source,
+        &v.utm_medium,
+        &v.utm_campaign,
+        &v.utm_content,
+        &v.utm_term,
+        &v.country,
+        &v.device,
+        &v.browser,
+        &v.browser_version,
+        &v.os,
+        &v.os_version,
+    ]
+    .iter()
+    .map(|s| s.len() + 2)
+    .sum::<usize>();
+    96 + e.name.len()
+        + e.hostname.len()
+        + e.path.len()
+        + e.prev.exit_page.len()
+        + e.run.len()
+        + e.props.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>()
+        + e.goals.iter().map(|g| g.len() + 4).sum::<usize>()
+        + e.revenue.as_ref().map_or(0, |(a, c)| a.len() + c.len() + 4)
+        + visit
+}
+
+/// Writes one block (create-only under its unique key); returns its encoded size. A failed
+/// condition means an earlier attempt of this same write succeeded.
+async fn write_block(
+    table: &Table,
+    run_id: &str,
+    number: u64,
+    site: &str,
+    day: &str,
+    events: &[StoredEvent],
+) -> Result<usize, EventStoreError> {
+    let data = block::encode(site, day, events)?;
+    let len = data.len();
+    let item = block_item(run_id, number, site, day, events, data, 0);
+    match table.write("EventBlock", item, PutMode::Create, None).await {
+        Ok(()) => Ok(len),
+        Err(e) if e.is_condition_failed() || e.is_already_exists() => Ok(len),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn block_item(
+    run_id: &str,
+    number: u64,
+    site: &str,
+    day: &str,
+    events: &[StoredEvent],
+    data: Vec<u8>,
+    version: i64,
+) -> store::Item {
+    let first_ts = events.iter().map(|e| e.ts).min().unwrap_or(0);
+    let last_ts = events.iter().map(|e| e.ts).max().unwrap_or(0);
+    let max_epoch = events.iter().map(|e| e.epoch).max().unwrap_or(0);
+    let ttl = events.iter().map(|e| e.ttl).max().unwrap_or(0);
+    item! {
+        "site_id" => site,
+        "day" => day,
+        "run_id" => run_id,
+        "block" => number,
+        "events" => events.len(),
+        "first_ts" => first_ts,
+        "last_ts" => last_ts,
+        "max_epoch" => max_epoch,
+        "data" => data,
+        "version" => version,
+        "ttl" => ttl,
+    }
+}
+
+/// A stored block: its key fields and its bytes.
+#[derive(Debug, Clone)]
+pub struct StoredBlock {
+    /// The run that wrote it.
+    pub run_id: String,
+    /// Its number within the run.
+    pub number: u64,
+    /// Its newest event's epoch.
+    pub max_epoch: u64,
+    /// Its first and last event times.
+    pub ts_range: (i64, i64),
+    /// The encoded block.
+    pub data: Vec<u8>,
+    /// Its version (rewrites by erasure).
+    pub version: i64,
+}
+
+impl StoredBlock {
+    fn from_record(r: &Record) -> Result<StoredBlock, EventStoreError> {
+        Ok(StoredBlock {
+            run_id: r.string("run_id")?.to_owned(),
+            number: u64::try_from(r.opt_i64("block")?.unwrap_or(0)).unwrap_or(0),
+            max_epoch: u64::try_from(r.opt_i64("max_epoch")?.unwrap_or(0)).unwrap_or(0),
+            ts_range: (r.opt_i64("first_ts")?.unwrap_or(i64::MIN), r.opt_i64("last_ts")?.unwrap_or(i64::MAX)),
+            data: r.bytes("data")?.to_vec(),
+            version: r.opt_i64("version")?.unwrap_or(0),
+        })
+    }
+
+    /// Every event, whole.
+    pub fn events(&self) -> Result<Vec<StoredEvent>, BlockError> {
+        block::decode_events(&self.data)
+    }
+
+    /// The columns `cols`.
+    pub fn read(&self, cols: Cols) -> Result<Block, BlockError> {
+        block::read(&self.data, cols)
+    }
+}
+
+/// Every block of `site`'s sessions that started on UTC day `day`.
+pub async fn blocks_of_day(table: &Table, site: &str, day: UtcDay) -> Result<Vec<StoredBlock>, EventStoreError> {
+    let day = day.to_string();
+    let records =
+        table.query("EventBlock").key(item! { "site_id" => site, "day" => day.as_str() }).consistent().all().await?;
+    records.iter().map(StoredBlock::from_record).collect()
+}
+
+/// The blocks of the days `first..=last`, a day's blocks at a time, [`PARALLEL_READS`] days
+/// in flight, in day order when `ordered`.
+pub fn blocks_of_days<'a>(
+    table: &'a Table,
+    site: &'a str,
+    first: UtcDay,
+    last: UtcDay,
+    ordered: bool,
+) -> futures::stream::BoxStream<'a, Result<(UtcDay, Vec<StoredBlock>), EventStoreError>> {
+    let reads = stream::iter(first.days()..=last.days()).map(move |d| async move {
+        let day = UtcDay::from_days(d);
+        Ok((day, blocks_of_day(table, site, day).await?))
+    });
+    if ordered { reads.buffered(PARALLEL_READS).boxed() } else { reads.buffer_unordered(PARALLEL_READS).boxed() }
+}
+
+/// The events of every block of `site` and `day`, in block order.
+pub async fn events_of_day(table: &Table, site: &str, day: UtcDay) -> Result<Vec<StoredEvent>, EventStoreError> {
+    let mut out = Vec::new();
+    for b in blocks_of_day(table, site, day).await? {
+        out.extend(b.events()?);
+    }
+    Ok(out)
+}
+
+/// The blocks `run_id` wrote to `(site, day)` with an event of an epoch after `after`.
+pub async fn blocks_of_run(
+    table: &Table,
+    site: &str,
+    day: &str,
+    run_id: &str,
+    after: u64,
+) -> Result<Vec<StoredBlock>, EventStoreError> {
+    let records = table
+        .query("EventBlock")
+        .key(item! { "site_id" => site, "day" => day, "run_id" => run_id })
+        .filter(attr("max_epoch").gt(after))
+        .consistent()
+        .all()
+        .await?;
+    records.iter().map(StoredBlock::from_record).collect()
+}
+
+/// Puts events in order of (visitor, session, seq): a session's events together and in order.
+pub fn sort_sessions(events: &mut [StoredEvent]) {
+    events.sort_by(|a, b| (&a.visitor_id, &a.session_id, a.seq).cmp(&(&b.visitor_id, &b.session_id, b.seq)));
+}
+
+/// Removes every event of `visitor` from the blocks of `site` and `day` (their sessions' start
+/// day); returns how many. Each block holding them is rewritten without them under its version,
+/// and read again if another rewrite got there first.
+pub async fn erase_visitor(table: &Table, site: &str, day: UtcDay, visitor: &str) -> Result<usize, EventStoreError> {
+    let mut erased = 0;
+    for _attempt in 0..8 {
+        let blocks = blocks_of_day(table, site, day).await?;
+        let mut conflict = false;
+        for b in blocks {
+            let events = b.events()?;
+            let kept: Vec<StoredEvent> = events.iter().filter(|e| e.visitor_id != visitor).cloned().collect();
+            if kept.len() == events.len() {
+                continue;
+            }
+            let key = item! {
+                "site_id" => site,
+                "day" => day.to_string(),
+                "run_id" => b.run_id.as_str(),
+                "block" => b.number,
+            };
+            let same = attr("version").eq(b.version);
+            let result = if kept.is_empty() {
+                table.delete_with("EventBlock", key, Some(&same)).await.map(|_| ())
+            } else {
+                let data = block::encode(site, &day.to_string(), &kept)?;
+                let update = Update::new()
+                    .set("data", AttributeValue::B(data))
+                    .set("events", kept.len())
+                    .set("version", b.version + 1);
+                table.update_with("EventBlock", key, update, Some(&same), false).await.map(|_| ())
+            };
+            match result {
+                Ok(()) => erased += events.len() - kept.len(),
+                Err(e) if e.is_condition_failed() => conflict = true,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !conflict {
+            return Ok(erased);
+        }
+    }
+    Err(EventStoreError::Write("the visitor's blocks kept changing while they were erased".into()))
+}
+
+/// Block numbers of migrated events start here, clear of any number a run writes itself.
+const MIGRATED_FROM: u64 = 1_000_000_000;
+
+/// Converts the per-event items an earlier Tally wrote (`Event`, one item per event) into
+/// blocks, unless the table says it was done (`StoreFormat`), then says so. Returns how many
+/// events were converted. Run before any process ingests or recovers (`tally serve` does it on
+/// start; `tally migrate` on demand).
+///
+/// Safe to interrupt and run again: each (site, day, run)'s items are read, written as blocks
+/// under that run's id, numbered from [`MIGRATED_FROM`] in key order, create-only, and only
+/// then deleted. A rerun after a partial delete finds the blocks already there (the same keys,
+/// holding every event), so it only finishes the deletes. Keeping each event's run and epoch
+/// means a dead run's unflushed events are still found by recovery (`blocks_of_run`).
+pub async fn ensure_blocks(table: &Table, progress: &dyn Fn(u64)) -> Result<u64, EventStoreError> {
+    let marker = item! { "format" => "event-blocks" };
+    if table.get_with("StoreFormat", marker.clone(), true).await?.is_some() {
+        return Ok(0);
+    }
+    let converted = migrate_event_items(table, progress).await?;
+    table.put("StoreFormat", item! { "format" => "event-blocks", "version" => 1 }).await?;
+    Ok(converted)
+}
+
+async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u64, EventStoreError> {
+    let mut converted = 0u64;
+    type Part = (String, String, String);
+    let mut partitions: HashMap<Part, Vec<(StoredEvent, store::Item)>> = HashMap::new();
+    let mut scan = table.scan().entity("Event").consistent().pages();
+    while let Some(page) = scan.next().await {
+        for record in page?.records {
+            let e = crate::aggregate::event_from_record(&record).map_err(|e| EventStoreError::Write(e.to_string()))?;
+            let key = item! {
+                "site_id" => e.site_id.as_str(),
+                "day" => e.day.as_str(),
+                "shard" => e.shard,
+                "visitor_id" => e.visitor_id.as_str(),
+                "session_id" => e.session_id.as_str(),
+                "seq" => e.seq,
+            };
+            partitions.entry((e.site_id.clone(), e.day.clone(), e.run.clone())).or_default().push((e, key));
+        }
+    }
+    let mut parts: Vec<_> = partitions.into_iter().collect();
+    parts.sort_by(|a, b| a.0.cmp(&b.0));
+    for ((site, day, run), mut pairs) in parts {
+        pairs.sort_by(|(a, _), (b, _)| {
+            (&a.visitor_id, &a.session_id, a.seq).cmp(&(&b.visitor_id, &b.session_id, b.seq))
+        });
+        let (events, keys): (Vec<StoredEvent>, Vec<store::Item>) = pairs.into_iter().unzip();
+        let mut number = MIGRATED_FROM;
+        let mut at = 0;
+        while at < events.len() {
+            let mut end = at;
+            let mut bytes = 0;
+            while end < events.len()
+                && end - at < MAX_BLOCK_EVENTS
+                && bytes + approx_size(&events[end]) <= MAX_BLOCK_BYTES
+            {
+                bytes += approx_size(&events[end]);
+                end += 1;
+            }
+            let end = end.max(at + 1);
+            write_block(table, &run, number, &site, &day, &events[at..end]).await?;
+            number += 1;
+            at = end;
+        }
+        stream::iter(keys)
+            .map(|key| async move { table.delete("Event", key).await.map(|_| ()) })
+            .buffer_unordered(PARALLEL_READS)
+            .try_collect::<Vec<()>>()
+            .await?;
+        converted += events.len() as u64;
+        progress(converted);
+    }
+    Ok(converted)
+}
+
+/// Block numbers for [`store_events`], clear of a run's own and of migrated ones.
+static STORED_DIRECTLY: AtomicU64 = AtomicU64::new(500_000_000);
+
+/// Writes `events` as blocks at once, one per (site, day, run), numbered apart from what the
+/// block writer uses: for tools and tests that store events without a pipeline.
+pub async fn store_events(table: &Table, events: &[StoredEvent]) -> Result<(), EventStoreError> {
+    let mut groups: std::collections::BTreeMap<(&str, &str, &str), Vec<StoredEvent>> = Default::default();
+    for e in events {
+        groups.entry((&e.site_id, &e.day, &e.run)).or_default().push(e.clone());
+    }
+    for ((site, day, run), events) in groups {
+        let number = STORED_DIRECTLY.fetch_add(1, Ordering::Relaxed);
+        write_block(table, run, number, site, day, &events).await?;
+    }
+    Ok(())
+}
+
+/// Every stored event of the table, block by block (a Scan): for exports of everything and tests.
+pub async fn scan_events(table: &Table) -> Result<Vec<StoredEvent>, EventStoreError> {
+    let mut out = Vec::new();
+    let mut pages = table.scan().entity("EventBlock").consistent().pages();
+    while let Some(page) = pages.next().await {
+        for r in page?.records {
+            out.extend(StoredBlock::from_record(&r)?.events()?);
+        }
+    }
+    Ok(out)
+}
