@@ -5,21 +5,22 @@
 //! Tally writes is rendered from these templates by the model layer.
 //!
 //! Where the seeds were weak, and what this schema does instead:
-//! - **Raw events are write-sharded by visitor.** The partition is `EV#{site}#{day}#{shard}` with
-//!   `shard = hash(visitor) mod 64` and `day` the UTC day the session started, so one site's
-//!   ingestion spreads over 64 partitions a day, and a session (sort keys
-//!   `V#{visitor}#S#{session}#{seq}`) is one partition: replaying a session is one Query, and so is
-//!   finding a visitor's latest session. The spec asks for a hash of the session; the visitor is
-//!   stable for the whole session too, and hashing it needs no index to find a visitor's sessions.
-//! - **There is no session item to rewrite.** Each event carries its session's visit attributes and
-//!   the session's state just before it (see [`crate::stored`]), so a session is the Query of its
-//!   events, and an event costs one write, not two. Events of one session are serialised by a
-//!   conditional put on their `seq`, so several processes can share a visitor safely.
+//! - **Raw events are stored in event blocks**, many events of one site and UTC day (of the
+//!   session's start) to an item, column by column and compressed (`EventBlock`, see
+//!   [`crate::block`]): one write per block instead of one per event, a few dozen bytes an event,
+//!   and a session, a day's sessions or a rebuild's input is one Query of one partition. A
+//!   site's day is one partition; DynamoDB splits a hot partition by its sort keys (a run and a
+//!   block number), and a block is one write whatever it holds.
+//! - **There is no session item to rewrite per event in the common case.** Each event carries its
+//!   session's visit attributes and the session's state just before it (see [`crate::stored`]).
+//!   A visitor's latest event is kept in a small `VisitorSession` item, written per event only
+//!   while several processes ingest (a conditional write serialises their sessions), otherwise
+//!   only when a session leaves a process's memory ([`crate::lease`]).
 //! - **Aggregates are keyed by (site, period, dimension) with the bucket and value in the sort
 //!   key**, so a dashboard range for one dimension is one Query over O(buckets × values) items,
 //!   whatever the traffic; each aggregate carries counters and a mergeable unique-visitor sketch.
-//! - **Every short-lived item has a TTL**: raw events and sessions (site retention, 30 days by
-//!   default), hourly aggregates (90 days), daily and weekly aggregates (2 years), salts (72 hours),
+//! - **Every short-lived item has a TTL**: event blocks (site retention, two years by
+//!   default), visitors' latest events (two hours), hourly aggregates (90 days), daily and weekly aggregates (2 years), salts (72 hours),
 //!   per-minute realtime aggregates (2 hours). Monthly aggregates are kept forever.
 //! - API keys, login sessions and shared-link tokens are stored under the SHA-256 of the token,
 //!   never the token itself; passwords as Argon2id hashes.

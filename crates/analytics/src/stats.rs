@@ -23,6 +23,10 @@ use futures::StreamExt;
 use model::Table;
 use store::item;
 
+mod scan;
+#[cfg(test)]
+mod tests;
+
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};
 use crate::sketch::VisitorSketch;
@@ -626,7 +630,8 @@ impl Deadline {
     }
 }
 
-/// The values of `dimension` for one stored event, as a filter sees them.
+/// The values of `dimension` for one stored event, as a filter sees them (the reference's).
+#[cfg(test)]
 fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
     let one = |v: &str| vec![v.to_owned()];
     match dimension {
@@ -646,6 +651,7 @@ fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
 /// visit filter (the exit page as the visit ends), and for each event filter some event passes
 /// it — or, for `is_not`, every event does (a visit that never viewed the page). So a filter on
 /// a page gives visit metrics of the visits that viewed it, as Plausible's do.
+#[cfg(test)]
 fn session_selected(session: &[crate::stored::StoredEvent], filters: &[Filter]) -> bool {
     let Some(last) = session.last() else { return false };
     filters.iter().all(|f| {
@@ -659,6 +665,7 @@ fn session_selected(session: &[crate::stored::StoredEvent], filters: &[Filter]) 
     })
 }
 
+#[cfg(test)]
 fn passes(f: &Filter, e: &crate::stored::StoredEvent) -> bool {
     let values = event_value(e, &f.dimension);
     match f.op {
@@ -720,9 +727,10 @@ impl Stats {
         Ok((first, last))
     }
 
-    /// The raw events of the partitions `first..=last` ([`Stats::check_raw`]) that pass every
-    /// filter, aggregated in memory with the same deltas live aggregation uses, for the items of
-    /// `dimensions` only. One Query per shard and UTC day.
+    /// The items of `dimensions[0]` (and the site totals) that the events of the partitions
+    /// `first..=last` ([`Stats::check_raw`]) passing the filters add up to, at `periods`:
+    /// computed from the event blocks' columns ([`scan`]), each day's blocks on a blocking
+    /// thread, [`crate::event_store::PARALLEL_READS`] days in flight.
     async fn raw_items(
         &self,
         site_id: &str,
@@ -732,47 +740,86 @@ impl Stats {
         dimensions: &[&str],
         periods: &[Period],
     ) -> Result<HashMap<crate::stored::AggKey, Sum>, StatsError> {
-        let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
-        let mut add = |e: &crate::stored::StoredEvent, event_part: bool, visit_part: bool| {
-            // Only the dimensions and periods the query reads: building every item of every
-            // event was most of a filtered query's time.
-            crate::aggregate::for_each_delta_of_periods(e, zone, periods, |key, delta| {
-                let (events, visits) = delta.counters.split();
-                let mut counters = Counters::default();
-                if event_part {
-                    counters.add(&events);
-                }
-                if visit_part {
-                    counters.add(&visits);
-                }
-                let visitor = delta.visitor.filter(|_| event_part);
-                if (counters.is_zero() && visitor.is_none()) || !dimensions.contains(&key.dimension) {
-                    return;
-                }
-                let entry = items.entry(key.to_owned_key()).or_default();
-                entry.counters.add(&counters);
-                if let Some(v) = visitor {
-                    entry.sketch.insert_u64(v);
-                }
-            });
-        };
         let deadline = self.deadline();
-        let mut partitions = self.partitions(site_id, first, last, false);
-        while let Some(events) = partitions.next().await {
-            let events = events?;
+        let shared = Arc::new((
+            site_id.to_owned(),
+            zone.clone(),
+            filters.to_vec(),
+            dimensions.first().copied().unwrap_or(TOTAL).to_owned(),
+            periods.to_vec(),
+        ));
+        let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
+            .map(|day| {
+                let shared = shared.clone();
+                async move {
+                    let (_, blocks) = day?;
+                    tokio::task::spawn_blocking(move || {
+                        let (site_id, zone, filters, dimension, periods) = &*shared;
+                        let spec = scan::Spec { site_id, zone, filters, dimension, periods };
+                        scan::scan_day(&blocks, &spec)
+                    })
+                    .await
+                    .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
+                }
+            })
+            .buffer_unordered(2);
+        let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
+        while let Some(day) = days.next().await {
+            let day = day?;
             deadline.check()?;
-            // A partition holds whole sessions, one after another (sorted by visitor, session, seq).
-            for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
-                let selected = session_selected(session, filters);
-                for e in session {
-                    // Event counters and visitors: the events that pass every filter. Visit
-                    // counters: every event of the visits the filters select.
-                    add(e, filters.iter().all(|f| passes(f, e)), selected);
+            for (key, sum) in day {
+                match items.get_mut(&key) {
+                    Some(entry) => entry.add(&sum),
+                    None => {
+                        items.insert(key, sum);
+                    }
                 }
             }
         }
         Ok(items)
     }
+}
+
+/// The items of `dimensions` that `events` (sorted by session, each session whole) passing the
+/// filters add up to, by summing each event's deltas: the reference the block scan ([`scan`])
+/// is tested against.
+#[cfg(test)]
+fn reference_items(
+    events: &[crate::stored::StoredEvent],
+    zone: &SiteZone,
+    filters: &[Filter],
+    dimensions: &[&str],
+    periods: &[Period],
+) -> HashMap<crate::stored::AggKey, Sum> {
+    let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
+    let mut add = |e: &crate::stored::StoredEvent, event_part: bool, visit_part: bool| {
+        crate::aggregate::for_each_delta_of_periods(e, zone, periods, |key, delta| {
+            let (events, visits) = delta.counters.split();
+            let mut counters = Counters::default();
+            if event_part {
+                counters.add(&events);
+            }
+            if visit_part {
+                counters.add(&visits);
+            }
+            let visitor = delta.visitor.filter(|_| event_part);
+            if (counters.is_zero() && visitor.is_none()) || !dimensions.contains(&key.dimension) {
+                return;
+            }
+            let entry = items.entry(key.to_owned_key()).or_default();
+            entry.counters.add(&counters);
+            if let Some(v) = visitor {
+                entry.sketch.insert_u64(v);
+            }
+        });
+    };
+    for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
+        let selected = session_selected(session, filters);
+        for e in session {
+            add(e, filters.iter().all(|f| passes(f, e)), selected);
+        }
+    }
+    items
 }
 
 fn order(rows: &mut [Row], q: &Query) {
@@ -972,23 +1019,24 @@ impl Stats {
         let (start, end) = zone.bounds_ms(range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let (first, last) = self.check_raw(site_id, (start, end)).await?;
         let deadline = self.deadline();
-        let mut reached: Vec<BTreeSet<String>> = vec![BTreeSet::new(); steps.len()];
-        let mut partitions = self.partitions(site_id, first, last, false);
-        while let Some(events) = partitions.next().await {
-            let events = events?;
+        let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+        let steps_owned: Arc<Vec<crate::goal::Goal>> = Arc::new(steps.to_vec());
+        let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
+            .map(|day| {
+                let steps = steps_owned.clone();
+                async move {
+                    let (_, blocks) = day?;
+                    tokio::task::spawn_blocking(move || scan::funnel_day(&blocks, &steps, (start, end)))
+                        .await
+                        .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
+                }
+            })
+            .buffer_unordered(2);
+        while let Some(day) = days.next().await {
+            let day = day?;
             deadline.check()?;
-            for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
-                let mut done = 0;
-                for e in session.iter().filter(|e| (start..end).contains(&e.ts)) {
-                    if done < steps.len() && steps[done].matches(&e.name, &e.path) {
-                        done += 1;
-                    }
-                }
-                if let Some(visitor) = session.first().map(|e| &e.visitor_id) {
-                    reached.iter_mut().take(done).for_each(|set| {
-                        set.insert(visitor.clone());
-                    });
-                }
+            for (all, some) in reached.iter_mut().zip(day) {
+                all.extend(some);
             }
         }
         let entered = reached[0].len() as u64;

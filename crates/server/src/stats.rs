@@ -252,7 +252,9 @@ pub async fn query(
     let q = tri!(parse_query(&body, &site));
     let rows = match r.stats.query(&q).await {
         Ok(rows) => rows,
-        Err(e @ (StatsError::Invalid(_) | StatsError::Unsupported(_))) => return bad(e.to_string()),
+        Err(e @ (StatsError::Invalid(_) | StatsError::Unsupported(_) | StatsError::TooSlow(_))) => {
+            return bad(e.to_string());
+        }
         Err(e) => return internal(e),
     };
     let results: Vec<Json> = rows
@@ -445,7 +447,7 @@ fn day_param(p: &SessionParams, site: &Site) -> Result<String, Response> {
 
 fn stats_error(e: StatsError) -> Response {
     match e {
-        StatsError::Invalid(_) | StatsError::Unsupported(_) => bad(e.to_string()),
+        StatsError::Invalid(_) | StatsError::Unsupported(_) | StatsError::TooSlow(_) => bad(e.to_string()),
         e => internal(e),
     }
 }
