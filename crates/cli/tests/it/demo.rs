@@ -82,3 +82,42 @@ fn the_demo_fills_a_site_once_and_serve_demo_prints_a_working_link() {
     assert!(pageviews >= m[1] && pageviews < m[1] * 1.2, "{pageviews} vs {}", m[1]);
     server.stop();
 }
+
+/// A year of traffic: a filtered question no aggregate holds ("sources of visitors from Germany
+/// over the last 12 months") is answered from the event blocks, not refused, and agrees with the
+/// aggregates where they overlap: every visit and page view from Germany has one source, so the
+/// rows add up to Germany's totals, which the country aggregates hold.
+#[test]
+fn a_twelve_month_filtered_query_reads_the_blocks_and_agrees_with_the_aggregates() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    tally_ok(&store, &["demo", "--days", "365", "--events-per-day", "30"]);
+    let key = field(&tally_ok(&store, &["key", "create", "demo.tally.example"]), "key:");
+    let server = Server::start(&store);
+    let mut c = server.client();
+    let auth = format!("Bearer {key}");
+    let mut query = |body: serde_json::Value| {
+        let r = c.post_json("/api/v2/query", &[("authorization", &auth)], &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["results"].as_array().unwrap().clone()
+    };
+    let metrics = json!(["visitors", "visits", "pageviews"]);
+    let germany = json!([["is", "visit:country", ["DE"]]]);
+    let by_source = query(json!({
+        "site_id": "demo.tally.example", "metrics": metrics, "date_range": "12mo",
+        "dimensions": ["visit:source"], "filters": germany,
+    }));
+    let totals = query(json!({
+        "site_id": "demo.tally.example", "metrics": metrics, "date_range": "12mo", "filters": germany,
+    }));
+    let total = |i: usize| totals[0]["metrics"][i].as_i64().unwrap();
+    let sum = |i: usize| by_source.iter().map(|r| r["metrics"][i].as_i64().unwrap()).sum::<i64>();
+    assert!(by_source.len() >= 3 && total(2) > 100, "a year of German traffic from several sources: {by_source:?}");
+    assert_eq!((sum(1), sum(2)), (total(1), total(2)), "visits and page views add up to Germany's: {by_source:?}");
+    for row in &by_source {
+        // Both are sketch estimates (exact while small), so allow the sketch's error.
+        let bound = total(0) + total(0) / 50 + 1;
+        assert!(row["metrics"][0].as_i64().unwrap() <= bound, "no source has more visitors than Germany: {row}");
+    }
+    server.stop();
+}
