@@ -92,6 +92,70 @@ pub enum FilterOp {
     IsNot,
     /// The value contains one of the list.
     Contains,
+    /// The value contains none of the list.
+    ContainsNot,
+    /// The value matches one of the list's regular expressions (anywhere in it, as Plausible's
+    /// `matches`; Rust's `regex` syntax, which runs in time linear in the value).
+    Matches,
+    /// The value matches none of the list's regular expressions.
+    MatchesNot,
+}
+
+impl FilterOp {
+    /// The operator named as in Plausible's Stats API v2 (`is`, `is_not`, `contains`,
+    /// `contains_not`, `matches`, `matches_not`).
+    pub fn parse(name: &str) -> Option<FilterOp> {
+        Some(match name {
+            "is" => FilterOp::Is,
+            "is_not" => FilterOp::IsNot,
+            "contains" => FilterOp::Contains,
+            "contains_not" => FilterOp::ContainsNot,
+            "matches" => FilterOp::Matches,
+            "matches_not" => FilterOp::MatchesNot,
+            _ => return None,
+        })
+    }
+
+    /// Whether the operator is a negation: a row with several values (goals) passes when every
+    /// value does, and an event filter selects the visits whose every event passes.
+    pub fn is_negated(self) -> bool {
+        matches!(self, FilterOp::IsNot | FilterOp::ContainsNot | FilterOp::MatchesNot)
+    }
+}
+
+/// The longest regular expression a filter takes.
+pub const MAX_PATTERN_LEN: usize = 1024;
+
+/// Compiles a filter's regular expression, within bounds on its length and its compiled size,
+/// or says what is wrong with it.
+pub fn compile_pattern(pattern: &str) -> Result<regex::Regex, StatsError> {
+    if pattern.len() > MAX_PATTERN_LEN {
+        return Err(StatsError::Invalid(format!("a filter's pattern is longer than {MAX_PATTERN_LEN} bytes")));
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .dfa_size_limit(1 << 20)
+        .build()
+        .map_err(|e| StatsError::Invalid(format!("filter pattern {pattern:?} is not a regular expression: {e}")))
+}
+
+/// Compiled patterns, shared by every filter naming them: a filter is checked once per distinct
+/// value of a block, so compiling per check would cost more than the check. Bounded: emptied
+/// when full.
+fn pattern(text: &str) -> Option<Arc<regex::Regex>> {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<HashMap<String, Arc<regex::Regex>>>> =
+        std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut map = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(r) = map.get(text) {
+        return Some(r.clone());
+    }
+    let compiled = Arc::new(compile_pattern(text).ok()?);
+    if map.len() >= 256 {
+        map.clear();
+    }
+    map.insert(text.to_owned(), compiled.clone());
+    Some(compiled)
 }
 
 /// A filter on one dimension.
@@ -111,6 +175,10 @@ impl Filter {
             FilterOp::Is => self.values.iter().any(|v| v == value),
             FilterOp::IsNot => !self.values.iter().any(|v| v == value),
             FilterOp::Contains => self.values.iter().any(|v| value.contains(v.as_str())),
+            FilterOp::ContainsNot => !self.values.iter().any(|v| value.contains(v.as_str())),
+            // A pattern that does not compile was refused when the query was made.
+            FilterOp::Matches => self.values.iter().any(|p| pattern(p).is_some_and(|r| r.is_match(value))),
+            FilterOp::MatchesNot => !self.values.iter().any(|p| pattern(p).is_some_and(|r| r.is_match(value))),
         }
     }
 }
@@ -657,7 +725,7 @@ fn session_selected(session: &[crate::stored::StoredEvent], filters: &[Filter]) 
     filters.iter().all(|f| {
         if !f.dimension.starts_with("event:") {
             passes(f, last)
-        } else if f.op == FilterOp::IsNot {
+        } else if f.op.is_negated() {
             session.iter().all(|e| passes(f, e))
         } else {
             session.iter().any(|e| passes(f, e))
@@ -668,10 +736,7 @@ fn session_selected(session: &[crate::stored::StoredEvent], filters: &[Filter]) 
 #[cfg(test)]
 fn passes(f: &Filter, e: &crate::stored::StoredEvent) -> bool {
     let values = event_value(e, &f.dimension);
-    match f.op {
-        FilterOp::IsNot => values.iter().all(|v| f.accepts(v)),
-        _ => values.iter().any(|v| f.accepts(v)),
-    }
+    if f.op.is_negated() { values.iter().all(|v| f.accepts(v)) } else { values.iter().any(|v| f.accepts(v)) }
 }
 
 /// Groups in-memory aggregates as [`Stats::gather`] groups stored ones.

@@ -117,15 +117,20 @@ fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
                     .as_array()
                     .filter(|p| p.len() == 3)
                     .ok_or_else(|| bad("each filter is [operator, dimension, [values]]"))?;
-                let op = match parts[0].as_str() {
-                    Some("is") => FilterOp::Is,
-                    Some("is_not") => FilterOp::IsNot,
-                    Some("contains") => FilterOp::Contains,
-                    _ => return Err(bad(format!("unknown filter operator {}", parts[0]))),
-                };
+                let op = parts[0].as_str().and_then(FilterOp::parse).ok_or_else(|| {
+                    bad(format!(
+                        "unknown filter operator {}; expected is, is_not, contains, contains_not, matches or matches_not",
+                        parts[0]
+                    ))
+                })?;
                 let dimension =
                     parts[1].as_str().ok_or_else(|| bad("a filter's dimension must be a string"))?.to_owned();
                 let values = strings(Some(&parts[2]), "filter values")?;
+                if matches!(op, FilterOp::Matches | FilterOp::MatchesNot) {
+                    for v in &values {
+                        analytics::stats::compile_pattern(v).map_err(|e| bad(e.to_string()))?;
+                    }
+                }
                 filters.push(Filter { op, dimension, values });
             }
         }

@@ -21,7 +21,7 @@ use crate::event_store::StoredBlock;
 use crate::period::SiteZone;
 use crate::stored::{AggKey, Counters, ENGAGEMENT, PROPS_PREFIX, Period, PrevState};
 
-use super::{Filter, FilterOp, StatsError, Sum, display_value};
+use super::{Filter, StatsError, Sum, display_value};
 
 /// What a scan computes: the items of `dimension` and of the site totals, at `periods`.
 pub(super) struct Spec<'a> {
@@ -174,10 +174,7 @@ fn row_passes(block: &Block, bf: &BlockFilters, session_row: usize, n: usize, f:
         Source::Goal => values.extend(block.goals.row(i).map(|(g, _)| g)),
         _ => {}
     }
-    match f.op {
-        FilterOp::IsNot => values.iter().all(|v| accepts(f, v)),
-        _ => values.iter().any(|v| accepts(f, v)),
-    }
+    if f.op.is_negated() { values.iter().all(|v| accepts(f, v)) } else { values.iter().any(|v| accepts(f, v)) }
 }
 
 /// A session of the partition: its first appearance (block, session row), its last event
@@ -257,7 +254,7 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<HashMa
                     sessions.push(Session {
                         at: (b, s),
                         last: (b, usize::MAX, 0),
-                        event_filters: spec.filters.iter().map(|f| f.op == FilterOp::IsNot).collect(),
+                        event_filters: spec.filters.iter().map(|f| f.op.is_negated()).collect(),
                     });
                     sessions.len() - 1
                 })
@@ -276,7 +273,7 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<HashMa
                 all &= ok;
                 if event_filter[n] {
                     let seen = &mut s.event_filters[n];
-                    *seen = if f.op == FilterOp::IsNot { *seen && ok } else { *seen || ok };
+                    *seen = if f.op.is_negated() { *seen && ok } else { *seen || ok };
                 }
             }
             pass.push(all);

@@ -82,11 +82,18 @@ fn events_of(specs: &[SessionSpec]) -> Vec<StoredEvent> {
 }
 
 fn filter() -> impl Strategy<Value = Filter> {
-    let op = prop::sample::select(vec![FilterOp::Is, FilterOp::IsNot, FilterOp::Contains]);
+    let op = prop::sample::select(vec![
+        FilterOp::Is,
+        FilterOp::IsNot,
+        FilterOp::Contains,
+        FilterOp::ContainsNot,
+        FilterOp::Matches,
+        FilterOp::MatchesNot,
+    ]);
     let dim_values = prop_oneof![
         Just(("visit:source", vec!["Google", "Direct / None", "oo"])),
         Just(("visit:country", vec!["DE", "FR", ""])),
-        Just(("event:page", vec!["/", "/pricing", "blog"])),
+        Just(("event:page", vec!["/", "/pricing", "blog", "^/(blog|docs)", "[a-z]$"])),
         Just(("visit:exit_page", vec!["/", "/docs"])),
         Just(("event:props:plan", vec!["pro", "free"])),
         Just(("event:goal", vec!["Signup"])),

@@ -196,6 +196,20 @@ async fn filters_on_another_dimension_read_raw_events_and_agree_with_aggregates(
     assert_eq!(raw[0].dimensions, vec!["Firefox".to_owned()]);
     assert_eq!(raw[0].metrics, agg[0].metrics, "raw and aggregate paths agree");
     assert_eq!(raw[0].metrics, vec![Int(2), Int(2), Int(2), Int(50), Int(150)]);
+    // Regular expressions and negations answer the same: sources matching `^Goo` are Google's,
+    // and "not matching" or "not containing" it leaves the direct visits.
+    let goo = Filter { op: FilterOp::Matches, dimension: "visit:source".into(), values: vec!["^Goo".into()] };
+    let by_page = |f: Filter| q(&w, &[Metric::Visitors, Metric::Pageviews], &["event:page"], vec![f]);
+    assert_eq!(rows(&w.stats.query(&by_page(goo)).await.unwrap()), rows(&got));
+    let not_goo = Filter { op: FilterOp::MatchesNot, dimension: "visit:source".into(), values: vec!["^Goo".into()] };
+    let no_google = Filter { op: FilterOp::ContainsNot, dimension: "visit:source".into(), values: vec!["oogl".into()] };
+    let direct_only =
+        Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Direct / None".into()] };
+    let expected = rows(&w.stats.query(&by_page(direct_only)).await.unwrap());
+    assert!(!expected.is_empty());
+    assert_eq!(rows(&w.stats.query(&by_page(not_goo)).await.unwrap()), expected);
+    assert_eq!(rows(&w.stats.query(&by_page(no_google)).await.unwrap()), expected);
+    assert!(analytics::stats::compile_pattern("(unclosed").is_err(), "a bad pattern is refused");
 }
 
 /// Visit metrics under a filter on a page or a goal are those of the visits with a matching
