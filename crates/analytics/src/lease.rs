@@ -19,7 +19,9 @@
 //!    event claims its slot in the table, and every session in memory is written there once its
 //!    in-flight event is done), then sets `shared_ack`. A holder that finds it lost the lease
 //!    (it stalled past the expiry) turns shared at once and marks the lease shared.
-//! 4. **Stopping.** The holder writes its live sessions and gives the lease up.
+//! 4. **Stopping.** The holder writes its live sessions and gives the lease up by expiring it
+//!    (the item stays, so the next holder knows sessions may have been left in the table, and
+//!    looks a visitor missing from its memory up for the half hour such a session can live).
 //!
 //! Any process that is not alone is shared, which is always correct; alone is only faster.
 
@@ -135,8 +137,14 @@ impl IngestLease {
         if self.pipeline.is_alone() {
             self.pipeline.write_heads(Some(now_ms() - SESSION_TIMEOUT_MS)).await?;
         }
+        // Given up by expiring it now; the item stays, so the next holder knows sessions may
+        // have been left in the table.
         let mine = attr("holder").eq(self.run_id.as_str());
-        match self.table.delete_with("IngestLease", item! {}, Some(&mine)).await {
+        match self
+            .table
+            .update_with("IngestLease", item! {}, Update::new().set("expires_ms", 0), Some(&mine), false)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if e.is_condition_failed() => Ok(()),
             Err(e) => Err(e.into()),
@@ -190,7 +198,11 @@ async fn acquire(
             if shared {
                 return Ok(LeaseState::Shared);
             }
-            pipeline.set_alone();
+            // A table that never had a lease has no session left by another process in it;
+            // otherwise one may be live for half an hour more (with a minute for clocks).
+            let lookups_until =
+                if seen.is_none() && !was_released(table).await? { 0 } else { now_ms() + SESSION_TIMEOUT_MS + 60_000 };
+            pipeline.set_alone(lookups_until);
             return Ok(LeaseState::Alone);
         }
         let s = seen.expect("not free, so there is a lease");
@@ -220,6 +232,15 @@ async fn acquire(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Whether any `VisitorSession` item may exist: some process ingested here before (a run item
+/// exists besides the lease's absence, say after a process that never took a lease).
+async fn was_released(table: &Table) -> Result<bool, PipelineError> {
+    let runs = list_runs(table)
+        .await
+        .map_err(|e| PipelineError::Events(event_store::EventStoreError::Write(e.to_string())))?;
+    Ok(runs.len() > 1)
 }
 
 /// Writes the `VisitorSession` items of the sessions a previous holder (run `run_id`) left live:

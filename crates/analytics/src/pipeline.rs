@@ -162,7 +162,16 @@ pub struct Pipeline {
     newest_ts: AtomicI64,
     /// Whether a task is writing evicted sessions' items.
     evicting: Arc<AtomicBool>,
+    /// Alone, until when (wall clock, ms) a visitor missing from memory may still have a live
+    /// session in the table from before this process held the lease, so must be looked up.
+    lookups_until: Arc<AtomicI64>,
+    /// Alone, the visitors whose sessions this process wrote to the table on leaving memory:
+    /// they are looked up when they come back. Bounded; past the bound every miss is looked up.
+    evicted: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
 }
+
+/// How many evicted visitors a process remembers before it looks every missing visitor up.
+const MAX_EVICTED_REMEMBERED: usize = 200_000;
 
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -202,6 +211,8 @@ impl Pipeline {
             alone: AtomicBool::new(false),
             newest_ts: AtomicI64::new(0),
             evicting: Arc::new(AtomicBool::new(false)),
+            lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
+            evicted: Arc::default(),
         }
     }
 
@@ -216,9 +227,21 @@ impl Pipeline {
     }
 
     /// Starts ingesting alone: sessions are kept in memory only ([`crate::lease`] calls this
-    /// once it holds the lease and no other process ingests).
-    pub fn set_alone(&self) {
+    /// once it holds the lease and no other process ingests). Until `lookups_until_ms` (wall
+    /// clock) a visitor missing from memory is looked up in the table, since an earlier process
+    /// may have left their live session there; after it, only visitors this process itself
+    /// wrote there are (a session is live 30 minutes after its latest event, and every session
+    /// an earlier process leaves is one live when it left).
+    pub fn set_alone(&self, lookups_until_ms: i64) {
+        self.lookups_until.store(lookups_until_ms, Ordering::SeqCst);
         self.alone.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a visitor missing from memory must be looked up in the table.
+    fn must_look_up(&self, site_id: &str, visitor: &str) -> bool {
+        !self.is_alone()
+            || now_ms() <= self.lookups_until.load(Ordering::SeqCst)
+            || lock(&self.evicted).contains(&(site_id.to_owned(), visitor.to_owned()))
     }
 
     /// Stops ingesting alone, before another process starts: from now on every event claims its
@@ -480,8 +503,17 @@ impl Pipeline {
                         .filter_map(|k| sessions.get(&k).map(|s| (k, s.clone())))
                         .collect();
                     let (table, evicting, map) = (self.table.clone(), self.evicting.clone(), self.sessions.clone());
+                    let (remembered, lookups_until) = (self.evicted.clone(), self.lookups_until.clone());
                     tokio::spawn(async move {
-                        evict(&table, &map, chosen, horizon).await;
+                        let written = evict(&table, &map, chosen, horizon).await;
+                        let mut set = lock(&remembered);
+                        set.extend(written);
+                        if set.len() > MAX_EVICTED_REMEMBERED {
+                            // Too many to remember: look every missing visitor up from now on.
+                            set.clear();
+                            lookups_until.store(i64::MAX, Ordering::SeqCst);
+                        }
+                        drop(set);
                         evicting.store(false, Ordering::SeqCst);
                     });
                 }
@@ -556,7 +588,11 @@ impl Pipeline {
                 // today's id.
                 let mut found: Option<(String, Cached)> = None;
                 for id in ids.iter().rev() {
-                    let cached = self.load_session(&site.site_id, id, ts).await?;
+                    let cached = if self.must_look_up(&site.site_id, id) {
+                        self.load_session(&site.site_id, id, ts).await?
+                    } else {
+                        Cached::default()
+                    };
                     if cached.live.is_some() || id == &ids[0] {
                         let live = cached.live.is_some();
                         found = Some((id.clone(), cached));
@@ -705,8 +741,14 @@ fn eviction_candidates(sessions: &Sessions, now: i64) -> Vec<(String, String)> {
 }
 
 /// Writes the items of the chosen sessions still live at `horizon`, then drops each from the
-/// cache if it did not change meanwhile.
-async fn evict(table: &Table, map: &Mutex<Sessions>, chosen: Vec<((String, String), Slot)>, horizon: i64) {
+/// cache if it did not change meanwhile. Returns the visitors whose items it wrote.
+async fn evict(
+    table: &Table,
+    map: &Mutex<Sessions>,
+    chosen: Vec<((String, String), Slot)>,
+    horizon: i64,
+) -> Vec<(String, String)> {
+    let mut written = Vec::new();
     for (key, slot) in chosen {
         let Ok(mut guard) = slot.try_lock() else { continue };
         let last = guard.live.as_ref().and_then(|l| l.last.clone());
@@ -718,6 +760,7 @@ async fn evict(table: &Table, map: &Mutex<Sessions>, chosen: Vec<((String, Strin
                 continue;
             }
             guard.head_version = Some(version);
+            written.push(key.clone());
         }
         drop(guard);
         let mut sessions = lock(map);
@@ -725,6 +768,7 @@ async fn evict(table: &Table, map: &Mutex<Sessions>, chosen: Vec<((String, Strin
             sessions.remove(&key);
         }
     }
+    written
 }
 
 type Sessions = HashMap<(String, String), Slot>;

@@ -8,6 +8,7 @@
 pub mod load;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use analytics::aggregate::{Aggregator, AggregatorConfig};
@@ -89,6 +90,67 @@ fn synth(events: u64) -> Synth {
     let start = now - now.rem_euclid(86_400_000) - i64::from(days) * 86_400_000;
     let per_day = events as f64 / f64::from(days);
     Synth::new(SynthConfig::new(42, DOMAINS.iter().map(|d| (*d).to_owned()).collect(), start, days, per_day))
+}
+
+/// The questions no aggregate holds, over the 30 days: a filtered breakdown (one country's
+/// sources), the same with a regular expression, and a four-step funnel, each timed alone
+/// (median of 5), read from the event blocks.
+async fn raw_queries(
+    stats: &Arc<Stats>,
+    site: &analytics::sites::Site,
+    range: analytics::period::DateRange,
+) -> Result<()> {
+    use analytics::stats::{Filter, FilterOp};
+    let filter =
+        |op, dimension: &str, value: &str| Filter { op, dimension: dimension.into(), values: vec![value.into()] };
+    let metrics = vec![Metric::Visitors, Metric::Pageviews];
+    let sources = |f: Filter| {
+        Query::new(site.site_id.clone(), metrics.clone(), range, vec!["visit:source".into()], vec![f], vec![], 100, 0)
+    };
+    let cases = [
+        ("filtered breakdown (country is DE, by source)", sources(filter(FilterOp::Is, "visit:country", "DE"))?),
+        (
+            "filtered breakdown (page matches ^/docs, by source)",
+            sources(filter(FilterOp::Matches, "event:page", "^/docs"))?,
+        ),
+    ];
+    for (name, q) in &cases {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            stats.query(q).await?;
+            times.push(t.elapsed());
+        }
+        times.sort();
+        println!("  {name}, 30 days: {:.1} ms (median of 5)", times[2].as_secs_f64() * 1000.0);
+    }
+    let steps = vec![
+        analytics::goal::Goal::page("/")?,
+        analytics::goal::Goal::page("/pricing")?,
+        analytics::goal::Goal::page("/docs*")?,
+        analytics::goal::Goal::event("Signup")?,
+    ];
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        stats.funnel(&site.site_id, &range, &steps).await?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    println!("  4-step funnel, 30 days: {:.1} ms (median of 5)", times[2].as_secs_f64() * 1000.0);
+    Ok(())
+}
+
+/// Bytes the files under `dir` take on disk (their allocated blocks), or `None` off Unix.
+fn allocated_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        let meta = entry.metadata().ok()?;
+        total += if meta.is_dir() { allocated_bytes(&entry.path())? } else { meta.blocks() * 512 };
+    }
+    Some(total)
 }
 
 fn rate(n: u64, elapsed: Duration) -> f64 {
@@ -208,6 +270,21 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         max_lag_ms.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1000.0
     );
     println!("read units per event: {read_per_event:.3} (session and salt lookups missing the cache)");
+    let blocks = s.pipeline.block_counters();
+    let (n_blocks, block_bytes) = (blocks.blocks.load(Ordering::Relaxed), blocks.bytes.load(Ordering::Relaxed));
+    println!(
+        "event blocks: {n_blocks} written, {:.0} events and {:.1} KB each, {:.1} bytes per event encoded",
+        blocks.events.load(Ordering::Relaxed) as f64 / n_blocks.max(1) as f64,
+        block_bytes as f64 / n_blocks.max(1) as f64 / 1024.0,
+        block_bytes as f64 / accepted as f64
+    );
+    if let Some(bytes) = allocated_bytes(s._dir.path()) {
+        println!(
+            "disk: {:.1} MB allocated, {:.0} bytes per event, everything included",
+            bytes as f64 / 1e6,
+            bytes as f64 / accepted as f64
+        );
+    }
 
     // A dashboard: a 30-day overview with its daily series and six breakdowns.
     let stats = Arc::new(Stats::new(s.table.clone(), s.sites.clone()));
@@ -273,6 +350,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         latencies.push(t.elapsed());
     }
     let dashboard_capacity = s.table.reset_capacity();
+    raw_queries(&stats, &site, range).await?;
     let read_per_dashboard = dashboard_capacity.read_units / options.dashboards.max(1) as f64;
     println!(
         "dashboard (30-day overview, daily series, six breakdowns): p50 {:.2} ms, p99 {:.2} ms, {read_per_dashboard:.1} read units",
