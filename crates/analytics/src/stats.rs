@@ -172,8 +172,10 @@ pub struct Filter {
 impl Filter {
     fn accepts(&self, value: &str) -> bool {
         match self.op {
-            FilterOp::Is => self.values.iter().any(|v| v == value),
-            FilterOp::IsNot => !self.values.iter().any(|v| v == value),
+            // Stored values are bounded (`key_bound`); a filter may name the whole value or
+            // the bounded one it is shown as.
+            FilterOp::Is => self.values.iter().any(|v| crate::key_bound::bound_value(v) == value),
+            FilterOp::IsNot => !self.values.iter().any(|v| crate::key_bound::bound_value(v) == value),
             FilterOp::Contains => self.values.iter().any(|v| value.contains(v.as_str())),
             FilterOp::ContainsNot => !self.values.iter().any(|v| value.contains(v.as_str())),
             // A pattern that does not compile was refused when the query was made.
@@ -701,12 +703,13 @@ impl Deadline {
 /// The values of `dimension` for one stored event, as a filter sees them (the reference's).
 #[cfg(test)]
 fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
-    let one = |v: &str| vec![v.to_owned()];
+    // Bounded as the aggregates' values are, so both paths filter alike.
+    let one = |v: &str| vec![crate::key_bound::bound_value(v).into_owned()];
     match dimension {
         "event:page" => one(&e.path),
         "event:hostname" => one(&e.hostname),
         "event:name" => one(&e.name),
-        "event:goal" => e.goals.clone(),
+        "event:goal" => e.goals.iter().map(|g| crate::key_bound::bound_value(g).into_owned()).collect(),
         "visit:exit_page" => one(&e.next().exit_page),
         d if d.starts_with(PROPS_PREFIX) => e.props.get(&d[PROPS_PREFIX.len()..]).map(|v| one(v)).unwrap_or_default(),
         d => crate::aggregate::visit_value(&e.visit, d)
