@@ -49,6 +49,7 @@ impl<V> Generations<V> {
         self.old.remove(key);
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.young.len() + self.old.len()
     }

@@ -100,7 +100,7 @@ fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
     spec.resolve(date, None).map_err(|e| bad(format!("`date_range`: {e}")))
 }
 
-fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
+pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
     let metric_names = strings(body.get("metrics"), "metrics")?;
     let mut metrics = Vec::new();
     for m in &metric_names {
