@@ -51,17 +51,17 @@ where
 /// messages: a type name that does not read so gives "an operation".
 fn operation_of<E>() -> &'static str {
     let name = std::any::type_name::<E>();
-    name.rsplit("::").next().and_then(|last| last.strip_suffix("Error")).filter(|op| !op.is_empty()).unwrap_or("an operation")
+    name.rsplit("::")
+        .next()
+        .and_then(|last| last.strip_suffix("Error"))
+        .filter(|op| !op.is_empty())
+        .unwrap_or("an operation")
 }
 
 /// An endpoint without `operation` (an emulator answering `UnknownOperationException`): says
 /// which operation, and which DynamoDB implementations have it, instead of a bare code.
 pub(crate) fn unsupported(operation: &str, code: &str) -> StoreError {
-    let transactions = if operation.starts_with("Transact") {
-        " (dynalite, for one, has no transactions)"
-    } else {
-        ""
-    };
+    let transactions = if operation.starts_with("Transact") { " (dynalite, for one, has no transactions)" } else { "" };
     StoreError::Unsupported(format!(
         "the DynamoDB endpoint does not implement {operation} (it answered {code}); Tally needs it: \
          Amazon DynamoDB, DynamoDB Local and moto have it{transactions}. Point --store at one of those."

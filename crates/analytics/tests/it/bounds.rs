@@ -119,7 +119,9 @@ async fn a_query_is_refused_past_its_bounds_with_the_bound_named() {
     let is = |n: usize| Filter { op: FilterOp::Is, dimension: "event:page".into(), values: vec!["/".into(); n] };
     assert!(err(new(vec![Metric::Visitors; 2], vec![], vec![], 10)).contains("listed twice"));
     assert!(err(new(vec![Metric::Visitors], vec![], vec![], 10_001)).contains("at most 10000"));
-    assert!(err(new(vec![Metric::Visitors], (0..21).map(|_| is(1)).collect(), vec![], 10)).contains("at most 20 filters"));
+    assert!(
+        err(new(vec![Metric::Visitors], (0..21).map(|_| is(1)).collect(), vec![], 10)).contains("at most 20 filters")
+    );
     assert!(err(new(vec![Metric::Visitors], vec![is(201)], vec![], 10)).contains("200"));
     let order = vec![("visitors".to_owned(), true); 3];
     assert!(err(new(vec![Metric::Visitors], vec![], order, 10)).contains("order_by"));

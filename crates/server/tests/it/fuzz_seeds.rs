@@ -27,10 +27,13 @@ fn the_stats_query_target_holds_on_its_seeds_and_extremes() {
     }
     let nested = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let deep_filters = format!(r#"{{"site_id":"x","metrics":["visitors"],"date_range":"day","filters":{nested}}}"#);
-    let many_values =
-        format!(r#"{{"metrics":["visitors"],"date_range":"day","filters":[["is","event:page",[{}"/"]]]}}"#, "\"/\",".repeat(5000));
+    let many_values = format!(
+        r#"{{"metrics":["visitors"],"date_range":"day","filters":[["is","event:page",[{}"/"]]]}}"#,
+        "\"/\",".repeat(5000)
+    );
     let many_metrics = format!(r#"{{"metrics":[{}"visits"],"date_range":"day"}}"#, "\"visitors\",".repeat(5000));
-    let long_prop = format!(r#"{{"metrics":["visitors"],"date_range":"day","dimensions":["event:props:{}"]}}"#, "k".repeat(5000));
+    let long_prop =
+        format!(r#"{{"metrics":["visitors"],"date_range":"day","dimensions":["event:props:{}"]}}"#, "k".repeat(5000));
     for body in [nested, deep_filters, many_values, many_metrics, long_prop] {
         server::fuzz::stats_query_body(body.as_bytes());
     }
@@ -49,8 +52,16 @@ fn the_import_target_holds_on_its_seeds_and_extremes() {
         "k".repeat(300),
         "#".repeat(2000),
     );
-    let nested = format!(r#"{{"timestamp":1,"url":"https://example.com/","props":{}{}}}"#, "{\"a\":".repeat(5000), "}".repeat(5001));
-    let csv_wide = format!("timestamp,url,{}\n1,https://example.com/,{}\n", (0..500).map(|i| format!("props.p{i}")).collect::<Vec<_>>().join(","), ",".repeat(499));
+    let nested = format!(
+        r#"{{"timestamp":1,"url":"https://example.com/","props":{}{}}}"#,
+        "{\"a\":".repeat(5000),
+        "}".repeat(5001)
+    );
+    let csv_wide = format!(
+        "timestamp,url,{}\n1,https://example.com/,{}\n",
+        (0..500).map(|i| format!("props.p{i}")).collect::<Vec<_>>().join(","),
+        ",".repeat(499)
+    );
     for body in [longest, nested, csv_wide, "\r\r\r\n\n".into(), String::new()] {
         server::fuzz::import_body(body.as_bytes());
     }
