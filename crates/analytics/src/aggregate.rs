@@ -751,6 +751,19 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// One heartbeat and a look for dead runs. Errors here are transient storage errors: they
+    /// are logged, and the next beat tries again.
+    async fn beat(&self) {
+        if let Err(e) = self.heartbeat().await {
+            tracing::warn!(run = %self.run_id, error = %e, "the run's heartbeat failed; retried on the next beat");
+        }
+        if let Err(e) = recovery::recover_dead_runs(self).await {
+            tracing::warn!(run = %self.run_id, error = %e, "recovering dead runs failed; retried on the next beat");
+        }
+    }
+}
+
 async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(d) => !*stop.borrow(),
@@ -765,7 +778,8 @@ async fn flush_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
     };
     while sleep_or_stop(interval, &mut stop).await {
         let Some(shared) = shared.upgrade() else { return };
-        // A failed flush keeps its epoch and is retried on the next tick; it is counted in stats.
+        // A failed flush keeps its epoch and is retried on the next tick; `flush_now` has
+        // logged and counted it.
         let _ = shared.flush_now().await;
     }
 }
@@ -775,20 +789,13 @@ async fn heartbeat_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
     // flushes drop) and recovers runs that died while no process was watching.
     let interval = match shared.upgrade() {
         Some(s) => {
-            let _ = s.heartbeat().await;
-            let _ = recovery::recover_dead_runs(&s).await;
+            s.beat().await;
             s.config.heartbeat_interval
         }
         None => return,
     };
     while sleep_or_stop(interval, &mut stop).await {
         let Some(shared) = shared.upgrade() else { return };
-        // Errors here are transient storage errors; the next beat tries again. They are logged.
-        if let Err(e) = shared.heartbeat().await {
-            tracing::warn!(run = %shared.run_id, error = %e, "the run's heartbeat failed; retried on the next beat");
-        }
-        if let Err(e) = recovery::recover_dead_runs(&shared).await {
-            tracing::warn!(run = %shared.run_id, error = %e, "recovering dead runs failed; retried on the next beat");
-        }
+        shared.beat().await;
     }
 }
