@@ -8,6 +8,7 @@ mod browser;
 mod config;
 mod demo;
 mod e2e;
+mod errors;
 mod import;
 mod live;
 mod migrate;
