@@ -26,7 +26,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use argon2::password_hash::SaltString;
@@ -117,13 +117,10 @@ pub struct Accounts {
     shares: Cached<ShareInfo>,
 }
 
-fn cached<T: Clone>(cache: &Cached<T>, key: &str) -> Option<Option<T>> {
-    crate::ttl_cache::cached(cache, key, CACHE_TTL)
-}
+use crate::ttl_cache::{cached, remember};
 
-fn remember<T>(cache: &Cached<T>, key: &str, value: Option<T>) {
-    crate::ttl_cache::remember(cache, key, value, CACHE_TTL, 10_000);
-}
+/// Most answers each of the logins and shared-links caches keeps.
+const CACHE_CAP: usize = 10_000;
 
 fn corrupt(entity: &'static str) -> impl Fn(model::Error) -> AccountsError {
     move |e| AccountsError::Corrupt { entity, message: e.to_string() }
@@ -231,7 +228,7 @@ fn share_of(r: &Record) -> Result<ShareInfo, AccountsError> {
 impl Accounts {
     /// Accounts on `table`.
     pub fn new(table: Table) -> Self {
-        Accounts { table, sessions: Mutex::default(), shares: Mutex::default() }
+        Accounts { table, sessions: Cached::new(CACHE_TTL, CACHE_CAP), shares: Cached::new(CACHE_TTL, CACHE_CAP) }
     }
 
     /// Every account, by e-mail.
@@ -348,6 +345,10 @@ impl Accounts {
 
     /// The account signed in with login token `token`, if the login is live and the account exists.
     pub async fn session(&self, token: &str) -> Result<Option<User>, AccountsError> {
+        // A cookie no login could have made is neither read nor cached.
+        if !plausible_token(token) {
+            return Ok(None);
+        }
         let key = hash_token(token);
         if let Some(hit) = cached(&self.sessions, &key) {
             return Ok(hit);

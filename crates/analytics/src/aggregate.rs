@@ -106,6 +106,18 @@ pub enum AggregateError {
 }
 
 impl AggregateError {
+    /// Whether this failure of one item can never go away by trying again: the request was
+    /// refused by validation (a key or item too large, a malformed value), or a stored item does
+    /// not read back. A flush logs and counts such an item and goes on without it; any other
+    /// failure is taken as transient and the epoch is flushed again later.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            AggregateError::Model(e) => e.is_validation(),
+            AggregateError::Decode { .. } | AggregateError::Sketch(_) => true,
+            _ => false,
+        }
+    }
+
     /// Whether trying again later may succeed: a transient storage failure or a contended item.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -234,6 +246,9 @@ pub struct AggregatorStats {
     pub conflicts: u64,
     /// Flushes that failed (and will be retried).
     pub flush_errors: u64,
+    /// Aggregate (or session log) items a flush could not write and will not retry, because
+    /// the failure was permanent ([`AggregateError::is_permanent`]); each is logged with its key.
+    pub flush_item_errors: u64,
     /// Write units consumed by the last successful flush (aggregate items and the run item).
     pub last_flush_write_units: f64,
     /// Read units consumed by the last successful flush: zero in a steady state, where every
@@ -272,6 +287,7 @@ struct Counts {
     items_skipped: u64,
     conflicts: u64,
     flush_errors: u64,
+    flush_item_errors: u64,
     last_flush_write_units: f64,
     last_flush_read_units: f64,
     flush_write_units: f64,
@@ -548,6 +564,7 @@ impl Aggregator {
             stats.items_skipped = c.items_skipped;
             stats.conflicts = c.conflicts;
             stats.flush_errors = c.flush_errors;
+            stats.flush_item_errors = c.flush_item_errors;
             stats.last_flush_write_units = c.last_flush_write_units;
             stats.last_flush_read_units = c.last_flush_read_units;
             stats.flush_write_units = c.flush_write_units;
@@ -651,6 +668,8 @@ impl Shared {
                     if let Ok(mut c) = self.counts.lock() {
                         c.flush_errors += 1;
                     }
+                    // Never swallowed: the epoch is kept and retried, and the cause is logged.
+                    tracing::warn!(run = %self.run_id, epoch, error = %e, "flushing an epoch failed; it will be retried");
                     return Err(e);
                 }
             }
@@ -677,6 +696,7 @@ impl Shared {
             c.items_written += outcome.written;
             c.items_skipped += outcome.skipped;
             c.conflicts += outcome.conflicts;
+            c.flush_item_errors += outcome.item_errors;
         }
         outcome.result?;
         cache.trim(epoch, self.config.cache_items, self.config.cache_bytes);
@@ -731,6 +751,19 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// One heartbeat and a look for dead runs. Errors here are transient storage errors: they
+    /// are logged, and the next beat tries again.
+    async fn beat(&self) {
+        if let Err(e) = self.heartbeat().await {
+            tracing::warn!(run = %self.run_id, error = %e, "the run's heartbeat failed; retried on the next beat");
+        }
+        if let Err(e) = recovery::recover_dead_runs(self).await {
+            tracing::warn!(run = %self.run_id, error = %e, "recovering dead runs failed; retried on the next beat");
+        }
+    }
+}
+
 async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(d) => !*stop.borrow(),
@@ -745,7 +778,8 @@ async fn flush_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
     };
     while sleep_or_stop(interval, &mut stop).await {
         let Some(shared) = shared.upgrade() else { return };
-        // A failed flush keeps its epoch and is retried on the next tick; it is counted in stats.
+        // A failed flush keeps its epoch and is retried on the next tick; `flush_now` has
+        // logged and counted it.
         let _ = shared.flush_now().await;
     }
 }
@@ -755,16 +789,13 @@ async fn heartbeat_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
     // flushes drop) and recovers runs that died while no process was watching.
     let interval = match shared.upgrade() {
         Some(s) => {
-            let _ = s.heartbeat().await;
-            let _ = recovery::recover_dead_runs(&s).await;
+            s.beat().await;
             s.config.heartbeat_interval
         }
         None => return,
     };
     while sleep_or_stop(interval, &mut stop).await {
         let Some(shared) = shared.upgrade() else { return };
-        // Errors here are transient storage errors; the next beat tries again.
-        let _ = shared.heartbeat().await;
-        let _ = recovery::recover_dead_runs(&shared).await;
+        shared.beat().await;
     }
 }

@@ -8,7 +8,6 @@
 //! API keys are random 32-byte values shown once; the table keeps only their SHA-256, so a copy
 //! of the table gives no usable key.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -185,13 +184,10 @@ pub struct Sites {
     by_key: Cached<ApiKeyInfo>,
 }
 
-fn cached<T: Clone>(cache: &Cached<T>, key: &str) -> Option<Option<T>> {
-    crate::ttl_cache::cached(cache, key, CACHE_TTL)
-}
+use crate::ttl_cache::{cached, remember};
 
-fn remember<T>(cache: &Cached<T>, key: &str, value: Option<T>) {
-    crate::ttl_cache::remember(cache, key, value, CACHE_TTL, 100_000);
-}
+/// Most answers each of the sites, domains and keys caches keeps.
+const CACHE_CAP: usize = 100_000;
 
 fn corrupt(entity: &'static str) -> impl Fn(model::Error) -> SitesError {
     move |e| SitesError::Corrupt { entity, message: e.to_string() }
@@ -214,7 +210,12 @@ fn umami_alias(uuid: &str) -> String {
 impl Sites {
     /// Sites on `table`.
     pub fn new(table: Table) -> Self {
-        Sites { table, by_id: Mutex::default(), by_domain: Mutex::default(), by_key: Mutex::default() }
+        Sites {
+            table,
+            by_id: Cached::new(CACHE_TTL, CACHE_CAP),
+            by_domain: Cached::new(CACHE_TTL, CACHE_CAP),
+            by_key: Cached::new(CACHE_TTL, CACHE_CAP),
+        }
     }
 
     /// Adds a site for `domain` in time zone `timezone`.
@@ -252,10 +253,8 @@ impl Sites {
             Err(e) => return Err(e.into()),
         }
         // This process may have cached "no such site" for the domain a moment ago.
-        if let Ok(mut c) = self.by_domain.lock() {
-            c.remove(host.as_str());
-            c.remove(&umami_alias(&umami_id));
-        }
+        self.by_domain.remove(host.as_str());
+        self.by_domain.remove(&umami_alias(&umami_id));
         self.get(&site_id).await?.ok_or(SitesError::NoSuchSite(site_id))
     }
 
@@ -413,12 +412,8 @@ impl Sites {
             self.table.delete("SiteDomain", item! { "domain" => umami_alias(&site.umami_id).as_str() }).await?;
         }
         self.table.delete("Site", item! { "site_id" => site_id }).await?;
-        if let Ok(mut c) = self.by_id.lock() {
-            c.remove(site_id);
-        }
-        if let Ok(mut c) = self.by_domain.lock() {
-            c.clear();
-        }
+        self.by_id.remove(site_id);
+        self.by_domain.clear();
         Ok(true)
     }
 
@@ -444,9 +439,7 @@ impl Sites {
             }
         }
         self.table.create("Goal", fields).await?;
-        if let Ok(mut c) = self.by_id.lock() {
-            c.remove(site_id);
-        }
+        self.by_id.remove(site_id);
         Ok(SiteGoal { goal_id, goal })
     }
 
@@ -520,12 +513,8 @@ impl Sites {
     }
 
     fn forget(&self, site_id: &str, domain: &str) {
-        if let Ok(mut c) = self.by_id.lock() {
-            c.remove(site_id);
-        }
-        if let Ok(mut c) = self.by_domain.lock() {
-            c.remove(domain);
-        }
+        self.by_id.remove(site_id);
+        self.by_domain.remove(domain);
     }
 
     /// Saves a funnel of 2 to 8 steps under `name` (trimmed; 1 to [`MAX_FUNNEL_NAME`]
@@ -556,9 +545,7 @@ impl Sites {
             "steps" => AttributeValue::L(steps.iter().map(step_to_value).collect()),
         };
         self.table.create("Funnel", fields).await?;
-        if let Ok(mut c) = self.by_id.lock() {
-            c.remove(site_id);
-        }
+        self.by_id.remove(site_id);
         Ok(SiteFunnel { funnel_id, name: name.to_owned(), steps })
     }
 
@@ -576,9 +563,7 @@ impl Sites {
     async fn remove_member(&self, entity: &str, key: store::Item, site_id: &str) -> Result<bool, SitesError> {
         let existed = self.table.get(entity, key.clone()).await?.is_some();
         self.table.delete(entity, key).await?;
-        if let Ok(mut c) = self.by_id.lock() {
-            c.remove(site_id);
-        }
+        self.by_id.remove(site_id);
         Ok(existed)
     }
 
@@ -618,9 +603,7 @@ impl Sites {
             }
         }
         self.table.update("Site", item! { "site_id" => site_id }, update).await?;
-        if let Ok(mut c) = self.by_id.lock() {
-            c.remove(site_id);
-        }
+        self.by_id.remove(site_id);
         self.get(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))
     }
 
@@ -641,9 +624,7 @@ impl Sites {
                 Err(model::Error::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            if let Ok(mut c) = self.by_id.lock() {
-                c.remove(&site.site_id);
-            }
+            self.by_id.remove(&site.site_id);
         }
         Ok(marked)
     }
@@ -695,15 +676,18 @@ impl Sites {
         self.table
             .update("ApiKey", item! { "key_hash" => hash.as_str() }, model::expr::Update::new().set("revoked_at", now))
             .await?;
-        if let Ok(mut c) = self.by_key.lock() {
-            c.clear();
-        }
+        self.by_key.clear();
         Ok(())
     }
 
     /// The key behind a Bearer token, unless unknown or revoked.
     pub async fn authenticate(&self, bearer: &str) -> Result<Option<ApiKeyInfo>, SitesError> {
-        if !bearer.starts_with(KEY_PREFIX) || bearer.len() > 200 {
+        // Only the shape `create_key` makes is looked up (and its answer cached), so junk
+        // costs no read and no cache entry.
+        let shaped = bearer
+            .strip_prefix(KEY_PREFIX)
+            .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        if !shaped {
             return Ok(None);
         }
         let hash = hash_key(bearer);

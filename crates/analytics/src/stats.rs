@@ -172,8 +172,10 @@ pub struct Filter {
 impl Filter {
     fn accepts(&self, value: &str) -> bool {
         match self.op {
-            FilterOp::Is => self.values.iter().any(|v| v == value),
-            FilterOp::IsNot => !self.values.iter().any(|v| v == value),
+            // Stored values are bounded (`key_bound`); a filter may name the whole value or
+            // the bounded one it is shown as.
+            FilterOp::Is => self.values.iter().any(|v| crate::key_bound::bound_value(v) == value),
+            FilterOp::IsNot => !self.values.iter().any(|v| crate::key_bound::bound_value(v) == value),
             FilterOp::Contains => self.values.iter().any(|v| value.contains(v.as_str())),
             FilterOp::ContainsNot => !self.values.iter().any(|v| value.contains(v.as_str())),
             // A pattern that does not compile was refused when the query was made.
@@ -271,6 +273,40 @@ fn is_aggregate_dimension(d: &str) -> bool {
             && !d.chars().any(char::is_control))
 }
 
+/// The years a query's date range may cover: wide enough for any real site, narrow enough that
+/// no range asks for millions of buckets.
+pub const QUERY_YEARS: std::ops::RangeInclusive<i16> = 1970..=2100;
+
+/// The most time buckets (hours of a `time:hour` series, days of any other series) one query
+/// reads: an hourly series of about two years, a daily one of about 54.
+pub const MAX_QUERY_BUCKETS: usize = 20_000;
+
+/// The most rows (time buckets × breakdown values) one query builds before paginating.
+pub const MAX_QUERY_ROWS: usize = 250_000;
+
+/// The most rows one page of an answer holds (Plausible's own bound).
+pub const MAX_PAGE_ROWS: usize = 10_000;
+
+/// The most filters one query holds.
+pub const MAX_FILTERS: usize = 20;
+
+/// The most values all the filters of one query hold together.
+pub const MAX_FILTER_VALUES: usize = 200;
+
+/// Refuses a date range outside [`QUERY_YEARS`], naming the bound.
+pub fn check_range(range: &DateRange) -> Result<(), StatsError> {
+    let (first, last) = (range.first().year(), range.last().year());
+    if QUERY_YEARS.contains(&first) && QUERY_YEARS.contains(&last) {
+        Ok(())
+    } else {
+        Err(StatsError::Invalid(format!(
+            "date_range {range} is outside the years {} to {} a query may cover",
+            QUERY_YEARS.start(),
+            QUERY_YEARS.end()
+        )))
+    }
+}
+
 fn time_unit(d: &str) -> Option<Unit> {
     d.strip_prefix("time:").and_then(Unit::parse)
 }
@@ -291,6 +327,37 @@ impl Query {
     ) -> Result<Query, StatsError> {
         if metrics.is_empty() {
             return Err(StatsError::Invalid("at least one metric is required".into()));
+        }
+        if let Some(m) = metrics.iter().enumerate().find(|(i, m)| metrics[..*i].contains(m)).map(|(_, m)| m) {
+            return Err(StatsError::Invalid(format!("metric `{}` is listed twice", m.name())));
+        }
+        check_range(&range)?;
+        if limit > MAX_PAGE_ROWS {
+            return Err(StatsError::Invalid(format!("pagination.limit is at most {MAX_PAGE_ROWS}, not {limit}")));
+        }
+        if offset > MAX_QUERY_ROWS {
+            return Err(StatsError::Invalid(format!("pagination.offset is at most {MAX_QUERY_ROWS}, not {offset}")));
+        }
+        if dimensions.len() > 2 {
+            return Err(StatsError::Invalid(format!(
+                "at most 2 dimensions (one time dimension and one other), not {}",
+                dimensions.len()
+            )));
+        }
+        if filters.len() > MAX_FILTERS {
+            return Err(StatsError::Invalid(format!("at most {MAX_FILTERS} filters, not {}", filters.len())));
+        }
+        let values: usize = filters.iter().map(|f| f.values.len()).sum();
+        if values > MAX_FILTER_VALUES {
+            return Err(StatsError::Invalid(format!(
+                "the filters hold {values} values, more than the {MAX_FILTER_VALUES} a query may"
+            )));
+        }
+        if order_by.len() > metrics.len() + dimensions.len() {
+            return Err(StatsError::Invalid(format!(
+                "order_by has {} entries, more than the query's metrics and dimensions",
+                order_by.len()
+            )));
         }
         let mut time = 0;
         let mut other = 0;
@@ -479,6 +546,7 @@ impl Stats {
         }
         // Sums by label, then value: a hit (most items) looks both up by `&str`, allocating nothing.
         let mut sums: HashMap<String, HashMap<String, Sum>> = HashMap::new();
+        let mut rows = 0usize;
         for (period, buckets) in runs {
             let (Some(first), Some(last)) = (buckets.keys().min(), buckets.keys().max()) else { continue };
             for (bucket, value, agg) in self.read(site_id, period, dimension, first, last).await? {
@@ -492,6 +560,10 @@ impl Stats {
                     Some(sum) => sum.add(&agg),
                     None => {
                         by_value.insert(value, agg);
+                        rows += 1;
+                        if rows > MAX_QUERY_ROWS {
+                            return Err(too_many_rows());
+                        }
                     }
                 }
             }
@@ -531,15 +603,23 @@ impl Stats {
         }
         // Which buckets: hours for an hourly series, days for the other series, the fewest
         // month/day/hour buckets otherwise.
+        // A series reads one bucket per hour or day: at most `MAX_QUERY_BUCKETS`, counted
+        // before any is kept, so no range can make a query build millions of them.
+        let series = |unit: Unit, period: Period| -> Result<Vec<(Period, Bucket)>, StatsError> {
+            let b = zone.buckets(unit, start, end).map_err(|e| StatsError::Invalid(e.to_string()))?;
+            let b: Vec<(Period, Bucket)> = b.take(MAX_QUERY_BUCKETS + 1).map(|b| (period, b)).collect();
+            if b.len() > MAX_QUERY_BUCKETS {
+                return Err(StatsError::Invalid(format!(
+                    "this series would read more than {MAX_QUERY_BUCKETS} {}s; choose a shorter date_range or a \
+                     coarser time dimension",
+                    unit.as_str()
+                )));
+            }
+            Ok(b)
+        };
         let wanted: Vec<(Period, Bucket)> = match time {
-            Some(Unit::Hour) => {
-                let b = zone.buckets(Unit::Hour, start, end).map_err(|e| StatsError::Invalid(e.to_string()))?;
-                b.map(|b| (Period::Hour, b)).collect()
-            }
-            Some(_) => {
-                let b = zone.buckets(Unit::Day, start, end).map_err(|e| StatsError::Invalid(e.to_string()))?;
-                b.map(|b| (Period::Day, b)).collect()
-            }
+            Some(Unit::Hour) => series(Unit::Hour, Period::Hour)?,
+            Some(_) => series(Unit::Day, Period::Day)?,
             None => zone
                 .cover_with_weeks_from(start, end, weeks_from)
                 .map_err(|e| StatsError::Invalid(e.to_string()))?
@@ -701,12 +781,13 @@ impl Deadline {
 /// The values of `dimension` for one stored event, as a filter sees them (the reference's).
 #[cfg(test)]
 fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
-    let one = |v: &str| vec![v.to_owned()];
+    // Bounded as the aggregates' values are, so both paths filter alike.
+    let one = |v: &str| vec![crate::key_bound::bound_value(v).into_owned()];
     match dimension {
         "event:page" => one(&e.path),
         "event:hostname" => one(&e.hostname),
         "event:name" => one(&e.name),
-        "event:goal" => e.goals.clone(),
+        "event:goal" => e.goals.iter().map(|g| crate::key_bound::bound_value(g).into_owned()).collect(),
         "visit:exit_page" => one(&e.next().exit_page),
         d if d.starts_with(PROPS_PREFIX) => e.props.get(&d[PROPS_PREFIX.len()..]).map(|v| one(v)).unwrap_or_default(),
         d => crate::aggregate::visit_value(&e.visit, d)
@@ -737,6 +818,13 @@ fn session_selected(session: &[crate::stored::StoredEvent], filters: &[Filter]) 
 fn passes(f: &Filter, e: &crate::stored::StoredEvent) -> bool {
     let values = event_value(e, &f.dimension);
     if f.op.is_negated() { values.iter().all(|v| f.accepts(v)) } else { values.iter().any(|v| f.accepts(v)) }
+}
+
+fn too_many_rows() -> StatsError {
+    StatsError::Invalid(format!(
+        "this query would build more than {MAX_QUERY_ROWS} rows (time buckets × values); choose a shorter \
+         date_range, a coarser time dimension or add a filter"
+    ))
 }
 
 /// Groups in-memory aggregates as [`Stats::gather`] groups stored ones.
@@ -1080,6 +1168,7 @@ impl Stats {
                 steps.len()
             )));
         }
+        check_range(range)?;
         let (zone, _) = self.zone_and_weeks(site_id).await?;
         let (start, end) = zone.bounds_ms(range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let (first, last) = self.check_raw(site_id, (start, end)).await?;

@@ -132,6 +132,8 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             events_invalid: c.invalid.load(Ordering::Relaxed),
             flush_lag_seconds: a.flush_lag_ms as f64 / 1000.0,
             pending_events: a.pending_events,
+            flush_errors: a.flush_errors,
+            flush_item_errors: a.flush_item_errors,
             store_write_units: capacity.write_units + a.flush_write_units,
             store_read_units: capacity.read_units,
         }

@@ -366,6 +366,15 @@ fn encode_str_into(s: &str, out: &mut String) {
     }
 }
 
+/// The length in bytes of [`encode_str`]`(s)`, without building it: what a string field costs in
+/// a rendered key, so callers can bound a value before it reaches one.
+pub fn encoded_str_len(s: &str) -> usize {
+    if s.is_empty() {
+        return EMPTY_MARKER.len();
+    }
+    s.chars().map(|c| if needs_escape(c) { 3 } else { c.len_utf8() }).sum()
+}
+
 /// Encodes a prefix of a string value: like [`encode_str`] except that the empty prefix is
 /// empty (it selects every value), so a `begins_with` on a partial value stays correct.
 pub fn encode_str_prefix(s: &str) -> String {
@@ -666,6 +675,11 @@ mod tests {
             prop_assert!(!e.contains(SEPARATOR));
             prop_assert!(!e.chars().any(|c| c.is_ascii_control()));
             prop_assert_eq!(decode_str(&e), Ok(s));
+        }
+
+        #[test]
+        fn encoded_length_is_the_encoding_s_length(s in tricky_string()) {
+            prop_assert_eq!(encoded_str_len(&s), encode_str(&s).len());
         }
 
         #[test]

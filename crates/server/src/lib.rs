@@ -50,6 +50,8 @@ pub mod admin;
 pub mod auth;
 pub mod dashboard;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod import;
 pub mod ingest;
 pub mod metrics;

@@ -36,6 +36,11 @@ pub struct MetricsSnapshot {
     pub flush_lag_seconds: f64,
     /// Stored events whose aggregate deltas are not flushed yet.
     pub pending_events: u64,
+    /// Flushes of an epoch that failed and will be retried (a transient storage failure).
+    pub flush_errors: u64,
+    /// Aggregate items a flush could not write and will not retry (refused by validation);
+    /// each is logged with its key. Any of these is a bug to report.
+    pub flush_item_errors: u64,
     /// Write request units the table has consumed through this process.
     pub store_write_units: f64,
     /// Read request units the table has consumed through this process.
@@ -84,6 +89,15 @@ pub fn render(snapshot: &MetricsSnapshot) -> String {
     sample(&mut out, "tally_flush_lag_seconds", "", snapshot.flush_lag_seconds);
     family(&mut out, "tally_pending_events", "gauge", "Stored events whose aggregate deltas are not yet flushed.");
     sample(&mut out, "tally_pending_events", "", snapshot.pending_events as f64);
+    family(&mut out, "tally_flush_errors_total", "counter", "Epoch flushes that failed and will be retried.");
+    sample(&mut out, "tally_flush_errors_total", "", snapshot.flush_errors as f64);
+    family(
+        &mut out,
+        "tally_flush_item_errors_total",
+        "counter",
+        "Aggregate items a flush could not write and left out (logged with their keys).",
+    );
+    sample(&mut out, "tally_flush_item_errors_total", "", snapshot.flush_item_errors as f64);
     family(&mut out, "tally_store_write_units_total", "counter", "Write request units consumed by the table.");
     sample(&mut out, "tally_store_write_units_total", "", snapshot.store_write_units);
     family(&mut out, "tally_store_read_units_total", "counter", "Read request units consumed by the table.");
@@ -125,6 +139,8 @@ mod tests {
             events_invalid: 4,
             flush_lag_seconds: 1.5,
             pending_events: 7,
+            flush_errors: 2,
+            flush_item_errors: 3,
             store_write_units: 12.0,
             store_read_units: 0.5,
         };
@@ -136,6 +152,8 @@ mod tests {
             "tally_events_invalid_total 4",
             "tally_flush_lag_seconds 1.5",
             "tally_pending_events 7",
+            "tally_flush_errors_total 2",
+            "tally_flush_item_errors_total 3",
             "tally_store_write_units_total 12",
             "tally_store_read_units_total 0.5",
             "# TYPE tally_pending_events gauge",

@@ -100,7 +100,7 @@ fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
     spec.resolve(date, None).map_err(|e| bad(format!("`date_range`: {e}")))
 }
 
-fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
+pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
     let metric_names = strings(body.get("metrics"), "metrics")?;
     let mut metrics = Vec::new();
     for m in &metric_names {
@@ -157,18 +157,18 @@ fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
         Some(_) => return Err(bad("`order_by` must be a list")),
     }
     let pagination = body.get("pagination");
-    let number = |name: &str, default: u64| -> Result<usize, Response> {
+    let number = |name: &str, default: usize, max: usize| -> Result<usize, Response> {
         match pagination.and_then(|p| p.get(name)) {
-            None | Some(Json::Null) => Ok(default as usize),
+            None | Some(Json::Null) => Ok(default),
             Some(v) => v
                 .as_u64()
-                .filter(|n| *n <= 100_000)
-                .map(|n| n as usize)
-                .ok_or_else(|| bad(format!("pagination.{name} must be a whole number up to 100000"))),
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| *n <= max)
+                .ok_or_else(|| bad(format!("pagination.{name} must be a whole number up to {max}"))),
         }
     };
-    let limit = number("limit", 10_000)?;
-    let offset = number("offset", 0)?;
+    let limit = number("limit", analytics::stats::MAX_PAGE_ROWS, analytics::stats::MAX_PAGE_ROWS)?;
+    let offset = number("offset", 0, analytics::stats::MAX_QUERY_ROWS)?;
     Query::new(site.site_id.clone(), metrics, range, dimensions, filters, order_by, limit, offset)
         .map_err(|e| bad(e.to_string()))
 }

@@ -27,6 +27,7 @@ where
                 return kind;
             }
             match e.code() {
+                Some(code) if crate::is_unsupported(Some(code)) => unsupported(operation_of::<E>(), code),
                 Some(code) => from_code(code, e.message().unwrap_or("")),
                 // Not a DynamoDB error document: a proxy's or a crashed server's page.
                 None => StoreError::Internal(format!(
@@ -43,6 +44,28 @@ where
         SdkError::ConstructionFailure(_) => StoreError::Validation(format!("{}", DisplayErrorContext(&err))),
         other => StoreError::Internal(format!("{}", DisplayErrorContext(&other))),
     }
+}
+
+/// The operation an SDK error type belongs to: `TransactWriteItems` for
+/// `aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError`. Only for
+/// messages: a type name that does not read so gives "an operation".
+fn operation_of<E>() -> &'static str {
+    let name = std::any::type_name::<E>();
+    name.rsplit("::")
+        .next()
+        .and_then(|last| last.strip_suffix("Error"))
+        .filter(|op| !op.is_empty())
+        .unwrap_or("an operation")
+}
+
+/// An endpoint without `operation` (an emulator answering `UnknownOperationException`): says
+/// which operation, and which DynamoDB implementations have it, instead of a bare code.
+pub(crate) fn unsupported(operation: &str, code: &str) -> StoreError {
+    let transactions = if operation.starts_with("Transact") { " (dynalite, for one, has no transactions)" } else { "" };
+    StoreError::Unsupported(format!(
+        "the DynamoDB endpoint does not implement {operation} (it answered {code}); Tally needs it: \
+         Amazon DynamoDB, DynamoDB Local and moto have it{transactions}. Point --store at one of those."
+    ))
 }
 
 /// The kind of a DynamoDB error code. Size-limit validation errors are told apart by message,
@@ -64,6 +87,15 @@ pub(crate) fn from_code(code: &str, message: &str) -> StoreError {
         // A transaction with the same token is still running: retrying later is the remedy.
         "TransactionConflictException" | "TransactionInProgressException" => StoreError::TransactionConflict(message),
         "IdempotentParameterMismatchException" => StoreError::IdempotentParameterMismatch(message),
+        "UnrecognizedClientException"
+        | "InvalidSignatureException"
+        | "MissingAuthenticationTokenException"
+        | "IncompleteSignatureException"
+        | "ExpiredTokenException"
+        | "AccessDeniedException" => StoreError::AccessDenied(format!(
+            "DynamoDB refused the request ({code}: {message}); check the AWS credentials (AWS_ACCESS_KEY_ID, \
+             AWS_SECRET_ACCESS_KEY, AWS_PROFILE), the region, and that they may use this table"
+        )),
         "" => StoreError::Internal(if message.is_empty() { "DynamoDB failed without a code".into() } else { message }),
         other => StoreError::Internal(format!("{other}: {message}")),
     }
@@ -149,7 +181,25 @@ mod tests {
             StoreError::IdempotentParameterMismatch(_)
         ));
         assert!(matches!(from_code("InternalServerError", "boom"), StoreError::Internal(_)));
+        let denied = from_code("UnrecognizedClientException", "The security token included in the request is invalid.");
+        assert!(denied.is_access_denied() && !denied.is_retryable());
+        assert!(denied.to_string().contains("check the AWS credentials"), "{denied}");
         assert!(matches!(from_code("", ""), StoreError::Internal(_)));
+    }
+
+    /// Regression: `tally site add` against dynalite printed `internal error:
+    /// UnknownOperationException:`, naming neither the operation nor a remedy.
+    #[test]
+    fn an_unknown_operation_names_itself_and_where_it_exists() {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        assert_eq!(operation_of::<TransactWriteItemsError>(), "TransactWriteItems");
+        let e = unsupported(operation_of::<TransactWriteItemsError>(), "UnknownOperationException");
+        assert!(e.is_unsupported() && !e.is_retryable());
+        let text = e.to_string();
+        for part in ["TransactWriteItems", "UnknownOperationException", "DynamoDB Local", "moto", "dynalite"] {
+            assert!(text.contains(part), "{part:?} missing from {text}");
+        }
+        assert!(!text.contains("internal error"), "{text}");
     }
 
     #[test]

@@ -370,7 +370,7 @@ impl DynamoDbStore {
 }
 
 /// Whether an error code means "this server does not implement the operation".
-fn is_unsupported(code: Option<&str>) -> bool {
+pub(crate) fn is_unsupported(code: Option<&str>) -> bool {
     matches!(code, Some("UnknownOperationException" | "UnsupportedOperation" | "NotImplemented" | "InvalidAction"))
 }
 

@@ -154,7 +154,16 @@ impl EmbeddedStore {
             }
             create_atomically(&builder, dir, &path)?;
         }
-        let db = builder.create(&path).map_err(|e| internal(format!("cannot open {}: {e}", path.display())))?;
+        let db = builder.create(&path).map_err(|e| match e {
+            // The one error a user meets in normal use: name the cause and the way out.
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::ResourceInUse(format!(
+                "the embedded store in {} is open in another process (another `tally serve`?): the embedded \
+                 engine serves one process at a time; stop the other one, or share a DynamoDB table between \
+                 processes",
+                dir.display()
+            )),
+            e => internal(format!("cannot open {}: {e}", path.display())),
+        })?;
         let journal = journal::open_file(dir)
             .map_err(|e| internal(format!("cannot open the journal in {}: {e}", dir.display())))?;
         EmbeddedStore::from_database(db, Box::new(journal), dir.to_path_buf(), options)

@@ -42,6 +42,14 @@ pub enum StoreError {
     /// A client request token was reused with different parameters (`IdempotentParameterMismatchException`).
     #[error("{0}")]
     IdempotentParameterMismatch(String),
+    /// The endpoint does not implement an operation (an emulator's `UnknownOperationException`),
+    /// with a message naming the operation and where it is available. Retrying cannot help.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The endpoint refused the credentials or the permissions (`UnrecognizedClientException`,
+    /// `AccessDeniedException`, …), with a message saying what to check. Retrying cannot help.
+    #[error("{0}")]
+    AccessDenied(String),
     /// The engine failed: I/O, corruption, a lost connection. Retrying may help.
     #[error("internal error: {0}")]
     Internal(String),
@@ -75,6 +83,16 @@ impl StoreError {
     /// Whether the table or index was not found.
     pub fn is_not_found(&self) -> bool {
         matches!(self, StoreError::ResourceNotFound(_))
+    }
+
+    /// Whether the endpoint does not implement the operation.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, StoreError::Unsupported(_))
+    }
+
+    /// Whether the endpoint refused the credentials or permissions.
+    pub fn is_access_denied(&self) -> bool {
+        matches!(self, StoreError::AccessDenied(_))
     }
 
     /// Whether the request was throttled.

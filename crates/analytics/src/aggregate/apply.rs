@@ -359,8 +359,17 @@ pub(crate) struct Outcome {
     pub written: u64,
     pub skipped: u64,
     pub conflicts: u64,
-    /// The first error, if any item failed; the items that succeeded stay applied.
+    /// Items that failed permanently ([`AggregateError::is_permanent`]): logged, counted and
+    /// left without this epoch's deltas, so they cannot hold the epoch back.
+    pub item_errors: u64,
+    /// The first transient error, if any item failed with one; the epoch is then applied again
+    /// later (the items that succeeded stay applied and are skipped then).
     pub result: Result<(), AggregateError>,
+}
+
+/// An aggregate item's key as logs show it: `site/period/dimension/bucket/value`.
+pub(crate) fn describe(key: &AggKey) -> String {
+    format!("{}/{}/{}/{}/{}", key.site_id, key.period.as_str(), key.dimension, key.bucket, key.value)
 }
 
 enum Done {
@@ -405,7 +414,7 @@ impl Writer<'_> {
             })
             .collect();
         let results: Vec<_> = stream::iter(jobs).buffer_unordered(self.concurrency.max(1)).collect().await;
-        let mut outcome = Outcome { written: 0, skipped: 0, conflicts: 0, result: Ok(()) };
+        let mut outcome = Outcome { written: 0, skipped: 0, conflicts: 0, item_errors: 0, result: Ok(()) };
         // The session log: plain puts, the same items whenever this epoch is applied again.
         let logs = acc.sessions().items(self.run_id, self.epoch);
         let logged: Vec<Result<(), AggregateError>> = stream::iter(logs)
@@ -413,8 +422,13 @@ impl Writer<'_> {
             .buffer_unordered(self.concurrency.max(1))
             .collect()
             .await;
-        if let Some(Err(e)) = logged.into_iter().find(Result::is_err) {
-            outcome.result = Err(e);
+        for e in logged.into_iter().filter_map(Result::err) {
+            if e.is_permanent() {
+                tracing::error!(run = self.run_id, epoch = self.epoch, error = %e, "a session log item cannot be written; skipped");
+                outcome.item_errors += 1;
+            } else if outcome.result.is_ok() {
+                outcome.result = Err(e);
+            }
         }
         for (key, r) in results {
             match r {
@@ -425,6 +439,20 @@ impl Writer<'_> {
                         Done::Skipped => outcome.skipped += 1,
                     }
                     cache.items.insert(key.clone(), (item, self.epoch));
+                }
+                // An item that can never be written (refused by validation, or a stored item
+                // that does not read back) must not hold every later epoch back: it is logged,
+                // counted and left without this epoch's deltas. A transient failure fails the
+                // epoch, which is applied again later (see DESIGN.md, "Exactly once").
+                Err(e) if e.is_permanent() => {
+                    tracing::error!(
+                        run = self.run_id,
+                        epoch = self.epoch,
+                        key = %describe(key),
+                        error = %e,
+                        "an aggregate item cannot be written; this epoch's deltas for it are dropped"
+                    );
+                    outcome.item_errors += 1;
                 }
                 Err(e) => {
                     if outcome.result.is_ok() {
@@ -479,9 +507,6 @@ impl Writer<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(AggregateError::Contended {
-            key: format!("{}/{}/{}/{}/{}", key.site_id, key.period.as_str(), key.dimension, key.bucket, key.value),
-            attempts: self.max_attempts,
-        })
+        Err(AggregateError::Contended { key: describe(key), attempts: self.max_attempts })
     }
 }

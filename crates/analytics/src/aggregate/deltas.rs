@@ -127,6 +127,9 @@ fn each_delta(
     every_hour: bool,
     mut f: impl FnMut(AggKeyRef<'_>, Delta),
 ) {
+    // Every value that reaches an aggregate key is bounded first, so none makes a key too long.
+    let bounded = crate::key_bound::bound_event(event);
+    let event = bounded.as_ref();
     let keeps =
         |period: Period, dimension: &str| period_keeps(period, dimension) || (every_hour && period == Period::Hour);
     let site_id = event.site_id.as_str();

@@ -197,6 +197,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
             c.items_written += outcome.written;
             c.items_skipped += outcome.skipped;
             c.conflicts += outcome.conflicts;
+            c.flush_item_errors += outcome.item_errors;
         }
         outcome.result?;
         shared.table.update_with("Run", key(), Update::new().set("flushed_epoch", epoch), Some(&ours), false).await?;

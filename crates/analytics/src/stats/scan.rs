@@ -115,8 +115,10 @@ struct BlockFilters {
     by_value: Vec<Option<Vec<bool>>>,
 }
 
+/// Whether `f` accepts `value`, compared bounded as aggregate values are (`key_bound`), as the
+/// reference's `event_value` does.
 fn accepts(f: &Filter, value: &str) -> bool {
-    f.accepts(value)
+    f.accepts(&crate::key_bound::bound_value(value))
 }
 
 fn prepare(block: &Block, filters: &[Filter]) -> BlockFilters {
@@ -219,7 +221,8 @@ fn add(
         period,
         dimension: dimension.to_owned(),
         bucket: bucket.to_owned(),
-        value: value.to_owned(),
+        // Bounded as `for_each_delta_of_periods` bounds it (`key_bound`).
+        value: crate::key_bound::bound_value(value).into_owned(),
     };
     let entry = items.entry(key).or_default();
     entry.counters.add(counters);

@@ -817,3 +817,101 @@ async fn closing_an_epoch_waits_for_its_tickets() {
     assert_eq!(agg.stats().epochs_flushed, 1);
     agg.shutdown().await.expect("shuts down");
 }
+
+/// A store that refuses, as a validation error, every write of an aggregate item whose value is
+/// `/poison`: an item that can never be written, as one whose key was too long could not.
+struct PoisonStore {
+    inner: Arc<dyn Store>,
+    refused: AtomicI64,
+}
+
+impl PoisonStore {
+    fn check(&self, item: &store::Item) -> store::Result<()> {
+        if item.get("value") == Some(&store::AttributeValue::from("/poison")) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::KeyTooLarge("injected: the sort key is too long".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for PoisonStore {
+    async fn create_table(&self, d: store::TableDefinition) -> store::Result<store::TableDescription> {
+        self.inner.create_table(d).await
+    }
+    async fn delete_table(&self, name: &str) -> store::Result<store::TableDescription> {
+        self.inner.delete_table(name).await
+    }
+    async fn describe_table(&self, name: &str) -> store::Result<store::TableDescription> {
+        self.inner.describe_table(name).await
+    }
+    async fn list_tables(&self) -> store::Result<Vec<String>> {
+        self.inner.list_tables().await
+    }
+    async fn get_item(&self, r: store::GetItem) -> store::Result<store::GetItemOutput> {
+        self.inner.get_item(r).await
+    }
+    async fn put_item(&self, r: store::PutItem) -> store::Result<store::WriteOutput> {
+        self.check(&r.item)?;
+        self.inner.put_item(r).await
+    }
+    async fn update_item(&self, r: store::UpdateItem) -> store::Result<store::WriteOutput> {
+        self.inner.update_item(r).await
+    }
+    async fn delete_item(&self, r: store::DeleteItem) -> store::Result<store::WriteOutput> {
+        self.inner.delete_item(r).await
+    }
+    async fn query(&self, r: store::Query) -> store::Result<store::QueryOutput> {
+        self.inner.query(r).await
+    }
+    async fn scan(&self, r: store::Scan) -> store::Result<store::QueryOutput> {
+        self.inner.scan(r).await
+    }
+    async fn batch_get_item(&self, r: store::BatchGetItem) -> store::Result<store::BatchGetItemOutput> {
+        self.inner.batch_get_item(r).await
+    }
+    async fn batch_write_item(&self, r: store::BatchWriteItem) -> store::Result<store::BatchWriteItemOutput> {
+        self.inner.batch_write_item(r).await
+    }
+    async fn transact_get_items(&self, r: store::TransactGetItems) -> store::Result<store::TransactGetItemsOutput> {
+        self.inner.transact_get_items(r).await
+    }
+    async fn transact_write_items(
+        &self,
+        r: store::TransactWriteItems,
+    ) -> store::Result<store::TransactWriteItemsOutput> {
+        self.inner.transact_write_items(r).await
+    }
+}
+
+/// Regression: one aggregate item that could not be written (its key was too long) failed
+/// every flush of its epoch, and every later epoch waited behind it, for every site. An item
+/// refused permanently is now counted and left out; the rest of its epoch and later epochs
+/// are written.
+#[tokio::test]
+async fn an_item_refused_by_validation_does_not_hold_back_its_epoch_or_later_ones() {
+    let h = harness().await;
+    let poison = Arc::new(PoisonStore { inner: h.store.clone(), refused: AtomicI64::new(0) });
+    let table = Table::new(poison.clone(), tally_schema("tally"));
+    let agg = Aggregator::start(table, sites(), quiet()).await.expect("the run starts");
+    let mut a = Session::new("S1", 0xa, 1, T0, "Google");
+    ingest(&agg, &h.table, a.pageview("/poison", T0)).await;
+    ingest(&agg, &h.table, a.pageview("/fine", T0 + 60_000)).await;
+    agg.flush_now().await.expect("the epoch flushes without the refused items");
+    let stats = agg.stats();
+    assert_eq!((stats.epochs_flushed, stats.pending_events), (1, 0));
+    let refused = poison.refused.load(Ordering::SeqCst) as u64;
+    assert!(refused > 0);
+    assert_eq!(stats.flush_item_errors, refused, "each refused item is counted");
+    assert_eq!(item(&h.table, "day", "event:page", "2026-11-22", "/fine").await.map(|(c, _)| c.pageviews), Some(1));
+    assert_eq!(item(&h.table, "day", "total", "2026-11-22", "").await.map(|(c, _)| c.pageviews), Some(2));
+    // A later epoch is not held back either.
+    let mut b = Session::new("S1", 0xb, 2, T0 + 3_600_000, "");
+    ingest(&agg, &h.table, b.pageview("/later", T0 + 3_600_000)).await;
+    agg.flush_now().await.expect("the next epoch flushes");
+    assert_eq!(agg.stats().epochs_flushed, 2);
+    assert_eq!(item(&h.table, "day", "total", "2026-11-22", "").await.map(|(c, _)| c.pageviews), Some(3));
+    assert_eq!(agg.stats().flush_errors, 0);
+    agg.shutdown().await.expect("shuts down");
+}

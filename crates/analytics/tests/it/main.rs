@@ -3,5 +3,6 @@
 
 mod accounts;
 mod aggregate;
+mod bounds;
 mod pipeline;
 mod stats;

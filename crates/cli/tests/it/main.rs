@@ -1,5 +1,6 @@
 //! The `tally` binary, run as a user runs it.
 
+mod abuse_data;
 mod accounts;
 mod bad_input;
 mod bench;
@@ -7,6 +8,7 @@ mod browser;
 mod config;
 mod demo;
 mod e2e;
+mod errors;
 mod import;
 mod live;
 mod migrate;

@@ -164,6 +164,11 @@ impl Server {
         panic!("tally serve never logged {needle:?}");
     }
 
+    /// The server's process id (for `/proc/{pid}/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A new connection to the server.
     pub fn client(&self) -> Client {
         Client::connect(self.addr)

@@ -1,6 +1,7 @@
 //! The server over real HTTP: the router is spawned on 127.0.0.1, port 0, with a recording
 //! [`Ingest`], and a plain hyper client sends what the official trackers send.
 
+mod fuzz_seeds;
 mod ingestion;
 mod props;
 mod tracker;

@@ -376,3 +376,15 @@ async fn updated_return_values_keep_only_the_touched_paths() {
         .unwrap();
     assert_eq!(new.attributes, Some(nested(6)));
 }
+
+/// Regression: a second process opening a store in use got `internal error: cannot open …:
+/// Database already open. Cannot acquire lock.`; it is told what is wrong and what to do.
+#[test]
+fn a_store_open_elsewhere_is_refused_saying_why() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let _first = EmbeddedStore::open(dir.path()).expect("the store opens");
+    let second = EmbeddedStore::open(dir.path()).err().expect("a second open is refused");
+    assert!(matches!(second, StoreError::ResourceInUse(_)), "{second:?}");
+    let text = second.to_string();
+    assert!(text.contains("another process") && !text.contains("internal error"), "{text}");
+}
