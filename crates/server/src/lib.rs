@@ -62,7 +62,7 @@ pub mod wire;
 
 pub use error::ServerError;
 pub use ingest::{Ingest, IngestOutcome, SiteRef};
-pub use routes::{AppState, HealthCheck, MAX_BODY_BYTES, router};
+pub use routes::{AppState, HealthCheck, MAX_BODY_BYTES, metrics_router, router};
 
 /// Serves `app` on `listener` with the default [`listen::Limits`] until the process ends,
 /// giving handlers the peer's address.
