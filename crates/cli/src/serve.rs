@@ -160,8 +160,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
                 .await
                 .with_context(|| format!("listening on {metrics_addr} for /metrics"))?;
             let bound = metrics_listener.local_addr()?;
-            tracing::info!("metrics listening on http://{bound}/metrics");
-            (state, Some(tokio::spawn(server::serve(metrics_listener, server::metrics_router(metrics_state)))))
+            (state, Some((bound, tokio::spawn(server::serve(metrics_listener, server::metrics_router(metrics_state))))))
         }
         None if config.metrics_token.is_some() => (metrics_state, None),
         None => {
@@ -171,6 +170,9 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     };
     tracing::info!(run = aggregator.run_id(), store = %config.store, "listening on http://{addr}");
     tracing::info!("dashboard: http://{addr}/");
+    if let Some((bound, _)) = &metrics_server {
+        tracing::info!("metrics: http://{bound}/metrics");
+    }
     if let Some((_, token)) = &demo {
         tracing::info!("demo dashboard (read-only, no sign-in): http://{addr}/share/{token}");
     }
@@ -178,7 +180,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
         tracing::warn!("no account yet: create the admin account at http://{addr}/setup?token={token}");
     }
     server::serve_with_shutdown(listener, server::router(state), config.limits.clone(), shutdown).await?;
-    if let Some(task) = metrics_server {
+    if let Some((_, task)) = metrics_server {
         task.abort();
     }
     if let Some((live, _)) = demo {
