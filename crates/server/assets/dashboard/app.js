@@ -594,17 +594,21 @@ async function settingsPage() {
 
   const keysBox = h("div");
   const keyName = h("input", { id: "key-name", placeholder: "Key name" });
+  const scopeBoxes = ["stats", "visitors", "import", "admin"].map((x) => h("label", { class: "note" },
+    h("input", { type: "checkbox", name: "scope", value: x, checked: x === "stats" }), ` ${x}`));
   out.append(h("section", { class: "card" }, h("h2", {}, "API keys"), keysBox,
     h("form", { class: "row", id: "create-key", onsubmit: async (ev) => {
       ev.preventDefault();
-      const k = await api("POST", `/api/sites/${site.site_id}/keys`, { name: keyName.value || "dashboard" });
+      const scopes = scopeBoxes.map((l) => l.querySelector("input")).filter((i) => i.checked).map((i) => i.value);
+      const k = await api("POST", `/api/sites/${site.site_id}/keys`, { name: keyName.value || "dashboard", scopes });
       keysBox.prepend(h("p", {}, "Copy this key now; it is not shown again:", h("div", { class: "secret", id: "new-key" }, k.key)));
       loadKeys();
-    } }, keyName, h("button", {}, "Create key"))));
+    } }, keyName, ...scopeBoxes, h("button", {}, "Create key"),
+    h("span", { class: "note" }, "stats reads statistics; visitors reads and erases visitors' sessions; import backfills events; admin does everything on this site."))));
   async function loadKeys() {
     const { keys } = await api("GET", `/api/sites/${site.site_id}/keys`);
     keysBox.querySelector("table")?.remove();
-    keysBox.append(h("table", { class: "rows" }, keys.map((k) => h("tr", {}, h("td", {}, k.name), h("td", { class: "note" }, k.revoked ? "revoked" : "active"),
+    keysBox.append(h("table", { class: "rows" }, keys.map((k) => h("tr", {}, h("td", {}, k.name), h("td", { class: "note" }, (k.scopes || []).join(", ") + (k.legacy ? " (legacy)" : "")), h("td", { class: "note" }, k.revoked ? "revoked" : "active"),
       h("td", { class: "num" }, k.revoked ? "" : h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/keys/${k.key_id}`); loadKeys(); } }, "Revoke"))))));
   }
   loadKeys();
