@@ -369,7 +369,11 @@ impl Accounts {
         let email = normalise_email(email)?;
         let updated = self
             .table
-            .update("User", item! { "email" => email.as_str() }, model::expr::Update::new().add("signout_generation", 1))
+            .update(
+                "User",
+                item! { "email" => email.as_str() },
+                model::expr::Update::new().add("signout_generation", 1),
+            )
             .await;
         match updated {
             Ok(_) => {}

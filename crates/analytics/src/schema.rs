@@ -360,7 +360,8 @@ pub fn tally_schema(name: &str) -> Schema {
         )
         .access_pattern(AccessPattern::get("user_by_email", "Sign a user in").entity("User"))
         .access_pattern(
-            AccessPattern::get("setup_done", "The first-run setup, created once with the first account").entity("Setup"),
+            AccessPattern::get("setup_done", "The first-run setup, created once with the first account")
+                .entity("Setup"),
         )
         .access_pattern(
             AccessPattern::query("list_users", "Every account (first-run check)").entity("User").index("gsi1"),

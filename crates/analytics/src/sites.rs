@@ -737,8 +737,14 @@ impl Sites {
                 },
             )
             .await?;
-        let info =
-            ApiKeyInfo { key_id, site_id: site_id.to_owned(), name: name.to_owned(), revoked: false, scopes, legacy: false };
+        let info = ApiKeyInfo {
+            key_id,
+            site_id: site_id.to_owned(),
+            name: name.to_owned(),
+            revoked: false,
+            scopes,
+            legacy: false,
+        };
         Ok((key, info))
     }
 

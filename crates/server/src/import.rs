@@ -379,8 +379,12 @@ mod tests {
         assert_eq!((second.raw.name.as_str(), second.raw.url.as_str()), ("Signup", "https://shop.test/b?x=1,2"));
         assert_eq!(second.raw.props, [("plan".to_owned(), "pro".to_owned())]);
         assert!(!second.raw.interactive);
-        let errors: Vec<(usize, bool)> =
-            parsed.errors.reported().iter().map(|(n, e)| (*n, e.contains("interactive") || e.contains("fields"))).collect();
+        let errors: Vec<(usize, bool)> = parsed
+            .errors
+            .reported()
+            .iter()
+            .map(|(n, e)| (*n, e.contains("interactive") || e.contains("fields")))
+            .collect();
         assert_eq!(errors, [(5, true), (6, true)], "{:?}", parsed.errors);
     }
 

@@ -12,8 +12,8 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -83,7 +83,11 @@ impl MemoryWatch {
     /// Asserts the peak stayed under `mib` MiB.
     fn assert_under(&self, mib: u64, what: &str) {
         let peak = self.peak.load(Ordering::Relaxed).max(rss_kib(self.pid));
-        assert!(peak < mib * 1024, "{what}: the server reached {} MiB resident, over the bound of {mib} MiB", peak / 1024);
+        assert!(
+            peak < mib * 1024,
+            "{what}: the server reached {} MiB resident, over the bound of {mib} MiB",
+            peak / 1024
+        );
         eprintln!("{what}: peak {} MiB resident (bound {mib} MiB)", peak / 1024);
     }
 }
@@ -112,7 +116,8 @@ fn assert_healthy(server: &Server, what: &str) {
 
 /// A fresh page view reaches the Stats API: aggregation still advances.
 fn assert_aggregating(server: &Server, site: &SiteSetup, what: &str) {
-    let path = format!("/fresh-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    let path =
+        format!("/fresh-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
     let event = json!({ "n": "pageview", "u": format!("https://{}{path}", site.domain), "d": site.domain });
     let r = server.client().request(
         "POST",
@@ -122,7 +127,8 @@ fn assert_aggregating(server: &Server, site: &SiteSetup, what: &str) {
     );
     assert_eq!(r.status, 202, "{what}: {}", r.text());
     let auth = format!("Bearer {}", site.key);
-    let query = json!({ "site_id": site.domain, "metrics": ["pageviews"], "date_range": "day", "dimensions": ["event:page"] });
+    let query =
+        json!({ "site_id": site.domain, "metrics": ["pageviews"], "date_range": "day", "dimensions": ["event:page"] });
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let answer = server.client().post_json("/api/v2/query", &[("authorization", &auth)], &query);
@@ -188,7 +194,9 @@ fn slow_clients_are_closed() {
     let trickler = std::thread::spawn(move || {
         let mut s = TcpStream::connect(trickle_addr).expect("connect");
         let started = Instant::now();
-        for byte in b"GET /health HTTP/1.1\r\nhost: slow.test\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n" {
+        for byte in
+            b"GET /health HTTP/1.1\r\nhost: slow.test\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"
+        {
             if s.write_all(&[*byte]).is_err() {
                 return started.elapsed();
             }

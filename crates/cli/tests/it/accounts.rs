@@ -392,7 +392,8 @@ fn racing_setup_requests_make_exactly_one_account() {
             .map(|i| {
                 let (addr, token) = (server.addr, token.clone());
                 scope.spawn(move || {
-                    let body = json!({ "token": token, "email": format!("admin{i}@shop.test"), "password": "correct horse" });
+                    let body =
+                        json!({ "token": token, "email": format!("admin{i}@shop.test"), "password": "correct horse" });
                     Client::connect(addr).post_json("/api/setup", &[], &body).status
                 })
             })
@@ -559,10 +560,20 @@ fn key_scopes_are_checked_per_route() {
     );
     assert_eq!(made.status, 201, "{}", made.text());
     assert_eq!(made.json()["scopes"], json!(["stats", "import"]));
-    let bad = server.client().post_json("/api/sites/shop.test/keys", &[("authorization", &admin)], &json!({ "scopes": ["root"] }));
+    let bad = server.client().post_json(
+        "/api/sites/shop.test/keys",
+        &[("authorization", &admin)],
+        &json!({ "scopes": ["root"] }),
+    );
     assert_eq!(bad.status, 400);
     let keys = server.client().request("GET", "/api/sites/shop.test/keys", &[("authorization", &admin)], b"").json();
-    assert!(keys["keys"].as_array().unwrap().iter().any(|k| k["name"] == "importer" && k["scopes"] == json!(["stats", "import"])));
+    assert!(
+        keys["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["name"] == "importer" && k["scopes"] == json!(["stats", "import"]))
+    );
     server.stop();
 }
 
@@ -586,7 +597,11 @@ fn metrics_need_a_token_or_their_own_address() {
     let line = server.wait_for_log("metrics: http://");
     let addr: std::net::SocketAddr =
         line.split("http://").nth(1).unwrap().split('/').next().unwrap().parse().expect("an address");
-    assert_eq!(server.client().request("GET", "/metrics", &[("authorization", &auth)], b"").status, 404, "not on the main address");
+    assert_eq!(
+        server.client().request("GET", "/metrics", &[("authorization", &auth)], b"").status,
+        404,
+        "not on the main address"
+    );
     let r = Client::connect(addr).request("GET", "/metrics", &[("authorization", &auth)], b"");
     assert!(r.status == 200 && r.text().contains("tally_events_accepted_total"), "{}", r.text());
     assert_eq!(Client::connect(addr).request("GET", "/metrics", &[], b"").status, 401, "and still behind its token");

@@ -274,10 +274,7 @@ async fn health_answers_unavailable_while_its_check_fails() {
     let check = switch.clone();
     let app = TestApp::spawn_with(move |state| state.with_health(check)).await;
     let answer = app.send(Method::GET, "/health", &[], "").await;
-    assert_eq!(
-        (answer.status, answer.body.as_str()),
-        (StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"unavailable"}"#)
-    );
+    assert_eq!((answer.status, answer.body.as_str()), (StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"unavailable"}"#));
     switch.0.store(true, std::sync::atomic::Ordering::Relaxed);
     let answer = app.send(Method::GET, "/health", &[], "").await;
     assert_eq!((answer.status, answer.body.as_str()), (StatusCode::OK, r#"{"status":"ok"}"#));
