@@ -65,14 +65,13 @@ impl MemoryWatch {
         let (p, s) = (peak.clone(), stop.clone());
         std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
-                if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                    if let Some(kib) = text
+                if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    && let Some(kib) = text
                         .lines()
                         .find_map(|l| l.strip_prefix("VmRSS:"))
                         .and_then(|r| r.split_whitespace().next()?.parse().ok())
-                    {
-                        p.fetch_max(kib, Ordering::Relaxed);
-                    }
+                {
+                    p.fetch_max(kib, Ordering::Relaxed);
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
