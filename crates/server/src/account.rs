@@ -384,3 +384,27 @@ pub async fn unlock(
         Err(e) => accounts_error(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_are_limited_per_client_and_per_account() {
+        let a = Attempts::new(2);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(a.check(ip("192.0.2.1"), "x@example.com").is_ok());
+        assert!(a.check(ip("192.0.2.1"), "y@example.com").is_ok());
+        let wait = a.check(ip("192.0.2.1"), "z@example.com").unwrap_err();
+        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(30), "{wait:?}");
+        // A refused client took nothing from z's account.
+        assert!(a.check(ip("192.0.2.2"), "Z@example.com").is_ok());
+        assert!(a.check(ip("192.0.2.3"), "z@example.com").is_ok());
+        assert!(a.check(ip("192.0.2.4"), "z@example.com").is_err(), "the account's own limit, any case");
+        // One IPv6 subscriber is one /64.
+        assert!(a.check(ip("2001:db8:1:2::1"), "v6a@example.com").is_ok());
+        assert!(a.check(ip("2001:db8:1:2:ffff::9"), "v6b@example.com").is_ok());
+        assert!(a.check(ip("2001:db8:1:2:abcd::7"), "v6c@example.com").is_err());
+        assert!(a.check(ip("2001:db8:1:3::1"), "v6c@example.com").is_ok());
+    }
+}
