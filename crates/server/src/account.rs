@@ -3,7 +3,9 @@
 //! - `GET /api/auth`: `{signed_in, email, csrf, setup_required}` for the page to decide what to
 //!   show; `csrf` is the token every cookie-signed-in request must send in `X-Tally-CSRF`.
 //! - `POST /api/login {email, password}` sets the login cookie; `POST /api/logout` ends it;
-//!   `POST /api/logout/everywhere` ends every login of the signed-in account, this one included.
+//!   `POST /api/logout/everywhere` ends every login of the signed-in account, this one included;
+//!   `POST /api/password {current_password, new_password}` changes its password, which ends them
+//!   too, and signs this browser in again.
 //! - `POST /api/setup {token, email, password}` creates the first account, once, with the token
 //!   of the setup link `tally serve` prints while no account exists.
 //! - `GET /api/share/{token}`: the site a shared link shows and whether it needs a password;
@@ -269,6 +271,41 @@ pub async fn logout_everywhere(State(state): State<AppState>, peer: Peer, header
     }
     tracing::info!(email = %user.email, "signed out everywhere");
     signed_out(auth::is_https(&state, &headers, peer))
+}
+
+/// `POST /api/password {current_password, new_password}`: changes the signed-in account's
+/// password, which ends its logins everywhere, and signs this browser in again (a new cookie and
+/// CSRF token). The current password is checked under the same limits as a sign-in.
+pub async fn change_password(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
+    let r = tri!(reading(&state));
+    let user = match tri!(auth::principal(r, &headers).await) {
+        auth::Principal::User(user) => user,
+        _ => return auth::unauthorized(),
+    };
+    let map = tri!(json_object(&headers, &body));
+    let (current, new) = (tri!(field(&map, "current_password")), tri!(field(&map, "new_password")));
+    let client = auth::client_addr(&state, &headers, peer);
+    if let Err(wait) = state.attempts.check(client, &user.email) {
+        tracing::warn!("authentication throttled; client={client} kind=password account={:?}", loggable(&user.email));
+        return throttled(wait);
+    }
+    match r.accounts.login(&user.email, current).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
+            return error(StatusCode::UNAUTHORIZED, "the current password is wrong");
+        }
+        Err(e) => return accounts_error(e),
+    }
+    if let Err(e) = r.accounts.set_password(&user.email, new).await {
+        return accounts_error(e);
+    }
+    tracing::info!(email = %user.email, %client, "password changed; signed out everywhere");
+    match r.accounts.login(&user.email, new).await {
+        Ok(Some((token, user))) => signed_in(auth::is_https(&state, &headers, peer), &token, &user.email),
+        Ok(None) => internal("an account could not sign in with its new password"),
+        Err(e) => accounts_error(e),
+    }
 }
 
 /// `POST /api/setup`.

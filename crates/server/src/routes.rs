@@ -143,6 +143,7 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/login", post(account::login))
         .route("/api/logout", post(account::logout))
         .route("/api/logout/everywhere", post(account::logout_everywhere))
+        .route("/api/password", post(account::change_password))
         .route("/api/setup", post(account::setup))
         .route("/api/share/{token}", get(account::share))
         .route("/api/share/{token}/unlock", post(account::unlock))

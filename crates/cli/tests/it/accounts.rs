@@ -437,9 +437,25 @@ fn signing_out_everywhere_ends_every_login_of_the_account() {
     assert_eq!(other.get("/api/sites").status, 200, "another account is not touched");
     let mut again = sign_in(&server, "owner@shop.test", "correct horse");
     assert_eq!(again.get("/api/sites").status, 200, "signing in again works");
+    // Changing the password from the dashboard ends the other logins and keeps this browser in.
+    let mut elsewhere = sign_in(&server, "owner@shop.test", "correct horse");
+    let wrong = again.send("POST", "/api/password", &json!({ "current_password": "nope nope", "new_password": "x" }));
+    assert_eq!(wrong.status, 401);
+    let changed = again.send(
+        "POST",
+        "/api/password",
+        &json!({ "current_password": "correct horse", "new_password": "staple battery" }),
+    );
+    assert_eq!(changed.status, 200, "{}", changed.text());
+    assert_eq!(elsewhere.get("/api/sites").status, 401, "another browser is signed out");
+    assert_eq!(again.get("/api/sites").status, 401, "this browser's old cookie too");
+    again.cookie = cookie_of(&changed);
+    again.csrf = changed.json()["csrf"].as_str().unwrap().to_owned();
+    assert_eq!(again.get("/api/sites").status, 200, "this browser is signed in anew");
     server.stop();
     // A new password ends the sign-ins too (`tally user password`, on the stopped store).
     let browser_cookie = again.cookie.clone();
+    // …and so does a new password set with `tally user password`.
     let mut pw = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
     pw.args(["user", "password", "owner@shop.test", "--store"]).arg(&store).stdin(std::process::Stdio::piped());
     let mut child = pw.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();

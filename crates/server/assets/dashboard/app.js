@@ -528,6 +528,16 @@ async function settingsPage() {
       ev.preventDefault();
       try { const x = await api("POST", "/api/sites", { domain: newDomain.value, timezone: newTz.value }); location.href = `/settings?site=${encodeURIComponent(x.domain)}`; } catch (e) { msg(addMsg, e.message, "error"); }
     } }, newDomain, newTz, h("button", { class: "primary" }, "Add site"), addMsg)));
+  const curPw = h("input", { id: "current-password", type: "password", placeholder: "Current password", autocomplete: "current-password", required: true });
+  const newPw = h("input", { id: "new-password", type: "password", placeholder: "New password (8+ characters)", autocomplete: "new-password", minlength: 8, required: true });
+  const pwMsg = h("span");
+  out.append(h("section", { class: "card" }, h("h2", {}, "Your account"),
+    h("form", { class: "row", id: "change-password", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try { const x = await api("POST", "/api/password", { current_password: curPw.value, new_password: newPw.value }); S.csrf = x.csrf; curPw.value = newPw.value = ""; msg(pwMsg, "Password changed; other browsers are signed out."); } catch (e) { msg(pwMsg, e.message, "error"); }
+    } }, curPw, newPw, h("button", {}, "Change password"), pwMsg),
+    h("p", {}, h("button", { class: "link", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere"),
+      h("span", { class: "note" }, " ends this account's sign-ins on every browser."))));
   show(out);
   if (!site) return;
 
