@@ -3,8 +3,16 @@
 //! - **Users** sign in with an e-mail and a password. Passwords are kept as Argon2id hashes (PHC
 //!   strings) from the `argon2` crate — RustCrypto's maintained, pure-Rust implementation of the
 //!   algorithm OWASP recommends first — with its default parameters (19 MiB, two passes), and
-//!   hashed on a blocking thread so a sign-in never stalls ingestion. Every user is an admin of
-//!   every site: Tally is self-hosted, and the people who can sign in run it.
+//!   hashed on a blocking thread so a sign-in never stalls ingestion. At most
+//!   [`max_concurrent_hashes`] hashes run at once in a process (each holds 19 MiB); a caller
+//!   waits up to [`HASH_QUEUE_WAIT`] for a turn, then gets [`AccountsError::Busy`]. Every user
+//!   is an admin of every site: Tally is self-hosted, and the people who can sign in run it.
+//! - **Signing out everywhere** ([`Accounts::sign_out_everywhere`], and every password change)
+//!   raises the account's sign-out generation; a login grant carries the generation it was made
+//!   in and is refused once the account's has moved on.
+//! - **The first account** made by the setup link ([`Accounts::add_first_user`]) is written in
+//!   one transaction with a `Setup` item created on the condition that none exists, so racing
+//!   setup requests make exactly one account.
 //! - **Grants** are what a browser's cookie stands for: a login session, or a password-protected
 //!   shared link that was unlocked. The cookie holds a random 32-byte token; the table holds only
 //!   its SHA-256, so a copy of the table signs nobody in. Grants expire (30 days for a login,
@@ -81,6 +89,36 @@ pub enum AccountsError {
     /// Hashing failed (it does not, for valid parameters), or its thread panicked.
     #[error("password hashing failed: {0}")]
     Hashing(String),
+    /// Every password-hashing slot stayed taken for [`HASH_QUEUE_WAIT`]: try again shortly.
+    #[error("too many sign-ins at once; try again in a moment")]
+    Busy,
+    /// The first-run setup was done already (or an account exists).
+    #[error("the first account exists already; sign in instead")]
+    SetupDone,
+}
+
+/// How long a password check waits for a hashing slot before it gives up with
+/// [`AccountsError::Busy`].
+pub const HASH_QUEUE_WAIT: Duration = Duration::from_secs(2);
+
+/// Most Argon2 hashes computed at once in this process: one per core, at least two. More would
+/// only queue on the cores and hold 19 MiB each meanwhile.
+pub fn max_concurrent_hashes() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).max(2)
+}
+
+/// Runs `work` (a password hash or check) on a blocking thread once a hashing slot is free.
+async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, AccountsError> {
+    static SLOTS: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
+    let slots = SLOTS.get_or_init(|| tokio::sync::Semaphore::new(max_concurrent_hashes()));
+    let permit = match tokio::time::timeout(HASH_QUEUE_WAIT, slots.acquire()).await {
+        Ok(Ok(permit)) => permit,
+        Ok(Err(_closed)) => return Err(AccountsError::Hashing("the hashing slots are closed".into())),
+        Err(_elapsed) => return Err(AccountsError::Busy),
+    };
+    let out = tokio::task::spawn_blocking(work).await.map_err(|e| AccountsError::Hashing(e.to_string()));
+    drop(permit);
+    out
 }
 
 /// A dashboard account.
@@ -169,7 +207,7 @@ fn check_password(password: &str) -> Result<(), AccountsError> {
 /// Hashes `password` with Argon2id and a random salt, on a blocking thread.
 async fn hash_password(password: &str) -> Result<String, AccountsError> {
     let password = password.to_owned();
-    tokio::task::spawn_blocking(move || {
+    hashing(move || {
         let mut salt = [0u8; 16];
         rand::fill(&mut salt);
         let salt = SaltString::encode_b64(&salt).map_err(|e| AccountsError::Hashing(e.to_string()))?;
@@ -178,8 +216,7 @@ async fn hash_password(password: &str) -> Result<String, AccountsError> {
             .map(|h| h.to_string())
             .map_err(|e| AccountsError::Hashing(e.to_string()))
     })
-    .await
-    .map_err(|e| AccountsError::Hashing(e.to_string()))?
+    .await?
 }
 
 /// Whether `password` matches the PHC string `hash`, on a blocking thread. A `None` hash (no
@@ -198,12 +235,11 @@ async fn verify_password(password: &str, hash: Option<String>) -> Result<bool, A
         },
     };
     let password = password.to_owned();
-    let matched = tokio::task::spawn_blocking(move || {
+    let matched = hashing(move || {
         PasswordHash::new(&hash)
             .is_ok_and(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
     })
-    .await
-    .map_err(|e| AccountsError::Hashing(e.to_string()))?;
+    .await?;
     Ok(known && matched)
 }
 
@@ -213,6 +249,11 @@ fn user_of(r: &Record) -> Result<User, AccountsError> {
         user_id: r.string("user_id").map_err(corrupt("User"))?.to_owned(),
         role: r.opt_string("role").ok().flatten().unwrap_or("admin").to_owned(),
     })
+}
+
+/// An account's sign-out generation (0 until it first signs out everywhere).
+fn generation_of(user: &Record) -> i64 {
+    user.opt_i64("signout_generation").ok().flatten().unwrap_or(0)
 }
 
 fn share_of(r: &Record) -> Result<ShareInfo, AccountsError> {
@@ -267,7 +308,40 @@ impl Accounts {
         }
     }
 
-    /// Sets an account's password. Its existing logins stay valid.
+    /// Creates the first account, the one the setup link makes: written in one transaction
+    /// with the `Setup` item, created only if it is not there, so of any number of racing calls
+    /// one succeeds and the others get [`AccountsError::SetupDone`].
+    pub async fn add_first_user(&self, email: &str, password: &str) -> Result<User, AccountsError> {
+        let email = normalise_email(email)?;
+        check_password(password)?;
+        if self.table.get("Setup", item! {}).await?.is_some() || self.has_users().await? {
+            return Err(AccountsError::SetupDone);
+        }
+        let hash = hash_password(password).await?;
+        let user_id = ulid::Ulid::new().to_string();
+        let writes = vec![
+            model::TxWrite::create("Setup", item! { "email" => email.as_str() }),
+            model::TxWrite::create(
+                "User",
+                item! {
+                    "email" => email.as_str(),
+                    "user_id" => user_id.as_str(),
+                    "password_hash" => hash.as_str(),
+                    "role" => "admin",
+                },
+            ),
+        ];
+        match self.table.transact_write(writes).await {
+            Ok(_) => Ok(User { email, user_id, role: "admin".to_owned() }),
+            Err(e) if e.is_condition_failed() || e.is_already_exists() || e.is_transaction_canceled() => {
+                Err(AccountsError::SetupDone)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sets an account's password and ends its existing logins (see
+    /// [`Accounts::sign_out_everywhere`]).
     pub async fn set_password(&self, email: &str, password: &str) -> Result<(), AccountsError> {
         let email = normalise_email(email)?;
         check_password(password)?;
@@ -276,8 +350,34 @@ impl Accounts {
         }
         let hash = hash_password(password).await?;
         self.table
-            .update("User", item! { "email" => email.as_str() }, model::expr::Update::new().set("password_hash", hash))
+            .update(
+                "User",
+                item! { "email" => email.as_str() },
+                model::expr::Update::new().set("password_hash", hash).add("signout_generation", 1),
+            )
             .await?;
+        forget(&self.sessions);
+        Ok(())
+    }
+
+    /// Ends every login of an account, on every process (within [`CACHE_TTL`] on the others):
+    /// its sign-out generation moves on, and grants made in an earlier one are refused.
+    pub async fn sign_out_everywhere(&self, email: &str) -> Result<(), AccountsError> {
+        let email = normalise_email(email)?;
+        let updated = self
+            .table
+            .update(
+                "User",
+                item! { "email" => email.as_str() },
+                model::expr::Update::new().add("signout_generation", 1),
+            )
+            .await;
+        match updated {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() || e.is_condition_failed() => return Err(AccountsError::NoSuchUser(email)),
+            Err(e) => return Err(e.into()),
+        }
+        forget(&self.sessions);
         Ok(())
     }
 
@@ -305,11 +405,17 @@ impl Accounts {
         }
         let Some(record) = record else { return Ok(None) };
         let user = user_of(&record)?;
-        let token = self.grant("user", &user.email, LOGIN_LIFETIME).await?;
+        let token = self.grant("user", &user.email, LOGIN_LIFETIME, generation_of(&record)).await?;
         Ok(Some((token, user)))
     }
 
-    async fn grant(&self, kind: &str, subject: &str, lifetime: Duration) -> Result<String, AccountsError> {
+    async fn grant(
+        &self,
+        kind: &str,
+        subject: &str,
+        lifetime: Duration,
+        generation: i64,
+    ) -> Result<String, AccountsError> {
         let token = new_token();
         let expires = (now_ms() / 1000) + lifetime.as_secs() as i64;
         self.table
@@ -320,14 +426,15 @@ impl Accounts {
                     "kind" => kind,
                     "subject" => subject,
                     "ttl" => expires,
+                    "generation" => generation,
                 },
             )
             .await?;
         Ok(token)
     }
 
-    /// The live grant behind `token`: its kind and subject.
-    async fn grant_of(&self, token: &str) -> Result<Option<(String, String)>, AccountsError> {
+    /// The live grant behind `token`: its kind, subject and generation.
+    async fn grant_of(&self, token: &str) -> Result<Option<(String, String, i64)>, AccountsError> {
         if !plausible_token(token) {
             return Ok(None);
         }
@@ -340,7 +447,9 @@ impl Accounts {
         }
         let kind = r.string("kind").map_err(corrupt("Grant"))?.to_owned();
         let subject = r.string("subject").map_err(corrupt("Grant"))?.to_owned();
-        Ok(Some((kind, subject)))
+        // Grants made before generations existed are of generation 0, as are their accounts.
+        let generation = r.opt_i64("generation").ok().flatten().unwrap_or(0);
+        Ok(Some((kind, subject, generation)))
     }
 
     /// The account signed in with login token `token`, if the login is live and the account exists.
@@ -354,8 +463,10 @@ impl Accounts {
             return Ok(hit);
         }
         let user = match self.grant_of(token).await? {
-            Some((kind, email)) if kind == "user" => {
+            Some((kind, email, generation)) if kind == "user" => {
                 match self.table.get("User", item! { "email" => email.as_str() }).await? {
+                    // Signed out everywhere (or the password changed) since this login.
+                    Some(r) if generation_of(&r) != generation => None,
                     Some(r) => Some(user_of(&r)?),
                     None => None,
                 }
@@ -465,12 +576,12 @@ impl Accounts {
         if hash.is_none() || password.len() > MAX_PASSWORD_BYTES || !verify_password(password, hash).await? {
             return Ok(None);
         }
-        Ok(Some(self.grant("share", &info.share_id, SHARE_UNLOCK_LIFETIME).await?))
+        Ok(Some(self.grant("share", &info.share_id, SHARE_UNLOCK_LIFETIME, 0).await?))
     }
 
     /// Whether `grant` is a live unlock of shared link `share_id`.
     pub async fn share_unlocked(&self, grant: &str, share_id: &str) -> Result<bool, AccountsError> {
-        Ok(matches!(self.grant_of(grant).await?, Some((kind, subject)) if kind == "share" && subject == share_id))
+        Ok(matches!(self.grant_of(grant).await?, Some((kind, subject, _)) if kind == "share" && subject == share_id))
     }
 }
 

@@ -122,6 +122,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("user_id").ulid())
                 .attribute(Attribute::string("password_hash").required().example("$argon2id$v=19$m=19456,t=2,p=1$…"))
                 .attribute(Attribute::string("role").default_value("admin"))
+                .attribute(Attribute::number("signout_generation").example(0))
                 .timestamps()
                 .key("USER#{email}", "USER")
                 .gsi("gsi1", "USERS", "USER#{email}"),
@@ -135,8 +136,20 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("token_hash").required().example("9f86d081884c7d65"))
                 .attribute(Attribute::string("kind").required().example("user"))
                 .attribute(Attribute::string("subject").required().example("admin@example.com"))
+                .attribute(Attribute::number("generation").example(0))
                 .ttl_after("ttl", Duration::from_secs(30 * 86_400))
                 .key("GRANT#{token_hash}", "GRANT"),
+        )
+        .entity(
+            Entity::new("Setup")
+                .description(
+                    "The first-run setup, done: written in one transaction with the first account, on the \
+                     condition that it is not there yet, so the setup link makes one account however many \
+                     requests race.",
+                )
+                .attribute(Attribute::string("email").required().example("admin@example.com"))
+                .timestamps()
+                .key("SETUP", "SETUP"),
         )
         .entity(
             Entity::new("ShareLink")
@@ -346,6 +359,10 @@ pub fn tally_schema(name: &str) -> Schema {
                 .sort(SortShape::BeginsWith),
         )
         .access_pattern(AccessPattern::get("user_by_email", "Sign a user in").entity("User"))
+        .access_pattern(
+            AccessPattern::get("setup_done", "The first-run setup, created once with the first account")
+                .entity("Setup"),
+        )
         .access_pattern(
             AccessPattern::query("list_users", "Every account (first-run check)").entity("User").index("gsi1"),
         )

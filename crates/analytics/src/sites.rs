@@ -162,6 +162,51 @@ pub const MAX_FUNNELS: usize = 50;
 /// The longest funnel name, in characters.
 pub const MAX_FUNNEL_NAME: usize = 120;
 
+/// What a site API key may do on its site. A key holds one or more; `Admin` allows everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Scope {
+    /// Read statistics: the Stats API, funnels, realtime. The default of a new key.
+    Stats,
+    /// Read, export and erase visitors' sessions and events.
+    Visitors,
+    /// Import events with their own timestamps.
+    Import,
+    /// Everything on the key's site, settings, goals, keys and shared links included.
+    Admin,
+}
+
+impl Scope {
+    /// Every scope, in order.
+    pub const ALL: [Scope; 4] = [Scope::Stats, Scope::Visitors, Scope::Import, Scope::Admin];
+
+    /// What keys stored before scopes existed may do: what every key could then — all but
+    /// `Admin`, which no key could do — so an upgrade breaks no integration. Revoke and re-issue
+    /// such keys with the scopes they need.
+    pub const LEGACY: [Scope; 3] = [Scope::Stats, Scope::Visitors, Scope::Import];
+
+    /// Its name: `stats`, `visitors`, `import` or `admin`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Stats => "stats",
+            Scope::Visitors => "visitors",
+            Scope::Import => "import",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// The scope named `name` (any case).
+    pub fn parse(name: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|s| s.as_str().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A site API key, without the key itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyInfo {
@@ -173,6 +218,17 @@ pub struct ApiKeyInfo {
     pub name: String,
     /// Whether it was revoked.
     pub revoked: bool,
+    /// What it may do, sorted, never empty.
+    pub scopes: Vec<Scope>,
+    /// Whether it was stored before keys had scopes, so holds [`Scope::LEGACY`].
+    pub legacy: bool,
+}
+
+impl ApiKeyInfo {
+    /// Whether the key may do what `scope` allows.
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
+    }
 }
 
 /// Sites, goals and keys, with short-lived caches. Share it behind an `Arc`.
@@ -629,8 +685,20 @@ impl Sites {
         Ok(marked)
     }
 
-    /// Creates an API key for a site: returns the key (shown once, never stored) and its record.
-    pub async fn create_key(&self, site_id: &str, name: &str) -> Result<(String, ApiKeyInfo), SitesError> {
+    /// Creates an API key for a site with `scopes` (none is [`Scope::Stats`] alone): returns the
+    /// key (shown once, never stored) and its record.
+    pub async fn create_key(
+        &self,
+        site_id: &str,
+        name: &str,
+        scopes: &[Scope],
+    ) -> Result<(String, ApiKeyInfo), SitesError> {
+        let mut scopes = scopes.to_vec();
+        if scopes.is_empty() {
+            scopes.push(Scope::Stats);
+        }
+        scopes.sort();
+        scopes.dedup();
         if self.load(site_id).await?.is_none() {
             return Err(SitesError::NoSuchSite(site_id.to_owned()));
         }
@@ -646,10 +714,19 @@ impl Sites {
                     "key_id" => key_id.as_str(),
                     "site_id" => site_id,
                     "name" => name,
+                    "scopes" => store::AttributeValue::Ss(scopes.iter().map(|s| s.as_str().to_owned()).collect()),
                 },
             )
             .await?;
-        Ok((key, ApiKeyInfo { key_id, site_id: site_id.to_owned(), name: name.to_owned(), revoked: false }))
+        let info = ApiKeyInfo {
+            key_id,
+            site_id: site_id.to_owned(),
+            name: name.to_owned(),
+            revoked: false,
+            scopes,
+            legacy: false,
+        };
+        Ok((key, info))
     }
 
     /// A site's keys.
@@ -704,11 +781,21 @@ impl Sites {
 }
 
 fn key_info(r: &Record) -> Result<ApiKeyInfo, SitesError> {
+    let stored = r.string_set("scopes").map_err(corrupt("ApiKey"))?;
+    // A scope this version does not know (written by a newer one) allows nothing here.
+    let mut scopes: Vec<Scope> = stored.iter().filter_map(|name| Scope::parse(name)).collect();
+    let legacy = stored.is_empty();
+    if legacy {
+        scopes = Scope::LEGACY.to_vec();
+    }
+    scopes.sort();
     Ok(ApiKeyInfo {
         key_id: r.string("key_id").map_err(corrupt("ApiKey"))?.to_owned(),
         site_id: r.string("site_id").map_err(corrupt("ApiKey"))?.to_owned(),
         name: r.opt_string("name").ok().flatten().unwrap_or_default().to_owned(),
         revoked: r.opt_i64("revoked_at").ok().flatten().is_some(),
+        scopes,
+        legacy,
     })
 }
 

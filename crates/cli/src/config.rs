@@ -105,6 +105,17 @@ pub struct Config {
     pub log_format: LogFormat,
     /// The log filter: a level (`info`) or tracing directives (`info,analytics=debug`).
     pub log_level: String,
+    /// How many connections, and how long each phase of one, `tally serve` allows.
+    pub limits: server::listen::Limits,
+    /// The Bearer token `/metrics` asks for. With neither it nor `metrics_listen`, `/metrics` is
+    /// not served.
+    pub metrics_token: Option<String>,
+    /// An address of its own for `/metrics` (and `/health`), such as a private interface;
+    /// `/metrics` is then not served on `listen`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Sign-in and shared-link unlock attempts allowed per minute, per client address and per
+    /// account (or link), after a burst of as many.
+    pub auth_attempts_per_minute: u32,
 }
 
 impl Default for Config {
@@ -120,6 +131,10 @@ impl Default for Config {
             flush_interval: Duration::from_secs(3),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
+            limits: server::listen::Limits::default(),
+            metrics_token: None,
+            metrics_listen: None,
+            auth_attempts_per_minute: server::account::DEFAULT_ATTEMPTS_PER_MINUTE,
         }
     }
 }
@@ -155,6 +170,30 @@ pub struct Layer {
     /// Log level or filter directives [default: info].
     #[arg(long, global = true)]
     pub log_level: Option<String>,
+    /// Most connections `tally serve` keeps open; at the cap the oldest idle one is closed [default: 1000].
+    #[arg(long, global = true)]
+    pub max_connections: Option<usize>,
+    /// Longest wait for a request's head from its first byte [default: 10s].
+    #[arg(long, global = true)]
+    pub header_timeout: Option<String>,
+    /// Longest an idle keep-alive connection is kept [default: 15s].
+    #[arg(long, global = true)]
+    pub idle_timeout: Option<String>,
+    /// Longest gap between two chunks of a request body [default: 10s].
+    #[arg(long, global = true)]
+    pub body_timeout: Option<String>,
+    /// Longest a request may take, body included [default: 30s].
+    #[arg(long, global = true)]
+    pub request_timeout: Option<String>,
+    /// The Bearer token /metrics asks for (without it or --metrics-listen, /metrics is off).
+    #[arg(long, global = true)]
+    pub metrics_token: Option<String>,
+    /// An address of its own for /metrics and /health, such as 127.0.0.1:9090.
+    #[arg(long, global = true)]
+    pub metrics_listen: Option<String>,
+    /// Sign-in and unlock attempts per minute, per client address and per account [default: 10].
+    #[arg(long, global = true)]
+    pub auth_attempts_per_minute: Option<u32>,
 }
 
 impl Layer {
@@ -174,6 +213,14 @@ impl Layer {
             flush_interval: var("TALLY_FLUSH_INTERVAL"),
             log_format: var("TALLY_LOG_FORMAT"),
             log_level: var("TALLY_LOG_LEVEL"),
+            max_connections: var("TALLY_MAX_CONNECTIONS").map(|v| v.trim().parse().unwrap_or(0)),
+            header_timeout: var("TALLY_HEADER_TIMEOUT"),
+            idle_timeout: var("TALLY_IDLE_TIMEOUT"),
+            body_timeout: var("TALLY_BODY_TIMEOUT"),
+            request_timeout: var("TALLY_REQUEST_TIMEOUT"),
+            metrics_token: var("TALLY_METRICS_TOKEN"),
+            metrics_listen: var("TALLY_METRICS_LISTEN"),
+            auth_attempts_per_minute: var("TALLY_AUTH_ATTEMPTS_PER_MINUTE").map(|v| v.trim().parse().unwrap_or(0)),
         }
     }
 
@@ -213,6 +260,40 @@ impl Layer {
         }
         if let Some(level) = self.log_level {
             config.log_level = level;
+        }
+        if let Some(max) = self.max_connections {
+            if max == 0 {
+                bail!("invalid max_connections: give a number of connections above zero");
+            }
+            config.limits.max_connections = max;
+        }
+        for (text, slot) in [
+            (self.header_timeout, &mut config.limits.header_timeout),
+            (self.idle_timeout, &mut config.limits.idle_timeout),
+            (self.body_timeout, &mut config.limits.body_timeout),
+            (self.request_timeout, &mut config.limits.request_timeout),
+        ] {
+            if let Some(text) = text {
+                *slot = parse_duration(&text)?;
+            }
+        }
+        if let Some(token) = self.metrics_token {
+            let token = token.trim().to_owned();
+            if token.len() < 16 || token.chars().any(|c| !c.is_ascii_graphic()) {
+                bail!("invalid metrics_token: give at least 16 printable characters, no spaces");
+            }
+            config.metrics_token = Some(token);
+        }
+        if let Some(listen) = self.metrics_listen {
+            config.metrics_listen = Some(listen.parse().with_context(|| {
+                format!("invalid metrics_listen address {listen:?}: expected HOST:PORT such as 127.0.0.1:9090")
+            })?);
+        }
+        if let Some(n) = self.auth_attempts_per_minute {
+            if n == 0 {
+                bail!("invalid auth_attempts_per_minute: give a number above zero");
+            }
+            config.auth_attempts_per_minute = n;
         }
         Ok(())
     }
@@ -261,6 +342,19 @@ impl Config {
         out.push_str(&format!("flush_interval = \"{}ms\"\n", self.flush_interval.as_millis()));
         out.push_str(&format!("log_format = \"{}\"\n", self.log_format.as_str()));
         out.push_str(&format!("log_level = {}\n", quote(&self.log_level)));
+        let l = &self.limits;
+        out.push_str(&format!("max_connections = {}\n", l.max_connections));
+        out.push_str(&format!("header_timeout = \"{}ms\"\n", l.header_timeout.as_millis()));
+        out.push_str(&format!("idle_timeout = \"{}ms\"\n", l.idle_timeout.as_millis()));
+        out.push_str(&format!("body_timeout = \"{}ms\"\n", l.body_timeout.as_millis()));
+        out.push_str(&format!("request_timeout = \"{}ms\"\n", l.request_timeout.as_millis()));
+        if let Some(token) = &self.metrics_token {
+            out.push_str(&format!("metrics_token = {}\n", quote(token)));
+        }
+        if let Some(listen) = &self.metrics_listen {
+            out.push_str(&format!("metrics_listen = {}\n", quote(&listen.to_string())));
+        }
+        out.push_str(&format!("auth_attempts_per_minute = {}\n", self.auth_attempts_per_minute));
         out
     }
 }
@@ -367,6 +461,11 @@ mod tests {
             ("TALLY_FLUSH_INTERVAL", "2h", "duration"),
             ("TALLY_STORE", "s3://bucket", "unknown store"),
             ("TALLY_TRUSTED_PROXIES", "not-an-ip", "trusted proxy"),
+            ("TALLY_MAX_CONNECTIONS", "many", "max_connections"),
+            ("TALLY_IDLE_TIMEOUT", "soon", "duration"),
+            ("TALLY_METRICS_TOKEN", "short", "metrics_token"),
+            ("TALLY_METRICS_LISTEN", "nowhere", "metrics_listen"),
+            ("TALLY_AUTH_ATTEMPTS_PER_MINUTE", "0", "auth_attempts_per_minute"),
         ] {
             let error = Config::load(None, Layer::default(), env(&[(name, value)])).unwrap_err();
             assert!(format!("{error:#}").contains(needle), "{name}={value}: {error:#}");
@@ -384,7 +483,14 @@ mod tests {
 
     #[test]
     fn the_printed_configuration_reads_back_the_same() {
-        let vars = env(&[("TALLY_TRUSTED_PROXIES", "127.0.0.1"), ("TALLY_MMDB", "/data/country \"x\".mmdb")]);
+        let vars = env(&[
+            ("TALLY_TRUSTED_PROXIES", "127.0.0.1"),
+            ("TALLY_MMDB", "/data/country \"x\".mmdb"),
+            ("TALLY_METRICS_TOKEN", "0123456789abcdef-metrics"),
+            ("TALLY_METRICS_LISTEN", "127.0.0.1:9090"),
+            ("TALLY_IDLE_TIMEOUT", "3s"),
+            ("TALLY_MAX_CONNECTIONS", "64"),
+        ]);
         let config = Config::load(None, Layer::default(), vars).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("printed.toml");

@@ -266,6 +266,16 @@ enum KeyCommand {
         /// What the key is for.
         #[arg(long, default_value = "default")]
         name: String,
+        /// What the key may do: stats (read statistics, the default), visitors (read, export
+        /// and erase visitors), import, admin (everything on its site). Repeatable or
+        /// comma-separated.
+        #[arg(long = "scope", value_delimiter = ',')]
+        scopes: Vec<String>,
+    },
+    /// Lists a site's keys: id, scopes, state and name.
+    List {
+        /// The site (domain or id).
+        site: String,
     },
     /// Revokes a key by its id.
     Revoke {
@@ -290,8 +300,13 @@ enum UserCommand {
         /// Its e-mail.
         email: String,
     },
-    /// Sets an account's password, read from standard input.
+    /// Sets an account's password, read from standard input; ends its sign-ins everywhere.
     Password {
+        /// Its e-mail.
+        email: String,
+    },
+    /// Ends every sign-in of an account, on every browser.
+    SignOut {
         /// Its e-mail.
         email: String,
     },
@@ -405,7 +420,8 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         }
         Command::Key { what } => runtime()?.block_on(async {
             match what {
-                KeyCommand::Create { site, name } => serve::key_create(&config, &site, &name).await,
+                KeyCommand::Create { site, name, scopes } => serve::key_create(&config, &site, &name, &scopes).await,
+                KeyCommand::List { site } => serve::key_list(&config, &site).await,
                 KeyCommand::Revoke { site, key_id } => serve::key_revoke(&config, &site, &key_id).await,
             }
         })?,
@@ -415,6 +431,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 UserCommand::List => users::list(&config).await,
                 UserCommand::Remove { email } => users::remove(&config, &email).await,
                 UserCommand::Password { email } => users::password(&config, &email).await,
+                UserCommand::SignOut { email } => users::sign_out(&config, &email).await,
             }
         })?,
         Command::Share { what } => runtime()?.block_on(async {

@@ -12,7 +12,7 @@ use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
 use analytics::goal::Goal;
 use analytics::lease::IngestLease;
 use analytics::pipeline::{IngestResult, Pipeline};
-use analytics::sites::{Site, SiteChanges, Sites};
+use analytics::sites::{Scope, Site, SiteChanges, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
 use model::Table;
@@ -138,24 +138,53 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             store_read_units: capacity.read_units,
         }
     };
+    let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))
+        .map_err(|e| anyhow!("trusted proxies: {e}"))?;
     let state = server::AppState::new(Arc::new(PipelineIngest(pipeline)))
         .with_reading(reading)
-        .with_metrics(Arc::new(metrics))
-        .with_health(Arc::new(StoreHealth(sites.clone())));
+        .with_health(Arc::new(StoreHealth(sites.clone())))
+        .with_trusted_proxies(trusted)
+        .with_attempts_per_minute(config.auth_attempts_per_minute);
+    // `/metrics` is served where it was asked for: behind its token, on an address of its own,
+    // or both; with neither, not at all, as it tells about every site.
+    let mut metrics_state = state.clone().with_metrics(Arc::new(metrics));
+    if let Some(token) = &config.metrics_token {
+        metrics_state = metrics_state.with_metrics_token(token);
+    }
     let shutdown = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    let (state, metrics_server) = match config.metrics_listen {
+        Some(metrics_addr) => {
+            let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
+                .await
+                .with_context(|| format!("listening on {metrics_addr} for /metrics"))?;
+            let bound = metrics_listener.local_addr()?;
+            (state, Some((bound, tokio::spawn(server::serve(metrics_listener, server::metrics_router(metrics_state))))))
+        }
+        None if config.metrics_token.is_some() => (metrics_state, None),
+        None => {
+            tracing::info!("/metrics is off: set metrics_token or metrics_listen to serve it");
+            (state, None)
+        }
+    };
     tracing::info!(run = aggregator.run_id(), store = %config.store, "listening on http://{addr}");
     tracing::info!("dashboard: http://{addr}/");
+    if let Some((bound, _)) = &metrics_server {
+        tracing::info!("metrics: http://{bound}/metrics");
+    }
     if let Some((_, token)) = &demo {
         tracing::info!("demo dashboard (read-only, no sign-in): http://{addr}/share/{token}");
     }
     if let Some(token) = &setup_token {
         tracing::warn!("no account yet: create the admin account at http://{addr}/setup?token={token}");
     }
-    server::serve_with_shutdown(listener, server::router(state), shutdown).await?;
+    server::serve_with_shutdown(listener, server::router(state), config.limits.clone(), shutdown).await?;
+    if let Some((_, task)) = metrics_server {
+        task.abort();
+    }
     if let Some((live, _)) = demo {
         live.abort();
     }
@@ -320,13 +349,41 @@ pub async fn goal_add(config: &Config, site: &str, page: Option<&str>, event: Op
 }
 
 /// `tally key create`.
-pub async fn key_create(config: &Config, site: &str, name: &str) -> Result<()> {
+pub async fn key_create(config: &Config, site: &str, name: &str, scopes: &[String]) -> Result<()> {
+    let scopes = scopes
+        .iter()
+        .map(|s| {
+            Scope::parse(s)
+                .ok_or_else(|| anyhow!("unknown scope {s:?}: the scopes are stats, visitors, import and admin"))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let sites = Sites::new(crate::store::open(config).await?);
     let site = site_named(&sites, site).await?;
-    let (key, info) = sites.create_key(&site.site_id, name).await?;
+    let (key, info) = sites.create_key(&site.site_id, name, &scopes).await?;
     println!("key id: {}", info.key_id);
+    println!("scopes: {}", scope_list(&info.scopes));
     println!("key: {key}");
     eprintln!("the key is shown once; Tally keeps only its SHA-256");
+    Ok(())
+}
+
+fn scope_list(scopes: &[Scope]) -> String {
+    scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
+}
+
+/// `tally key list`: one key a line, `ID<TAB>SCOPES<TAB>STATE<TAB>NAME`. A key stored before keys
+/// had scopes shows `legacy` in its state: it keeps what every key could do then.
+pub async fn key_list(config: &Config, site: &str) -> Result<()> {
+    let sites = Sites::new(crate::store::open(config).await?);
+    let site = site_named(&sites, site).await?;
+    for key in sites.keys(&site.site_id).await? {
+        let state = match (key.revoked, key.legacy) {
+            (true, _) => "revoked",
+            (false, true) => "active (legacy: made before scopes; re-issue it with the scopes it needs)",
+            (false, false) => "active",
+        };
+        println!("{}\t{}\t{}\t{}", key.key_id, scope_list(&key.scopes), state, key.name);
+    }
     Ok(())
 }
 
@@ -376,20 +433,22 @@ pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&st
             IngestResult::Accepted => imported += 1,
             IngestResult::Dropped(_) => dropped += 1,
             IngestResult::Failed(e) => return Err(anyhow!("line {line}: {e}")),
-            IngestResult::Invalid(e) => refused.push((line, e.to_string())),
-            other => refused.push((line, format!("not imported: {other:?}"))),
+            IngestResult::Invalid(e) => refused.push(line, e.to_string()),
+            other => refused.push(line, format!("not imported: {other:?}")),
         }
     }
     eprintln!("{total} events in {:.1} s", started.elapsed().as_secs_f64());
     lease.stop().await?;
     aggregator.shutdown().await?;
-    refused.sort_by_key(|(line, _)| *line);
-    for (line, error) in &refused {
+    for (line, error) in refused.reported() {
         eprintln!("line {line}: {error}");
+    }
+    if refused.omitted() > 0 {
+        eprintln!("… and {} more refused lines", refused.omitted());
     }
     println!("imported: {imported}");
     println!("dropped: {dropped}");
-    println!("refused: {}", refused.len());
+    println!("refused: {}", refused.total());
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! `tally user add|list|remove|password` and `tally share create|list|revoke`: accounts and
+//! `tally user add|list|remove|password|sign-out` and `tally share create|list|revoke`: accounts and
 //! shared links from the command line, for the first account without the setup link and for
 //! scripts. Passwords are read from standard input (one line), never from the command line, where
 //! other users of the machine could see them.
@@ -56,7 +56,15 @@ pub async fn password(config: &Config, email: &str) -> Result<()> {
     let accounts = Accounts::new(crate::store::open(config).await?);
     let password = read_password("new password")?;
     accounts.set_password(email, &password).await?;
-    println!("password changed for {email}");
+    println!("password changed for {email}; its sign-ins are ended everywhere");
+    Ok(())
+}
+
+/// `tally user sign-out EMAIL`.
+pub async fn sign_out(config: &Config, email: &str) -> Result<()> {
+    let accounts = Accounts::new(crate::store::open(config).await?);
+    accounts.sign_out_everywhere(email).await?;
+    println!("signed {email} out everywhere");
     Ok(())
 }
 

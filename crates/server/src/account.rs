@@ -2,7 +2,10 @@
 //!
 //! - `GET /api/auth`: `{signed_in, email, csrf, setup_required}` for the page to decide what to
 //!   show; `csrf` is the token every cookie-signed-in request must send in `X-Tally-CSRF`.
-//! - `POST /api/login {email, password}` sets the login cookie; `POST /api/logout` ends it.
+//! - `POST /api/login {email, password}` sets the login cookie; `POST /api/logout` ends it;
+//!   `POST /api/logout/everywhere` ends every login of the signed-in account, this one included;
+//!   `POST /api/password {current_password, new_password}` changes its password, which ends them
+//!   too, and signs this browser in again.
 //! - `POST /api/setup {token, email, password}` creates the first account, once, with the token
 //!   of the setup link `tally serve` prints while no account exists.
 //! - `GET /api/share/{token}`: the site a shared link shows and whether it needs a password;
@@ -10,17 +13,115 @@
 //!
 //! Every POST here takes `application/json` only: a form on another site cannot send that
 //! without a CORS preflight, which these routes do not answer, so none can be forged.
+//!
+//! Sign-in and unlock attempts are limited ([`Attempts`]): per client address (the address as
+//! [`crate::auth::client_addr`] finds it behind trusted proxies; IPv6 by /64) and per account
+//! or shared link, each to a burst of N and then N a minute; past it, `429` with `Retry-After`.
+//! Every failed or refused attempt is logged as one line a fail2ban filter can match before any
+//! text the client chose:
+//!
+//! ```text
+//! WARN server::account: authentication failure; client=203.0.113.7 kind=login account="x@example.com"
+//! WARN server::account: authentication throttled; client=203.0.113.7 kind=unlock account="01J…"
+//! ```
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
 
 use analytics::accounts::{AccountsError, LOGIN_LIFETIME, SHARE_UNLOCK_LIFETIME};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
 use serde_json::{Map, Value as Json, json};
 
 use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, error, internal, set_cookie};
-use crate::routes::AppState;
+use crate::routes::{AppState, Peer};
 use crate::stats::{bad, json_ok, reading};
+
+/// Sign-in and unlock attempts allowed per minute (after a burst of as many), per client address
+/// and per account or link, unless configured otherwise.
+pub const DEFAULT_ATTEMPTS_PER_MINUTE: u32 = 10;
+
+/// A limiter keeps the keys it saw within about a minute; past this many it forgets the idle ones
+/// at once, so a flood of addresses costs time, not memory.
+const TIDY_ABOVE_KEYS: usize = 10_000;
+
+type Keyed<K> = RateLimiter<K, DefaultKeyedStateStore<K>, DefaultClock>;
+
+/// The sign-in and unlock rate limits: GCRA buckets from `governor`, one per client address and
+/// one per account (or shared link).
+pub struct Attempts {
+    per_client: Keyed<IpAddr>,
+    per_account: Keyed<String>,
+    clock: DefaultClock,
+}
+
+impl std::fmt::Debug for Attempts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempts").field("clients", &self.per_client.len()).finish_non_exhaustive()
+    }
+}
+
+impl Attempts {
+    /// Limits of `per_minute` attempts a minute, after a burst of as many.
+    pub fn new(per_minute: u32) -> Attempts {
+        let n = NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN);
+        Attempts {
+            per_client: RateLimiter::keyed(Quota::per_minute(n)),
+            per_account: RateLimiter::keyed(Quota::per_minute(n)),
+            clock: DefaultClock::default(),
+        }
+    }
+
+    /// Takes one attempt from `client` on `account`: `Err` with how long to wait when either is
+    /// out of attempts. A client that is refused takes nothing from the account, so one client
+    /// cannot lock an account by itself.
+    pub fn check(&self, client: IpAddr, account: &str) -> Result<(), Duration> {
+        if self.per_client.len() > TIDY_ABOVE_KEYS {
+            self.per_client.retain_recent();
+            self.per_client.shrink_to_fit();
+        }
+        if self.per_account.len() > TIDY_ABOVE_KEYS {
+            self.per_account.retain_recent();
+            self.per_account.shrink_to_fit();
+        }
+        let now = self.clock.now();
+        self.per_client.check_key(&client_bucket(client)).map_err(|n| n.wait_time_from(now))?;
+        let account: String = account.chars().take(256).collect();
+        self.per_account.check_key(&account.to_lowercase()).map_err(|n| n.wait_time_from(now))
+    }
+}
+
+/// The bucket of a client address: itself for IPv4, its /64 for IPv6 (one subscriber's prefix).
+fn client_bucket(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            let mut segments = v6.segments();
+            segments[4..].fill(0);
+            IpAddr::V6(segments.into())
+        }
+    }
+}
+
+/// What a client sent as the account, made safe for one log line: at most 254 characters,
+/// printed with `{:?}` (quoted, control characters escaped) after the address.
+fn loggable(account: &str) -> String {
+    account.chars().take(254).collect()
+}
+
+/// `429` with `Retry-After`.
+fn throttled(wait: Duration) -> Response {
+    let secs = wait.as_secs().max(1);
+    let mut r = error(StatusCode::TOO_MANY_REQUESTS, format!("too many attempts; try again in {secs} s"));
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    r
+}
 
 /// The body of a JSON POST as an object, or the 400/415 to answer.
 pub(crate) fn json_object(headers: &HeaderMap, body: &[u8]) -> Result<Map<String, Json>, Response> {
@@ -57,13 +158,18 @@ pub(crate) fn optional_field<'a>(map: &'a Map<String, Json>, name: &str) -> Resu
 fn accounts_error(e: AccountsError) -> Response {
     match e {
         e @ (AccountsError::InvalidEmail(_) | AccountsError::InvalidPassword) => bad(e.to_string()),
-        e @ AccountsError::EmailTaken(_) => error(StatusCode::CONFLICT, e.to_string()),
+        e @ (AccountsError::EmailTaken(_) | AccountsError::SetupDone) => error(StatusCode::CONFLICT, e.to_string()),
+        e @ AccountsError::Busy => {
+            let mut r = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            r
+        }
         e => internal(e),
     }
 }
 
-fn signed_in(headers: &HeaderMap, token: &str, email: &str) -> Response {
-    let cookie = set_cookie(headers, SESSION_COOKIE, Some(token), LOGIN_LIFETIME.as_secs());
+fn signed_in(secure: bool, token: &str, email: &str) -> Response {
+    let cookie = set_cookie(secure, SESSION_COOKIE, Some(token), LOGIN_LIFETIME.as_secs());
     (
         [(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())],
         json!({ "signed_in": true, "email": email, "csrf": csrf_token(token) }).to_string(),
@@ -97,7 +203,7 @@ pub async fn state(State(state): State<AppState>, headers: HeaderMap) -> Respons
 }
 
 /// `POST /api/login`.
-pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn login(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
     let r = match reading(&state) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -110,13 +216,18 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
         (Ok(e), Ok(p)) => (e, p),
         (Err(resp), _) | (_, Err(resp)) => return resp,
     };
+    let client = auth::client_addr(&state, &headers, peer);
+    if let Err(wait) = state.attempts.check(client, email) {
+        tracing::warn!("authentication throttled; client={client} kind=login account={:?}", loggable(email));
+        return throttled(wait);
+    }
     match r.accounts.login(email, password).await {
         Ok(Some((token, user))) => {
-            tracing::info!(email = %user.email, "signed in");
-            signed_in(&headers, &token, &user.email)
+            tracing::info!(email = %user.email, %client, "signed in");
+            signed_in(auth::is_https(&state, &headers, peer), &token, &user.email)
         }
         Ok(None) => {
-            tracing::warn!("a sign-in failed");
+            tracing::warn!("authentication failure; client={client} kind=login account={:?}", loggable(email));
             error(StatusCode::UNAUTHORIZED, "wrong e-mail or password")
         }
         Err(e) => accounts_error(e),
@@ -124,7 +235,7 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
 }
 
 /// `POST /api/logout`.
-pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn logout(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Response {
     let r = match reading(&state) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -132,19 +243,73 @@ pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Respon
     if let Some(token) = auth::cookie(&headers, SESSION_COOKIE) {
         let sent = headers.get(auth::CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
         if sent != csrf_token(token) {
-            return error(StatusCode::FORBIDDEN, "missing or wrong X-Tally-CSRF header");
+            return auth::unauthorized();
         }
         if let Err(e) = r.accounts.logout(token).await {
             return internal(e);
         }
     }
-    let cookie = set_cookie(&headers, SESSION_COOKIE, None, 0);
+    signed_out(auth::is_https(&state, &headers, peer))
+}
+
+fn signed_out(secure: bool) -> Response {
+    let cookie = set_cookie(secure, SESSION_COOKIE, None, 0);
     ([(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())], r#"{"signed_in":false}"#)
         .into_response()
 }
 
+/// `POST /api/logout/everywhere`: ends every login of the signed-in account (cookie and CSRF
+/// header), on every browser, this one included.
+pub async fn logout_everywhere(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Response {
+    let r = tri!(reading(&state));
+    let user = match tri!(auth::principal(r, &headers).await) {
+        auth::Principal::User(user) => user,
+        _ => return auth::unauthorized(),
+    };
+    if let Err(e) = r.accounts.sign_out_everywhere(&user.email).await {
+        return accounts_error(e);
+    }
+    tracing::info!(email = %user.email, "signed out everywhere");
+    signed_out(auth::is_https(&state, &headers, peer))
+}
+
+/// `POST /api/password {current_password, new_password}`: changes the signed-in account's
+/// password, which ends its logins everywhere, and signs this browser in again (a new cookie and
+/// CSRF token). The current password is checked under the same limits as a sign-in.
+pub async fn change_password(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
+    let r = tri!(reading(&state));
+    let user = match tri!(auth::principal(r, &headers).await) {
+        auth::Principal::User(user) => user,
+        _ => return auth::unauthorized(),
+    };
+    let map = tri!(json_object(&headers, &body));
+    let (current, new) = (tri!(field(&map, "current_password")), tri!(field(&map, "new_password")));
+    let client = auth::client_addr(&state, &headers, peer);
+    if let Err(wait) = state.attempts.check(client, &user.email) {
+        tracing::warn!("authentication throttled; client={client} kind=password account={:?}", loggable(&user.email));
+        return throttled(wait);
+    }
+    match r.accounts.login(&user.email, current).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
+            return error(StatusCode::UNAUTHORIZED, "the current password is wrong");
+        }
+        Err(e) => return accounts_error(e),
+    }
+    if let Err(e) = r.accounts.set_password(&user.email, new).await {
+        return accounts_error(e);
+    }
+    tracing::info!(email = %user.email, %client, "password changed; signed out everywhere");
+    match r.accounts.login(&user.email, new).await {
+        Ok(Some((token, user))) => signed_in(auth::is_https(&state, &headers, peer), &token, &user.email),
+        Ok(None) => internal("an account could not sign in with its new password"),
+        Err(e) => accounts_error(e),
+    }
+}
+
 /// `POST /api/setup`.
-pub async fn setup(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn setup(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
     let r = match reading(&state) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -159,27 +324,25 @@ pub async fn setup(State(state): State<AppState>, headers: HeaderMap, body: Byte
     };
     let expected = r.setup_token.as_deref().unwrap_or_default();
     if expected.is_empty() || !constant_time_eq(token.as_bytes(), expected.as_bytes()) {
+        let client = auth::client_addr(&state, &headers, peer);
+        tracing::warn!("authentication failure; client={client} kind=setup account={:?}", loggable(email));
         return error(StatusCode::FORBIDDEN, "this setup link is not valid; use the one `tally serve` printed");
     }
-    match r.accounts.has_users().await {
-        Ok(true) => return error(StatusCode::CONFLICT, "an account exists already; sign in instead"),
-        Ok(false) => {}
-        Err(e) => return internal(e),
-    }
-    if let Err(e) = r.accounts.add_user(email, password).await {
+    if let Err(e) = r.accounts.add_first_user(email, password).await {
         return accounts_error(e);
     }
     match r.accounts.login(email, password).await {
         Ok(Some((token, user))) => {
             tracing::info!(email = %user.email, "first account created");
-            signed_in(&headers, &token, &user.email)
+            signed_in(auth::is_https(&state, &headers, peer), &token, &user.email)
         }
         Ok(None) => internal("a new account could not sign in"),
         Err(e) => accounts_error(e),
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Whether `a` equals `b`, in a time that does not depend on where they differ.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -217,6 +380,7 @@ pub async fn share(State(state): State<AppState>, headers: HeaderMap, Path(token
 /// `POST /api/share/{token}/unlock`.
 pub async fn unlock(
     State(state): State<AppState>,
+    peer: Peer,
     headers: HeaderMap,
     Path(token): Path<String>,
     body: Bytes,
@@ -233,16 +397,51 @@ pub async fn unlock(
         Ok(p) => p,
         Err(resp) => return resp,
     };
+    let client = auth::client_addr(&state, &headers, peer);
+    // The link's account key is a digest of its token, so the limiter never holds a live token.
+    let link = format!("share:{}", auth::csrf_token(&token));
+    if let Err(wait) = state.attempts.check(client, &link) {
+        tracing::warn!("authentication throttled; client={client} kind=unlock account={link:?}");
+        return throttled(wait);
+    }
     match r.accounts.unlock_share(&token, password).await {
         Ok(Some(grant)) => {
-            let cookie = set_cookie(&headers, SHARE_COOKIE, Some(&grant), SHARE_UNLOCK_LIFETIME.as_secs());
+            let secure = auth::is_https(&state, &headers, peer);
+            let cookie = set_cookie(secure, SHARE_COOKIE, Some(&grant), SHARE_UNLOCK_LIFETIME.as_secs());
             (
                 [(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())],
                 r#"{"unlocked":true}"#,
             )
                 .into_response()
         }
-        Ok(None) => error(StatusCode::UNAUTHORIZED, "wrong password"),
+        Ok(None) => {
+            tracing::warn!("authentication failure; client={client} kind=unlock account={link:?}");
+            error(StatusCode::UNAUTHORIZED, "wrong password")
+        }
         Err(e) => accounts_error(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_are_limited_per_client_and_per_account() {
+        let a = Attempts::new(2);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(a.check(ip("192.0.2.1"), "x@example.com").is_ok());
+        assert!(a.check(ip("192.0.2.1"), "y@example.com").is_ok());
+        let wait = a.check(ip("192.0.2.1"), "z@example.com").unwrap_err();
+        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(30), "{wait:?}");
+        // A refused client took nothing from z's account.
+        assert!(a.check(ip("192.0.2.2"), "Z@example.com").is_ok());
+        assert!(a.check(ip("192.0.2.3"), "z@example.com").is_ok());
+        assert!(a.check(ip("192.0.2.4"), "z@example.com").is_err(), "the account's own limit, any case");
+        // One IPv6 subscriber is one /64.
+        assert!(a.check(ip("2001:db8:1:2::1"), "v6a@example.com").is_ok());
+        assert!(a.check(ip("2001:db8:1:2:ffff::9"), "v6b@example.com").is_ok());
+        assert!(a.check(ip("2001:db8:1:2:abcd::7"), "v6c@example.com").is_err());
+        assert!(a.check(ip("2001:db8:1:3::1"), "v6c@example.com").is_ok());
     }
 }

@@ -9,14 +9,16 @@
 //! | `POST /api/sites/{site}/domains {domain}`, `DELETE …/domains/{domain}` | users | more domains of a site |
 //! | `POST /api/sites/{site}/goals {event_name \| page_path}`, `DELETE …/goals/{id}` | users | goals |
 //! | `POST /api/sites/{site}/funnels {name, steps: [{page} \| {event}]}`, `DELETE …/funnels/{id}` | users | saved funnels |
-//! | `GET, POST {name} /api/sites/{site}/keys`, `DELETE …/keys/{id}` | users | API keys; a new key is shown once |
+//! | `GET, POST {name, scopes} /api/sites/{site}/keys`, `DELETE …/keys/{id}` | users | API keys; a new key is shown once; `scopes` is a list of `stats` (the default), `visitors`, `import`, `admin` |
 //! | `GET, POST {name, password} /api/sites/{site}/shares`, `DELETE …/shares/{id}` | users | shared links; a new link is shown once |
+//!
+//! "users" also admits a site API key with the `admin` scope, on its own site only.
 //!
 //! `{site}` is a site id or domain. Bodies are `application/json`; answers are JSON, errors
 //! `{"error": …}`.
 
 use analytics::goal::Goal;
-use analytics::sites::{Site, SiteChanges, SitesError};
+use analytics::sites::{Scope, Site, SiteChanges, SitesError};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -285,7 +287,10 @@ pub async fn keys(State(state): State<AppState>, headers: HeaderMap, Path(site):
     let (r, site) = tri!(manage(&state, &headers, &site).await);
     match r.sites.keys(&site.site_id).await {
         Ok(keys) => json_ok(json!({
-            "keys": keys.iter().map(|k| json!({ "key_id": k.key_id, "name": k.name, "revoked": k.revoked })).collect::<Vec<_>>()
+            "keys": keys.iter().map(|k| json!({
+                "key_id": k.key_id, "name": k.name, "revoked": k.revoked,
+                "scopes": k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(), "legacy": k.legacy,
+            })).collect::<Vec<_>>()
         })),
         Err(e) => sites_error(e),
     }
@@ -304,10 +309,18 @@ pub async fn create_key(
     if name.len() > 200 {
         return bad("`name` is longer than 200 bytes");
     }
-    match r.sites.create_key(&site.site_id, name).await {
+    let mut scopes = Vec::new();
+    for name in tri!(text_list(&map, "scopes")).unwrap_or_default() {
+        match Scope::parse(&name) {
+            Some(scope) => scopes.push(scope),
+            None => return bad(format!("unknown scope {name:?}: the scopes are stats, visitors, import and admin")),
+        }
+    }
+    match r.sites.create_key(&site.site_id, name, &scopes).await {
         Ok((key, info)) => {
-            (StatusCode::CREATED, json_ok(json!({ "key": key, "key_id": info.key_id, "name": info.name })))
-                .into_response()
+            let scopes: Vec<&str> = info.scopes.iter().map(|s| s.as_str()).collect();
+            let answer = json!({ "key": key, "key_id": info.key_id, "name": info.name, "scopes": scopes });
+            (StatusCode::CREATED, json_ok(answer)).into_response()
         }
         Err(e) => sites_error(e),
     }

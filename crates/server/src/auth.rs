@@ -3,22 +3,32 @@
 //!
 //! | caller | sent as | sites | may |
 //! |---|---|---|---|
-//! | a site API key | `Authorization: Bearer tly_…` | its site | everything on its site |
+//! | a site API key | `Authorization: Bearer tly_…` | its site | what its scopes allow: `stats` (the default), `visitors`, `import`, `admin` (everything on its site) |
 //! | a signed-in user | cookie `tally_session` plus header `X-Tally-CSRF` | every site | everything |
 //! | a shared link | header `X-Tally-Share: TOKEN` (plus cookie `tally_share` when it has a password) | its site | read statistics |
 //!
 //! A cookie alone never authorizes anything: a request signed in by cookie must also carry the
 //! CSRF token, which only a page of this origin can read (`GET /api/auth`), and the cookies are
-//! `HttpOnly`, `SameSite=Strict`, and `Secure` when the request came over HTTPS. Every refusal
-//! answers the same 401, so a caller learns nothing about which sites, keys or links exist.
+//! `HttpOnly`, `SameSite=Strict`, and `Secure` when the request came over HTTPS — which Tally,
+//! serving plain HTTP, believes only from a trusted proxy's `X-Forwarded-Proto` or `Forwarded`.
+//! Every refusal — no credentials, a wrong, revoked or other site's key, a key without the
+//! route's scope, a cookie without its CSRF header, an expired login, a locked or revoked shared
+//! link, a shared link on a route it may not use — answers the one 401 of [`unauthorized`], so
+//! a caller learns nothing about which sites, keys or links exist.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use analytics::accounts::{ShareInfo, User};
-use analytics::sites::{ApiKeyInfo, Site};
+use analytics::event::RequestHeaders;
+use analytics::sites::{ApiKeyInfo, Scope, Site};
+use axum::Extension;
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::routes::AppState;
 use crate::stats::Reading;
 
 /// The login cookie.
@@ -44,13 +54,28 @@ pub enum Principal {
 
 /// What a route does, so what its caller must be allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Need {
-    /// Reads statistics: the Stats API and realtime. Shared links may.
+    /// Reads statistics: the Stats API and realtime. Shared links may; keys with `stats`.
     Stats,
-    /// Reads or erases visitors' sessions, or imports events. Keys and users may.
+    /// Reads, exports or erases visitors' sessions. Users, and keys with `visitors`.
     Visitors,
-    /// Changes a site's settings, goals, keys or links. Users only.
+    /// Imports events. Users, and keys with `import`.
+    Import,
+    /// Changes a site's settings, goals, keys or links. Users, and keys with `admin` on their site.
     Manage,
+}
+
+impl Need {
+    /// The key scope a route with this need asks for.
+    pub fn scope(self) -> Scope {
+        match self {
+            Need::Stats => Scope::Stats,
+            Need::Visitors => Scope::Visitors,
+            Need::Import => Scope::Import,
+            Need::Manage => Scope::Admin,
+        }
+    }
 }
 
 impl Principal {
@@ -63,10 +88,11 @@ impl Principal {
         }
     }
 
-    fn may(&self, need: Need) -> bool {
+    /// Whether this caller may do `need` (on its own site, for keys and links).
+    pub fn may(&self, need: Need) -> bool {
         match self {
             Principal::User(_) => true,
-            Principal::Key(_) => need != Need::Manage,
+            Principal::Key(key) => key.allows(need.scope()),
             Principal::Share(_) => need == Need::Stats,
         }
     }
@@ -111,17 +137,42 @@ pub fn csrf_token(session: &str) -> String {
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether the request came over HTTPS (directly or through a proxy that says so), so cookies
-/// are marked `Secure`.
-pub fn is_https(headers: &HeaderMap) -> bool {
-    let proto = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let forwarded = headers.get("forwarded").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    proto.eq_ignore_ascii_case("https") || forwarded.to_ascii_lowercase().contains("proto=https")
+/// The peer's address, or `0.0.0.0` when the server was not given it.
+fn peer_ip(peer: Option<Extension<ConnectInfo<SocketAddr>>>) -> IpAddr {
+    peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |Extension(ConnectInfo(addr))| {
+        analytics::enrich::ip::canonical(addr.ip())
+    })
 }
 
-/// A `Set-Cookie` value for `name`; `None` clears it.
-pub fn set_cookie(headers: &HeaderMap, name: &str, value: Option<&str>, max_age_secs: u64) -> String {
-    let secure = if is_https(headers) { "; Secure" } else { "" };
+/// The client's address as the server determines it: the peer's, or what a trusted proxy
+/// forwards (`X-Forwarded-For`, `CF-Connecting-IP`, `X-Real-IP`), as ingestion reads it.
+pub fn client_addr(state: &AppState, headers: &HeaderMap, peer: Option<Extension<ConnectInfo<SocketAddr>>>) -> IpAddr {
+    let peer = peer_ip(peer);
+    if !state.trusted_proxies.contains(peer) {
+        return peer;
+    }
+    let forwarded: RequestHeaders = ["x-forwarded-for", "cf-connecting-ip", "x-real-ip"]
+        .iter()
+        .flat_map(|name| headers.get_all(*name).iter().filter_map(move |v| Some((*name, v.to_str().ok()?))))
+        .collect();
+    analytics::enrich::client_ip(peer, &forwarded, &state.trusted_proxies)
+}
+
+/// Whether the request came over HTTPS, so cookies are marked `Secure`: Tally serves plain
+/// HTTP, so only a trusted proxy (`trusted_proxies`) can say so, with `X-Forwarded-Proto` or
+/// `Forwarded: proto=https`; the same headers from anyone else are ignored.
+pub fn is_https(state: &AppState, headers: &HeaderMap, peer: Option<Extension<ConnectInfo<SocketAddr>>>) -> bool {
+    if !state.trusted_proxies.contains(peer_ip(peer)) {
+        return false;
+    }
+    let proto = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let forwarded = headers.get("forwarded").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    proto.trim().eq_ignore_ascii_case("https") || forwarded.to_ascii_lowercase().contains("proto=https")
+}
+
+/// A `Set-Cookie` value for `name`, `Secure` when `secure`; `None` clears it.
+pub fn set_cookie(secure: bool, name: &str, value: Option<&str>, max_age_secs: u64) -> String {
+    let secure = if secure { "; Secure" } else { "" };
     match value {
         Some(v) => format!("{name}={v}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}"),
         None => format!("{name}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
@@ -140,9 +191,11 @@ pub async fn principal(r: &Reading, headers: &HeaderMap) -> Result<Principal, Re
         let token = token.to_str().map_err(|_| unauthorized())?;
         let share = r.accounts.share(token).await.map_err(internal)?.ok_or_else(unauthorized)?;
         if share.has_password {
+            // A locked link is refused like any other: `GET /api/share/{token}` tells the page
+            // that it needs its password.
             let grant = cookie(headers, SHARE_COOKIE).unwrap_or_default();
             if !r.accounts.share_unlocked(grant, &share.share_id).await.map_err(internal)? {
-                return Err(password_required());
+                return Err(unauthorized());
             }
         }
         return Ok(Principal::Share(share));
@@ -150,22 +203,12 @@ pub async fn principal(r: &Reading, headers: &HeaderMap) -> Result<Principal, Re
     if let Some(session) = cookie(headers, SESSION_COOKIE) {
         let sent = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
         if sent != csrf_token(session) {
-            return Err(error(StatusCode::FORBIDDEN, "missing or wrong X-Tally-CSRF header"));
+            return Err(unauthorized());
         }
         let user = r.accounts.session(session).await.map_err(internal)?.ok_or_else(unauthorized)?;
         return Ok(Principal::User(user));
     }
     Err(unauthorized())
-}
-
-/// The 401 of a password-protected shared link that was not unlocked.
-fn password_required() -> Response {
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::CONTENT_TYPE, "application/json")],
-        json!({ "error": "this shared link needs its password", "password_required": true }).to_string(),
-    )
-        .into_response()
 }
 
 /// The caller, if it may do `need` on `site` (a domain or id). With no `site`, the one site the
@@ -211,12 +254,31 @@ mod tests {
     }
 
     #[test]
-    fn cookies_are_secure_only_behind_https() {
-        let mut h = HeaderMap::new();
-        let plain = set_cookie(&h, SESSION_COOKIE, Some("t"), 60);
+    fn cookies_are_secure_only_behind_a_trusted_https_proxy() {
+        let plain = set_cookie(false, SESSION_COOKIE, Some("t"), 60);
         assert_eq!(plain, "tally_session=t; Path=/; HttpOnly; SameSite=Strict; Max-Age=60");
+        assert!(set_cookie(true, SESSION_COOKIE, None, 0).ends_with("Max-Age=0; Secure"));
+
+        let state = AppState::new(std::sync::Arc::new(Nothing))
+            .with_trusted_proxies(analytics::enrich::IpRanges::parse(["10.0.0.0/8"]).unwrap());
+        let mut h = HeaderMap::new();
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-        assert!(set_cookie(&h, SESSION_COOKIE, None, 0).ends_with("Max-Age=0; Secure"));
+        let from = |ip: &str| Some(Extension(ConnectInfo(SocketAddr::new(ip.parse().unwrap(), 1234))));
+        assert!(is_https(&state, &h, from("10.1.2.3")), "a trusted proxy says HTTPS");
+        assert!(!is_https(&state, &h, from("203.0.113.9")), "anyone else is not believed");
+        assert!(!is_https(&state, &h, None));
+        h.insert("x-forwarded-for", HeaderValue::from_static("198.51.100.4"));
+        assert_eq!(client_addr(&state, &h, from("10.1.2.3")).to_string(), "198.51.100.4");
+        assert_eq!(client_addr(&state, &h, from("203.0.113.9")).to_string(), "203.0.113.9");
+    }
+
+    struct Nothing;
+
+    #[async_trait::async_trait]
+    impl crate::Ingest for Nothing {
+        async fn ingest(&self, _: analytics::event::RawEvent, _: crate::SiteRef) -> crate::IngestOutcome {
+            crate::IngestOutcome::Accepted
+        }
     }
 
     #[test]

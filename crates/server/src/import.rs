@@ -52,8 +52,61 @@ impl Format {
 pub struct Parsed {
     /// Events read, in the order they came.
     pub events: Vec<(usize, ImportEvent)>,
-    /// Lines refused, with the reason.
-    pub errors: Vec<(usize, String)>,
+    /// Lines refused, with the reason (the first [`MAX_REPORTED_ERRORS`], and how many).
+    pub errors: Refusals,
+}
+
+/// Most refused lines an import reports one by one; the others are counted.
+pub const MAX_REPORTED_ERRORS: usize = 100;
+
+/// Longest reason reported for one line, in characters.
+const MAX_REASON_CHARS: usize = 300;
+
+/// The lines an import refused: the [`MAX_REPORTED_ERRORS`] with the lowest line numbers, each
+/// with its reason (at most 300 characters), and how many there were. Its memory is bounded
+/// however many lines are bad.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Refusals {
+    first: Vec<(usize, String)>,
+    total: u64,
+}
+
+impl Refusals {
+    /// Counts line `line` as refused for `reason`, keeping it if it is among the first.
+    pub fn push(&mut self, line: usize, reason: impl Into<String>) {
+        self.total += 1;
+        if self.first.len() == MAX_REPORTED_ERRORS && self.first.last().is_some_and(|(last, _)| *last <= line) {
+            return;
+        }
+        let mut reason = reason.into();
+        if let Some((cut, _)) = reason.char_indices().nth(MAX_REASON_CHARS) {
+            reason.truncate(cut);
+            reason.push('…');
+        }
+        let at = self.first.partition_point(|(kept, _)| *kept <= line);
+        self.first.insert(at, (line, reason));
+        self.first.truncate(MAX_REPORTED_ERRORS);
+    }
+
+    /// The first refused lines by number, with their reasons.
+    pub fn reported(&self) -> &[(usize, String)] {
+        &self.first
+    }
+
+    /// How many lines were refused in all.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// How many refused lines are counted but not reported.
+    pub fn omitted(&self) -> u64 {
+        self.total - self.first.len() as u64
+    }
+
+    /// Whether no line was refused.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
 }
 
 impl Parsed {
@@ -83,7 +136,7 @@ fn parse_ndjson(body: &[u8], site: &Site) -> Parsed {
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
         let number = i + 1;
         let Ok(line) = std::str::from_utf8(line) else {
-            out.errors.push((number, "the line is not UTF-8".into()));
+            out.errors.push(number, "the line is not UTF-8");
             continue;
         };
         let line = line.trim_end_matches('\r');
@@ -92,7 +145,7 @@ fn parse_ndjson(body: &[u8], site: &Site) -> Parsed {
         }
         match import_line(line, site) {
             Ok(event) => out.events.push((number, event)),
-            Err(e) => out.errors.push((number, e)),
+            Err(e) => out.errors.push(number, e),
         }
     }
     out
@@ -148,7 +201,7 @@ fn parse_csv(body: &[u8], site: &Site) -> Result<Parsed, String> {
                     _ => format!("the record cannot be read: {e}"),
                 };
                 let number = line_at(e.position().map_or(start, |p| p.byte() as usize));
-                out.errors.push((number, message));
+                out.errors.push(number, message);
                 if matches!(e.kind(), csv::ErrorKind::Io(_)) {
                     break;
                 }
@@ -161,7 +214,7 @@ fn parse_csv(body: &[u8], site: &Site) -> Result<Parsed, String> {
         }
         match csv_object(&names, &record).and_then(|object| import_object(&object, site)) {
             Ok(event) => out.events.push((number, event)),
-            Err(e) => out.errors.push((number, e)),
+            Err(e) => out.errors.push(number, e),
         }
     }
     Ok(out)
@@ -261,6 +314,23 @@ fn import_object(obj: &Map<String, Json>, site: &Site) -> Result<ImportEvent, St
 mod tests {
     use super::*;
 
+    /// Regression: 2 MB of bad lines once made a 70 MB answer; the report keeps the first lines.
+    #[test]
+    fn refusals_keep_the_first_lines_and_count_the_rest() {
+        let mut r = Refusals::default();
+        for line in (1..=10_000).rev() {
+            r.push(line, "x".repeat(10_000));
+        }
+        r.push(3, "again");
+        assert_eq!(r.total(), 10_001);
+        assert_eq!(r.reported().len(), MAX_REPORTED_ERRORS);
+        assert_eq!(r.omitted(), 10_001 - MAX_REPORTED_ERRORS as u64);
+        let lines: Vec<usize> = r.reported().iter().map(|(n, _)| *n).collect();
+        assert_eq!(&lines[..4], [1, 2, 3, 3]);
+        assert!(lines.windows(2).all(|w| w[0] <= w[1]));
+        assert!(r.reported().iter().all(|(_, e)| e.chars().count() <= MAX_REASON_CHARS + 1));
+    }
+
     fn site() -> Site {
         Site {
             site_id: "01SITE".into(),
@@ -309,8 +379,12 @@ mod tests {
         assert_eq!((second.raw.name.as_str(), second.raw.url.as_str()), ("Signup", "https://shop.test/b?x=1,2"));
         assert_eq!(second.raw.props, [("plan".to_owned(), "pro".to_owned())]);
         assert!(!second.raw.interactive);
-        let errors: Vec<(usize, bool)> =
-            parsed.errors.iter().map(|(n, e)| (*n, e.contains("interactive") || e.contains("fields"))).collect();
+        let errors: Vec<(usize, bool)> = parsed
+            .errors
+            .reported()
+            .iter()
+            .map(|(n, e)| (*n, e.contains("interactive") || e.contains("fields")))
+            .collect();
         assert_eq!(errors, [(5, true), (6, true)], "{:?}", parsed.errors);
     }
 
@@ -320,7 +394,7 @@ mod tests {
             "timestamp,url,props.note\n1000,https://shop.test/,\"two\nlines\"\n\n2000,https://shop.test/,x,extra\n";
         let parsed = parse(csv.as_bytes(), Format::Csv, &site()).unwrap();
         assert_eq!(parsed.events[0].1.raw.props, [("note".to_owned(), "two\nlines".to_owned())]);
-        assert_eq!(parsed.errors.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [5], "{:?}", parsed.errors);
+        assert_eq!(parsed.errors.reported().iter().map(|(n, _)| *n).collect::<Vec<_>>(), [5], "{:?}", parsed.errors);
     }
 
     #[test]
@@ -392,11 +466,11 @@ mod tests {
             if let Ok(parsed) = parse(&bytes, format, &site()) {
                 let parsed = parsed.in_time_order();
                 let mut named: Vec<usize> =
-                    parsed.events.iter().map(|(n, _)| *n).chain(parsed.errors.iter().map(|(n, _)| *n)).collect();
+                    parsed.events.iter().map(|(n, _)| *n).chain(parsed.errors.reported().iter().map(|(n, _)| *n)).collect();
                 proptest::prop_assert!(named.iter().all(|n| (1..=lines).contains(n)), "{named:?} of {lines}");
                 named.sort_unstable();
                 named.dedup();
-                proptest::prop_assert_eq!(named.len(), parsed.events.len() + parsed.errors.len());
+                proptest::prop_assert_eq!(named.len(), parsed.events.len() + parsed.errors.reported().len());
                 proptest::prop_assert!(parsed.events.windows(2).all(|w| w[0].1.raw.timestamp_ms <= w[1].1.raw.timestamp_ms));
             }
         }
@@ -423,7 +497,7 @@ mod tests {
                 (4, "https://shop.test/d")
             ]
         );
-        assert_eq!(parsed.errors.len(), 1);
-        assert_eq!(parsed.errors[0].0, 3);
+        assert_eq!(parsed.errors.reported().len(), 1);
+        assert_eq!(parsed.errors.reported()[0].0, 3);
     }
 }

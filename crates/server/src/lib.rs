@@ -54,6 +54,7 @@ pub mod error;
 pub mod fuzz;
 pub mod import;
 pub mod ingest;
+pub mod listen;
 pub mod metrics;
 pub mod pipeline;
 pub mod routes;
@@ -63,22 +64,22 @@ pub mod wire;
 
 pub use error::ServerError;
 pub use ingest::{Ingest, IngestOutcome, SiteRef};
-pub use routes::{AppState, HealthCheck, MAX_BODY_BYTES, router};
+pub use routes::{AppState, HealthCheck, MAX_BODY_BYTES, metrics_router, router};
 
-/// Serves `app` on `listener` until the process ends, giving handlers the peer's address.
+/// Serves `app` on `listener` with the default [`listen::Limits`] until the process ends,
+/// giving handlers the peer's address.
 pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> std::io::Result<()> {
-    axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
+    listen::serve_limited(listener, app, listen::Limits::default(), std::future::pending()).await
 }
 
-/// Serves `app` on `listener` until `signal` completes, then stops accepting connections and
-/// returns once the requests in flight are answered, so every acknowledged event has been handed
-/// to the pipeline before the caller flushes it.
+/// Serves `app` on `listener` within `limits` until `signal` completes, then stops accepting
+/// connections and returns once the requests in flight are answered, so every acknowledged event
+/// has been handed to the pipeline before the caller flushes it.
 pub async fn serve_with_shutdown(
     listener: tokio::net::TcpListener,
     app: axum::Router,
+    limits: listen::Limits,
     signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(signal)
-        .await
+    listen::serve_limited(listener, app, limits, signal).await
 }

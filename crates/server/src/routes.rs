@@ -33,12 +33,18 @@ pub struct AppState {
     pub reading: Option<Arc<crate::stats::Reading>>,
     /// What `/health` asks before it answers ok; `None` answers ok while the process serves.
     pub health: Option<Arc<dyn HealthCheck>>,
+    /// The token `/metrics` asks for, if any.
+    pub metrics_token: Option<Arc<str>>,
+    /// Proxies whose forwarding headers (client address, protocol) are believed.
+    pub trusted_proxies: Arc<analytics::enrich::IpRanges>,
+    /// The sign-in and unlock rate limits.
+    pub attempts: Arc<crate::account::Attempts>,
 }
 
 /// A check of what the server needs beyond itself (the store), for `/health`.
 #[async_trait::async_trait]
 pub trait HealthCheck: Send + Sync {
-    /// `Err` with what is wrong when the server cannot do its work.
+    /// `Err` with what is wrong when the server cannot do its work (logged, never answered).
     async fn check(&self) -> Result<(), String>;
 }
 
@@ -48,7 +54,34 @@ pub const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2
 impl AppState {
     /// State around `ingest`.
     pub fn new(ingest: Arc<dyn Ingest>) -> Self {
-        AppState { ingest, metrics: None, reading: None, health: None }
+        AppState {
+            ingest,
+            metrics: None,
+            reading: None,
+            health: None,
+            metrics_token: None,
+            trusted_proxies: Arc::new(analytics::enrich::IpRanges::new()),
+            attempts: Arc::new(crate::account::Attempts::new(crate::account::DEFAULT_ATTEMPTS_PER_MINUTE)),
+        }
+    }
+
+    /// Asks every `/metrics` request for `token` as `Authorization: Bearer TOKEN`.
+    pub fn with_metrics_token(mut self, token: &str) -> Self {
+        self.metrics_token = Some(Arc::from(token));
+        self
+    }
+
+    /// Believes the forwarding headers of these proxies (the client's address for rate limits
+    /// and logs; HTTPS for `Secure` cookies).
+    pub fn with_trusted_proxies(mut self, proxies: analytics::enrich::IpRanges) -> Self {
+        self.trusted_proxies = Arc::new(proxies);
+        self
+    }
+
+    /// Allows `per_minute` sign-in and unlock attempts a minute per client and per account.
+    pub fn with_attempts_per_minute(mut self, per_minute: u32) -> Self {
+        self.attempts = Arc::new(crate::account::Attempts::new(per_minute));
+        self
     }
 
     /// Serves the Stats API, realtime and import from `reading`.
@@ -109,6 +142,8 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/auth", get(account::state))
         .route("/api/login", post(account::login))
         .route("/api/logout", post(account::logout))
+        .route("/api/logout/everywhere", post(account::logout_everywhere))
+        .route("/api/password", post(account::change_password))
         .route("/api/setup", post(account::setup))
         .route("/api/share/{token}", get(account::share))
         .route("/api/share/{token}/unlock", post(account::unlock))
@@ -127,9 +162,15 @@ fn accounts_and_settings() -> Router<AppState> {
         .layer(DefaultBodyLimit::max(16 * 1024))
 }
 
+/// `/metrics` and `/health` alone, for a listen address of their own (a private interface a
+/// scraper reaches); the main router then leaves `/metrics` out.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new().route("/health", get(health)).route("/metrics", get(crate::metrics::handler)).with_state(state)
+}
+
 /// `GET /health`: `200 {"status":"ok"}` when the check passes within [`HEALTH_TIMEOUT`], else
-/// `503 {"status":"unavailable","error":…}`, so a load balancer stops sending events to a
-/// process that cannot store them.
+/// `503 {"status":"unavailable"}`, so a load balancer stops sending events to a process that
+/// cannot store them. Why is logged, not answered: the store's errors name hosts and tables.
 async fn health(State(state): State<AppState>) -> Response {
     let outcome = match &state.health {
         None => Ok(()),
@@ -139,13 +180,13 @@ async fn health(State(state): State<AppState>) -> Response {
         },
     };
     let (status, body) = match outcome {
-        Ok(()) => (StatusCode::OK, serde_json::json!({ "status": "ok" })),
+        Ok(()) => (StatusCode::OK, r#"{"status":"ok"}"#),
         Err(error) => {
             tracing::warn!(%error, "health check failed");
-            (StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({ "status": "unavailable", "error": error }))
+            (StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"unavailable"}"#)
         }
     };
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// Trackers post from any site's pages, without credentials, so any origin may.
@@ -210,7 +251,8 @@ fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ServerError> {
     })
 }
 
-type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
+/// The peer's address, when the server was started with it (see [`crate::listen`]).
+pub(crate) type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
 
 /// `POST /api/event`: `202 ok` for stored and dropped events alike, as Plausible answers, so a
 /// bot learns nothing from the answer.

@@ -339,16 +339,21 @@ const IMPORT_LANES: usize = 64;
 
 /// `POST /api/import`: events with their own timestamps for the key's site, NDJSON lines or CSV
 /// records (`Content-Type: text/csv`, or `?format=csv`; see [`crate::import`]), ingested in time
-/// order; answers `{imported, dropped, errors: [{line, error}]}`; a bad line does not stop the
-/// others, a CSV header naming an unknown column stops all (`400`).
+/// order; answers `{imported, dropped, errors: [{line, error}], errors_total, errors_omitted}`
+/// with the first [`crate::import::MAX_REPORTED_ERRORS`] refused lines; a bad line does not stop
+/// the others, a CSV header naming an unknown column stops all (`400`).
+///
+/// The caller is authorized before a byte of the body is read, so an upload without a key costs
+/// nothing; at most [`MAX_CONCURRENT_IMPORTS`] bodies are read and ingested at once, so memory
+/// stays bounded by a few bodies (`503` with `Retry-After` past that).
 pub async fn import(
     State(state): State<AppState>,
     headers: HeaderMap,
     UrlQuery(params): UrlQuery<ImportParams>,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
     let r = tri!(reading(&state));
-    let (_, site) = tri!(authorize(r, &headers, params.site_id.as_deref(), Need::Visitors).await);
+    let (_, site) = tri!(authorize(r, &headers, params.site_id.as_deref(), Need::Import).await);
     let format = match params.format.as_deref() {
         Some(name) => match Format::parse(name) {
             Some(f) => f,
@@ -356,10 +361,24 @@ pub async fn import(
         },
         None => Format::detect(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("")),
     };
+    static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONCURRENT_IMPORTS);
+    let Ok(_slot) = tokio::time::timeout(std::time::Duration::from_secs(5), SLOTS.acquire()).await else {
+        let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "too many imports at once; try again shortly");
+        busy.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("5"));
+        return busy;
+    };
+    let body = match axum::body::to_bytes(body, MAX_IMPORT_BYTES).await {
+        Ok(b) => b,
+        Err(e) if is_too_large(&e) => {
+            return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than {MAX_IMPORT_BYTES} bytes"));
+        }
+        Err(e) => return bad(format!("could not read the body: {e}")),
+    };
     let parsed = match crate::import::parse(&body, format, &site) {
         Ok(p) => p.in_time_order(),
         Err(message) => return bad(message),
     };
+    drop(body);
     let (mut imported, mut dropped) = (0u64, 0u64);
     let mut errors = parsed.errors;
     // Many visitors at once, each visitor's events in order: their events share event blocks.
@@ -368,16 +387,36 @@ pub async fn import(
         match outcome {
             IngestResult::Accepted => imported += 1,
             IngestResult::Dropped(_) => dropped += 1,
-            IngestResult::Invalid(e) => errors.push((line, e.to_string())),
-            IngestResult::UnknownSite => errors.push((line, "unknown site".into())),
+            IngestResult::Invalid(e) => errors.push(line, e.to_string()),
+            IngestResult::UnknownSite => errors.push(line, "unknown site"),
             IngestResult::Failed(e) => return internal(e),
-            _ => errors.push((line, "not imported".into())),
+            _ => errors.push(line, "not imported"),
         }
     }
-    errors.sort_by_key(|(line, _)| *line);
-    let errors: Vec<Json> = errors.into_iter().map(|(line, error)| json!({ "line": line, "error": error })).collect();
-    let body = json!({ "imported": imported, "dropped": dropped, "errors": errors });
-    json_ok(body)
+    let list: Vec<Json> =
+        errors.reported().iter().map(|(line, error)| json!({ "line": line, "error": error })).collect();
+    json_ok(json!({
+        "imported": imported,
+        "dropped": dropped,
+        "errors": list,
+        "errors_total": errors.total(),
+        "errors_omitted": errors.omitted(),
+    }))
+}
+
+/// Most imports read and ingested at once (each holds its body, up to [`MAX_IMPORT_BYTES`]).
+pub const MAX_CONCURRENT_IMPORTS: usize = 2;
+
+/// Whether a body read failed on the size limit (axum's `LengthLimitError`, somewhere in the chain).
+fn is_too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.to_string().contains("length limit exceeded") {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// The query of `POST /api/import`.

@@ -30,7 +30,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -79,7 +79,10 @@ impl JournalFile for File {
 
 /// Opens (creating if needed) the journal file of a store directory.
 pub fn open_file(dir: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(FILE_NAME))
+    let path = dir.join(FILE_NAME);
+    let file = crate::private::options().read(true).write(true).create(true).truncate(false).open(&path)?;
+    crate::private::restrict(&path)?;
+    Ok(file)
 }
 
 /// The journal: an append position in a [`JournalFile`].

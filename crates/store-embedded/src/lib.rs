@@ -139,7 +139,7 @@ impl EmbeddedStore {
     /// Opens (creating if needed) the store in directory `dir`.
     pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<EmbeddedStore, StoreError> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|e| internal(format!("cannot create {}: {e}", dir.display())))?;
+        private::create_dir(dir).map_err(|e| internal(format!("cannot create {}: {e}", dir.display())))?;
         let path = dir.join(FILE_NAME);
         let mut builder = redb::Database::builder();
         if let Some(bytes) = options.cache_size {
@@ -154,6 +154,7 @@ impl EmbeddedStore {
             }
             create_atomically(&builder, dir, &path)?;
         }
+        private::restrict(&path).map_err(|e| internal(format!("cannot restrict {}: {e}", path.display())))?;
         let db = builder.create(&path).map_err(|e| match e {
             // The one error a user meets in normal use: name the cause and the way out.
             redb::DatabaseError::DatabaseAlreadyOpen => StoreError::ResourceInUse(format!(
@@ -281,6 +282,8 @@ fn create_atomically(builder: &redb::Builder, dir: &Path, path: &Path) -> Result
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io("remove", e)),
     }
+    // Created empty and owner-only first, so redb opens a file nobody else could ever read.
+    private::create_file(&creating).map_err(|e| io("create", e))?;
     {
         let db =
             builder.create(&creating).map_err(|e| internal(format!("cannot create {}: {e}", creating.display())))?;
@@ -293,6 +296,55 @@ fn create_atomically(builder: &redb::Builder, dir: &Path, path: &Path) -> Result
     // The rename is durable only once the directory itself is synced.
     std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("sync the directory of", e))?;
     Ok(())
+}
+
+/// Owner-only files and directories: the store holds salts and password hashes, so on Unix its
+/// directory is created `0700` and its files `0600` whatever the umask, and a store made by an
+/// older version (`0755`/`0644`) is narrowed when it opens.
+pub(crate) mod private {
+    use std::path::Path;
+
+    /// Creates `dir` (and missing parents) and makes it owner-only.
+    pub fn create_dir(dir: &Path) -> std::io::Result<()> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        }
+        #[cfg(not(unix))]
+        std::fs::create_dir_all(dir)
+    }
+
+    /// Creates `path` empty, owner-only (it must not exist).
+    pub fn create_file(path: &Path) -> std::io::Result<()> {
+        options().write(true).create_new(true).open(path).map(drop)
+    }
+
+    /// Makes an existing file owner-only.
+    pub fn restrict(path: &Path) -> std::io::Result<()> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = path;
+            Ok(())
+        }
+    }
+
+    /// Open options that create files owner-only.
+    pub fn options() -> std::fs::OpenOptions {
+        let mut options = std::fs::OpenOptions::new();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        options
+    }
 }
 
 fn load_definitions(db: &redb::Database) -> std::result::Result<BTreeMap<String, Arc<TableInfo>>, db::OpError> {

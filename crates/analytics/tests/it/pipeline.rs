@@ -11,7 +11,7 @@ use analytics::event::RawEvent;
 use analytics::goal::Goal;
 use analytics::pipeline::{ImportEvent, IngestResult, Pipeline, SiteSelector};
 use analytics::schema::tally_schema;
-use analytics::sites::{SiteChanges, Sites};
+use analytics::sites::{Scope, SiteChanges, Sites};
 use analytics::stored::StoredEvent;
 use analytics::visitor::{Salt, visitor_id};
 use futures::StreamExt;
@@ -83,8 +83,27 @@ async fn sites_keys_and_goals_round_trip_and_keys_are_stored_hashed() {
     assert_eq!(w.sites.by_domain("www.example.com").await.unwrap().unwrap().site_id, site.site_id);
     assert_eq!(w.sites.by_umami_id(&site.umami_id).await.unwrap().unwrap().site_id, site.site_id);
     w.sites.add_goal(&site.site_id, Goal::event("Signup").unwrap()).await.unwrap();
-    let (key, info) = w.sites.create_key(&site.site_id, "ci").await.unwrap();
-    assert_eq!(w.sites.authenticate(&key).await.unwrap().unwrap().site_id, site.site_id);
+    let (key, info) = w.sites.create_key(&site.site_id, "ci", &[]).await.unwrap();
+    let authenticated = w.sites.authenticate(&key).await.unwrap().unwrap();
+    assert_eq!(authenticated.site_id, site.site_id);
+    assert_eq!((authenticated.scopes.as_slice(), authenticated.legacy), ([Scope::Stats].as_slice(), false));
+    assert!(!authenticated.allows(Scope::Visitors) && !authenticated.allows(Scope::Import));
+    let (admin_key, _) = w.sites.create_key(&site.site_id, "ops", &[Scope::Admin, Scope::Admin]).await.unwrap();
+    let admin = w.sites.authenticate(&admin_key).await.unwrap().unwrap();
+    assert_eq!(admin.scopes, [Scope::Admin]);
+    assert!(Scope::ALL.iter().all(|s| admin.allows(*s)), "admin allows everything");
+    // A key stored before scopes existed keeps what every key could do then, and says so.
+    w.table
+        .create(
+            "ApiKey",
+            store::item! { "key_hash" => "0".repeat(64).as_str(), "key_id" => "OLD", "site_id" => site.site_id.as_str() },
+        )
+        .await
+        .unwrap();
+    let old = w.sites.keys(&site.site_id).await.unwrap().into_iter().find(|k| k.key_id == "OLD").unwrap();
+    assert!(old.legacy);
+    assert_eq!(old.scopes, Scope::LEGACY);
+    assert!(!old.allows(Scope::Admin));
     assert_eq!(w.sites.authenticate("tly_wrong").await.unwrap(), None);
     let mut dump = String::new();
     let mut pages = w.table.scan().pages();

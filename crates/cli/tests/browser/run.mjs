@@ -21,6 +21,7 @@ import assert from "node:assert/strict";
 
 const env = (name) => { const v = process.env[name]; if (!v) throw new Error(`${name} is not set`); return v; };
 const TALLY = env("TALLY_URL"), KEY = env("TALLY_KEY"), SITE = env("TALLY_SITE"), OUT = env("TALLY_OUT");
+const METRICS_TOKEN = env("TALLY_METRICS_TOKEN");
 const modules = env("TALLY_NODE_MODULES");
 const require = createRequire(join(modules, "noop.js"));
 const { chromium } = require("playwright-core");
@@ -86,7 +87,7 @@ async function until(what, check, ms = 20000) {
 // wait until no acknowledged event is left unflushed before comparing several.
 async function settled() {
   return until("every acknowledged event is flushed", async () => {
-    const text = await (await fetch(`${TALLY}/metrics`)).text();
+    const text = await (await fetch(`${TALLY}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
     const m = text.match(/^tally_pending_events (\S+)$/m);
     return { ok: !!m && Number(m[1]) === 0, pending: m?.[1] };
   });

@@ -89,11 +89,14 @@ fn first_run_sign_in_settings_and_shared_links() {
         csrf: login.json()["csrf"].as_str().unwrap().to_owned(),
     };
 
-    // The cookie alone is not enough: the CSRF header must come with it.
+    // The cookie alone is not enough: the CSRF header must come with it. Refused as everything
+    // is refused (it was a 403 with its own message, which told a cookie was good).
+    let refusal = c.request("GET", "/api/sites", &[], b"");
+    assert_eq!(refusal.status, 401);
     let r = c.request("GET", "/api/sites", &[("cookie", &b.cookie)], b"");
-    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!((r.status, r.json()), (401, refusal.json()), "{}", r.text());
     let r = c.request("GET", "/api/sites", &[("cookie", &b.cookie), ("x-tally-csrf", "0123")], b"");
-    assert_eq!(r.status, 403);
+    assert_eq!((r.status, r.json()), (401, refusal.json()));
 
     // Settings: add a site, change it, goals, keys (shown once), shared links.
     let r = b.send("POST", "/api/sites", &json!({ "domain": "shop.test", "timezone": "Europe/Berlin" }));
@@ -202,8 +205,12 @@ fn first_run_sign_in_settings_and_shared_links() {
     assert_eq!((info["domain"].clone(), info["password_required"].clone()), (json!("shop.test"), json!(false)));
     // The password-protected link needs unlocking, once per browser.
     let (lname, lvalue) = share(&locked_token);
+    // Refused with the one 401 (it had a body of its own); the link's page learns that it needs
+    // its password from `GET /api/share/{token}`.
     let r = s.request("POST", "/api/v2/query", &[(lname, &lvalue)], query.as_bytes());
-    assert_eq!((r.status, r.json()["password_required"].clone()), (401, json!(true)));
+    assert_eq!((r.status, r.json()), (401, refusal.json()));
+    let info = s.request("GET", &format!("/api/share/{locked_token}"), &[], b"").json();
+    assert_eq!((info["password_required"].clone(), info["unlocked"].clone()), (json!(true), json!(false)));
     let unlock = format!("/api/share/{locked_token}/unlock");
     assert_eq!(s.post_json(&unlock, &[], &json!({ "password": "wrong" })).status, 401);
     let unlocked = s.post_json(&unlock, &[], &json!({ "password": "open sesame" }));
@@ -262,19 +269,21 @@ fn first_run_sign_in_settings_and_shared_links() {
             let mut all = headers.clone();
             all.push(JSON);
             let r = c.request(method, path, &all, body);
-            assert!(matches!(r.status, 401 | 403), "{who}: {method} {path} answered {}: {}", r.status, r.text());
+            assert_eq!((r.status, r.json()), (401, refusal.json()), "{who}: {method} {path}");
             refused += 1;
         }
     }
     // A shared link and a site key may not manage the site, nor a shared link read visitors.
     for (method, path, body) in routes.iter().skip(3) {
         let r = c.request(method, path, &[JSON, (oname, &ovalue)], body);
-        assert!(matches!(r.status, 401 | 403), "shared link: {method} {path} answered {}", r.status);
+        assert_eq!((r.status, r.json()), (401, refusal.json()), "shared link: {method} {path}");
         refused += 1;
     }
-    for (method, path, body) in routes.iter().skip(7) {
+    // The key the settings API made has the default scope, statistics: visitors, imports and
+    // settings are refused to it.
+    for (method, path, body) in routes.iter().skip(3) {
         let r = c.request(method, path, &[JSON, ("authorization", shop_key.as_str())], body);
-        assert!(matches!(r.status, 401 | 403), "site key: {method} {path} answered {}", r.status);
+        assert_eq!((r.status, r.json()), (401, refusal.json()), "site key: {method} {path}");
         refused += 1;
     }
     eprintln!("{refused} wrong callers refused");
@@ -355,4 +364,263 @@ fn site_settings_keys_and_removal_from_the_command_line() {
     assert!(out.starts_with("removed site cli.test"), "{out}");
     assert_eq!(line(&store), None);
     assert!(!tally(&store, &["site", "remove", "cli.test"]).status.success(), "a second removal finds no site");
+}
+
+/// The setup link's token, from the line `tally serve` logs while no account exists.
+fn setup_token(server: &Server) -> String {
+    let line = server.wait_for_log("/setup?token=");
+    line.split("token=").nth(1).unwrap().split_whitespace().next().unwrap().trim_matches('"').to_owned()
+}
+
+/// A browser signed in as `email`.
+fn sign_in(server: &Server, email: &str, password: &str) -> Browser {
+    let login = server.client().post_json("/api/login", &[], &json!({ "email": email, "password": password }));
+    assert_eq!(login.status, 200, "{}", login.text());
+    Browser { addr: server.addr, cookie: cookie_of(&login), csrf: login.json()["csrf"].as_str().unwrap().to_owned() }
+}
+
+/// Regression: eight concurrent `POST /api/setup` with the valid token made eight admin
+/// accounts. The first account is a conditional write: exactly one request makes it.
+#[test]
+fn racing_setup_requests_make_exactly_one_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let server = Server::start(&store);
+    let token = setup_token(&server);
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let racers: Vec<_> = (0..8)
+            .map(|i| {
+                let (addr, token) = (server.addr, token.clone());
+                scope.spawn(move || {
+                    let body =
+                        json!({ "token": token, "email": format!("admin{i}@shop.test"), "password": "correct horse" });
+                    Client::connect(addr).post_json("/api/setup", &[], &body).status
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert!(statuses.iter().all(|s| matches!(s, 200 | 409)), "{statuses:?}");
+    server.stop();
+    let users = tally_ok(&store, &["user", "list"]);
+    assert_eq!(users.lines().count(), 1, "{users}");
+}
+
+/// Regression: a changed password did not end existing sign-ins, and there was no way to sign
+/// out everywhere. `POST /api/logout/everywhere` ends every login of the account; other
+/// accounts stay signed in.
+#[test]
+fn signing_out_everywhere_ends_every_login_of_the_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    for email in ["owner@shop.test", "other@shop.test"] {
+        let mut add = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
+        add.args(["user", "add", email, "--store"]).arg(&store).stdin(std::process::Stdio::piped());
+        let mut child = add.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"correct horse\n").unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+    let server = Server::start(&store);
+    let (mut laptop, mut phone) =
+        (sign_in(&server, "owner@shop.test", "correct horse"), sign_in(&server, "owner@shop.test", "correct horse"));
+    let mut other = sign_in(&server, "other@shop.test", "correct horse");
+    assert_eq!((laptop.get("/api/sites").status, phone.get("/api/sites").status), (200, 200));
+    // The route needs the CSRF header like every other.
+    let forged = server.client().request("POST", "/api/logout/everywhere", &[JSON, ("cookie", &phone.cookie)], b"{}");
+    assert_eq!(forged.status, 401);
+    assert_eq!(phone.get("/api/sites").status, 200);
+    let out = phone.send("POST", "/api/logout/everywhere", &json!({}));
+    assert_eq!(out.status, 200, "{}", out.text());
+    assert!(header(&out, "set-cookie").unwrap().contains("Max-Age=0"));
+    assert_eq!((laptop.get("/api/sites").status, phone.get("/api/sites").status), (401, 401), "both ended");
+    assert_eq!(other.get("/api/sites").status, 200, "another account is not touched");
+    let mut again = sign_in(&server, "owner@shop.test", "correct horse");
+    assert_eq!(again.get("/api/sites").status, 200, "signing in again works");
+    // Changing the password from the dashboard ends the other logins and keeps this browser in.
+    let mut elsewhere = sign_in(&server, "owner@shop.test", "correct horse");
+    let wrong = again.send("POST", "/api/password", &json!({ "current_password": "nope nope", "new_password": "x" }));
+    assert_eq!(wrong.status, 401);
+    let changed = again.send(
+        "POST",
+        "/api/password",
+        &json!({ "current_password": "correct horse", "new_password": "staple battery" }),
+    );
+    assert_eq!(changed.status, 200, "{}", changed.text());
+    assert_eq!(elsewhere.get("/api/sites").status, 401, "another browser is signed out");
+    assert_eq!(again.get("/api/sites").status, 401, "this browser's old cookie too");
+    again.cookie = cookie_of(&changed);
+    again.csrf = changed.json()["csrf"].as_str().unwrap().to_owned();
+    assert_eq!(again.get("/api/sites").status, 200, "this browser is signed in anew");
+    server.stop();
+    // A new password ends the sign-ins too (`tally user password`, on the stopped store).
+    let browser_cookie = again.cookie.clone();
+    // …and so does a new password set with `tally user password`.
+    let mut pw = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
+    pw.args(["user", "password", "owner@shop.test", "--store"]).arg(&store).stdin(std::process::Stdio::piped());
+    let mut child = pw.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"battery staple\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    let server = Server::start(&store);
+    let mut stale = Browser { addr: server.addr, cookie: browser_cookie, csrf: again.csrf.clone() };
+    assert_eq!(stale.get("/api/sites").status, 401, "a new password ends the old logins");
+    assert_eq!(sign_in(&server, "owner@shop.test", "battery staple").get("/api/sites").status, 200);
+    server.stop();
+    tally_ok(&store, &["user", "sign-out", "other@shop.test"]);
+}
+
+/// Regression: the `Secure` flag followed `X-Forwarded-Proto` from any client. It follows it only
+/// from a trusted proxy.
+#[test]
+fn secure_cookies_follow_only_a_trusted_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let server = Server::start_with(&store, &["--trusted-proxy", "10.9.9.9"]);
+    let token = setup_token(&server);
+    let setup = json!({ "token": token, "email": "owner@shop.test", "password": "correct horse" });
+    let r = server.client().request(
+        "POST",
+        "/api/setup",
+        &[JSON, ("x-forwarded-proto", "https")],
+        setup.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!header(&r, "set-cookie").unwrap().contains("Secure"), "loopback is no trusted proxy here");
+    server.stop();
+    let server = Server::start(&store);
+    let login = json!({ "email": "owner@shop.test", "password": "correct horse" }).to_string();
+    let r = server.client().request("POST", "/api/login", &[JSON, ("x-forwarded-proto", "https")], login.as_bytes());
+    assert!(header(&r, "set-cookie").unwrap().contains("Secure"), "a trusted proxy says HTTPS");
+    server.stop();
+}
+
+/// Regression: there was no limit on sign-in attempts, and failures were logged without the
+/// client's address. Attempts are limited per address and per account (`429` with
+/// `Retry-After`), and each failure is logged with the address as the server determines it —
+/// behind a trusted proxy, the forwarded one — in a line fail2ban can match.
+#[test]
+fn sign_in_attempts_are_limited_and_logged_with_the_client_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let server = Server::start_with(&store, &["--auth-attempts-per-minute", "3"]);
+    let token = setup_token(&server);
+    let setup = json!({ "token": token, "email": "owner@shop.test", "password": "correct horse" });
+    assert_eq!(server.client().post_json("/api/setup", &[], &setup).status, 200);
+    let attempt = |forwarded: &str, email: &str| {
+        let body = json!({ "email": email, "password": "wrong horse" });
+        server.client().post_json("/api/login", &[("x-forwarded-for", forwarded)], &body)
+    };
+    let statuses: Vec<u16> = (0..5).map(|_| attempt("198.51.100.7", "owner@shop.test").status).collect();
+    assert_eq!(statuses, [401, 401, 401, 429, 429], "a burst of 3, then refused");
+    let refused = attempt("198.51.100.7", "owner@shop.test");
+    assert!(header(&refused, "retry-after").is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
+    let line = server.wait_for_log("authentication failure; client=198.51.100.7 kind=login");
+    assert!(line.contains("account=\"owner@shop.test\""), "{line}");
+    server.wait_for_log("authentication throttled; client=198.51.100.7 kind=login");
+    // Another address is limited separately, but the account's own limit is spent by now.
+    assert_eq!(attempt("203.0.113.9", "someone@shop.test").status, 401);
+    assert_eq!(attempt("192.0.2.1", "owner@shop.test").status, 429, "the account's limit is spent");
+    server.stop();
+}
+
+/// Regression: API keys had no scope: any key could read visitors, erase and import. A key
+/// holds scopes, chosen when it is made (statistics by default), listed by `tally key list`,
+/// and checked per route; `admin` may also change its own site's settings.
+#[test]
+fn key_scopes_are_checked_per_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    add_site(&store, "shop.test", "UTC");
+    add_site(&store, "other.test", "UTC");
+    let key = |scopes: &[&str]| {
+        let mut args = vec!["key", "create", "shop.test", "--name", "scoped"];
+        for s in scopes {
+            args.extend(["--scope", s]);
+        }
+        let out = tally_ok(&store, &args);
+        format!("Bearer {}", field(&out, "key:"))
+    };
+    let (stats, visitors, import, admin) = (key(&[]), key(&["visitors"]), key(&["import"]), key(&["admin"]));
+    assert!(!tally(&store, &["key", "create", "shop.test", "--scope", "root"]).status.success());
+    let listed = tally_ok(&store, &["key", "list", "shop.test"]);
+    for scopes in ["\tstats\tactive\tscoped", "\tvisitors\tactive", "\timport\tactive", "\tadmin\tactive"] {
+        assert!(listed.contains(scopes), "{scopes:?} in:\n{listed}");
+    }
+    let server = Server::start(&store);
+    let query = json!({ "site_id": "shop.test", "metrics": ["visitors"], "date_range": "7d" }).to_string();
+    let line = json!({ "timestamp": "2024-05-01T10:00:00Z", "url": "https://shop.test/" }).to_string();
+    let routes: [(&str, &str, &[u8]); 5] = [
+        ("POST", "/api/v2/query", query.as_bytes()),
+        ("GET", "/api/sessions?site_id=shop.test", b""),
+        ("POST", "/api/import?site_id=shop.test", line.as_bytes()),
+        ("POST", "/api/sites/shop.test/goals", br#"{"event_name":"Signup"}"#),
+        ("POST", "/api/sites/other.test/goals", br#"{"event_name":"Signup"}"#),
+    ];
+    // Which routes each key may use: stats, sessions, import, its site's settings, another site.
+    for (bearer, allowed) in [
+        (&stats, [true, false, false, false, false]),
+        (&visitors, [false, true, false, false, false]),
+        (&import, [false, false, true, false, false]),
+        (&admin, [true, true, true, true, false]),
+    ] {
+        for ((method, path, body), allowed) in routes.iter().zip(allowed) {
+            let r = server.client().request(method, path, &[JSON, ("authorization", bearer)], body);
+            assert_eq!(r.status != 401, allowed, "{method} {path}: {} {}", r.status, r.text());
+        }
+    }
+    // The settings API makes keys with scopes too (an admin key may, on its site).
+    let made = server.client().post_json(
+        "/api/sites/shop.test/keys",
+        &[("authorization", &admin)],
+        &json!({ "name": "importer", "scopes": ["import", "stats"] }),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    assert_eq!(made.json()["scopes"], json!(["stats", "import"]));
+    let bad = server.client().post_json(
+        "/api/sites/shop.test/keys",
+        &[("authorization", &admin)],
+        &json!({ "scopes": ["root"] }),
+    );
+    assert_eq!(bad.status, 400);
+    let keys = server.client().request("GET", "/api/sites/shop.test/keys", &[("authorization", &admin)], b"").json();
+    assert!(
+        keys["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["name"] == "importer" && k["scopes"] == json!(["stats", "import"]))
+    );
+    server.stop();
+}
+
+/// Regression: `/metrics` answered anyone with every site's counters, and `/health` answered the
+/// store's error text. `/metrics` needs its token (or is served on an address of its own);
+/// `/health` says ok or not.
+#[test]
+fn metrics_need_a_token_or_their_own_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let server = Server::start(&store);
+    let mut c = server.client();
+    assert_eq!(c.request("GET", "/metrics", &[], b"").status, 401);
+    assert_eq!(c.request("GET", "/metrics", &[("authorization", "Bearer wrong-token-0123456789")], b"").status, 401);
+    let auth = format!("Bearer {}", crate::support::METRICS_TOKEN);
+    assert_eq!(c.request("GET", "/metrics", &[("authorization", &auth)], b"").status, 200);
+    assert_eq!(c.request("GET", "/health", &[], b"").text(), r#"{"status":"ok"}"#);
+    server.stop();
+
+    let server = Server::start_with(&store, &["--metrics-listen", "127.0.0.1:0"]);
+    let line = server.wait_for_log("metrics: http://");
+    let addr: std::net::SocketAddr =
+        line.split("http://").nth(1).unwrap().split('/').next().unwrap().parse().expect("an address");
+    assert_eq!(
+        server.client().request("GET", "/metrics", &[("authorization", &auth)], b"").status,
+        404,
+        "not on the main address"
+    );
+    let r = Client::connect(addr).request("GET", "/metrics", &[("authorization", &auth)], b"");
+    assert!(r.status == 200 && r.text().contains("tally_events_accepted_total"), "{}", r.text());
+    assert_eq!(Client::connect(addr).request("GET", "/metrics", &[], b"").status, 401, "and still behind its token");
+    assert_eq!(Client::connect(addr).request("GET", "/health", &[], b"").status, 200);
+    server.stop();
 }

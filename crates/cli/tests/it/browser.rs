@@ -62,6 +62,7 @@ fn trackers_and_dashboard_in_headless_chromium() {
         .arg(&script)
         .env("TALLY_URL", format!("http://{}", server.addr))
         .env("TALLY_KEY", &site.key)
+        .env("TALLY_METRICS_TOKEN", crate::support::METRICS_TOKEN)
         .env("TALLY_SITE", &site.domain)
         .env("TALLY_UMAMI_ID", &site.umami_id)
         .env("TALLY_EMAIL", EMAIL)

@@ -248,7 +248,11 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
         })
     });
     let answer = import(&mut client, &a.key, &lines);
-    assert_eq!(answer, json!({"imported": 10, "dropped": 1, "errors": []}), "site A's import");
+    assert_eq!(
+        answer,
+        json!({"imported": 10, "dropped": 1, "errors": [], "errors_total": 0, "errors_omitted": 0}),
+        "site A's import"
+    );
 
     // Site B's backfill: one page view that must stay on site B.
     let db = pick_day(&utc);
@@ -256,7 +260,7 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
                       "visitor": "erin", "user_agent": ua::FIREFOX_LINUX, "country": "NL"});
     assert_eq!(
         import(&mut client, &b.key, &[line]),
-        json!({"imported": 1, "dropped": 0, "errors": []}),
+        json!({"imported": 1, "dropped": 0, "errors": [], "errors_total": 0, "errors_omitted": 0}),
         "site B's import"
     );
 

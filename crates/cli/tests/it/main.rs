@@ -1,5 +1,6 @@
 //! The `tally` binary, run as a user runs it.
 
+mod abuse;
 mod abuse_data;
 mod accounts;
 mod bad_input;

@@ -76,12 +76,16 @@ pub struct SiteSetup {
     pub key: String,
 }
 
-/// `tally site add DOMAIN --timezone TZ` and `tally key create`.
+/// `tally site add DOMAIN --timezone TZ` and `tally key create` with the scopes the tests use
+/// (statistics, visitors and imports; not settings).
 pub fn add_site(store: &Path, domain: &str, timezone: &str) -> SiteSetup {
     let added = tally_ok(store, &["site", "add", domain, "--timezone", timezone]);
-    let key = tally_ok(store, &["key", "create", domain]);
+    let key = tally_ok(store, &["key", "create", domain, "--scope", "stats,visitors,import"]);
     SiteSetup { domain: domain.to_owned(), umami_id: field(&added, "umami website id:"), key: field(&key, "key:") }
 }
+
+/// The `/metrics` token of every test server.
+pub const METRICS_TOKEN: &str = "test-metrics-token-0123456789";
 
 /// A running `tally serve`, killed when dropped (so a failing test leaves no server behind).
 pub struct Server {
@@ -103,16 +107,17 @@ impl Server {
         Server::start_env(store, extra, &[])
     }
 
-    /// Like [`Server::start_with`], with environment variables (AWS credentials, say).
+    /// Like [`Server::start_with`], with environment variables (AWS credentials, say). Loopback
+    /// is a trusted proxy unless `extra` names trusted proxies itself.
     pub fn start_env(store: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tally"));
+        command.arg("serve").args(extra).arg("--store").arg(store);
+        if !extra.contains(&"--trusted-proxy") {
+            command.args(["--trusted-proxy", "127.0.0.1"]);
+        }
         command
-            .arg("serve")
-            .args(extra)
-            .arg("--store")
-            .arg(store)
-            .args(["--listen", "127.0.0.1:0", "--trusted-proxy", "127.0.0.1", "--country-header", "cf-ipcountry"])
-            .args(["--flush-interval", "200ms", "--log-level", "info"])
+            .args(["--listen", "127.0.0.1:0", "--country-header", "cf-ipcountry"])
+            .args(["--flush-interval", "200ms", "--log-level", "info", "--metrics-token", METRICS_TOKEN])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -194,7 +199,8 @@ impl Server {
     /// The value of a `/metrics` sample such as `tally_events_dropped_total{reason="bot"}`; 0 when
     /// the sample is not there yet (a labelled counter appears with its first count).
     pub fn metric(&self, sample: &str) -> f64 {
-        let response = self.client().request("GET", "/metrics", &[], b"");
+        let auth = format!("Bearer {METRICS_TOKEN}");
+        let response = self.client().request("GET", "/metrics", &[("authorization", &auth)], b"");
         assert_eq!(response.status, 200, "/metrics: {}", response.text());
         response
             .text()

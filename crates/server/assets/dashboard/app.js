@@ -190,7 +190,8 @@ function topBar() {
     h("input", { type: "date", id: "to", value: S.to, onchange: (e) => { S.to = e.target.value; writeUrl(); dashboard(); } }));
   const right = S.share ? [h("span", { class: "note" }, "Shared dashboard")] : [
     h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
-    h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out")];
+    h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out"),
+    h("button", { class: "link", id: "logout-everywhere", title: "End this account's sign-ins on every browser", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere")];
   return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom,
     h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
 }
@@ -527,6 +528,16 @@ async function settingsPage() {
       ev.preventDefault();
       try { const x = await api("POST", "/api/sites", { domain: newDomain.value, timezone: newTz.value }); location.href = `/settings?site=${encodeURIComponent(x.domain)}`; } catch (e) { msg(addMsg, e.message, "error"); }
     } }, newDomain, newTz, h("button", { class: "primary" }, "Add site"), addMsg)));
+  const curPw = h("input", { id: "current-password", type: "password", placeholder: "Current password", autocomplete: "current-password", required: true });
+  const newPw = h("input", { id: "new-password", type: "password", placeholder: "New password (8+ characters)", autocomplete: "new-password", minlength: 8, required: true });
+  const pwMsg = h("span");
+  out.append(h("section", { class: "card" }, h("h2", {}, "Your account"),
+    h("form", { class: "row", id: "change-password", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try { const x = await api("POST", "/api/password", { current_password: curPw.value, new_password: newPw.value }); S.csrf = x.csrf; curPw.value = newPw.value = ""; msg(pwMsg, "Password changed; other browsers are signed out."); } catch (e) { msg(pwMsg, e.message, "error"); }
+    } }, curPw, newPw, h("button", {}, "Change password"), pwMsg),
+    h("p", {}, h("button", { class: "link", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere"),
+      h("span", { class: "note" }, " ends this account's sign-ins on every browser."))));
   show(out);
   if (!site) return;
 
@@ -593,17 +604,21 @@ async function settingsPage() {
 
   const keysBox = h("div");
   const keyName = h("input", { id: "key-name", placeholder: "Key name" });
+  const scopeBoxes = ["stats", "visitors", "import", "admin"].map((x) => h("label", { class: "note" },
+    h("input", { type: "checkbox", name: "scope", value: x, checked: x === "stats" }), ` ${x}`));
   out.append(h("section", { class: "card" }, h("h2", {}, "API keys"), keysBox,
     h("form", { class: "row", id: "create-key", onsubmit: async (ev) => {
       ev.preventDefault();
-      const k = await api("POST", `/api/sites/${site.site_id}/keys`, { name: keyName.value || "dashboard" });
+      const scopes = scopeBoxes.map((l) => l.querySelector("input")).filter((i) => i.checked).map((i) => i.value);
+      const k = await api("POST", `/api/sites/${site.site_id}/keys`, { name: keyName.value || "dashboard", scopes });
       keysBox.prepend(h("p", {}, "Copy this key now; it is not shown again:", h("div", { class: "secret", id: "new-key" }, k.key)));
       loadKeys();
-    } }, keyName, h("button", {}, "Create key"))));
+    } }, keyName, ...scopeBoxes, h("button", {}, "Create key"),
+    h("span", { class: "note" }, "stats reads statistics; visitors reads and erases visitors' sessions; import backfills events; admin does everything on this site."))));
   async function loadKeys() {
     const { keys } = await api("GET", `/api/sites/${site.site_id}/keys`);
     keysBox.querySelector("table")?.remove();
-    keysBox.append(h("table", { class: "rows" }, keys.map((k) => h("tr", {}, h("td", {}, k.name), h("td", { class: "note" }, k.revoked ? "revoked" : "active"),
+    keysBox.append(h("table", { class: "rows" }, keys.map((k) => h("tr", {}, h("td", {}, k.name), h("td", { class: "note" }, (k.scopes || []).join(", ") + (k.legacy ? " (legacy)" : "")), h("td", { class: "note" }, k.revoked ? "revoked" : "active"),
       h("td", { class: "num" }, k.revoked ? "" : h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/keys/${k.key_id}`); loadKeys(); } }, "Revoke"))))));
   }
   loadKeys();

@@ -258,20 +258,23 @@ struct Switch(std::sync::atomic::AtomicBool);
 #[async_trait::async_trait]
 impl server::HealthCheck for Switch {
     async fn check(&self) -> Result<(), String> {
-        if self.0.load(std::sync::atomic::Ordering::Relaxed) { Ok(()) } else { Err("the store is down".into()) }
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err("the store at 10.0.0.7 is down".into())
+        }
     }
 }
 
+/// `/health` says unavailable, and only that: the check's reason (here as a store's error would
+/// name a host) is logged, never answered (it was, to anyone).
 #[tokio::test]
 async fn health_answers_unavailable_while_its_check_fails() {
     let switch = std::sync::Arc::new(Switch(false.into()));
     let check = switch.clone();
     let app = TestApp::spawn_with(move |state| state.with_health(check)).await;
     let answer = app.send(Method::GET, "/health", &[], "").await;
-    assert_eq!(
-        (answer.status, answer.body.as_str()),
-        (StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"unavailable","error":"the store is down"}"#)
-    );
+    assert_eq!((answer.status, answer.body.as_str()), (StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"unavailable"}"#));
     switch.0.store(true, std::sync::atomic::Ordering::Relaxed);
     let answer = app.send(Method::GET, "/health", &[], "").await;
     assert_eq!((answer.status, answer.body.as_str()), (StatusCode::OK, r#"{"status":"ok"}"#));

@@ -388,3 +388,35 @@ fn a_store_open_elsewhere_is_refused_saying_why() {
     let text = second.to_string();
     assert!(text.contains("another process") && !text.contains("internal error"), "{text}");
 }
+
+/// Regression: data files were created 0644 and the directory 0755, so any local user could read
+/// the salts and password hashes. A new store is owner-only, and an old one is narrowed on open.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_store_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let check = |dir: &std::path::Path| {
+        assert_eq!(mode(dir), 0o700, "the directory");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    };
+    {
+        let store = EmbeddedStore::open_with(&dir, Options::default().ttl_sweep_interval(None)).unwrap();
+        store.create_table(definition()).await.unwrap();
+        store.put_item(PutItem::new(T, key("a", "1"))).await.unwrap();
+    }
+    assert!(std::fs::read_dir(&dir).unwrap().count() >= 2, "a database and a journal");
+    check(&dir);
+    // A store made by an older version, readable by all, is narrowed when it opens.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        std::fs::set_permissions(entry.unwrap().path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    drop(EmbeddedStore::open_with(&dir, Options::default().ttl_sweep_interval(None)).unwrap());
+    check(&dir);
+}
