@@ -354,6 +354,10 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
     let rt = runtime();
+    // How many images were of the interesting kinds, over every seed: how writes group into
+    // commits depends on thread timing, so one seed on a loaded machine may take none of one
+    // kind (seen in CI), while every image must hold every acknowledged write whatever its kind.
+    let (mut reused_total, mut replaying_total) = (0, 0);
     for seed in 0..6u64 {
         let disk = Disk::new(Default::default(), seed, 0);
         let store =
@@ -379,7 +383,7 @@ fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
                 !records.is_empty() && read < journal.len()
             })
             .count();
-        assert!(reused >= 1, "seed {seed}: no image has older bytes after its journal records");
+        reused_total += reused;
         let mut replaying = 0;
         for (n, (count, image)) in images.into_iter().enumerate() {
             match rt.block_on(check_image(image, &acked[..count])) {
@@ -387,8 +391,10 @@ fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
                 Err(e) => panic!("seed {seed}, image {n} (after {count} acknowledgements): {e}"),
             }
         }
-        assert!(replaying >= 2, "seed {seed}: only {replaying} images had journal records to replay");
+        replaying_total += replaying;
     }
+    assert!(reused_total >= 1, "no image has older bytes after its journal records");
+    assert!(replaying_total >= 2, "only {replaying_total} images had journal records to replay");
 }
 
 #[test]

@@ -457,10 +457,13 @@ proptest! {
         if len > 0 {
             prop_assert!(cover[0].start_ms() <= start && start < cover[0].end_ms());
             prop_assert!(cover[cover.len() - 1].end_ms() >= start + len);
-            // At most two partial days of hours; around the months, at most two partial months
-            // of weeks and days.
+            // At most two partial days of hours; at each end, weeks and days up to the whole
+            // months. Weeks straddle months, so a lead-in from a month's second day can run
+            // through the next month in weeks (regression: UTC from 2019-08-01T00:00:00.001 for
+            // 172 days is 3 days, 8 weeks and a day before October, 74 items in all, and the
+            // bound said 73 although the cover is the fewest buckets, checked below).
             let months = cover.iter().filter(|b| b.unit() == Unit::Month).count();
-            prop_assert!(cover.len() <= months + 2 * (4 + 6) + 2 * 25, "{} items", cover.len());
+            prop_assert!(cover.len() <= months + 2 * (9 + 6) + 2 * 25, "{} items", cover.len());
             // Its whole days are as few buckets as a search over every date finds.
             let whole: Vec<&Bucket> = cover.iter().filter(|b| b.unit() != Unit::Hour).collect();
             if let (Some(first), Some(last)) = (whole.first(), whole.last()) {
@@ -487,3 +490,4 @@ proptest! {
         let _ = z.cover(ts, ts.saturating_add(3 * DAY));
     }
 }
+
