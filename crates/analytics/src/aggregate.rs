@@ -258,6 +258,8 @@ pub struct AggregatorStats {
     pub flush_write_units: f64,
     /// Dead runs this aggregator recovered.
     pub runs_recovered: u64,
+    /// The last epoch whose flush is recorded in the run's item (recovery reads only later ones).
+    pub flushed_epoch: u64,
 }
 
 /// One epoch's accumulator and its open tickets.
@@ -292,6 +294,7 @@ struct Counts {
     last_flush_read_units: f64,
     flush_write_units: f64,
     runs_recovered: u64,
+    flushed_epoch: u64,
 }
 
 pub(crate) struct Shared {
@@ -569,6 +572,7 @@ impl Aggregator {
             stats.last_flush_read_units = c.last_flush_read_units;
             stats.flush_write_units = c.flush_write_units;
             stats.runs_recovered = c.runs_recovered;
+            stats.flushed_epoch = c.flushed_epoch;
         }
         stats
     }
@@ -709,6 +713,7 @@ impl Shared {
             .await?;
         let units = table.capacity();
         if let Ok(mut c) = self.counts.lock() {
+            c.flushed_epoch = c.flushed_epoch.max(epoch);
             c.epochs_flushed += 1;
             c.last_flush_write_units = units.write_units;
             c.last_flush_read_units = units.read_units;
