@@ -1,6 +1,9 @@
 //! The crash test: `tally serve` is SIGKILLed during sustained ingestion, restarted on the same
 //! data, and every acknowledged event is found stored and counted, with aggregates equal to a
-//! rebuild from the raw events.
+//! rebuild from the raw events. Events are stored in event blocks, so the kill comes while
+//! blocks of the four senders' events are being written: a block not yet durable was never
+//! acknowledged, and the restarted process takes over the dead one's ingest lease (its pid is
+//! gone) and its live sessions before it ingests.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
