@@ -16,6 +16,14 @@
 //!
 //! **Erasing.** A visitor's events leave by rewriting each block of their start day that holds
 //! them, without their rows, under the block's `version` (a block left empty is deleted).
+//!
+//! **Compacting.** Under load a block holds what arrived during one write, often a few events.
+//! A run's small blocks of a partition whose epochs are all flushed (so recovery never reads them
+//! again) are merged into one block, in one transaction that writes the merged block (naming the
+//! blocks it `replaces`) and deletes each of them under its `version`: an erasure meanwhile
+//! cancels it, and it is tried again later. Readers drop a block another block of the same run
+//! replaces, so even an engine whose Query is not isolated from transactions (DynamoDB) never
+//! counts an event twice.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -83,6 +91,28 @@ pub struct BlockWriter {
     counters: Arc<WriterCounters>,
 }
 
+/// A block smaller than this (encoded) is merged with its partition's other small blocks.
+pub const SMALL_BLOCK_BYTES: usize = 32 * 1024;
+
+/// How many small blocks a partition gathers before they are merged.
+pub const COMPACT_FROM: usize = 16;
+
+/// How often the writer looks for partitions to compact.
+const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The epoch up to which this run's flushes are recorded: blocks of those epochs only are merged.
+pub type FlushedEpoch = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// What the writer shares with its compaction task.
+struct Shared {
+    table: Table,
+    run_id: String,
+    next_block: AtomicU64,
+    /// Small blocks written per partition since it was last compacted.
+    small: std::sync::Mutex<HashMap<(String, String), usize>>,
+    counters: Arc<WriterCounters>,
+}
+
 /// What the block writer has done, for `/metrics` and `tally bench`.
 #[derive(Debug, Default)]
 pub struct WriterCounters {
@@ -94,14 +124,25 @@ pub struct WriterCounters {
     pub bytes: AtomicU64,
     /// Block writes that failed (their events were not acknowledged).
     pub failures: AtomicU64,
+    /// Small blocks merged into larger ones.
+    pub compacted: AtomicU64,
 }
 
 impl BlockWriter {
-    /// Starts the writer task for `run_id` on the current tokio runtime.
-    pub fn start(table: Table, run_id: &str) -> Arc<BlockWriter> {
+    /// Starts the writer task for `run_id` on the current tokio runtime, and its compaction task,
+    /// which merges small blocks of the epochs `flushed` says are flushed.
+    pub fn start(table: Table, run_id: &str, flushed: FlushedEpoch) -> Arc<BlockWriter> {
         let (tx, rx) = mpsc::unbounded_channel();
         let counters = Arc::new(WriterCounters::default());
-        tokio::spawn(write_task(table, run_id.to_owned(), rx, counters.clone()));
+        let shared = Arc::new(Shared {
+            table,
+            run_id: run_id.to_owned(),
+            next_block: AtomicU64::new(0),
+            small: std::sync::Mutex::default(),
+            counters: counters.clone(),
+        });
+        tokio::spawn(write_task(shared.clone(), rx));
+        tokio::spawn(compact_task(Arc::downgrade(&shared), flushed));
         Arc::new(BlockWriter { tx, counters })
     }
 
@@ -122,13 +163,7 @@ impl BlockWriter {
     }
 }
 
-async fn write_task(
-    table: Table,
-    run_id: String,
-    mut rx: mpsc::UnboundedReceiver<Pending>,
-    counters: Arc<WriterCounters>,
-) {
-    let mut next_block: u64 = 0;
+async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending>) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BLOCK_EVENTS * 4 {
@@ -151,21 +186,24 @@ async fn write_task(
         let mut writes = Vec::new();
         for ((site, day), pending) in groups {
             for chunk in cut(pending) {
-                writes.push((site.clone(), day.clone(), next_block, chunk));
-                next_block += 1;
+                writes.push((site.clone(), day.clone(), shared.next_block.fetch_add(1, Ordering::Relaxed), chunk));
             }
         }
-        let table = &table;
-        let run_id = run_id.as_str();
-        let counters = &counters;
+        let shared = &shared;
         futures::future::join_all(writes.into_iter().map(|(site, day, number, chunk)| async move {
             let events: Vec<StoredEvent> = chunk.iter().map(|p| p.event.clone()).collect();
-            let result = write_block(table, run_id, number, &site, &day, &events).await;
+            let result = write_block(&shared.table, &shared.run_id, number, &site, &day, &events, &[]).await;
+            let counters = &shared.counters;
             match &result {
                 Ok(bytes) => {
                     counters.blocks.fetch_add(1, Ordering::Relaxed);
                     counters.events.fetch_add(events.len() as u64, Ordering::Relaxed);
                     counters.bytes.fetch_add(*bytes as u64, Ordering::Relaxed);
+                    if *bytes < SMALL_BLOCK_BYTES
+                        && let Ok(mut small) = shared.small.lock()
+                    {
+                        *small.entry((site.clone(), day.clone())).or_default() += 1;
+                    }
                 }
                 Err(e) => {
                     counters.failures.fetch_add(1, Ordering::Relaxed);
@@ -179,6 +217,93 @@ async fn write_task(
         }))
         .await;
     }
+}
+
+/// Every [`COMPACT_EVERY`], merges the small blocks of the partitions that gathered
+/// [`COMPACT_FROM`] of them; stops when the writer is gone.
+async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch) {
+    loop {
+        tokio::time::sleep(COMPACT_EVERY).await;
+        let Some(shared) = shared.upgrade() else { return };
+        let due: Vec<(String, String)> = match shared.small.lock() {
+            Ok(small) => small.iter().filter(|(_, n)| **n >= COMPACT_FROM).map(|(k, _)| k.clone()).collect(),
+            Err(_) => continue,
+        };
+        for (site, day) in due {
+            let next = || shared.next_block.fetch_add(1, Ordering::Relaxed);
+            match compact_partition(&shared.table, &site, &day, &shared.run_id, flushed(), &next).await {
+                Ok(merged) => {
+                    shared.counters.compacted.fetch_add(merged as u64, Ordering::Relaxed);
+                    if let Ok(mut small) = shared.small.lock() {
+                        // What is left small is counted again when it is next written to.
+                        small.remove(&(site.clone(), day.clone()));
+                    }
+                }
+                Err(e) => tracing::warn!(site = %site, day = %day, error = %e, "compacting event blocks failed"),
+            }
+        }
+    }
+}
+
+/// Merges the small blocks `run_id` wrote to `(site, day)` whose events are all of epochs up to
+/// `flushed`, a transaction per merged block (see the module documentation), numbering merged
+/// blocks with `next`. Returns how many blocks were merged away. A transaction cancelled by a
+/// concurrent erasure is left for a later call.
+pub async fn compact_partition(
+    table: &Table,
+    site: &str,
+    day: &str,
+    run_id: &str,
+    flushed: u64,
+    next: &(dyn Fn() -> u64 + Sync),
+) -> Result<usize, EventStoreError> {
+    let mut small: Vec<StoredBlock> = blocks_of_run(table, site, day, run_id, 0)
+        .await?
+        .into_iter()
+        .filter(|b| b.data.len() < SMALL_BLOCK_BYTES && b.max_epoch <= flushed)
+        .collect();
+    small.sort_by_key(|b| b.number);
+    let mut merged = 0;
+    let mut at = 0;
+    while at < small.len() {
+        // As many as fit one block and one transaction (the merged block and the deletes).
+        let mut group: Vec<&StoredBlock> = Vec::new();
+        let mut events: Vec<StoredEvent> = Vec::new();
+        let mut bytes = 0;
+        while at < small.len() && group.len() < store::limits::MAX_TRANSACT_ITEMS - 1 {
+            let b = &small[at];
+            let these = b.events()?;
+            let size: usize = these.iter().map(approx_size).sum();
+            if !group.is_empty() && (events.len() + these.len() > MAX_BLOCK_EVENTS || bytes + size > MAX_BLOCK_BYTES) {
+                break;
+            }
+            bytes += size;
+            events.extend(these);
+            group.push(b);
+            at += 1;
+        }
+        if group.len() < 2 {
+            continue;
+        }
+        let number = next();
+        let replaces: Vec<u64> = group.iter().map(|b| b.number).collect();
+        let data = block::encode(site, day, &events)?;
+        let mut writes = vec![model::TxWrite::create(
+            "EventBlock",
+            block_item((run_id, number), site, day, &events, data, 0, &replaces),
+        )];
+        for b in &group {
+            let key = item! { "site_id" => site, "day" => day, "run_id" => run_id, "block" => b.number };
+            writes.push(model::TxWrite::delete("EventBlock", key).condition(attr("version").eq(b.version)));
+        }
+        match table.transact_write(writes).await {
+            Ok(_) => merged += group.len(),
+            // An erasure (or another compaction) got there first: leave these for later.
+            Err(e) if e.is_condition_failed() || e.is_transaction_canceled() || e.is_retryable() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(merged)
 }
 
 /// Splits one partition's events into blocks of at most [`MAX_BLOCK_EVENTS`] events and about
@@ -241,10 +366,11 @@ async fn write_block(
     site: &str,
     day: &str,
     events: &[StoredEvent],
+    replaces: &[u64],
 ) -> Result<usize, EventStoreError> {
     let data = block::encode(site, day, events)?;
     let len = data.len();
-    let item = block_item(run_id, number, site, day, events, data, 0);
+    let item = block_item((run_id, number), site, day, events, data, 0, replaces);
     match table.write("EventBlock", item, PutMode::Create, None).await {
         Ok(()) => Ok(len),
         Err(e) if e.is_condition_failed() || e.is_already_exists() => Ok(len),
@@ -253,19 +379,19 @@ async fn write_block(
 }
 
 fn block_item(
-    run_id: &str,
-    number: u64,
+    (run_id, number): (&str, u64),
     site: &str,
     day: &str,
     events: &[StoredEvent],
     data: Vec<u8>,
     version: i64,
+    replaces: &[u64],
 ) -> store::Item {
     let first_ts = events.iter().map(|e| e.ts).min().unwrap_or(0);
     let last_ts = events.iter().map(|e| e.ts).max().unwrap_or(0);
     let max_epoch = events.iter().map(|e| e.epoch).max().unwrap_or(0);
     let ttl = events.iter().map(|e| e.ttl).max().unwrap_or(0);
-    item! {
+    let mut item = item! {
         "site_id" => site,
         "day" => day,
         "run_id" => run_id,
@@ -277,7 +403,12 @@ fn block_item(
         "data" => data,
         "version" => version,
         "ttl" => ttl,
+    };
+    if !replaces.is_empty() {
+        let set = replaces.iter().map(|n| store::Number::from(*n)).collect();
+        item.insert("replaces".to_owned(), AttributeValue::Ns(set));
     }
+    item
 }
 
 /// A stored block: its key fields and its bytes.
@@ -295,6 +426,8 @@ pub struct StoredBlock {
     pub data: Vec<u8>,
     /// Its version (rewrites by erasure).
     pub version: i64,
+    /// The blocks of its run it replaces (a merged block).
+    pub replaces: Vec<u64>,
 }
 
 impl StoredBlock {
@@ -306,6 +439,10 @@ impl StoredBlock {
             ts_range: (r.opt_i64("first_ts")?.unwrap_or(i64::MIN), r.opt_i64("last_ts")?.unwrap_or(i64::MAX)),
             data: r.bytes("data")?.to_vec(),
             version: r.opt_i64("version")?.unwrap_or(0),
+            replaces: match r.get("replaces") {
+                Some(AttributeValue::Ns(set)) => set.iter().filter_map(|n| n.to_i64()).map(|n| n as u64).collect(),
+                _ => Vec::new(),
+            },
         })
     }
 
@@ -325,7 +462,19 @@ pub async fn blocks_of_day(table: &Table, site: &str, day: UtcDay) -> Result<Vec
     let day = day.to_string();
     let records =
         table.query("EventBlock").key(item! { "site_id" => site, "day" => day.as_str() }).consistent().all().await?;
-    records.iter().map(StoredBlock::from_record).collect()
+    Ok(without_replaced(records.iter().map(StoredBlock::from_record).collect::<Result<_, _>>()?))
+}
+
+/// The blocks no other block of the list replaces: a merged block's originals may still be
+/// there, or be read, while the merge's transaction commits.
+fn without_replaced(blocks: Vec<StoredBlock>) -> Vec<StoredBlock> {
+    let replaced: std::collections::HashSet<(&str, u64)> =
+        blocks.iter().flat_map(|b| b.replaces.iter().map(move |n| (b.run_id.as_str(), *n))).collect();
+    if replaced.is_empty() {
+        return blocks;
+    }
+    let keep: Vec<bool> = blocks.iter().map(|b| !replaced.contains(&(b.run_id.as_str(), b.number))).collect();
+    blocks.into_iter().zip(keep).filter_map(|(b, k)| k.then_some(b)).collect()
 }
 
 /// The blocks of the days `first..=last`, a day's blocks at a time, [`PARALLEL_READS`] days
@@ -364,11 +513,11 @@ pub async fn blocks_of_run(
     let records = table
         .query("EventBlock")
         .key(item! { "site_id" => site, "day" => day, "run_id" => run_id })
-        .filter(attr("max_epoch").gt(after))
         .consistent()
         .all()
         .await?;
-    records.iter().map(StoredBlock::from_record).collect()
+    let blocks = without_replaced(records.iter().map(StoredBlock::from_record).collect::<Result<_, _>>()?);
+    Ok(blocks.into_iter().filter(|b| b.max_epoch > after).collect())
 }
 
 /// Puts events in order of (visitor, session, seq): a session's events together and in order.
@@ -482,7 +631,7 @@ async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u6
                 end += 1;
             }
             let end = end.max(at + 1);
-            write_block(table, &run, number, &site, &day, &events[at..end]).await?;
+            write_block(table, &run, number, &site, &day, &events[at..end], &[]).await?;
             number += 1;
             at = end;
         }
@@ -509,7 +658,7 @@ pub async fn store_events(table: &Table, events: &[StoredEvent]) -> Result<(), E
     }
     for ((site, day, run), events) in groups {
         let number = STORED_DIRECTLY.fetch_add(1, Ordering::Relaxed);
-        write_block(table, run, number, site, day, &events).await?;
+        write_block(table, run, number, site, day, &events, &[]).await?;
     }
     Ok(())
 }

@@ -197,7 +197,11 @@ const MAX_CACHED_SESSIONS: usize = 20_000;
 impl Pipeline {
     /// A pipeline writing to `table`.
     pub fn new(table: Table, sites: Arc<Sites>, enricher: Arc<Enricher>, aggregator: Arc<Aggregator>) -> Self {
-        let writer = BlockWriter::start(table.clone(), aggregator.run_id());
+        let flushed = {
+            let aggregator = Arc::downgrade(&aggregator);
+            Arc::new(move || aggregator.upgrade().map_or(0, |a| a.stats().flushed_epoch))
+        };
+        let writer = BlockWriter::start(table.clone(), aggregator.run_id(), flushed);
         Pipeline {
             table,
             sites,

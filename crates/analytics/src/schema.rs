@@ -227,7 +227,8 @@ pub fn tally_schema(name: &str) -> Schema {
                     "Raw events of one site whose sessions started on one UTC day, many to an item, column by \
                      column and compressed (`crate::block`): the unit of durability at ingestion, of scanning at \
                      query time and of erasure. Written once by one run (`run_id`, `block` numbered within the \
-                     run), rewritten only to erase a visitor (under `version`).",
+                     run), rewritten only to erase a visitor (under `version`); small blocks of flushed epochs \
+                     are merged into one that `replaces` them, in one transaction.",
                 )
                 .attribute(Attribute::string("site_id").required())
                 .attribute(Attribute::string("day").required().example("2026-11-22"))
@@ -239,6 +240,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::number("max_epoch").required().example(42))
                 .attribute(Attribute::binary("data").required())
                 .attribute(Attribute::number("version").default_value(0))
+                .attribute(Attribute::number_set("replaces"))
                 .ttl_after("ttl", Duration::from_secs(731 * 86_400))
                 .key("EB#{site_id}#{day}", "B#{run_id}#{block:10}"),
         )

@@ -490,4 +490,3 @@ proptest! {
         let _ = z.cover(ts, ts.saturating_add(3 * DAY));
     }
 }
-

@@ -151,6 +151,7 @@ proptest! {
                     ts_range: (0, 0),
                     data: crate::block::encode("S", day, c).unwrap(),
                     version: 0,
+                    replaces: vec![],
                 })
                 .collect();
             let spec = scan::Spec { site_id: "S", zone: &zone, filters: &filters, dimension, periods: &periods };

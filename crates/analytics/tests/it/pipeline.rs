@@ -409,3 +409,68 @@ async fn an_engagement_event_extends_the_visit_and_is_not_counted_as_an_event() 
     let rows = stats.query(&names).await.unwrap();
     assert_eq!(rows.iter().map(|r| r.dimensions[0].as_str()).collect::<Vec<_>>(), ["pageview"]);
 }
+
+/// Events ingested one at a time are one small block each; once their epochs are flushed, a
+/// run's small blocks of a day are merged into one, and every reader sees the same events:
+/// the rebuild, a visitor's events, and their erasure afterwards. Blocks of an epoch not yet
+/// flushed are left alone (recovery may still need them).
+#[tokio::test]
+async fn small_blocks_of_flushed_epochs_are_merged_and_read_as_before() {
+    let w = world().await;
+    let site = w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    let t = now() - 3_600_000;
+    for v in 0..12u8 {
+        for step in 0..3i64 {
+            let raw = pageview("https://example.com/", FIREFOX, [10, 0, 1, v], t + i64::from(v) * 1000 + step * 60_000);
+            assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+        }
+    }
+    let day = analytics::visitor::UtcDay::from_unix_ms(t);
+    let blocks = |w: &World| {
+        let table = w.table.clone();
+        let site_id = site.site_id.clone();
+        async move { analytics::event_store::blocks_of_day(&table, &site_id, day).await.unwrap() }
+    };
+    let before = blocks(&w).await;
+    assert_eq!(before.iter().map(|b| b.events().unwrap().len()).sum::<usize>(), 36);
+    assert!(before.len() > 2, "events one at a time make small blocks: {}", before.len());
+    let run = a.run_id().to_owned();
+    let numbers = std::sync::atomic::AtomicU64::new(1_000_000);
+    let next = || numbers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let compact = |flushed: u64| {
+        let (table, site_id, run, day) = (w.table.clone(), site.site_id.clone(), run.clone(), day.to_string());
+        let next = &next;
+        async move { analytics::event_store::compact_partition(&table, &site_id, &day, &run, flushed, next).await.unwrap() }
+    };
+    // Not flushed yet: nothing is merged.
+    assert_eq!(compact(a.stats().flushed_epoch).await, 0);
+    a.flush_now().await.unwrap();
+    assert_eq!(compact(a.stats().flushed_epoch).await, before.len());
+    let after = blocks(&w).await;
+    assert_eq!(after.len(), 1, "one merged block");
+    let mut events: Vec<StoredEvent> = after.iter().flat_map(|b| b.events().unwrap()).collect();
+    let mut original: Vec<StoredEvent> = before.iter().flat_map(|b| b.events().unwrap()).collect();
+    analytics::event_store::sort_sessions(&mut events);
+    analytics::event_store::sort_sessions(&mut original);
+    assert_eq!(events, original, "the merged block holds every event, unchanged");
+    let today = site.zone.date_of(now()).unwrap();
+    let report = rebuild(
+        &w.table,
+        w.sites.as_ref(),
+        &site.site_id,
+        RebuildRange::new(today.yesterday().unwrap(), today),
+        RebuildMode::Verify,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.events_read, report.differences.len()), (36, 0), "{report:?}");
+    // Erasure rewrites the merged block.
+    let visitor = events[0].visitor_id.clone();
+    let erased = analytics::event_store::erase_visitor(&w.table, &site.site_id, day, &visitor).await.unwrap();
+    assert_eq!(erased, 3);
+    let left: usize = blocks(&w).await.iter().map(|b| b.events().unwrap().len()).sum();
+    assert_eq!(left, 33);
+    a.shutdown().await.unwrap();
+}
