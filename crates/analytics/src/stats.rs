@@ -1079,16 +1079,24 @@ pub fn session_ref(e: &crate::stored::StoredEvent) -> String {
     format!("{}.{}.{}", e.day, e.visitor_id, e.session_id)
 }
 
+/// A visitor id as given by a client (16 hexadecimal digits, either case) in the one form Tally
+/// stores it (lower case): every path that takes a visitor id parses it here, so an id in upper
+/// case finds, reads and erases the same visitor everywhere.
+pub fn parse_visitor(text: &str) -> Result<String, StatsError> {
+    if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(StatsError::Invalid(format!("{text:?} is not a visitor id")));
+    }
+    Ok(text.to_ascii_lowercase())
+}
+
 /// Splits a session reference into (day, visitor, session), checking each part's shape.
 pub fn parse_session_ref(text: &str) -> Option<(String, String, String)> {
     let mut parts = text.split('.');
     let (day, visitor, session) = (parts.next()?, parts.next()?, parts.next()?);
-    let ok = parts.next().is_none()
-        && crate::period::parse_date(day).is_ok()
-        && visitor.len() == 16
-        && visitor.bytes().all(|b| b.is_ascii_hexdigit())
-        && ulid::Ulid::from_string(session).is_ok();
-    ok.then(|| (day.to_owned(), visitor.to_ascii_lowercase(), session.to_owned()))
+    let visitor = parse_visitor(visitor).ok()?;
+    let ok =
+        parts.next().is_none() && crate::period::parse_date(day).is_ok() && ulid::Ulid::from_string(session).is_ok();
+    ok.then(|| (day.to_owned(), visitor, session.to_owned()))
 }
 
 fn summarize(events: &[crate::stored::StoredEvent]) -> Vec<SessionSummary> {
@@ -1320,10 +1328,7 @@ impl Stats {
         visitor: &str,
     ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
         crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
-        if visitor.len() != 16 || !visitor.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(StatsError::Invalid(format!("{visitor:?} is not a visitor id")));
-        }
-        let visitor = visitor.to_ascii_lowercase();
+        let visitor = parse_visitor(visitor)?;
         let d =
             crate::visitor::UtcDay::parse(day).ok_or_else(|| StatsError::Invalid(format!("{day:?} is not a day")))?;
         let mut events: Vec<_> = crate::event_store::events_of_day(&self.table, site_id, d)
@@ -1391,9 +1396,8 @@ impl Stats {
     /// after its last event); returns how many events. Aggregates keep their counts (they hold no
     /// visitor id).
     pub async fn delete_visitor(&self, site_id: &str, day: &str, visitor: &str) -> Result<usize, StatsError> {
-        // Checks the day and the visitor id the same way reading them does.
-        self.visitor_events(site_id, day, visitor).await?;
-        let visitor = visitor.to_ascii_lowercase();
+        crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let visitor = parse_visitor(visitor)?;
         let d =
             crate::visitor::UtcDay::parse(day).ok_or_else(|| StatsError::Invalid(format!("{day:?} is not a day")))?;
         let erased = crate::event_store::erase_visitor(&self.table, site_id, d, &visitor).await?;
