@@ -89,6 +89,7 @@ struct Pending {
 pub struct BlockWriter {
     tx: mpsc::UnboundedSender<Pending>,
     counters: Arc<WriterCounters>,
+    compact: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A block smaller than this (encoded) is merged with its partition's other small blocks.
@@ -141,9 +142,15 @@ impl BlockWriter {
             small: std::sync::Mutex::default(),
             counters: counters.clone(),
         });
+        let compact = Arc::new(std::sync::atomic::AtomicBool::new(true));
         tokio::spawn(write_task(shared.clone(), rx));
-        tokio::spawn(compact_task(Arc::downgrade(&shared), flushed));
-        Arc::new(BlockWriter { tx, counters })
+        tokio::spawn(compact_task(Arc::downgrade(&shared), flushed, compact.clone()));
+        Arc::new(BlockWriter { tx, counters, compact })
+    }
+
+    /// Whether small blocks are merged (on by default).
+    pub fn set_compaction(&self, on: bool) {
+        self.compact.store(on, Ordering::Relaxed);
     }
 
     /// Writes `event` in a block; returns once that block is durable.
@@ -221,10 +228,13 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
 
 /// Every [`COMPACT_EVERY`], merges the small blocks of the partitions that gathered
 /// [`COMPACT_FROM`] of them; stops when the writer is gone.
-async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch) {
+async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on: Arc<std::sync::atomic::AtomicBool>) {
     loop {
         tokio::time::sleep(COMPACT_EVERY).await;
         let Some(shared) = shared.upgrade() else { return };
+        if !on.load(Ordering::Relaxed) {
+            continue;
+        }
         let due: Vec<(String, String)> = match shared.small.lock() {
             Ok(small) => small.iter().filter(|(_, n)| **n >= COMPACT_FROM).map(|(k, _)| k.clone()).collect(),
             Err(_) => continue,

@@ -220,6 +220,12 @@ impl Pipeline {
         }
     }
 
+    /// Whether small event blocks are merged once flushed (on by default; see
+    /// [`crate::event_store`], "Compacting").
+    pub fn set_block_compaction(&self, on: bool) {
+        self.writer.set_compaction(on);
+    }
+
     /// The block writer's counters (blocks, events, bytes written).
     pub fn block_counters(&self) -> &crate::event_store::WriterCounters {
         self.writer.counters()

@@ -40,6 +40,8 @@ pub struct BenchOptions {
     pub output: Option<std::path::PathBuf>,
     /// How often aggregates are flushed (the configuration's `flush_interval`, as `serve` uses).
     pub flush_interval: Duration,
+    /// Whether small event blocks are merged (the configuration's `compact_event_blocks`).
+    pub compact_event_blocks: bool,
 }
 
 const DOMAINS: [&str; 3] = ["bench.example", "docs.bench.example", "shop.bench.example"];
@@ -54,7 +56,7 @@ struct Setup {
     _lease: analytics::lease::IngestLease,
 }
 
-async fn setup(flush_interval: Duration) -> Result<Setup> {
+async fn setup(flush_interval: Duration, compact: bool) -> Result<Setup> {
     let dir = tempfile::tempdir().context("a temporary directory")?;
     let store: Arc<dyn Store> = Arc::new(store_embedded::EmbeddedStore::open(dir.path())?);
     let table = Table::new(store, analytics::schema::tally_schema(analytics::schema::TABLE_NAME)).metered();
@@ -73,6 +75,7 @@ async fn setup(flush_interval: Duration) -> Result<Setup> {
         trusted_proxies: IpRanges::parse(["127.0.0.1/32", "::1/128"]).map_err(|e| anyhow::anyhow!("{e}"))?,
     })?;
     let pipeline = Arc::new(Pipeline::new(table.clone(), sites.clone(), Arc::new(enricher), aggregator.clone()));
+    pipeline.set_block_compaction(compact);
     let lease = analytics::lease::IngestLease::start(
         table.clone(),
         pipeline.clone(),
@@ -183,7 +186,7 @@ fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: D
 
 /// Runs the bench and prints its figures.
 pub async fn run(options: &BenchOptions) -> Result<()> {
-    let s = setup(options.flush_interval).await?;
+    let s = setup(options.flush_interval, options.compact_event_blocks).await?;
     eprintln!("tally bench: {} synthetic events, {} at a time", options.events, options.concurrency);
     // In process: the pipeline directly, events drawn from one generator by many tasks.
     let events: Vec<_> = synth(options.events).take(options.events as usize).collect();
@@ -359,7 +362,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     );
 
     if options.http {
-        let h = setup(options.flush_interval).await?;
+        let h = setup(options.flush_interval, options.compact_event_blocks).await?;
         let state = server::AppState::new(Arc::new(server::pipeline::PipelineIngest(h.pipeline.clone())));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;

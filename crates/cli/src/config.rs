@@ -116,6 +116,9 @@ pub struct Config {
     /// Sign-in and shared-link unlock attempts allowed per minute, per client address and per
     /// account (or link), after a burst of as many.
     pub auth_attempts_per_minute: u32,
+    /// Whether small event blocks are merged once their epochs are flushed: less disk and faster
+    /// scans, for about 0.3 more DynamoDB write units per event (a transaction per merge).
+    pub compact_event_blocks: bool,
 }
 
 impl Default for Config {
@@ -135,6 +138,7 @@ impl Default for Config {
             metrics_token: None,
             metrics_listen: None,
             auth_attempts_per_minute: server::account::DEFAULT_ATTEMPTS_PER_MINUTE,
+            compact_event_blocks: true,
         }
     }
 }
@@ -194,6 +198,9 @@ pub struct Layer {
     /// Sign-in and unlock attempts per minute, per client address and per account [default: 10].
     #[arg(long, global = true)]
     pub auth_attempts_per_minute: Option<u32>,
+    /// Merge small event blocks once flushed: true or false [default: true].
+    #[arg(long, global = true)]
+    pub compact_event_blocks: Option<bool>,
 }
 
 impl Layer {
@@ -221,6 +228,7 @@ impl Layer {
             metrics_token: var("TALLY_METRICS_TOKEN"),
             metrics_listen: var("TALLY_METRICS_LISTEN"),
             auth_attempts_per_minute: var("TALLY_AUTH_ATTEMPTS_PER_MINUTE").map(|v| v.trim().parse().unwrap_or(0)),
+            compact_event_blocks: var("TALLY_COMPACT_EVENT_BLOCKS").map(|v| !matches!(v.trim(), "false" | "0" | "no")),
         }
     }
 
@@ -295,6 +303,9 @@ impl Layer {
             }
             config.auth_attempts_per_minute = n;
         }
+        if let Some(compact) = self.compact_event_blocks {
+            config.compact_event_blocks = compact;
+        }
         Ok(())
     }
 }
@@ -355,6 +366,7 @@ impl Config {
             out.push_str(&format!("metrics_listen = {}\n", quote(&listen.to_string())));
         }
         out.push_str(&format!("auth_attempts_per_minute = {}\n", self.auth_attempts_per_minute));
+        out.push_str(&format!("compact_event_blocks = {}\n", self.compact_event_blocks));
         out
     }
 }

@@ -473,6 +473,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 per_query,
                 output,
                 flush_interval: config.flush_interval,
+                compact_event_blocks: config.compact_event_blocks,
             };
             runtime()?.block_on(bench::run(&options))?;
         }

@@ -70,7 +70,13 @@ async fn start_aggregation(config: &Config, table: &Table, sites: &Arc<Sites>) -
 }
 
 /// Takes or joins the ingest lease for `pipeline` (alone when no other process ingests).
-async fn start_lease(table: &Table, pipeline: &Arc<Pipeline>, aggregator: &Aggregator) -> Result<IngestLease> {
+async fn start_lease(
+    config: &Config,
+    table: &Table,
+    pipeline: &Arc<Pipeline>,
+    aggregator: &Aggregator,
+) -> Result<IngestLease> {
+    pipeline.set_block_compaction(config.compact_event_blocks);
     let lease =
         IngestLease::start(table.clone(), pipeline.clone(), aggregator.run_id(), &hostname(), std::process::id())
             .await
@@ -87,7 +93,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     let aggregator = start_aggregation(config, &metered, &sites).await?;
     let pipeline =
         Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
-    let lease = start_lease(&metered, &pipeline, &aggregator).await?;
+    let lease = start_lease(config, &metered, &pipeline, &aggregator).await?;
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
     let accounts = Arc::new(Accounts::new(metered.clone()));
     let demo = match demo {
@@ -202,7 +208,7 @@ pub async fn demo(config: &Config, options: DemoOptions) -> Result<()> {
     let aggregator = start_aggregation(config, &table, &sites).await?;
     let pipeline =
         Arc::new(Pipeline::new(table.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
-    let lease = start_lease(&table, &pipeline, &aggregator).await?;
+    let lease = start_lease(config, &table, &pipeline, &aggregator).await?;
     let (site, filled) = crate::demo::fill(&sites, &pipeline, &aggregator, options).await?;
     lease.stop().await.context("giving up the ingest lease")?;
     aggregator.shutdown().await.context("flushing aggregates")?;
@@ -415,7 +421,7 @@ pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&st
     drop(body);
     let aggregator = start_aggregation(config, &table, &sites).await?;
     let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher(config)?), aggregator.clone()));
-    let lease = start_lease(&table, &pipeline, &aggregator).await?;
+    let lease = start_lease(config, &table, &pipeline, &aggregator).await?;
     let mut refused = parsed.errors;
     let (mut imported, mut dropped) = (0u64, 0u64);
     let total = parsed.events.len();
