@@ -85,11 +85,24 @@ struct Pending {
 }
 
 /// Writes events in blocks: see the module documentation.
-#[derive(Debug)]
 pub struct BlockWriter {
     tx: mpsc::UnboundedSender<Pending>,
     counters: Arc<WriterCounters>,
     compact: Arc<std::sync::atomic::AtomicBool>,
+    shared: Arc<Shared>,
+    flushed: FlushedEpoch,
+}
+
+impl std::fmt::Debug for BlockWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockWriter").field("run_id", &self.shared.run_id).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("run_id", &self.run_id).finish_non_exhaustive()
+    }
 }
 
 /// A block smaller than this (encoded) is merged with its partition's other small blocks.
@@ -144,8 +157,28 @@ impl BlockWriter {
         });
         let compact = Arc::new(std::sync::atomic::AtomicBool::new(true));
         tokio::spawn(write_task(shared.clone(), rx));
-        tokio::spawn(compact_task(Arc::downgrade(&shared), flushed, compact.clone()));
-        Arc::new(BlockWriter { tx, counters, compact })
+        tokio::spawn(compact_task(Arc::downgrade(&shared), flushed.clone(), compact.clone()));
+        Arc::new(BlockWriter { tx, counters, compact, shared, flushed })
+    }
+
+    /// Merges the small blocks of every partition written to, now, as far as their epochs are
+    /// flushed (the background task does it once a partition has gathered enough). Returns how
+    /// many blocks were merged away.
+    pub async fn compact_now(&self) -> Result<usize, EventStoreError> {
+        let partitions: Vec<(String, String)> = match self.shared.small.lock() {
+            Ok(small) => small.keys().cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        let mut merged = 0;
+        for (site, day) in partitions {
+            let next = || self.shared.next_block.fetch_add(1, Ordering::Relaxed);
+            let shared = &self.shared;
+            let (m, left) = compact(&shared.table, &site, &day, &shared.run_id, (self.flushed)(), &next).await?;
+            merged += m;
+            remember_left(shared, (site, day), left);
+        }
+        self.counters.compacted.fetch_add(merged as u64, Ordering::Relaxed);
+        Ok(merged)
     }
 
     /// Whether small blocks are merged (on by default).
@@ -226,6 +259,18 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
     }
 }
 
+/// Counts the small blocks a compaction of `partition` left (merged ones among them), so the
+/// partition is compacted again once it gathers enough, and forgets a partition with none.
+fn remember_left(shared: &Shared, partition: (String, String), left: usize) {
+    if let Ok(mut small) = shared.small.lock() {
+        if left == 0 {
+            small.remove(&partition);
+        } else {
+            small.insert(partition, left);
+        }
+    }
+}
+
 /// Every [`COMPACT_EVERY`], merges the small blocks of the partitions that gathered
 /// [`COMPACT_FROM`] of them; stops when the writer is gone.
 async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on: Arc<std::sync::atomic::AtomicBool>) {
@@ -241,13 +286,10 @@ async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on
         };
         for (site, day) in due {
             let next = || shared.next_block.fetch_add(1, Ordering::Relaxed);
-            match compact_partition(&shared.table, &site, &day, &shared.run_id, flushed(), &next).await {
-                Ok(merged) => {
+            match compact(&shared.table, &site, &day, &shared.run_id, flushed(), &next).await {
+                Ok((merged, left)) => {
                     shared.counters.compacted.fetch_add(merged as u64, Ordering::Relaxed);
-                    if let Ok(mut small) = shared.small.lock() {
-                        // What is left small is counted again when it is next written to.
-                        small.remove(&(site.clone(), day.clone()));
-                    }
+                    remember_left(&shared, (site.clone(), day.clone()), left);
                 }
                 Err(e) => tracing::warn!(site = %site, day = %day, error = %e, "compacting event blocks failed"),
             }
@@ -267,11 +309,26 @@ pub async fn compact_partition(
     flushed: u64,
     next: &(dyn Fn() -> u64 + Sync),
 ) -> Result<usize, EventStoreError> {
-    let mut small: Vec<StoredBlock> = blocks_of_run(table, site, day, run_id, 0)
+    Ok(compact(table, site, day, run_id, flushed, next).await?.0)
+}
+
+/// [`compact_partition`], also returning how many small blocks are left (not merged, or of
+/// epochs not flushed yet), so the partition is looked at again.
+async fn compact(
+    table: &Table,
+    site: &str,
+    day: &str,
+    run_id: &str,
+    flushed: u64,
+    next: &(dyn Fn() -> u64 + Sync),
+) -> Result<(usize, usize), EventStoreError> {
+    let all_small: Vec<StoredBlock> = blocks_of_run(table, site, day, run_id, 0)
         .await?
         .into_iter()
-        .filter(|b| b.data.len() < SMALL_BLOCK_BYTES && b.max_epoch <= flushed)
+        .filter(|b| b.data.len() < SMALL_BLOCK_BYTES)
         .collect();
+    let total_small = all_small.len();
+    let mut small: Vec<StoredBlock> = all_small.into_iter().filter(|b| b.max_epoch <= flushed).collect();
     small.sort_by_key(|b| b.number);
     let mut merged = 0;
     let mut at = 0;
@@ -313,7 +370,8 @@ pub async fn compact_partition(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(merged)
+    // Counted roughly: a merged block may itself be small, and is merged again later.
+    Ok((merged, total_small.saturating_sub(merged)))
 }
 
 /// Splits one partition's events into blocks of at most [`MAX_BLOCK_EVENTS`] events and about

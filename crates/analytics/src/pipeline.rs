@@ -226,6 +226,12 @@ impl Pipeline {
         self.writer.set_compaction(on);
     }
 
+    /// Merges the small event blocks written so far whose epochs are flushed, now; returns how
+    /// many were merged away.
+    pub async fn compact_blocks_now(&self) -> Result<usize, EventStoreError> {
+        self.writer.compact_now().await
+    }
+
     /// The block writer's counters (blocks, events, bytes written).
     pub fn block_counters(&self) -> &crate::event_store::WriterCounters {
         self.writer.counters()
