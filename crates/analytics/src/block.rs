@@ -458,22 +458,7 @@ fn session_key(e: &StoredEvent) -> Result<SessionKey, BlockError> {
 }
 
 fn visit_text(v: &VisitAttrs, n: usize) -> &str {
-    [
-        &v.entry_page,
-        &v.source,
-        &v.referrer,
-        &v.utm_source,
-        &v.utm_medium,
-        &v.utm_campaign,
-        &v.utm_content,
-        &v.utm_term,
-        &v.country,
-        &v.device,
-        &v.browser,
-        &v.browser_version,
-        &v.os,
-        &v.os_version,
-    ][n]
+    v.texts()[n]
 }
 
 /// Reads a block's header and the columns in `want`.

@@ -394,26 +394,7 @@ fn cut(pending: Vec<Pending>) -> Vec<Vec<Pending>> {
 
 /// An upper bound of what an event adds to a block before compression.
 pub fn approx_size(e: &StoredEvent) -> usize {
-    let v = &e.visit;
-    let visit = [
-        &v.entry_page,
-        &v.source,
-        &v.referrer,
-        &v.utm_source,
-        &v.utm_medium,
-        &v.utm_campaign,
-        &v.utm_content,
-        &v.utm_term,
-        &v.country,
-        &v.device,
-        &v.browser,
-        &v.browser_version,
-        &v.os,
-        &v.os_version,
-    ]
-    .iter()
-    .map(|s| s.len() + 2)
-    .sum::<usize>();
+    let visit = e.visit.texts().iter().map(|s| s.len() + 2).sum::<usize>();
     96 + e.name.len()
         + e.hostname.len()
         + e.path.len()

@@ -102,24 +102,7 @@ fn needs_bounding(e: &StoredEvent) -> bool {
         || long(&e.prev.exit_page)
         || e.goals.iter().any(|g| long(g))
         || e.props.iter().any(|(k, value)| long(value) || matches!(bound_prop_key(k), Cow::Owned(_)))
-        || [
-            &v.entry_page,
-            &v.source,
-            &v.referrer,
-            &v.utm_source,
-            &v.utm_medium,
-            &v.utm_campaign,
-            &v.utm_content,
-            &v.utm_term,
-            &v.country,
-            &v.device,
-            &v.browser,
-            &v.browser_version,
-            &v.os,
-            &v.os_version,
-        ]
-        .into_iter()
-        .any(|s| long(s))
+        || v.texts().into_iter().any(long)
 }
 
 /// `event` with every value that reaches an aggregate key bounded: borrowed as it is when none

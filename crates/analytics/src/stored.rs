@@ -101,6 +101,28 @@ pub struct VisitAttrs {
     pub os_version: String,
 }
 
+impl VisitAttrs {
+    /// The text attributes, in field order (everything but `start_ts`).
+    pub fn texts(&self) -> [&str; 14] {
+        [
+            &self.entry_page,
+            &self.source,
+            &self.referrer,
+            &self.utm_source,
+            &self.utm_medium,
+            &self.utm_campaign,
+            &self.utm_content,
+            &self.utm_term,
+            &self.country,
+            &self.device,
+            &self.browser,
+            &self.browser_version,
+            &self.os,
+            &self.os_version,
+        ]
+    }
+}
+
 /// A session's running state: what the events before this one added up to.
 /// The empty state (`PrevState::default()`) is before the first event (`seq == 0`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
