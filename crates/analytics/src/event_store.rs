@@ -108,8 +108,9 @@ impl std::fmt::Debug for Shared {
 /// A block smaller than this (encoded) is merged with its partition's other small blocks.
 pub const SMALL_BLOCK_BYTES: usize = 32 * 1024;
 
-/// How many small blocks a partition gathers before they are merged.
-pub const COMPACT_FROM: usize = 16;
+/// How many small blocks a partition gathers before they are merged: enough that the merged
+/// block is not small itself (a busy writer's blocks are about 1 KB), so an event is merged once.
+pub const COMPACT_FROM: usize = 64;
 
 /// How often the writer looks for partitions to compact.
 const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
