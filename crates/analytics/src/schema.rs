@@ -178,8 +178,9 @@ pub fn tally_schema(name: &str) -> Schema {
         .entity(
             Entity::new("Event")
                 .description(
-                    "A raw event on its visitor's shard partition; carries its session's visit attributes and \
-                     previous state, so aggregates are a pure function of the stored events.",
+                    "A raw event as an earlier Tally stored it, one item per event on its visitor's shard \
+                     partition: read only to convert it into event blocks (`event_store::ensure_blocks`), then \
+                     deleted.",
                 )
                 .attribute(Attribute::string("site_id").required())
                 .attribute(Attribute::string("day").required().example("2026-11-22"))
@@ -383,19 +384,11 @@ pub fn tally_schema(name: &str) -> Schema {
                 .descending(),
         )
         .access_pattern(
-            AccessPattern::query("session_events", "One session's events in order (one Query)")
-                .entity("Event")
-                .sort(SortShape::BeginsWith),
-        )
-        .access_pattern(
-            AccessPattern::query("visitor_sessions", "A visitor's latest events and sessions, newest first")
-                .entity("Event")
-                .sort(SortShape::BeginsWith)
-                .descending(),
-        )
-        .access_pattern(
-            AccessPattern::query("events_of_shard_day", "Raw events of one shard and day: rebuilds, recovery, filters")
-                .entity("Event"),
+            AccessPattern::query(
+                "events_of_shard_day",
+                "An earlier Tally's per-event items, read once to convert them",
+            )
+            .entity("Event"),
         )
         .access_pattern(
             AccessPattern::query("blocks_of_day", "Event blocks of one site and UTC day: queries, rebuilds, sessions")

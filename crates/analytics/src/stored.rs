@@ -20,10 +20,10 @@ use std::collections::BTreeMap;
 
 use crate::period::Unit;
 
-/// One raw event on its session's partition (`Event` in [`crate::schema`]).
-///
-/// The partition is `EV#{site_id}#{day}#{shard}` with `day` the UTC day the session started and
-/// `shard = visitor_shard(visitor_id)`; the sort key is `V#{visitor_id}#S#{session_id}#{seq}`.
+/// One raw event, as ingestion made it and as an event block holds it ([`crate::block`]), in the
+/// blocks of its site and of the UTC day its session started (`day`). (`shard` and the
+/// per-event `Event` item of [`crate::schema`] are how an earlier Tally stored it; they are
+/// kept to read such a store once, when it is converted.)
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
     /// The site.
