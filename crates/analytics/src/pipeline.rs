@@ -273,17 +273,25 @@ impl Pipeline {
     /// ingests (switching to shared, stopping alone). Returns how many.
     pub async fn write_heads(&self, since_ts: Option<i64>) -> Result<usize, PipelineError> {
         let slots: Vec<Slot> = lock(&self.sessions).values().cloned().collect();
-        let mut written = 0;
+        // Each session is held (after its in-flight event, if any) until its item is written.
+        let mut held = Vec::new();
         for slot in slots {
-            let mut guard = slot.lock().await;
+            let guard = slot.lock_owned().await;
             let Some(last) = guard.live.as_ref().and_then(|l| l.last.clone()) else { continue };
             if since_ts.is_some_and(|t| last.ts < t) {
                 continue;
             }
             let version = guard.head_version.unwrap_or(0) + 1;
-            self.table.put("VisitorSession", head_item_for(&last, version)?).await?;
+            held.push((guard, head_item_for(&last, version)?, version));
+        }
+        let writes: Vec<model::BatchWrite> =
+            held.iter().map(|(_, item, _)| model::BatchWrite::put("VisitorSession", item.clone())).collect();
+        if !writes.is_empty() {
+            self.table.batch_write(writes).await?;
+        }
+        let written = held.len();
+        for (mut guard, _, version) in held {
             guard.head_version = Some(version);
-            written += 1;
         }
         Ok(written)
     }
@@ -756,30 +764,49 @@ fn eviction_candidates(sessions: &Sessions, now: i64) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes the items of the chosen sessions still live at `horizon`, then drops each from the
-/// cache if it did not change meanwhile. Returns the visitors whose items it wrote.
+/// Writes the items of the chosen sessions still live at `horizon`, in batches, holding each
+/// session until its item is written, then drops each from the cache. Returns the visitors whose
+/// items it wrote. A failed write keeps every chosen session in memory.
 async fn evict(
     table: &Table,
     map: &Mutex<Sessions>,
     chosen: Vec<((String, String), Slot)>,
     horizon: i64,
 ) -> Vec<(String, String)> {
-    let mut written = Vec::new();
+    let mut held = Vec::with_capacity(chosen.len());
     for (key, slot) in chosen {
-        let Ok(mut guard) = slot.try_lock() else { continue };
+        let Ok(guard) = slot.clone().try_lock_owned() else { continue };
         let last = guard.live.as_ref().and_then(|l| l.last.clone());
-        if let Some(last) = last.filter(|e| e.next().last_ts >= horizon) {
-            let version = guard.head_version.unwrap_or(0) + 1;
-            let Ok(item) = head_item_for(&last, version) else { continue };
-            if let Err(e) = table.put("VisitorSession", item).await {
-                tracing::warn!(error = %e, "writing a session leaving memory failed; it stays in memory");
-                continue;
+        let write = match last.filter(|e| e.next().last_ts >= horizon) {
+            Some(last) => {
+                let version = guard.head_version.unwrap_or(0) + 1;
+                match head_item_for(&last, version) {
+                    Ok(item) => Some((item, version)),
+                    Err(_) => continue,
+                }
             }
+            None => None,
+        };
+        held.push((key, slot, guard, write));
+    }
+    let writes: Vec<model::BatchWrite> = held
+        .iter()
+        .filter_map(|(_, _, _, w)| w.as_ref().map(|(item, _)| model::BatchWrite::put("VisitorSession", item.clone())))
+        .collect();
+    if !writes.is_empty()
+        && let Err(e) = table.batch_write(writes).await
+    {
+        tracing::warn!(error = %e, "writing sessions leaving memory failed; they stay in memory");
+        return Vec::new();
+    }
+    let mut written = Vec::new();
+    let mut sessions = lock(map);
+    for (key, slot, mut guard, write) in held {
+        if let Some((_, version)) = write {
             guard.head_version = Some(version);
             written.push(key.clone());
         }
         drop(guard);
-        let mut sessions = lock(map);
         if sessions.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) && Arc::strong_count(&slot) <= 2 {
             sessions.remove(&key);
         }
