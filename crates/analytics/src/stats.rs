@@ -641,22 +641,35 @@ impl Stats {
                 Some(unit) => zone.bucket(unit, b.start_ms()).map(|w| w.first_date().to_string()).unwrap_or_default(),
             }
         };
-        let raw_items = if raw {
+        let raw_sums = if raw {
             let partitions = self.check_raw(&q.site_id, (start, end)).await?;
-            let periods: BTreeSet<Period> = wanted.iter().map(|(p, _)| *p).collect();
-            let periods: Vec<Period> = periods.into_iter().collect();
-            Some(self.raw_items(&q.site_id, &zone, partitions, &q.filters, &[source.as_str(), TOTAL], &periods).await?)
+            // Raw events count straight into the output labels: one group per label.
+            let mut labels: Vec<String> = Vec::new();
+            let mut buckets: Vec<(i64, i64, u32)> = Vec::with_capacity(wanted.len());
+            for (_, b) in &wanted {
+                let label = label_of(b);
+                let group = match labels.iter().position(|l| *l == label) {
+                    Some(g) => g,
+                    None => {
+                        labels.push(label);
+                        labels.len() - 1
+                    }
+                };
+                buckets.push((b.start_ms(), b.end_ms(), group as u32));
+            }
+            buckets.sort_unstable();
+            Some((self.raw_sums(&q.site_id, partitions, &q.filters, &source, buckets).await?, labels))
         } else {
             None
         };
-        let groups = match &raw_items {
-            Some(items) => gather_memory(items, &source, &wanted, &label_of),
+        let groups = match &raw_sums {
+            Some((sums, labels)) => sums.labelled(&source, labels),
             None => self.gather(&q.site_id, &source, &wanted, &label_of).await?,
         };
         // Conversion rates divide by all of the range's visitors.
         let total_visitors = if q.metrics.contains(&Metric::ConversionRate) {
-            let totals = match &raw_items {
-                Some(items) => gather_memory(items, TOTAL, &wanted, &label_of),
+            let totals = match &raw_sums {
+                Some((sums, labels)) => sums.labelled(TOTAL, labels),
                 None => self.gather(&q.site_id, TOTAL, &wanted, &label_of).await?,
             };
             let mut by_label: HashMap<String, VisitorSketch> = HashMap::new();
@@ -827,31 +840,6 @@ fn too_many_rows() -> StatsError {
     ))
 }
 
-/// Groups in-memory aggregates as [`Stats::gather`] groups stored ones.
-fn gather_memory(
-    items: &HashMap<crate::stored::AggKey, Sum>,
-    dimension: &str,
-    wanted: &[(Period, Bucket)],
-    label_of: &(dyn Fn(&Bucket) -> String + Sync),
-) -> BTreeMap<(String, String), Sum> {
-    let mut index: HashMap<(Period, String), &Bucket> = HashMap::new();
-    for (p, b) in wanted {
-        index.insert((*p, b.label()), b);
-    }
-    let mut out: BTreeMap<(String, String), Sum> = BTreeMap::new();
-    for (key, sum) in items {
-        if key.dimension != dimension {
-            continue;
-        }
-        if let Some(b) = index.get(&(key.period, key.bucket.clone())) {
-            let entry = out.entry((label_of(b), key.value.clone())).or_default();
-            entry.counters.add(&sum.counters);
-            entry.sketch.merge(&sum.sketch);
-        }
-    }
-    out
-}
-
 impl Stats {
     /// Whether the raw events of the range `start_ms..end_ms` can answer a query: the site still
     /// keeps every one of them. Returns the UTC day partitions to read: from the day before the
@@ -880,56 +868,42 @@ impl Stats {
         Ok((first, last))
     }
 
-    /// The items of `dimensions[0]` (and the site totals) that the events of the partitions
-    /// `first..=last` ([`Stats::check_raw`]) passing the filters add up to, at `periods`:
-    /// computed from the event blocks' columns ([`scan`]), each day's blocks on a blocking
-    /// thread, [`crate::event_store::PARALLEL_READS`] days in flight.
-    async fn raw_items(
+    /// The sums of `dimension`'s values (and of the site totals) that the events of the
+    /// partitions `first..=last` ([`Stats::check_raw`]) passing the filters add up to, per group
+    /// of `buckets` ([`scan::Spec`]): computed from the event blocks' columns ([`scan`]), each
+    /// day's blocks on a blocking thread, [`crate::event_store::PARALLEL_READS`] days read ahead
+    /// and two scanned at a time.
+    async fn raw_sums(
         &self,
         site_id: &str,
-        zone: &SiteZone,
         (first, last): (crate::visitor::UtcDay, crate::visitor::UtcDay),
         filters: &[Filter],
-        dimensions: &[&str],
-        periods: &[Period],
-    ) -> Result<HashMap<crate::stored::AggKey, Sum>, StatsError> {
+        dimension: &str,
+        buckets: Vec<(i64, i64, u32)>,
+    ) -> Result<scan::Sums, StatsError> {
         let deadline = self.deadline();
-        let shared = Arc::new((
-            site_id.to_owned(),
-            zone.clone(),
-            filters.to_vec(),
-            dimensions.first().copied().unwrap_or(TOTAL).to_owned(),
-            periods.to_vec(),
-        ));
+        let shared = Arc::new((filters.to_vec(), dimension.to_owned(), buckets));
         let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
             .map(|day| {
                 let shared = shared.clone();
                 async move {
                     let (_, blocks) = day?;
                     tokio::task::spawn_blocking(move || {
-                        let (site_id, zone, filters, dimension, periods) = &*shared;
-                        let spec = scan::Spec { site_id, zone, filters, dimension, periods };
-                        scan::scan_day(&blocks, &spec)
+                        let (filters, dimension, buckets) = &*shared;
+                        scan::scan_day(&blocks, &scan::Spec { filters, dimension, buckets })
                     })
                     .await
                     .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
                 }
             })
             .buffer_unordered(2);
-        let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
+        let mut sums = scan::Sums::default();
         while let Some(day) = days.next().await {
             let day = day?;
             deadline.check()?;
-            for (key, sum) in day {
-                match items.get_mut(&key) {
-                    Some(entry) => entry.add(&sum),
-                    None => {
-                        items.insert(key, sum);
-                    }
-                }
-            }
+            sums.merge(day);
         }
-        Ok(items)
+        Ok(sums)
     }
 }
 

@@ -1,9 +1,9 @@
-//! The query engine over event blocks: a filtered query's aggregate items computed from the
-//! columns it needs, without building an event.
+//! The query engine over event blocks: a filtered query's sums computed from the columns it
+//! needs, without building an event.
 //!
 //! It computes exactly what summing [`crate::aggregate::for_each_delta_of_periods`] over the
-//! events would (the reference, `reference_items`, kept for the property test that compares
-//! them), using two facts about those deltas:
+//! events and then grouping the items by bucket would (the reference, `reference_items`, kept for
+//! the property test that compares them), using two facts about those deltas:
 //! - an event's event counters and visitor go to the bucket of its time, under the values the
 //!   event has; so they are counted per event, for the events that pass every filter;
 //! - a session's visit counters telescope: each event adds the session's contribution after it and
@@ -11,25 +11,68 @@
 //!   bounce, duration, page views) to the bucket of its start, under its final exit page. So they
 //!   are counted once per session the filters select, from its last event.
 //!
-//! Filters are evaluated once per dictionary value of a block and then looked up by row index,
-//! so a regular expression or a substring test costs per distinct value, not per event.
+//! Raw events need no calendar cover: a scan counts straight into the query's output groups
+//! (one for a breakdown, one per hour or day for a series), given as time ranges.
+//!
+//! What keeps it fast (`tally bench`, BENCHMARKS.md): filters are evaluated once per dictionary
+//! value of a block and then looked up by row index, so a regular expression or a substring test
+//! costs per distinct value, not per event; the breakdown's values are interned once per block
+//! dictionary, so an event adds to a sum found by two integers, not by text; funnel steps are
+//! matched once per dictionary value too.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+
+use hashbrown::HashMap;
 
 use crate::block::{Block, Col, Cols, SessionKey, VISIT_TEXT};
 use crate::event_store::StoredBlock;
-use crate::period::SiteZone;
-use crate::stored::{AggKey, Counters, ENGAGEMENT, PROPS_PREFIX, Period, PrevState};
+use crate::stored::{Counters, ENGAGEMENT, PROPS_PREFIX, PrevState};
 
 use super::{Filter, StatsError, Sum, display_value};
 
-/// What a scan computes: the items of `dimension` and of the site totals, at `periods`.
+/// What a scan computes: the sums of `dimension`'s values and of the site totals, per group.
 pub(super) struct Spec<'a> {
-    pub site_id: &'a str,
-    pub zone: &'a SiteZone,
     pub filters: &'a [Filter],
     pub dimension: &'a str,
-    pub periods: &'a [Period],
+    /// Where events count: disjoint time ranges `start..end`, sorted by start, each with the
+    /// group it adds to. An event (or a visit's start) in none of them counts nowhere.
+    pub buckets: &'a [(i64, i64, u32)],
+}
+
+/// A scan's sums per group: the site totals, and per value of the dimension (as stored,
+/// bounded as aggregate values are).
+#[derive(Debug, Default)]
+pub(super) struct Sums {
+    pub totals: HashMap<u32, Sum>,
+    pub values: HashMap<(u32, String), Sum>,
+}
+
+impl Sums {
+    /// The sums of `dimension` ([`crate::stored::TOTAL`] for the totals) by (label of their
+    /// group, value), as [`super::Stats::gather`] returns stored ones.
+    pub fn labelled(&self, dimension: &str, labels: &[String]) -> std::collections::BTreeMap<(String, String), Sum> {
+        let label = |g: &u32| labels.get(*g as usize).cloned().unwrap_or_default();
+        if dimension == crate::stored::TOTAL {
+            self.totals.iter().map(|(g, s)| ((label(g), String::new()), s.clone())).collect()
+        } else {
+            self.values.iter().map(|((g, v), s)| ((label(g), v.clone()), s.clone())).collect()
+        }
+    }
+
+    /// Adds `other` in.
+    pub fn merge(&mut self, other: Sums) {
+        for (g, s) in other.totals {
+            self.totals.entry(g).or_default().add(&s);
+        }
+        for (k, s) in other.values {
+            match self.values.get_mut(&k) {
+                Some(entry) => entry.add(&s),
+                None => {
+                    self.values.insert(k, s);
+                }
+            }
+        }
+    }
 }
 
 /// Where a dimension's value comes from.
@@ -108,6 +151,20 @@ fn columns(spec: &Spec<'_>) -> Cols {
     cols
 }
 
+/// Whether `f` accepts `value`, compared bounded as aggregate values are (`key_bound`), as the
+/// reference's `event_value` does.
+fn accepts(f: &Filter, value: &str) -> bool {
+    f.accepts(&crate::key_bound::bound_value(value))
+}
+
+/// The filters of a query, each with where its values come from.
+struct Filters<'a> {
+    filters: &'a [Filter],
+    sources: Vec<Source<'a>>,
+    /// Whether the filter is on an event dimension (an event of the visit must pass).
+    on_event: Vec<bool>,
+}
+
 /// One block's filter answers, per dictionary value.
 struct BlockFilters {
     /// Per filter: for each value of the column it reads, whether it passes (`None` for
@@ -115,36 +172,68 @@ struct BlockFilters {
     by_value: Vec<Option<Vec<bool>>>,
 }
 
-/// Whether `f` accepts `value`, compared bounded as aggregate values are (`key_bound`), as the
-/// reference's `event_value` does.
-fn accepts(f: &Filter, value: &str) -> bool {
-    f.accepts(&crate::key_bound::bound_value(value))
-}
+impl<'a> Filters<'a> {
+    fn new(filters: &'a [Filter]) -> Filters<'a> {
+        Filters {
+            filters,
+            sources: filters.iter().map(|f| source(&f.dimension)).collect(),
+            on_event: filters.iter().map(|f| f.dimension.starts_with("event:")).collect(),
+        }
+    }
 
-fn prepare(block: &Block, filters: &[Filter]) -> BlockFilters {
-    let by_value = filters
-        .iter()
-        .map(|f| {
-            let dict = match source(&f.dimension) {
-                Source::Page => &block.path,
-                Source::Hostname => &block.hostname,
-                Source::Name => &block.name,
-                Source::Visit(i) => {
-                    let d = &f.dimension;
-                    return Some(
-                        block.visit[i]
-                            .values
-                            .iter()
-                            .map(|v| accepts(f, &display_value(d, v).unwrap_or_default()))
-                            .collect(),
-                    );
-                }
-                _ => return None,
+    fn prepare(&self, block: &Block) -> BlockFilters {
+        let by_value = self
+            .filters
+            .iter()
+            .zip(&self.sources)
+            .map(|(f, s)| {
+                let dict = match s {
+                    Source::Page => &block.path,
+                    Source::Hostname => &block.hostname,
+                    Source::Name => &block.name,
+                    Source::Visit(i) => {
+                        let d = &f.dimension;
+                        return Some(
+                            block.visit[*i]
+                                .values
+                                .iter()
+                                .map(|v| accepts(f, &display_value(d, v).unwrap_or_default()))
+                                .collect(),
+                        );
+                    }
+                    _ => return None,
+                };
+                Some(dict.matching(|v| accepts(f, v)))
+            })
+            .collect();
+        BlockFilters { by_value }
+    }
+
+    /// Whether row `i` (of session row `session_row`) passes filter `n`, as `passes` in the
+    /// reference does.
+    fn row_passes(&self, block: &Block, bf: &BlockFilters, session_row: usize, n: usize, i: usize) -> bool {
+        let source = self.sources[n];
+        if let Some(by_value) = &bf.by_value[n] {
+            let index = match source {
+                Source::Page => block.path.rows[i],
+                Source::Hostname => block.hostname.rows[i],
+                Source::Name => block.name.rows[i],
+                Source::Visit(c) => block.visit[c].rows[session_row],
+                _ => unreachable!("only these have answers by value"),
             };
-            Some(dict.matching(|v| accepts(f, v)))
-        })
-        .collect();
-    BlockFilters { by_value }
+            return by_value[index as usize];
+        }
+        // Values per row: none, one or several; `is_not` wants every value to pass, the others any.
+        let f = &self.filters[n];
+        let mut values: smallvec::SmallVec<[&str; 4]> = smallvec::SmallVec::new();
+        match source {
+            Source::ExitPage => values.push(next_exit(block, i)),
+            Source::Prop(key) => values.extend(block.props.row(i).filter(|(k, _)| *k == key).map(|(_, v)| v)),
+            Source::Goal => values.extend(block.goals.row(i).map(|(g, _)| g)),
+            _ => {}
+        }
+        if f.op.is_negated() { values.iter().all(|v| accepts(f, v)) } else { values.iter().any(|v| accepts(f, v)) }
+    }
 }
 
 /// The next state's exit page of row `i` (as [`PrevState::after`] decides it).
@@ -156,98 +245,90 @@ fn next_exit(block: &Block, i: usize) -> &str {
     if is_pageview && (later || prev_exit.is_empty()) { block.path.get(i) } else { prev_exit }
 }
 
-/// Whether row `i` passes filter `n` (`f`), as `passes` in the reference does.
-fn row_passes(block: &Block, bf: &BlockFilters, session_row: usize, n: usize, f: &Filter, i: usize) -> bool {
-    if let Some(by_value) = &bf.by_value[n] {
-        let index = match source(&f.dimension) {
-            Source::Page => block.path.rows[i],
-            Source::Hostname => block.hostname.rows[i],
-            Source::Name => block.name.rows[i],
-            Source::Visit(c) => block.visit[c].rows[session_row],
-            _ => unreachable!("only these have answers by value"),
-        };
-        return by_value[index as usize];
-    }
-    // Values per row: none, one or several; `is_not` wants every value to pass, the others any.
-    let mut values: Vec<&str> = Vec::new();
-    match source(&f.dimension) {
-        Source::ExitPage => values.push(next_exit(block, i)),
-        Source::Prop(key) => values.extend(block.props.row(i).filter(|(k, _)| *k == key).map(|(_, v)| v)),
-        Source::Goal => values.extend(block.goals.row(i).map(|(g, _)| g)),
-        _ => {}
-    }
-    if f.op.is_negated() { values.iter().all(|v| accepts(f, v)) } else { values.iter().any(|v| accepts(f, v)) }
-}
-
 /// A session of the partition: its first appearance (block, session row), its last event
 /// (block, row, seq), and what the filters said of it so far.
 struct Session {
     at: (usize, usize),
     last: (usize, usize, u32),
     /// Per event filter: whether some event passed (for `is_not`: whether every event did).
-    event_filters: Vec<bool>,
+    event_filters: smallvec::SmallVec<[bool; 4]>,
 }
 
-/// Bucket labels of a period, remembering the last bucket found (events come near in time).
-struct Buckets {
-    period: Period,
-    last: Option<(i64, i64, String)>,
+/// Finds the group of a time among the spec's buckets, remembering the last one found (events
+/// come near in time).
+struct Groups<'a> {
+    buckets: &'a [(i64, i64, u32)],
+    last: usize,
 }
 
-impl Buckets {
-    fn label(&mut self, zone: &SiteZone, ts: i64) -> Option<&str> {
-        let hit = self.last.as_ref().is_some_and(|(s, e, _)| (*s..*e).contains(&ts));
-        if !hit {
-            let unit = self.period.unit()?;
-            let b = zone.bucket(unit, ts).ok()?;
-            self.last = Some((b.start_ms(), b.end_ms(), b.label()));
+impl Groups<'_> {
+    fn of(&mut self, ts: i64) -> Option<u32> {
+        if let Some(&(s, e, g)) = self.buckets.get(self.last)
+            && (s..e).contains(&ts)
+        {
+            return Some(g);
         }
-        self.last.as_ref().map(|(_, _, l)| l.as_str())
+        let at = self.buckets.partition_point(|&(s, _, _)| s <= ts).checked_sub(1)?;
+        let (s, e, g) = self.buckets[at];
+        (s..e).contains(&ts).then(|| {
+            self.last = at;
+            g
+        })
     }
 }
 
-/// Adds `counters` (and the visitor) to the item of (`period`, `bucket`, `dimension`, `value`).
-fn add(
-    items: &mut HashMap<AggKey, Sum>,
-    spec: &Spec<'_>,
-    (period, bucket): (Period, &str),
-    dimension: &str,
-    value: &str,
-    counters: &Counters,
-    visitor: Option<u64>,
-) {
-    let key = AggKey {
-        site_id: spec.site_id.to_owned(),
-        period,
-        dimension: dimension.to_owned(),
-        bucket: bucket.to_owned(),
-        // Bounded as `for_each_delta_of_periods` bounds it (`key_bound`).
-        value: crate::key_bound::bound_value(value).into_owned(),
-    };
-    let entry = items.entry(key).or_default();
-    entry.counters.add(counters);
-    if let Some(v) = visitor {
-        entry.sketch.insert_u64(v);
+/// The dimension's values of a day, each text once, numbered.
+#[derive(Default)]
+struct Interner<'b> {
+    ids: HashMap<Cow<'b, str>, u32>,
+    values: Vec<Cow<'b, str>>,
+}
+
+impl<'b> Interner<'b> {
+    /// The number of `value`, bounded as aggregate values are (`key_bound`).
+    fn id(&mut self, value: &'b str) -> u32 {
+        self.id_cow(crate::key_bound::bound_value(value))
+    }
+
+    fn id_cow(&mut self, value: Cow<'b, str>) -> u32 {
+        if let Some(&id) = self.ids.get(value.as_ref()) {
+            return id;
+        }
+        let id = self.values.len() as u32;
+        self.values.push(value.clone());
+        self.ids.insert(value, id);
+        id
     }
 }
 
-/// The items of one UTC day partition's blocks (every block of the day: a session's events are
+/// The sums of one UTC day partition's blocks (every block of the day: a session's events are
 /// all there).
-pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<HashMap<AggKey, Sum>, StatsError> {
+pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, StatsError> {
     let cols = columns(spec);
     let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
-    let prepared: Vec<BlockFilters> = decoded.iter().map(|b| prepare(b, spec.filters)).collect();
-    let event_filter: Vec<bool> = spec.filters.iter().map(|f| f.dimension.starts_with("event:")).collect();
+    let filters = Filters::new(spec.filters);
+    let dim = source(spec.dimension);
+    let mut groups = Groups { buckets: spec.buckets, last: 0 };
+    let mut interner = Interner::default();
+    let mut totals: HashMap<u32, Sum> = HashMap::new();
+    let mut values: HashMap<(u32, u32), Sum> = HashMap::new();
 
     // Sessions across the day's blocks.
     let mut index: HashMap<SessionKey, usize> = HashMap::new();
     let mut sessions: Vec<Session> = Vec::new();
-    // Per block, per row: whether the row passes every filter, and its session.
-    let mut passing: Vec<Vec<bool>> = Vec::with_capacity(decoded.len());
-    let mut session_of: Vec<Vec<usize>> = Vec::with_capacity(decoded.len());
+    let prepared: Vec<BlockFilters> = decoded.iter().map(|b| filters.prepare(b)).collect();
     for (b, block) in decoded.iter().enumerate() {
-        let mut pass = Vec::with_capacity(block.len);
-        let mut of = Vec::with_capacity(block.len);
+        let prepared = &prepared[b];
+        let pageview = block.name.values.iter().position(|v| v == crate::event::EventName::PAGEVIEW);
+        let engagement = block.name.values.iter().position(|v| v == ENGAGEMENT);
+        // The dimension's value numbers, per value of the column it reads.
+        let dict_ids: Vec<u32> = match dim {
+            Source::Page => block.path.values.iter().map(|v| interner.id(v)).collect(),
+            Source::Hostname => block.hostname.values.iter().map(|v| interner.id(v)).collect(),
+            Source::Name => block.name.values.iter().map(|v| interner.id(v)).collect(),
+            Source::Visit(c) => block.visit[c].values.iter().map(|v| interner.id(v)).collect(),
+            _ => Vec::new(),
+        };
         let local: Vec<usize> = block
             .sessions
             .iter()
@@ -265,77 +346,67 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<HashMa
             .collect();
         for i in 0..block.len {
             let row = block.session[i] as usize;
-            let sid = local[row];
-            let s = &mut sessions[sid];
+            let s = &mut sessions[local[row]];
             if s.last.1 == usize::MAX || block.seq[i] >= s.last.2 {
                 s.last = (b, i, block.seq[i]);
             }
             let mut all = true;
-            for (n, f) in spec.filters.iter().enumerate() {
-                let ok = row_passes(block, &prepared[b], row, n, f, i);
+            for n in 0..spec.filters.len() {
+                let ok = filters.row_passes(block, prepared, row, n, i);
                 all &= ok;
-                if event_filter[n] {
+                if filters.on_event[n] {
                     let seen = &mut s.event_filters[n];
-                    *seen = if f.op.is_negated() { *seen && ok } else { *seen || ok };
+                    *seen = if spec.filters[n].op.is_negated() { *seen && ok } else { *seen || ok };
                 }
             }
-            pass.push(all);
-            of.push(row);
-        }
-        passing.push(pass);
-        session_of.push(of);
-    }
-
-    let dim = source(spec.dimension);
-    let mut items: HashMap<AggKey, Sum> = HashMap::new();
-    let mut buckets: Vec<Buckets> = spec.periods.iter().map(|&p| Buckets { period: p, last: None }).collect();
-
-    // Event counters and visitors: every event that passes every filter.
-    for (b, block) in decoded.iter().enumerate() {
-        for i in 0..block.len {
-            if !passing[b][i] || block.name.get(i) == ENGAGEMENT {
+            // Event counters and visitors: every event that passes every filter.
+            let name = Some(block.name.rows[i] as usize);
+            if !all || name == engagement {
                 continue;
             }
-            let row = session_of[b][i];
+            let Some(group) = groups.of(block.ts[i]) else { continue };
             let visitor = block.sessions[row].visitor;
-            let pageview = block.name.get(i) == crate::event::EventName::PAGEVIEW;
-            let counted = Counters { events: 1, pageviews: i64::from(pageview), ..Counters::default() };
-            for bk in buckets.iter_mut() {
-                let period = bk.period;
-                let Some(bucket) = bk.label(spec.zone, block.ts[i]) else { continue };
-                add(&mut items, spec, (period, bucket), crate::stored::TOTAL, "", &counted, Some(visitor));
-                let mut put = |value: &str| {
-                    add(&mut items, spec, (period, bucket), spec.dimension, value, &counted, Some(visitor))
-                };
-                match dim {
-                    Source::Page if pageview => put(block.path.get(i)),
-                    Source::Hostname => put(block.hostname.get(i)),
-                    Source::Name => put(block.name.get(i)),
-                    Source::Goal => block.goals.row(i).for_each(|(g, _)| put(g)),
-                    Source::Prop(key) => block.props.row(i).filter(|(k, _)| *k == key).for_each(|(_, v)| put(v)),
-                    Source::Visit(c) => put(block.visit[c].get(row)),
-                    _ => {}
+            let is_pageview = name == pageview;
+            let counted = Counters { events: 1, pageviews: i64::from(is_pageview), ..Counters::default() };
+            let total = totals.entry(group).or_default();
+            total.counters.add(&counted);
+            total.sketch.insert_u64(visitor);
+            let mut put = |id: u32| {
+                let sum = values.entry((group, id)).or_default();
+                sum.counters.add(&counted);
+                sum.sketch.insert_u64(visitor);
+            };
+            match dim {
+                Source::Page if is_pageview => put(dict_ids[block.path.rows[i] as usize]),
+                Source::Hostname => put(dict_ids[block.hostname.rows[i] as usize]),
+                Source::Name => put(dict_ids[block.name.rows[i] as usize]),
+                Source::Visit(c) => put(dict_ids[block.visit[c].rows[row] as usize]),
+                Source::Goal => block.goals.row(i).for_each(|(g, _)| put(interner.id(g))),
+                Source::Prop(key) => {
+                    block.props.row(i).filter(|(k, _)| *k == key).for_each(|(_, v)| put(interner.id(v)))
                 }
+                _ => {}
             }
         }
     }
 
-    // Visit counters: each selected session's final contribution, in the bucket of its start.
+    // Visit counters: each selected session's final contribution, in the group of its start.
     for s in &sessions {
         let (b, i, _) = s.last;
         let block = &decoded[b];
-        let selected = spec.filters.iter().enumerate().all(|(n, f)| {
-            if event_filter[n] {
+        let (sb, srow) = s.at;
+        let start = decoded[sb].visit_start[srow];
+        let Some(group) = groups.of(start) else { continue };
+        let selected = (0..spec.filters.len()).all(|n| {
+            if filters.on_event[n] {
                 s.event_filters[n]
             } else {
-                row_passes(block, &prepared[b], block.session[i] as usize, n, f, i)
+                filters.row_passes(block, &prepared[b], block.session[i] as usize, n, i)
             }
         });
         if !selected {
             continue;
         }
-        let (sb, srow) = s.at;
-        let start = decoded[sb].visit_start[srow];
         let prev = &block.prev[i];
         let before = PrevState {
             events: prev.events,
@@ -349,28 +420,16 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<HashMa
         let Some(contribution) = after.contribution(start) else { continue };
         let mut counters = Counters::default();
         counters.add_contribution(&contribution, 1);
-        for bk in buckets.iter_mut() {
-            let period = bk.period;
-            let Some(bucket) = bk.label(spec.zone, start) else { continue };
-            add(&mut items, spec, (period, bucket), crate::stored::TOTAL, "", &counters, None);
-            match dim {
-                Source::Visit(c) => add(
-                    &mut items,
-                    spec,
-                    (period, bucket),
-                    spec.dimension,
-                    decoded[sb].visit[c].get(srow),
-                    &counters,
-                    None,
-                ),
-                Source::ExitPage => {
-                    add(&mut items, spec, (period, bucket), spec.dimension, &after.exit_page, &counters, None)
-                }
-                _ => {}
-            }
-        }
+        totals.entry(group).or_default().counters.add(&counters);
+        let id = match dim {
+            Source::Visit(c) => interner.id(decoded[sb].visit[c].get(srow)),
+            Source::ExitPage => interner.id_cow(Cow::Owned(crate::key_bound::bound_value(&after.exit_page).into_owned())),
+            _ => continue,
+        };
+        values.entry((group, id)).or_default().counters.add(&counters);
     }
-    Ok(items)
+    let values = values.into_iter().map(|((g, id), sum)| ((g, interner.values[id as usize].to_string()), sum)).collect();
+    Ok(Sums { totals, values })
 }
 
 /// For a funnel: per step, the visitors (of one UTC day partition's sessions) who did it and
@@ -383,27 +442,49 @@ pub(super) fn funnel_day(
     let cols =
         Cols::NONE.with(Col::Sessions).with(Col::Session).with(Col::Ts).with(Col::Seq).with(Col::Name).with(Col::Path);
     let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
-    // Each session's events in the range, as (seq, block, row).
-    let mut sessions: HashMap<SessionKey, Vec<(u32, usize, usize)>> = HashMap::new();
+    // Per block, per step: which rows complete it, decided once per name and path value.
+    let mut done_by: Vec<Vec<Vec<bool>>> = Vec::with_capacity(decoded.len());
+    // The range's events, as (session, seq, block, row), then in session order.
+    let mut events: Vec<(SessionKey, u32, u32, u32)> = Vec::new();
     for (b, block) in decoded.iter().enumerate() {
+        let per_step = steps
+            .iter()
+            .map(|step| {
+                // As `Goal::matches` decides, split by the column each part reads.
+                let (names, paths) = match step {
+                    crate::goal::Goal::Page(p) => (
+                        block.name.matching(|n| n == crate::event::EventName::PAGEVIEW),
+                        Some(block.path.matching(|v| p.matches(v))),
+                    ),
+                    crate::goal::Goal::Event(e) => (block.name.matching(|n| n == e), None),
+                };
+                (0..block.len)
+                    .map(|i| {
+                        names[block.name.rows[i] as usize]
+                            && paths.as_ref().is_none_or(|p| p[block.path.rows[i] as usize])
+                    })
+                    .collect()
+            })
+            .collect();
+        done_by.push(per_step);
         for i in 0..block.len {
             if (start..end).contains(&block.ts[i]) {
                 let key = block.sessions[block.session[i] as usize];
-                sessions.entry(key).or_default().push((block.seq[i], b, i));
+                events.push((key, block.seq[i], b as u32, i as u32));
             }
         }
     }
+    events.sort_unstable();
     let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
-    for (key, mut events) in sessions {
-        events.sort_unstable();
+    for session in events.chunk_by(|a, b| a.0 == b.0) {
         let mut done = 0;
-        for (_, b, i) in events {
-            if done < steps.len() && steps[done].matches(decoded[b].name.get(i), decoded[b].path.get(i)) {
+        for &(_, _, b, i) in session {
+            if done < steps.len() && done_by[b as usize][done][i as usize] {
                 done += 1;
             }
         }
         for set in reached.iter_mut().take(done) {
-            set.insert(key.visitor);
+            set.insert(session[0].0.visitor);
         }
     }
     Ok(reached)

@@ -30,7 +30,7 @@ fn session_spec() -> impl Strategy<Value = SessionSpec> {
 
 /// Events as the pipeline stores them: each session's previous states folded in order.
 fn events_of(specs: &[SessionSpec]) -> Vec<StoredEvent> {
-    let t0 = 1_795_300_000_000i64; // 2026-11-21, in the evening UTC
+    let t0 = T0; // 2026-11-21, in the evening UTC
     let mut out = Vec::new();
     for (n, (visitor, source, country, events)) in specs.iter().enumerate() {
         let visitor_id = format!("{:016x}", u64::from(*visitor) + 1);
@@ -106,15 +106,60 @@ fn filter() -> impl Strategy<Value = Filter> {
     })
 }
 
-fn summary(items: &HashMap<crate::stored::AggKey, Sum>) -> BTreeMap<String, (Counters, u64)> {
-    items
-        .iter()
+/// Reference items of `dimension` summed into the groups of `wanted` (by bucket label), as
+/// (group label, value) → (counters, visitors).
+fn reference_groups(
+    items: &HashMap<crate::stored::AggKey, Sum>,
+    dimension: &str,
+    wanted: &[(String, String)],
+) -> BTreeMap<(String, String), (Counters, u64)> {
+    let mut out: BTreeMap<(String, String), Sum> = BTreeMap::new();
+    for (k, s) in items {
+        if k.dimension != dimension {
+            continue;
+        }
+        if let Some((_, label)) = wanted.iter().find(|(bucket, _)| *bucket == k.bucket) {
+            out.entry((label.clone(), k.value.clone())).or_default().add(s);
+        }
+    }
+    settle(out)
+}
+
+fn settle(sums: BTreeMap<(String, String), Sum>) -> BTreeMap<(String, String), (Counters, u64)> {
+    sums.into_iter()
         .filter(|(_, s)| !s.counters.is_zero() || !s.sketch.is_empty())
-        .map(|(k, s)| {
-            (format!("{:?} {} {} {:?}", k.period, k.dimension, k.bucket, k.value), (s.counters, s.sketch.estimate()))
+        .map(|(k, s)| (k, (s.counters, s.sketch.estimate())))
+        .collect()
+}
+
+/// The days of `events` as blocks, each day's events cut among `split` blocks as a writer
+/// would cut them.
+fn blocks_by_day(events: &[StoredEvent], split: usize) -> Vec<Vec<crate::event_store::StoredBlock>> {
+    let mut by_day: BTreeMap<String, Vec<StoredEvent>> = BTreeMap::new();
+    for e in events {
+        by_day.entry(e.day.clone()).or_default().push(e.clone());
+    }
+    by_day
+        .iter()
+        .map(|(day, evs)| {
+            let chunk = evs.len().div_ceil(split).max(1);
+            evs.chunks(chunk)
+                .enumerate()
+                .map(|(n, c)| crate::event_store::StoredBlock {
+                    run_id: "R".into(),
+                    number: n as u64,
+                    max_epoch: 1,
+                    ts_range: (0, 0),
+                    data: crate::block::encode("S", day, c).unwrap(),
+                    version: 0,
+                    replaces: vec![],
+                })
+                .collect()
         })
         .collect()
 }
+
+const T0: i64 = 1_795_300_000_000;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
@@ -129,38 +174,74 @@ proptest! {
         ]),
         split in 1usize..4,
         zone in prop::sample::select(vec!["UTC", "Asia/Kolkata", "America/New_York"]),
+        unit in prop::sample::select(vec![crate::period::Unit::Hour, crate::period::Unit::Day]),
+        one_group in any::<bool>(),
+        skip in 0usize..6,
     ) {
         let zone = SiteZone::new(zone).unwrap();
         let mut events = events_of(&specs);
-        let periods = [Period::Hour, Period::Day, Period::Month];
-        // The blocks of each day, the events cut among a few blocks as a writer would cut them.
-        let mut scanned: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
-        let mut by_day: BTreeMap<String, Vec<StoredEvent>> = BTreeMap::new();
-        for e in &events {
-            by_day.entry(e.day.clone()).or_default().push(e.clone());
+        // The buckets wanted: hours or days around the events, the first `skip` left out (their
+        // events count nowhere), each its own group or all one group.
+        let all: Vec<crate::period::Bucket> =
+            zone.buckets(unit, T0 - 86_400_000, T0 + 2 * 86_400_000).unwrap().collect();
+        let kept = &all[skip.min(all.len())..];
+        let label = |n: usize, b: &crate::period::Bucket| if one_group { String::new() } else { format!("{n:04} {}", b.label()) };
+        let mut labels: Vec<String> = Vec::new();
+        let mut buckets = Vec::new();
+        for (n, b) in kept.iter().enumerate() {
+            let l = label(n, b);
+            let group = labels.iter().position(|x| *x == l).unwrap_or_else(|| { labels.push(l); labels.len() - 1 });
+            buckets.push((b.start_ms(), b.end_ms(), group as u32));
         }
-        for (day, evs) in &by_day {
-            let chunk = evs.len().div_ceil(split).max(1);
-            let blocks: Vec<crate::event_store::StoredBlock> = evs
-                .chunks(chunk)
-                .enumerate()
-                .map(|(n, c)| crate::event_store::StoredBlock {
-                    run_id: "R".into(),
-                    number: n as u64,
-                    max_epoch: 1,
-                    ts_range: (0, 0),
-                    data: crate::block::encode("S", day, c).unwrap(),
-                    version: 0,
-                    replaces: vec![],
-                })
-                .collect();
-            let spec = scan::Spec { site_id: "S", zone: &zone, filters: &filters, dimension, periods: &periods };
-            for (k, s) in scan::scan_day(&blocks, &spec).unwrap() {
-                scanned.entry(k).or_default().add(&s);
-            }
+        let mut scanned = scan::Sums::default();
+        for blocks in blocks_by_day(&events, split) {
+            let spec = scan::Spec { filters: &filters, dimension, buckets: &buckets };
+            scanned.merge(scan::scan_day(&blocks, &spec).unwrap());
         }
         crate::event_store::sort_sessions(&mut events);
+        let periods = [Period::of_unit(unit)];
         let reference = reference_items(&events, &zone, &filters, &[dimension, TOTAL], &periods);
-        prop_assert_eq!(summary(&scanned), summary(&reference));
+        let wanted: Vec<(String, String)> = kept.iter().enumerate().map(|(n, b)| (b.label(), label(n, b))).collect();
+        for d in [dimension, TOTAL] {
+            prop_assert_eq!(settle(scanned.labelled(d, &labels)), reference_groups(&reference, d, &wanted), "{}", d);
+        }
+    }
+
+    #[test]
+    fn the_block_funnel_equals_one_matched_event_at_a_time(
+        specs in prop::collection::vec(session_spec(), 1..8),
+        steps in prop::collection::vec(prop::sample::select(vec!["/", "/blog/*", "/docs", "/**", "Signup", "engagement"]), 2..5),
+        split in 1usize..4,
+        cut in 0i64..30_000,
+    ) {
+        let steps: Vec<crate::goal::Goal> = steps
+            .iter()
+            .map(|s| if s.starts_with('/') { crate::goal::Goal::page(s) } else { crate::goal::Goal::event(s) }.unwrap())
+            .collect();
+        let mut events = events_of(&specs);
+        // Events from `cut` seconds after the first visit's start count; earlier ones do not.
+        let range = (T0 + cut * 1000, T0 + 2 * 86_400_000);
+        let mut scanned: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+        for blocks in blocks_by_day(&events, split) {
+            for (all, day) in scanned.iter_mut().zip(scan::funnel_day(&blocks, &steps, range).unwrap()) {
+                all.extend(day);
+            }
+        }
+        // The reference: each session's events in order, each step taken by the first later
+        // event that matches it.
+        crate::event_store::sort_sessions(&mut events);
+        let mut reference: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+        for session in events.chunk_by(|a, b| (&a.visitor_id, &a.session_id) == (&b.visitor_id, &b.session_id)) {
+            let mut done = 0;
+            for e in session.iter().filter(|e| (range.0..range.1).contains(&e.ts)) {
+                if done < steps.len() && steps[done].matches(&e.name, &e.path) {
+                    done += 1;
+                }
+            }
+            for set in reference.iter_mut().take(done) {
+                set.insert(u64::from_str_radix(&session[0].visitor_id, 16).unwrap());
+            }
+        }
+        prop_assert_eq!(scanned, reference);
     }
 }
