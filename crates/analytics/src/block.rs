@@ -523,16 +523,14 @@ fn is_session_col(col: Col) -> bool {
 fn read_column(block: &mut Block, col: Col, c: &mut Reader<'_>, rows: usize) -> Result<(), BlockError> {
     match col {
         Col::Sessions => {
-            block.sessions = (0..rows)
-                .map(|_| {
-                    let v = c.take(8)?;
-                    let s = c.take(16)?;
-                    Ok(SessionKey {
-                        visitor: u64::from_le_bytes(v.try_into().expect("8 bytes")),
-                        session: u128::from_le_bytes(s.try_into().expect("16 bytes")),
-                    })
+            block.sessions = c.many(rows, |c| {
+                let v = c.take(8)?;
+                let s = c.take(16)?;
+                Ok(SessionKey {
+                    visitor: u64::from_le_bytes(v.try_into().expect("8 bytes")),
+                    session: u128::from_le_bytes(s.try_into().expect("16 bytes")),
                 })
-                .collect::<Result<_, BlockError>>()?
+            })?
         }
         Col::Session => block.session = c.u32s(rows)?,
         Col::Ts => block.ts = c.running(rows)?,
@@ -556,24 +554,22 @@ fn read_column(block: &mut Block, col: Col, c: &mut Reader<'_>, rows: usize) -> 
         }
         Col::Goals => block.goals = c.pairs(rows)?,
         Col::Prev => {
-            block.prev = (0..rows)
-                .map(|_| {
-                    Ok(PrevCounts {
-                        events: c.u32()?,
-                        pageviews: c.u32()?,
-                        interactive: c.u32()?,
-                        // The raw code, resolved against the event's time in `read`.
-                        last_ts: c.uvar()? as i64,
-                    })
+            block.prev = c.many(rows, |c| {
+                Ok(PrevCounts {
+                    events: c.u32()?,
+                    pageviews: c.u32()?,
+                    interactive: c.u32()?,
+                    // The raw code, resolved against the event's time in `read`.
+                    last_ts: c.uvar()? as i64,
                 })
-                .collect::<Result<_, BlockError>>()?
+            })?
         }
         Col::PrevExit => block.prev_exit = c.dict(rows)?,
         Col::Run => block.run = c.dict(rows)?,
-        Col::Epoch => block.epoch = (0..rows).map(|_| c.uvar()).collect::<Result<_, _>>()?,
+        Col::Epoch => block.epoch = c.many(rows, Reader::uvar)?,
         Col::Ttl => block.ttl = c.running(rows)?,
         // Resolved against the session's first event's time in `read`.
-        Col::VisitStart => block.visit_start = (0..rows).map(|_| c.ivar()).collect::<Result<_, _>>()?,
+        Col::VisitStart => block.visit_start = c.many(rows, Reader::ivar)?,
         text => {
             let i = VISIT_TEXT.iter().position(|v| *v == text).ok_or(BlockError::Corrupt("column"))?;
             block.visit[i] = c.dict(rows)?;
@@ -827,7 +823,19 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
 
+    #[inline]
     fn uvar(&mut self) -> Result<u64, BlockError> {
+        // Most values (indexes, small deltas) take one byte.
+        if let Some(&b) = self.bytes.get(self.at)
+            && b < 0x80
+        {
+            self.at += 1;
+            return Ok(u64::from(b));
+        }
+        self.uvar_long()
+    }
+
+    fn uvar_long(&mut self) -> Result<u64, BlockError> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
@@ -862,32 +870,39 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.take(n)?.to_vec()).map_err(|_| BlockError::Corrupt("utf-8"))
     }
 
+    /// `rows` values read by `next` (`rows` is a bounded count: [`Reader::len_bounded`]).
+    fn many<T>(&mut self, rows: usize, mut next: impl FnMut(&mut Self) -> Result<T, BlockError>) -> Result<Vec<T>, BlockError> {
+        let mut out = Vec::with_capacity(rows);
+        for _ in 0..rows {
+            out.push(next(self)?);
+        }
+        Ok(out)
+    }
+
     fn u32s(&mut self, rows: usize) -> Result<Vec<u32>, BlockError> {
-        (0..rows).map(|_| self.u32()).collect()
+        self.many(rows, Self::u32)
     }
 
     fn running(&mut self, rows: usize) -> Result<Vec<i64>, BlockError> {
         let mut at = 0i64;
-        (0..rows)
-            .map(|_| {
-                at = at.wrapping_add(self.ivar()?);
-                Ok(at)
-            })
-            .collect()
+        self.many(rows, |r| {
+            at = at.wrapping_add(r.ivar()?);
+            Ok(at)
+        })
     }
 
     fn dict(&mut self, rows: usize) -> Result<Dict, BlockError> {
         let n = self.len_bounded()?;
-        let values = (0..n).map(|_| self.string()).collect::<Result<Vec<_>, _>>()?;
-        let rows = (0..rows)
-            .map(|_| self.u32().and_then(|r| if (r as usize) < n { Ok(r) } else { Err(BlockError::Corrupt("index")) }))
-            .collect::<Result<_, _>>()?;
+        let values = self.many(n, Self::string)?;
+        let rows = self.many(rows, |r| {
+            r.u32().and_then(|r| if (r as usize) < n { Ok(r) } else { Err(BlockError::Corrupt("index")) })
+        })?;
         Ok(Dict { values, rows })
     }
 
     fn pairs(&mut self, rows: usize) -> Result<Pairs, BlockError> {
         let n = self.len_bounded()?;
-        let values = (0..n).map(|_| self.string()).collect::<Result<Vec<_>, _>>()?;
+        let values = self.many(n, Self::string)?;
         let mut offsets = Vec::with_capacity(rows + 1);
         let mut pairs = Vec::new();
         offsets.push(0);

@@ -314,8 +314,9 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
     let mut values: HashMap<(u32, u32), Sum> = HashMap::new();
 
     // Sessions across the day's blocks.
-    let mut index: HashMap<SessionKey, usize> = HashMap::new();
-    let mut sessions: Vec<Session> = Vec::new();
+    let n_sessions: usize = decoded.iter().map(|b| b.sessions.len()).sum();
+    let mut index: HashMap<SessionKey, usize> = HashMap::with_capacity(n_sessions);
+    let mut sessions: Vec<Session> = Vec::with_capacity(n_sessions);
     let prepared: Vec<BlockFilters> = decoded.iter().map(|b| filters.prepare(b)).collect();
     for (b, block) in decoded.iter().enumerate() {
         let prepared = &prepared[b];
