@@ -120,16 +120,19 @@ pub struct ImportEvent {
     pub country: Option<String>,
 }
 
+/// A live session in memory: its latest event (what its next event continues, and what its
+/// `VisitorSession` item holds) and the state after it.
 #[derive(Debug, Clone)]
 struct Live {
-    day: String,
-    visitor_id: String,
-    session_id: String,
-    next_seq: u32,
+    last: StoredEvent,
     state: PrevState,
+}
+
+/// What a new session's first event starts from.
+struct NewSession {
+    day: String,
+    session_id: String,
     visit: VisitAttrs,
-    /// The session's latest event, for its `VisitorSession` item.
-    last: Option<StoredEvent>,
 }
 
 /// A cached session and the version of the visitor's `VisitorSession` item last seen (`None`:
@@ -165,9 +168,11 @@ pub struct Pipeline {
     /// Alone, until when (wall clock, ms) a visitor missing from memory may still have a live
     /// session in the table from before this process held the lease, so must be looked up.
     lookups_until: Arc<AtomicI64>,
-    /// Alone, the visitors whose sessions this process wrote to the table on leaving memory:
-    /// they are looked up when they come back. Bounded; past the bound every miss is looked up.
-    evicted: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
+    /// Alone, the visitors whose sessions this process wrote to the table on leaving memory
+    /// (as [`visitor_hash`]es): they are looked up when they come back. Two visitors sharing a
+    /// hash only cost a lookup that was not needed. Bounded; past the bound every miss is looked
+    /// up.
+    evicted: Arc<Mutex<hashbrown::HashSet<u64>>>,
 }
 
 /// How many evicted visitors a process remembers before it looks every missing visitor up.
@@ -257,7 +262,7 @@ impl Pipeline {
     fn must_look_up(&self, site_id: &str, visitor: &str) -> bool {
         !self.is_alone()
             || now_ms() <= self.lookups_until.load(Ordering::SeqCst)
-            || lock(&self.evicted).contains(&(site_id.to_owned(), visitor.to_owned()))
+            || lock(&self.evicted).contains(&visitor_hash(site_id, visitor))
     }
 
     /// Stops ingesting alone, before another process starts: from now on every event claims its
@@ -277,12 +282,13 @@ impl Pipeline {
         let mut held = Vec::new();
         for slot in slots {
             let guard = slot.lock_owned().await;
-            let Some(last) = guard.live.as_ref().and_then(|l| l.last.clone()) else { continue };
-            if since_ts.is_some_and(|t| last.ts < t) {
+            let Some(live) = guard.live.as_ref() else { continue };
+            if since_ts.is_some_and(|t| live.last.ts < t) {
                 continue;
             }
             let version = guard.head_version.unwrap_or(0) + 1;
-            held.push((guard, head_item_for(&last, version)?, version));
+            let item = head_item_for(&live.last, version)?;
+            held.push((guard, item, version));
         }
         let writes: Vec<model::BatchWrite> =
             held.iter().map(|(_, item, _)| model::BatchWrite::put("VisitorSession", item.clone())).collect();
@@ -531,7 +537,7 @@ impl Pipeline {
                     tokio::spawn(async move {
                         let written = evict(&table, &map, chosen, horizon).await;
                         let mut set = lock(&remembered);
-                        set.extend(written);
+                        set.extend(written.iter().map(|(site, visitor)| visitor_hash(site, visitor)));
                         if set.len() > MAX_EVICTED_REMEMBERED {
                             // Too many to remember: look every missing visitor up from now on.
                             set.clear();
@@ -570,15 +576,7 @@ impl Pipeline {
         let (last, head_version) = self.load_head(site_id, visitor).await?;
         let live = last.and_then(|e| {
             let state = e.next();
-            live_at(&state, ts).then(|| Live {
-                day: e.day.clone(),
-                visitor_id: e.visitor_id.clone(),
-                session_id: e.session_id.clone(),
-                next_seq: e.seq + 1,
-                state,
-                visit: e.visit.clone(),
-                last: Some(e),
-            })
+            live_at(&state, ts).then_some(Live { last: e, state })
         });
         Ok(Cached { live, head_version })
     }
@@ -638,19 +636,26 @@ impl Pipeline {
         };
         let mut guard = slot.lock().await;
         for _ in 0..MAX_SLOT_ATTEMPTS {
-            let live = match guard.live.as_ref().filter(|l| live_at(&l.state, ts)) {
-                Some(l) => l.clone(),
-                None => new_session(&visitor, ts, event, enrichment),
-            };
-            self.aggregator.register_partition(&site.site_id, &live.day).await?;
+            // The session this event continues, or a new one.
+            let fresh;
+            let empty = PrevState::default();
+            let (day, visitor_id, session_id, seq, visit, prev) =
+                match guard.live.as_ref().filter(|l| live_at(&l.state, ts)) {
+                    Some(l) => (&l.last.day, &l.last.visitor_id, &l.last.session_id, l.last.seq + 1, &l.last.visit, &l.state),
+                    None => {
+                        fresh = new_session(ts, event, enrichment);
+                        (&fresh.day, &visitor, &fresh.session_id, 0, &fresh.visit, &empty)
+                    }
+                };
+            self.aggregator.register_partition(&site.site_id, day).await?;
             let ticket = self.aggregator.begin();
             let stored = StoredEvent {
                 site_id: site.site_id.clone(),
-                day: live.day.clone(),
-                shard: visitor_shard(&live.visitor_id),
-                visitor_id: live.visitor_id.clone(),
-                session_id: live.session_id.clone(),
-                seq: live.next_seq,
+                day: day.clone(),
+                shard: visitor_shard(visitor_id),
+                visitor_id: visitor_id.clone(),
+                session_id: session_id.clone(),
+                seq,
                 name: event.name.as_str().to_owned(),
                 ts,
                 hostname: event.hostname.as_str().to_owned(),
@@ -668,8 +673,8 @@ impl Pipeline {
                     .filter(|g| g.goal.matches(event.name.as_str(), event.pathname.as_str()))
                     .map(|g| g.goal.display_name())
                     .collect(),
-                visit: live.visit.clone(),
-                prev: live.state.clone(),
+                visit: visit.clone(),
+                prev: prev.clone(),
                 run: ticket.run_id().to_owned(),
                 epoch: ticket.epoch(),
                 // A day more than the retention: a range of the last N days starts N days ago at
@@ -694,7 +699,7 @@ impl Pipeline {
                     Err(e) if e.is_condition_failed() => {
                         // Another process moved the session on: read it back and try again.
                         drop(ticket);
-                        *guard = self.load_session(&site.site_id, &live.visitor_id, ts).await?;
+                        *guard = self.load_session(&site.site_id, &stored.visitor_id, ts).await?;
                         continue;
                     }
                     Err(e) => {
@@ -709,11 +714,11 @@ impl Pipeline {
                 // event reads it back and continues from the state before this event).
                 drop(ticket);
                 if head_version != guard.head_version
-                    && let Some(previous) = guard.live.as_ref().and_then(|l| l.last.clone())
+                    && let Some(previous) = guard.live.as_ref()
                 {
                     let condition = attr("version").eq(head_version.unwrap_or(0));
                     let next = head_version.unwrap_or(0) + 1;
-                    if let Ok(item) = head_item_for(&previous, next) {
+                    if let Ok(item) = head_item_for(&previous.last, next) {
                         let _ = self.table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await;
                     }
                 }
@@ -722,7 +727,7 @@ impl Pipeline {
             }
             ticket.commit(&stored);
             *guard = Cached {
-                live: Some(Live { next_seq: stored.seq + 1, state: stored.next(), last: Some(stored), ..live }),
+                live: Some(Live { state: stored.next(), last: stored }),
                 head_version,
             };
             return Ok(());
@@ -776,11 +781,10 @@ async fn evict(
     let mut held = Vec::with_capacity(chosen.len());
     for (key, slot) in chosen {
         let Ok(guard) = slot.clone().try_lock_owned() else { continue };
-        let last = guard.live.as_ref().and_then(|l| l.last.clone());
-        let write = match last.filter(|e| e.next().last_ts >= horizon) {
-            Some(last) => {
+        let write = match guard.live.as_ref().filter(|l| l.state.last_ts >= horizon) {
+            Some(live) => {
                 let version = guard.head_version.unwrap_or(0) + 1;
-                match head_item_for(&last, version) {
+                match head_item_for(&live.last, version) {
                     Ok(item) => Some((item, version)),
                     Err(_) => continue,
                 }
@@ -816,6 +820,18 @@ async fn evict(
 
 type Sessions = HashMap<(String, String), Slot>;
 
+/// A visitor of a site as 64 bits, for remembering many in little memory (8 bytes each rather
+/// than two strings).
+fn visitor_hash(site_id: &str, visitor: &str) -> u64 {
+    use std::hash::Hasher;
+    // Fixed keys: the same visitor hashes the same for the life of the process.
+    let mut h = siphasher::sip::SipHasher13::new_with_keys(0x7461_6c6c_7900_0001, 0x6576_6963_7465_6400);
+    h.write(site_id.as_bytes());
+    h.write_u8(0xff);
+    h.write(visitor.as_bytes());
+    h.finish()
+}
+
 /// Shrinks a full session cache: sessions idle at `now` go first; if most are still live, the
 /// older half of them too. A slot in use (locked) stays, since its task holds it.
 fn make_room(sessions: &mut Sessions, now: i64) {
@@ -838,17 +854,13 @@ fn live_at(state: &PrevState, ts: i64) -> bool {
     !state.is_empty() && (ts - state.last_ts).abs() < SESSION_TIMEOUT_MS
 }
 
-fn new_session(visitor: &str, ts: i64, event: &Event, e: &Enrichment) -> Live {
+fn new_session(ts: i64, event: &Event, e: &Enrichment) -> NewSession {
     let utm = &event.query.utm;
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
     let millis = u64::try_from(ts).unwrap_or(0);
-    Live {
+    NewSession {
         day: day_text(ts),
-        visitor_id: visitor.to_owned(),
         session_id: ulid::Ulid::from_parts(millis, rand::random()).to_string(),
-        next_seq: 0,
-        state: PrevState::default(),
-        last: None,
         visit: VisitAttrs {
             start_ts: ts,
             entry_page: event.pathname.as_str().to_owned(),

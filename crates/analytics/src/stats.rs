@@ -658,7 +658,10 @@ impl Stats {
                 buckets.push((b.start_ms(), b.end_ms(), group as u32));
             }
             buckets.sort_unstable();
-            Some((self.raw_sums(&q.site_id, partitions, &q.filters, &source, buckets).await?, labels))
+            // Visit counters only for the metrics made of them (and the exit page's visitors,
+            // which are its visits).
+            let visits = session_metrics || source == "visit:exit_page";
+            Some((self.raw_sums(&q.site_id, partitions, &q.filters, &source, visits, buckets).await?, labels))
         } else {
             None
         };
@@ -879,6 +882,7 @@ impl Stats {
         (first, last): (crate::visitor::UtcDay, crate::visitor::UtcDay),
         filters: &[Filter],
         dimension: &str,
+        visits: bool,
         buckets: Vec<(i64, i64, u32)>,
     ) -> Result<scan::Sums, StatsError> {
         let deadline = self.deadline();
@@ -890,7 +894,7 @@ impl Stats {
                     let (_, blocks) = day?;
                     tokio::task::spawn_blocking(move || {
                         let (filters, dimension, buckets) = &*shared;
-                        scan::scan_day(&blocks, &scan::Spec { filters, dimension, buckets })
+                        scan::scan_day(&blocks, &scan::Spec { filters, dimension, visits, buckets })
                     })
                     .await
                     .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?

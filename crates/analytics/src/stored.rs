@@ -24,7 +24,7 @@ use crate::period::Unit;
 /// blocks of its site and of the UTC day its session started (`day`). (`shard` and the
 /// per-event `Event` item of [`crate::schema`] are how an earlier Tally stored it; they are
 /// kept to read such a store once, when it is converted.)
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoredEvent {
     /// The site.
     pub site_id: String,

@@ -8,13 +8,14 @@ fn live(last_ts: i64) -> Slot {
     let state = PrevState { events: 1, pageviews: 1, interactive: 1, last_ts, exit_page: "/".to_owned() };
     Arc::new(tokio::sync::Mutex::new(Cached {
         live: Some(Live {
-            day: day_text(last_ts),
-            visitor_id: "v".to_owned(),
-            session_id: "s".to_owned(),
-            next_seq: 1,
+            last: StoredEvent {
+                day: day_text(last_ts),
+                visitor_id: "v".to_owned(),
+                session_id: "s".to_owned(),
+                ts: last_ts,
+                ..StoredEvent::default()
+            },
             state,
-            visit: VisitAttrs::default(),
-            last: None,
         }),
         head_version: None,
     }))

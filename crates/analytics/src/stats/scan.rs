@@ -34,6 +34,9 @@ use super::{Filter, StatsError, Sum, display_value};
 pub(super) struct Spec<'a> {
     pub filters: &'a [Filter],
     pub dimension: &'a str,
+    /// Whether visit counters (visits, bounces, duration, the visit's page views) are wanted:
+    /// without them a scan reads neither the previous states nor the sessions' order.
+    pub visits: bool,
     /// Where events count: disjoint time ranges `start..end`, sorted by start, each with the
     /// group it adds to. An event (or a visit's start) in none of them counts nowhere.
     pub buckets: &'a [(i64, i64, u32)],
@@ -125,19 +128,18 @@ fn visit_col(dimension: &str) -> Option<usize> {
     VISIT_TEXT.iter().position(|c| *c == col)
 }
 
+/// Whether a scan needs the visit columns: for visit counters, and for the exit page (which
+/// the previous states tell).
+fn needs_visits(spec: &Spec<'_>) -> bool {
+    spec.visits || spec.filters.iter().map(|f| f.dimension.as_str()).chain([spec.dimension]).any(|d| d == "visit:exit_page")
+}
+
 /// The columns a scan reads.
 fn columns(spec: &Spec<'_>) -> Cols {
-    let mut cols = Cols::NONE
-        .with(Col::Sessions)
-        .with(Col::Session)
-        .with(Col::Ts)
-        .with(Col::Seq)
-        .with(Col::Name)
-        .with(Col::Path)
-        .with(Col::Interactive)
-        .with(Col::Prev)
-        .with(Col::PrevExit)
-        .with(Col::VisitStart);
+    let mut cols = Cols::NONE.with(Col::Sessions).with(Col::Session).with(Col::Ts).with(Col::Name).with(Col::Path);
+    if needs_visits(spec) {
+        cols = cols.with(Col::Seq).with(Col::Interactive).with(Col::Prev).with(Col::PrevExit).with(Col::VisitStart);
+    }
     let dimensions = spec.filters.iter().map(|f| f.dimension.as_str()).chain([spec.dimension]);
     for d in dimensions {
         cols = match source(d) {
@@ -245,13 +247,11 @@ fn next_exit(block: &Block, i: usize) -> &str {
     if is_pageview && (later || prev_exit.is_empty()) { block.path.get(i) } else { prev_exit }
 }
 
-/// A session of the partition: its first appearance (block, session row), its last event
-/// (block, row, seq), and what the filters said of it so far.
+/// A session of the partition: its first appearance (block, session row) and its last event
+/// (block, row, seq). What the event filters said of it is kept beside (`seen`).
 struct Session {
     at: (usize, usize),
     last: (usize, usize, u32),
-    /// Per event filter: whether some event passed (for `is_not`: whether every event did).
-    event_filters: smallvec::SmallVec<[bool; 4]>,
 }
 
 /// Finds the group of a time among the spec's buckets, remembering the last one found (events
@@ -313,10 +313,17 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
     let mut totals: HashMap<u32, Sum> = HashMap::new();
     let mut values: HashMap<(u32, u32), Sum> = HashMap::new();
 
-    // Sessions across the day's blocks.
-    let n_sessions: usize = decoded.iter().map(|b| b.sessions.len()).sum();
+    // Sessions across the day's blocks, when visit counters are wanted (the exit page has only
+    // those).
+    let visits = spec.visits || dim == Source::ExitPage;
+    let n_filters = spec.filters.len();
+    let n_sessions: usize = if visits { decoded.iter().map(|b| b.sessions.len()).sum() } else { 0 };
     let mut index: HashMap<SessionKey, usize> = HashMap::with_capacity(n_sessions);
     let mut sessions: Vec<Session> = Vec::with_capacity(n_sessions);
+    // Per session and event filter: whether some event passed (for `is_not`: whether every
+    // event did).
+    let mut seen: Vec<bool> = Vec::with_capacity(n_sessions * n_filters);
+    let unseen: Vec<bool> = spec.filters.iter().map(|f| f.op.is_negated()).collect();
     let prepared: Vec<BlockFilters> = decoded.iter().map(|b| filters.prepare(b)).collect();
     for (b, block) in decoded.iter().enumerate() {
         let prepared = &prepared[b];
@@ -330,34 +337,40 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
             Source::Visit(c) => block.visit[c].values.iter().map(|v| interner.id(v)).collect(),
             _ => Vec::new(),
         };
-        let local: Vec<usize> = block
-            .sessions
-            .iter()
-            .enumerate()
-            .map(|(s, key)| {
-                *index.entry(*key).or_insert_with(|| {
-                    sessions.push(Session {
-                        at: (b, s),
-                        last: (b, usize::MAX, 0),
-                        event_filters: spec.filters.iter().map(|f| f.op.is_negated()).collect(),
-                    });
-                    sessions.len() - 1
+        let local: Vec<usize> = if visits {
+            block
+                .sessions
+                .iter()
+                .enumerate()
+                .map(|(s, key)| {
+                    *index.entry(*key).or_insert_with(|| {
+                        sessions.push(Session { at: (b, s), last: (b, usize::MAX, 0) });
+                        seen.extend_from_slice(&unseen);
+                        sessions.len() - 1
+                    })
                 })
-            })
-            .collect();
+                .collect()
+        } else {
+            Vec::new()
+        };
         for i in 0..block.len {
             let row = block.session[i] as usize;
-            let s = &mut sessions[local[row]];
-            if s.last.1 == usize::MAX || block.seq[i] >= s.last.2 {
-                s.last = (b, i, block.seq[i]);
+            let sid = local.get(row).copied();
+            if let Some(sid) = sid {
+                let s = &mut sessions[sid];
+                if s.last.1 == usize::MAX || block.seq[i] >= s.last.2 {
+                    s.last = (b, i, block.seq[i]);
+                }
             }
             let mut all = true;
-            for n in 0..spec.filters.len() {
+            for n in 0..n_filters {
                 let ok = filters.row_passes(block, prepared, row, n, i);
                 all &= ok;
-                if filters.on_event[n] {
-                    let seen = &mut s.event_filters[n];
-                    *seen = if spec.filters[n].op.is_negated() { *seen && ok } else { *seen || ok };
+                if let Some(sid) = sid
+                    && filters.on_event[n]
+                {
+                    let seen = &mut seen[sid * n_filters + n];
+                    *seen = if unseen[n] { *seen && ok } else { *seen || ok };
                 }
             }
             // Event counters and visitors: every event that passes every filter.
@@ -392,15 +405,15 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
     }
 
     // Visit counters: each selected session's final contribution, in the group of its start.
-    for s in &sessions {
+    for (sid, s) in sessions.iter().enumerate() {
         let (b, i, _) = s.last;
         let block = &decoded[b];
         let (sb, srow) = s.at;
         let start = decoded[sb].visit_start[srow];
         let Some(group) = groups.of(start) else { continue };
-        let selected = (0..spec.filters.len()).all(|n| {
+        let selected = (0..n_filters).all(|n| {
             if filters.on_event[n] {
-                s.event_filters[n]
+                seen[sid * n_filters + n]
             } else {
                 filters.row_passes(block, &prepared[b], block.session[i] as usize, n, i)
             }
