@@ -178,24 +178,40 @@ impl Cols {
 }
 
 /// A dictionary-encoded text column: the distinct values and one index per row.
+///
+/// The values are kept end to end in one string (one allocation per column, not per value: a
+/// scan decodes many dictionaries).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Dict {
-    /// The distinct values, in first-seen order.
-    pub values: Vec<String>,
-    /// Each row's value, as an index into `values`.
+    /// The distinct values, in first-seen order, end to end.
+    text: String,
+    /// Where each value ends in `text`.
+    ends: Vec<u32>,
+    /// Each row's value, as an index into the values.
     pub rows: Vec<u32>,
 }
 
 impl Dict {
     /// Row `i`'s value.
     pub fn get(&self, i: usize) -> &str {
-        &self.values[self.rows[i] as usize]
+        self.value(self.rows[i] as usize)
+    }
+
+    /// The `v`-th distinct value.
+    pub fn value(&self, v: usize) -> &str {
+        let start = if v == 0 { 0 } else { self.ends[v - 1] as usize };
+        &self.text[start..self.ends[v] as usize]
+    }
+
+    /// The distinct values, in first-seen order.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &str> {
+        (0..self.ends.len()).map(|v| self.value(v))
     }
 
     /// For each distinct value, whether `f` holds: evaluated once per value, then looked up by
     /// row index.
     pub fn matching(&self, f: impl Fn(&str) -> bool) -> Vec<bool> {
-        self.values.iter().map(|v| f(v)).collect()
+        self.values().map(f).collect()
     }
 }
 
@@ -644,7 +660,9 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
         b.ttl.len(),
     ]
     .iter()
-    .all(|&l| l == n);
+    .all(|&l| l == n)
+        && b.visit_start.len() == b.sessions.len()
+        && b.visit.iter().all(|d| d.rows.len() == b.sessions.len());
     if !lens_ok {
         return Err(BlockError::Corrupt("a column is missing"));
     }
@@ -893,11 +911,18 @@ impl<'a> Reader<'a> {
 
     fn dict(&mut self, rows: usize) -> Result<Dict, BlockError> {
         let n = self.len_bounded()?;
-        let values = self.many(n, Self::string)?;
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = self.len_bounded()?;
+            let value = std::str::from_utf8(self.take(len)?).map_err(|_| BlockError::Corrupt("utf-8"))?;
+            text.push_str(value);
+            ends.push(u32::try_from(text.len()).map_err(|_| BlockError::Corrupt("dictionary size"))?);
+        }
         let rows = self.many(rows, |r| {
             r.u32().and_then(|r| if (r as usize) < n { Ok(r) } else { Err(BlockError::Corrupt("index")) })
         })?;
-        Ok(Dict { values, rows })
+        Ok(Dict { text, ends, rows })
     }
 
     fn pairs(&mut self, rows: usize) -> Result<Pairs, BlockError> {

@@ -482,12 +482,28 @@ pub struct StoredBlock {
 
 impl StoredBlock {
     fn from_record(r: &Record) -> Result<StoredBlock, EventStoreError> {
+        Ok(StoredBlock { data: r.bytes("data")?.to_vec(), ..StoredBlock::head_of(r)? })
+    }
+
+    /// The block of `r`, its data moved out of the record rather than copied (blocks are the
+    /// bulk of what a scan reads).
+    fn from_owned_record(r: Record) -> Result<StoredBlock, EventStoreError> {
+        let head = StoredBlock::head_of(&r)?;
+        r.bytes("data")?;
+        match r.into_item().remove("data") {
+            Some(AttributeValue::B(data)) => Ok(StoredBlock { data, ..head }),
+            _ => Err(EventStoreError::Block(BlockError::Corrupt("block data"))),
+        }
+    }
+
+    /// Everything but the data.
+    fn head_of(r: &Record) -> Result<StoredBlock, EventStoreError> {
         Ok(StoredBlock {
             run_id: r.string("run_id")?.to_owned(),
             number: u64::try_from(r.opt_i64("block")?.unwrap_or(0)).unwrap_or(0),
             max_epoch: u64::try_from(r.opt_i64("max_epoch")?.unwrap_or(0)).unwrap_or(0),
             ts_range: (r.opt_i64("first_ts")?.unwrap_or(i64::MIN), r.opt_i64("last_ts")?.unwrap_or(i64::MAX)),
-            data: r.bytes("data")?.to_vec(),
+            data: Vec::new(),
             version: r.opt_i64("version")?.unwrap_or(0),
             replaces: match r.get("replaces") {
                 Some(AttributeValue::Ns(set)) => set.iter().filter_map(|n| n.to_i64()).map(|n| n as u64).collect(),
@@ -512,7 +528,7 @@ pub async fn blocks_of_day(table: &Table, site: &str, day: UtcDay) -> Result<Vec
     let day = day.to_string();
     let records =
         table.query("EventBlock").key(item! { "site_id" => site, "day" => day.as_str() }).consistent().all().await?;
-    Ok(without_replaced(records.iter().map(StoredBlock::from_record).collect::<Result<_, _>>()?))
+    Ok(without_replaced(records.into_iter().map(StoredBlock::from_owned_record).collect::<Result<_, _>>()?))
 }
 
 /// The blocks no other block of the list replaces: a merged block's originals may still be
@@ -566,7 +582,7 @@ pub async fn blocks_of_run(
         .consistent()
         .all()
         .await?;
-    let blocks = without_replaced(records.iter().map(StoredBlock::from_record).collect::<Result<_, _>>()?);
+    let blocks = without_replaced(records.into_iter().map(StoredBlock::from_owned_record).collect::<Result<_, _>>()?);
     Ok(blocks.into_iter().filter(|b| b.max_epoch > after).collect())
 }
 

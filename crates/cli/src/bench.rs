@@ -155,7 +155,7 @@ async fn raw_queries(
     for _ in 0..10 {
         for b in &decoded {
             let country = b.visit_col(Col::VisitCountry).context("the country column")?;
-            let de: Vec<bool> = country.values.iter().map(|v| v == "DE").collect();
+            let de: Vec<bool> = country.values().map(|v| v == "DE").collect();
             for (i, &s) in b.session.iter().enumerate() {
                 counted += u64::from(de[country.rows[s as usize] as usize] && (start..end).contains(&b.ts[i]));
             }

@@ -197,8 +197,7 @@ impl<'a> Filters<'a> {
                         let d = &f.dimension;
                         return Some(
                             block.visit[*i]
-                                .values
-                                .iter()
+                                .values()
                                 .map(|v| accepts(f, &display_value(d, v).unwrap_or_default()))
                                 .collect(),
                         );
@@ -327,14 +326,14 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
     let prepared: Vec<BlockFilters> = decoded.iter().map(|b| filters.prepare(b)).collect();
     for (b, block) in decoded.iter().enumerate() {
         let prepared = &prepared[b];
-        let pageview = block.name.values.iter().position(|v| v == crate::event::EventName::PAGEVIEW);
-        let engagement = block.name.values.iter().position(|v| v == ENGAGEMENT);
+        let pageview = block.name.values().position(|v| v == crate::event::EventName::PAGEVIEW);
+        let engagement = block.name.values().position(|v| v == ENGAGEMENT);
         // The dimension's value numbers, per value of the column it reads.
         let dict_ids: Vec<u32> = match dim {
-            Source::Page => block.path.values.iter().map(|v| interner.id(v)).collect(),
-            Source::Hostname => block.hostname.values.iter().map(|v| interner.id(v)).collect(),
-            Source::Name => block.name.values.iter().map(|v| interner.id(v)).collect(),
-            Source::Visit(c) => block.visit[c].values.iter().map(|v| interner.id(v)).collect(),
+            Source::Page => block.path.values().map(|v| interner.id(v)).collect(),
+            Source::Hostname => block.hostname.values().map(|v| interner.id(v)).collect(),
+            Source::Name => block.name.values().map(|v| interner.id(v)).collect(),
+            Source::Visit(c) => block.visit[c].values().map(|v| interner.id(v)).collect(),
             _ => Vec::new(),
         };
         let local: Vec<usize> = if visits {
