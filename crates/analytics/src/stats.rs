@@ -23,9 +23,12 @@ use futures::StreamExt;
 use model::Table;
 use store::item;
 
+mod compare;
 mod scan;
 #[cfg(test)]
 mod tests;
+
+pub use compare::{Compared, Comparison, ComparisonMode};
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};
@@ -307,6 +310,16 @@ pub fn check_range(range: &DateRange) -> Result<(), StatsError> {
     }
 }
 
+/// The label of the time bucket holding the hour or day bucket `b` in a `unit` series, as
+/// answers write it: hours `YYYY-MM-DD HH:00:00`, days, and weeks and months by their first day.
+fn time_label(zone: &SiteZone, unit: Unit, b: &Bucket) -> String {
+    match unit {
+        Unit::Hour => format!("{} {:02}:00:00", b.first_date(), b.label().get(11..13).unwrap_or("00")),
+        Unit::Day => b.first_date().to_string(),
+        unit => zone.bucket(unit, b.start_ms()).map(|w| w.first_date().to_string()).unwrap_or_default(),
+    }
+}
+
 fn time_unit(d: &str) -> Option<Unit> {
     d.strip_prefix("time:").and_then(Unit::parse)
 }
@@ -574,8 +587,13 @@ impl Stats {
             .collect())
     }
 
-    /// Answers `q`.
+    /// Answers `q`: its page of rows.
     pub async fn query(&self, q: &Query) -> Result<Vec<Row>, StatsError> {
+        Ok(self.all_rows(q).await?.into_iter().skip(q.offset).take(q.limit).collect())
+    }
+
+    /// Every row of `q`'s answer, in its order, before pagination.
+    pub(crate) async fn all_rows(&self, q: &Query) -> Result<Vec<Row>, StatsError> {
         let (zone, weeks_from) = self.zone_and_weeks(&q.site_id).await?;
         let (start, end) = zone.bounds_ms(&q.range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let time = q.dimensions.iter().find_map(|d| time_unit(d));
@@ -633,14 +651,7 @@ impl Stats {
             source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
             raw = true;
         }
-        let label_of = |b: &Bucket| -> String {
-            match time {
-                None => String::new(),
-                Some(Unit::Hour) => format!("{} {:02}:00:00", b.first_date(), b.label().get(11..13).unwrap_or("00")),
-                Some(Unit::Day) => b.first_date().to_string(),
-                Some(unit) => zone.bucket(unit, b.start_ms()).map(|w| w.first_date().to_string()).unwrap_or_default(),
-            }
-        };
+        let label_of = |b: &Bucket| -> String { time.map(|unit| time_label(&zone, unit, b)).unwrap_or_default() };
         let raw_items = if raw {
             let partitions = self.check_raw(&q.site_id, (start, end)).await?;
             let periods: BTreeSet<Period> = wanted.iter().map(|(p, _)| *p).collect();
@@ -725,7 +736,7 @@ impl Stats {
             })
             .collect();
         order(&mut out, q);
-        Ok(out.into_iter().skip(q.offset).take(q.limit).collect())
+        Ok(out)
     }
 
     /// The realtime panel of a site at `now_ms`.

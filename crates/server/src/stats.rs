@@ -13,7 +13,7 @@ use analytics::goal::Goal;
 use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
 use analytics::pipeline::{IngestResult, Pipeline};
 use analytics::sites::{Site, Sites};
-use analytics::stats::{Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
+use analytics::stats::{ComparisonMode, Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -255,28 +255,31 @@ pub async fn query(
 ) -> Response {
     let (r, body, site) = tri!(json_request(&state, &headers, body).await);
     let q = tri!(parse_query(&body, &site));
-    let rows = match r.stats.query(&q).await {
-        Ok(rows) => rows,
-        Err(e @ (StatsError::Invalid(_) | StatsError::Unsupported(_) | StatsError::TooSlow(_))) => {
-            return bad(e.to_string());
-        }
-        Err(e) => return internal(e),
+    let comparison = tri!(parse_include(&body, &site));
+    let (results, compared_range): (Vec<Json>, Option<DateRange>) = match comparison {
+        None => match r.stats.query(&q).await {
+            Ok(rows) => (rows.into_iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect(), None),
+            Err(e) => return stats_error(e),
+        },
+        Some(mode) => match r.stats.query_compared(&q, mode).await {
+            Ok(compared) => {
+                let rows = compared
+                    .rows
+                    .iter()
+                    .map(|(row, c)| {
+                        let mut out = row_json(&row.dimensions, &row.metrics);
+                        let mut other = row_json(&c.dimensions, &c.metrics);
+                        other["change"] = json!(c.change);
+                        out["comparison"] = other;
+                        out
+                    })
+                    .collect();
+                (rows, Some(compared.range))
+            }
+            Err(e) => return stats_error(e),
+        },
     };
-    let results: Vec<Json> = rows
-        .into_iter()
-        .map(|row| {
-            let metrics: Vec<Json> = row
-                .metrics
-                .into_iter()
-                .map(|v| match v {
-                    Value::Int(i) => json!(i),
-                    Value::Float(f) => json!(f),
-                })
-                .collect();
-            json!({ "metrics": metrics, "dimensions": row.dimensions })
-        })
-        .collect();
-    let echo = json!({
+    let mut echo = json!({
         "site_id": body.get("site_id"),
         "metrics": q.metrics.iter().map(|m| m.name()).collect::<Vec<_>>(),
         "date_range": [q.range.first().to_string(), q.range.last().to_string()],
@@ -285,8 +288,67 @@ pub async fn query(
         "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
         "pagination": { "limit": q.limit, "offset": q.offset },
     });
+    if let Some(include) = body.get("include") {
+        echo["include"] = include.clone();
+    }
+    if let Some(c) = compared_range {
+        echo["comparison_date_range"] = json!([c.first().to_string(), c.last().to_string()]);
+    }
     let answer = json!({ "results": results, "meta": {}, "query": echo });
     json_ok(answer)
+}
+
+fn row_json(dimensions: &[String], metrics: &[Value]) -> Json {
+    let metrics: Vec<Json> = metrics
+        .iter()
+        .map(|v| match v {
+            Value::Int(i) => json!(i),
+            Value::Float(f) => json!(f),
+        })
+        .collect();
+    json!({ "metrics": metrics, "dimensions": dimensions })
+}
+
+/// A query's `include`: `{"comparisons": {"mode": "previous_period" | "year_over_year" |
+/// "custom", "date_range": [from, to]}}` as Plausible's Stats API v2 takes it (`imports` is
+/// accepted and means nothing here: imported events are events). Anything else is refused.
+pub(crate) fn parse_include(body: &Json, site: &Site) -> Result<Option<ComparisonMode>, Response> {
+    let include = match body.get("include") {
+        None | Some(Json::Null) => return Ok(None),
+        Some(Json::Object(map)) => map,
+        Some(_) => return Err(bad("`include` must be an object")),
+    };
+    for (key, value) in include {
+        match key.as_str() {
+            "comparisons" | "imports" => {}
+            "time_labels" | "total_rows" if value == &Json::Bool(false) => {}
+            other => return Err(bad(format!("`include.{other}` is not supported; `include` takes `comparisons`"))),
+        }
+    }
+    let c = match include.get("comparisons") {
+        None | Some(Json::Null) => return Ok(None),
+        Some(Json::Object(c)) => c,
+        Some(_) => return Err(bad("`include.comparisons` must be an object such as {\"mode\": \"previous_period\"}")),
+    };
+    if c.get("match_day_of_week").is_some_and(|v| v != &Json::Bool(false)) {
+        return Err(bad("`include.comparisons.match_day_of_week` is not supported"));
+    }
+    let mode = match c.get("mode").and_then(Json::as_str) {
+        Some("previous_period") => ComparisonMode::PreviousPeriod,
+        Some("year_over_year") => ComparisonMode::YearOverYear,
+        Some("custom") => {
+            let Some(Json::Array(pair)) = c.get("date_range") else {
+                return Err(bad("`include.comparisons` with mode `custom` needs `date_range`: two dates"));
+            };
+            let range = parse_range(&json!({ "date_range": pair }), &site.zone)
+                .map_err(|_| bad("`include.comparisons.date_range` must be two dates, YYYY-MM-DD"))?;
+            ComparisonMode::Custom(range)
+        }
+        _ => {
+            return Err(bad("`include.comparisons.mode` is one of previous_period, year_over_year or custom"));
+        }
+    };
+    Ok(Some(mode))
 }
 
 /// The `site_id` of a GET route's query string.

@@ -73,6 +73,13 @@ async function stats(body) {
   if (!r.ok) throw new Error(`stats query failed: ${JSON.stringify(json)}`);
   return json;
 }
+// A YYYY-MM-DD date `n` years away (29 February becomes the 28th, as the Stats API has it).
+function addYears(iso, n) {
+  const [y, m, d] = iso.split("-").map(Number);
+  const last = new Date(Date.UTC(y + n, m, 0)).getUTCDate();
+  return `${y + n}-${String(m).padStart(2, "0")}-${String(Math.min(d, last)).padStart(2, "0")}`;
+}
+
 async function until(what, check, ms = 20000) {
   const start = Date.now();
   let last;
@@ -192,6 +199,31 @@ try {
 
   await dash.waitForSelector("#chart path.line");
   await dash.waitForSelector('[data-panel="pages"] tr.row[data-value="/pricing"]');
+  // Comparisons: each top stat's change, the dashed series and each row's change are the Stats
+  // API's for the previous period (which holds the visit browser.rs imported 35 days ago).
+  const cmp = await stats({ date_range: [from, to], metrics: ["visitors", "visits", "pageviews", "views_per_visit", "bounce_rate"],
+    include: { comparisons: { mode: "previous_period" } } });
+  assert.equal(cmp.results[0].comparison.metrics[0], 1, `one visitor in the previous period: ${JSON.stringify(cmp)}`);
+  assert.equal(await dash.getAttribute("#top-stats", "data-comparison-range"), cmp.query.comparison_date_range.join(".."));
+  for (const [i, m] of ["visitors", "visits", "pageviews"].entries()) {
+    assert.equal(await dash.getAttribute(`#stat-${m} .change`, "data-change"), String(cmp.results[0].comparison.change[i]), `${m}'s change`);
+  }
+  const cmpSeries = await stats({ date_range: [from, to], metrics: ["visitors"], dimensions: ["time:day"], order_by: [["time:day", "asc"]],
+    include: { comparisons: { mode: "previous_period" } } });
+  await dash.waitForSelector("#chart path.comparison");
+  assert.equal(await dash.getAttribute("#chart path.comparison", "data-values"),
+    cmpSeries.results.map((r) => r.comparison.metrics[0]).join(","), "the dashed series is the comparison's");
+  const cmpPages = await stats({ date_range: [from, to], metrics: ["visitors", "pageviews"], dimensions: ["event:page"],
+    filters: [["is", "event:page", ["/pricing"]]], include: { comparisons: { mode: "previous_period" } } });
+  assert.equal(await dash.getAttribute('[data-panel="pages"] tr.row[data-value="/pricing"] td[data-change]', "data-change"),
+    String(cmpPages.results[0].comparison.change[0]), "the /pricing row's change");
+  found.comparison = { range: cmp.query.comparison_date_range, change: cmp.results[0].comparison.change };
+  await dash.selectOption("#comparison", "year_over_year");
+  await dash.waitForFunction((r) => document.querySelector("#top-stats")?.dataset.comparisonRange === r,
+    [addYears(from, -1), addYears(to, -1)].join(".."));
+  assert.match(dash.url(), /comparison=year_over_year/);
+  await dash.selectOption("#comparison", "previous_period");
+  await dash.waitForSelector("#chart path.comparison");
   // Recent sessions: the API's list, latest first; a click shows a session's events in order.
   const apiSessions = (await get(`/api/sessions?site_id=${SITE}&limit=10`)).sessions;
   assert.ok(apiSessions.length >= 1, "today's sessions are listed");

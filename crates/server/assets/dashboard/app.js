@@ -7,6 +7,7 @@
 const RANGES = [["day", "Today"], ["7d", "Last 7 days"], ["30d", "Last 30 days"], ["month", "Month to date"],
   ["6mo", "Last 6 months"], ["12mo", "Last 12 months"], ["custom", "Custom…"]];
 const INTERVALS = ["hour", "day", "week", "month"];
+const COMPARISONS = [["previous_period", "vs previous period"], ["year_over_year", "vs year before"], ["off", "no comparison"]];
 const TOP = [["visitors", "Unique visitors"], ["visits", "Visits"], ["pageviews", "Pageviews"],
   ["views_per_visit", "Views per visit"], ["bounce_rate", "Bounce rate"], ["visit_duration", "Visit duration"]];
 const PANELS = [
@@ -19,7 +20,7 @@ const PANELS = [
   { id: "events", title: "Custom events", tabs: [["event:name", "Events"], ["props", "Properties"]], metrics: ["visitors", "events"] },
 ];
 const S = { csrf: null, share: null, user: null, sites: [], site: null, period: "30d", from: "", to: "",
-  interval: "day", metric: "visitors", funnel: null, filters: [], tabs: {}, prop: "plan", timer: null, seq: 0 };
+  interval: "day", metric: "visitors", comparison: "previous_period", funnel: null, filters: [], tabs: {}, prop: "plan", timer: null, seq: 0 };
 
 // ---- helpers ----
 function h(tag, attrs, ...kids) {
@@ -84,6 +85,7 @@ function readUrl() {
   S.from = q.get("from") || ""; S.to = q.get("to") || "";
   S.interval = q.get("interval") || (S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day");
   S.metric = q.get("metric") || "visitors";
+  S.comparison = COMPARISONS.some((c) => c[0] === q.get("comparison")) ? q.get("comparison") : "previous_period";
   S.funnel = q.get("funnel") || null;
   S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, [v.join("|")]]; })
     .filter((f) => ["is", "is_not", "contains"].includes(f[0]) && f[1]);
@@ -96,6 +98,7 @@ function writeUrl() {
   if (S.period === "custom") { q.set("from", S.from); q.set("to", S.to); }
   q.set("interval", S.interval);
   if (S.metric !== "visitors") q.set("metric", S.metric);
+  if (S.comparison !== "previous_period") q.set("comparison", S.comparison);
   if (S.funnel) q.set("funnel", S.funnel);
   for (const [op, dim, [v]] of S.filters) q.append("f", `${op}|${dim}|${v}`);
   history.replaceState(null, "", `${location.pathname}?${q}`);
@@ -103,6 +106,19 @@ function writeUrl() {
 function dateRange() { return S.period === "custom" ? [S.from, S.to] : S.period; }
 function query(extra) {
   return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, ...extra });
+}
+// The Stats API's `include` asking for the chosen comparison, or nothing when it is off.
+function compared() { return S.comparison === "off" ? {} : { include: { comparisons: { mode: S.comparison } } }; }
+// A comparison's change as a short label: percentage points for rates, percent otherwise.
+function changeText(metric, change) {
+  if (change === null || change === undefined) return "";
+  const points = metric === "bounce_rate" || metric === "conversion_rate";
+  const arrow = change > 0 ? "↑" : change < 0 ? "↓" : "";
+  return `${arrow}${Math.abs(change)}${points ? " pts" : "%"}`;
+}
+function changeClass(metric, change) {
+  if (!change) return "change flat";
+  return "change " + ((metric === "bounce_rate" ? change < 0 : change > 0) ? "up" : "down");
 }
 
 // ---- pages ----
@@ -185,6 +201,8 @@ function topBar() {
     S.interval = S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day";
     writeUrl(); dashboard();
   } }, RANGES.map(([v, l]) => h("option", { value: v, selected: v === S.period }, l)));
+  const comparison = h("select", { id: "comparison", "aria-label": "Compare with", onchange: (e) => { S.comparison = e.target.value; writeUrl(); dashboard(); } },
+    COMPARISONS.map(([v, l]) => h("option", { value: v, selected: v === S.comparison }, l)));
   const custom = S.period !== "custom" ? null : h("span", { class: "custom" },
     h("input", { type: "date", id: "from", value: S.from, onchange: (e) => { S.from = e.target.value; writeUrl(); dashboard(); } }), " – ",
     h("input", { type: "date", id: "to", value: S.to, onchange: (e) => { S.to = e.target.value; writeUrl(); dashboard(); } }));
@@ -192,7 +210,7 @@ function topBar() {
     h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
     h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out"),
     h("button", { class: "link", id: "logout-everywhere", title: "End this account's sign-ins on every browser", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere")];
-  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom,
+  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom, comparison,
     h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
 }
 
@@ -244,19 +262,18 @@ async function loadTop(seq) {
   let without = "";
   try {
     let cur;
-    try { cur = await query({ metrics }); } catch (e) {
+    try { cur = await query({ metrics, ...compared() }); } catch (e) {
       if (!eventFiltered()) throw e;
       metrics = metrics.filter((m) => !SESSION_METRICS.has(m));
       without = e.message;
-      cur = await query({ metrics });
+      cur = await query({ metrics, ...compared() });
     }
     if (seq !== S.seq) return;
     const [first, last] = cur.query.date_range;
-    const n = daysBetween(first, last) + 1;
-    const prev = await query({ metrics, date_range: [addDays(first, -n), addDays(first, -1)] }).catch(() => null);
-    if (seq !== S.seq) return;
-    const now = (cur.results[0] || { metrics: [] }).metrics;
-    const before = prev && prev.results[0] ? prev.results[0].metrics : [];
+    const row = cur.results[0] || { metrics: [] };
+    const now = row.metrics;
+    const other = row.comparison;
+    const versus = S.comparison === "year_over_year" ? "vs year before" : "vs previous period";
     TOP.forEach(([m]) => {
       const card = document.getElementById(`stat-${m}`);
       const i = metrics.indexOf(m);
@@ -269,16 +286,16 @@ async function loadTop(seq) {
       }
       card.querySelector(".value").textContent = fmt(m, now[i] || 0);
       const ch = card.querySelector(".change");
-      if (before[i] === undefined) { ch.textContent = ""; return; }
-      const a = now[i] || 0, b = before[i] || 0;
-      if (b === 0) { ch.className = "change flat"; ch.textContent = a === 0 ? "" : "no data in the previous period"; return; }
-      const pct = b === 0 ? (a === 0 ? 0 : 100) : Math.round(((a - b) / b) * 100);
-      const better = m === "bounce_rate" ? pct < 0 : pct > 0;
-      ch.className = "change " + (pct === 0 ? "flat" : better ? "up" : "down");
-      ch.textContent = `${pct > 0 ? "↑" : pct < 0 ? "↓" : ""}${Math.abs(pct)}% vs previous period`;
-      ch.title = `previous: ${fmt(m, b)}`;
+      if (!other) { ch.textContent = ""; ch.className = "change flat"; delete ch.dataset.change; return; }
+      const change = other.change[i];
+      ch.dataset.change = change;
+      ch.className = changeClass(m, change);
+      ch.textContent = `${changeText(m, change) || "0%"} ${versus}`;
+      ch.title = `${cur.query.comparison_date_range.join(" – ")}: ${fmt(m, other.metrics[i])}`;
     });
-    document.getElementById("top-stats").dataset.range = `${first}..${last}`;
+    const box = document.getElementById("top-stats");
+    if (cur.query.comparison_date_range) box.dataset.comparisonRange = cur.query.comparison_date_range.join("..");
+    box.dataset.range = `${first}..${last}`;
   } catch (e) {
     if (seq === S.seq) document.getElementById("top-stats").replaceChildren(h("p", { class: "error" }, e.message));
   }
@@ -288,7 +305,7 @@ async function loadChart(seq) {
   const box = document.getElementById("chart-box");
   try {
     let metric = S.metric;
-    const series = (interval) => query({ metrics: [metric], dimensions: [`time:${interval}`], order_by: [[`time:${interval}`, "asc"]] });
+    const series = (interval) => query({ metrics: [metric], dimensions: [`time:${interval}`], order_by: [[`time:${interval}`, "asc"]], ...compared() });
     let res;
     try { res = await series(S.interval); } catch (e) {
       if (eventFiltered() && SESSION_METRICS.has(metric)) {
@@ -309,7 +326,9 @@ async function loadChart(seq) {
     const labels = bucketLabels(S.interval, ...res.query.date_range);
     for (const k of got.keys()) if (!labels.includes(k)) labels.push(k);
     labels.sort();
-    drawChart(box, labels.map((l) => [l, got.get(l) || 0]));
+    // With a comparison every bucket has a row, paired with the comparison's bucket.
+    const before = new Map(res.results.filter((r) => r.comparison).map((r) => [r.dimensions[0], [r.comparison.dimensions[0], r.comparison.metrics[0] || 0]]));
+    drawChart(box, labels.map((l) => [l, got.get(l) || 0]), before.size ? labels.map((l) => before.get(l) || ["", 0]) : null);
   } catch (e) {
     if (seq === S.seq) box.replaceChildren(h("p", { class: "error" }, e.message));
   }
@@ -336,10 +355,10 @@ function axisLabel(label) {
   return label.slice(5);
 }
 
-function drawChart(box, points) {
+function drawChart(box, points, comparison) {
   const W = Math.max(box.clientWidth || 700, 280), H = 240, L = 44, R = 24, T = 10, B = 26;
   const svg = s("svg", { id: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${S.metric} by ${S.interval}`, "data-points": points.length });
-  const max = Math.max(1, ...points.map((p) => p[1]));
+  const max = Math.max(1, ...points.map((p) => p[1]), ...(comparison || []).map((p) => p[1]));
   const nice = (() => { const e = Math.pow(10, Math.floor(Math.log10(max))); const f = max / e; return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e; })();
   const x = (i) => L + (points.length <= 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (points.length - 1));
   const y = (v) => T + (H - T - B) * (1 - v / nice);
@@ -355,8 +374,16 @@ function drawChart(box, points) {
   });
   const line = points.map(([, v], i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join("");
   svg.append(s("path", { class: "area", d: `${line}L${x(points.length - 1).toFixed(1)},${y(0)}L${x(0).toFixed(1)},${y(0)}Z` }));
+  if (comparison) {
+    // The comparison series, dashed, under the range's own line.
+    const dashed = comparison.map(([, v], i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join("");
+    svg.append(s("path", { class: "comparison", d: dashed, "data-values": comparison.map((p) => p[1]).join(",") }, s("title", {}, "Comparison")));
+  }
   svg.append(s("path", { class: "line", d: line }));
-  if (points.length <= 400) points.forEach(([label, v], i) => svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(S.metric, v)}`))));
+  if (points.length <= 400) points.forEach(([label, v], i) => {
+    const was = comparison && comparison[i] && comparison[i][0] ? ` (${comparison[i][0]}: ${fmt(S.metric, comparison[i][1])})` : "";
+    svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(S.metric, v)}${was}`)));
+  });
   box.replaceChildren(svg);
 }
 
@@ -377,7 +404,7 @@ async function loadPanel(p, seq) {
   if (dim === "props") dim = `event:props:${S.prop || "plan"}`;
   const metrics = p.metrics || ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"];
   try {
-    const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 } });
+    const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 }, ...compared() });
     if (seq !== S.seq) return;
     // Page views are not custom events, and engagement is part of a visit, not an event.
     const results = dim === "event:name" ? res.results.filter((r) => !["pageview", "engagement"].includes(r.dimensions[0])) : res.results;
@@ -396,13 +423,17 @@ function rowsTable(dim, metrics, rows) {
   const max = Math.max(1, ...rows.map((r) => r.metrics[0] || 0));
   const heads = { visitors: "Visitors", visits: "Visits", pageviews: "Pageviews", events: "Events", conversion_rate: "CR" };
   return h("table", { class: "rows", "data-dimension": dim },
-    h("tr", {}, h("th", {}, dim.replace(/^(event|visit):/, "").replace("props:", "")), metrics.map((m) => h("th", { class: "num" }, heads[m] || m))),
+    h("tr", {}, h("th", {}, dim.replace(/^(event|visit):/, "").replace("props:", "")), metrics.map((m) => h("th", { class: "num" }, heads[m] || m)),
+      rows.some((r) => r.comparison) ? h("th", { class: "num" }, "Change") : null),
     rows.map((r) => {
       const value = String(r.dimensions[0] ?? "");
       const label = dim === "visit:country" ? countryName(value) : value;
       return h("tr", { class: "row", "data-value": value, title: `Filter by ${label}`, onclick: () => addFilter(dim, value) },
         h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * (r.metrics[0] || 0)) / max}%` }), h("span", {}, label || "(none)")),
-        r.metrics.map((v, i) => h("td", { class: "num" }, fmt(metrics[i], v))));
+        r.metrics.map((v, i) => h("td", { class: "num" }, fmt(metrics[i], v))),
+        // The first metric's change, the previous value in its tooltip.
+        r.comparison ? h("td", { class: `num ${changeClass(metrics[0], r.comparison.change[0])}`, "data-change": r.comparison.change[0],
+          title: `${r.comparison.dimensions.join(" ") || "before"}: ${fmt(metrics[0], r.comparison.metrics[0])}` }, changeText(metrics[0], r.comparison.change[0]) || "0%") : null);
     }));
 }
 
