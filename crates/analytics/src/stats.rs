@@ -119,6 +119,18 @@ impl FilterOp {
         })
     }
 
+    /// Its name in the Stats API.
+    pub fn name(self) -> &'static str {
+        match self {
+            FilterOp::Is => "is",
+            FilterOp::IsNot => "is_not",
+            FilterOp::Contains => "contains",
+            FilterOp::ContainsNot => "contains_not",
+            FilterOp::Matches => "matches",
+            FilterOp::MatchesNot => "matches_not",
+        }
+    }
+
     /// Whether the operator is a negation: a row with several values (goals) passes when every
     /// value does, and an event filter selects the visits whose every event passes.
     pub fn is_negated(self) -> bool {
@@ -320,6 +332,34 @@ fn time_label(zone: &SiteZone, unit: Unit, b: &Bucket) -> String {
     }
 }
 
+/// Checks filters as a query takes them: known dimensions, at least one value each, at most
+/// [`MAX_FILTERS`] filters holding [`MAX_FILTER_VALUES`] values, patterns that compile.
+pub fn check_filters(filters: &[Filter]) -> Result<(), StatsError> {
+    if filters.len() > MAX_FILTERS {
+        return Err(StatsError::Invalid(format!("at most {MAX_FILTERS} filters, not {}", filters.len())));
+    }
+    let values: usize = filters.iter().map(|f| f.values.len()).sum();
+    if values > MAX_FILTER_VALUES {
+        return Err(StatsError::Invalid(format!(
+            "the filters hold {values} values, more than the {MAX_FILTER_VALUES} a query may"
+        )));
+    }
+    for f in filters {
+        if !is_aggregate_dimension(&f.dimension) || f.dimension == TOTAL {
+            return Err(StatsError::Invalid(format!("unknown filter dimension `{}`", f.dimension)));
+        }
+        if f.values.is_empty() {
+            return Err(StatsError::Invalid(format!("the filter on `{}` needs at least one value", f.dimension)));
+        }
+        if matches!(f.op, FilterOp::Matches | FilterOp::MatchesNot) {
+            for v in &f.values {
+                compile_pattern(v)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn time_unit(d: &str) -> Option<Unit> {
     d.strip_prefix("time:").and_then(Unit::parse)
 }
@@ -357,15 +397,7 @@ impl Query {
                 dimensions.len()
             )));
         }
-        if filters.len() > MAX_FILTERS {
-            return Err(StatsError::Invalid(format!("at most {MAX_FILTERS} filters, not {}", filters.len())));
-        }
-        let values: usize = filters.iter().map(|f| f.values.len()).sum();
-        if values > MAX_FILTER_VALUES {
-            return Err(StatsError::Invalid(format!(
-                "the filters hold {values} values, more than the {MAX_FILTER_VALUES} a query may"
-            )));
-        }
+        check_filters(&filters)?;
         if order_by.len() > metrics.len() + dimensions.len() {
             return Err(StatsError::Invalid(format!(
                 "order_by has {} entries, more than the query's metrics and dimensions",
@@ -393,14 +425,6 @@ impl Query {
             return Err(StatsError::Unsupported(
                 "at most one time dimension and one other dimension can be combined".into(),
             ));
-        }
-        for f in &filters {
-            if !is_aggregate_dimension(&f.dimension) || f.dimension == TOTAL {
-                return Err(StatsError::Invalid(format!("unknown filter dimension `{}`", f.dimension)));
-            }
-            if f.values.is_empty() {
-                return Err(StatsError::Invalid(format!("the filter on `{}` needs at least one value", f.dimension)));
-            }
         }
         if metrics.contains(&Metric::ConversionRate)
             && !dimensions.iter().any(|d| d == "event:goal")
@@ -745,30 +769,73 @@ impl Stats {
         let first = minute_label((this_minute - 29) * 60_000);
         let last = minute_label(now_ms);
         let totals = self.read(site_id, Period::Minute, TOTAL, &first, &last).await?;
-        let mut per_minute: BTreeMap<i64, i64> = (this_minute - 29..=this_minute).map(|m| (m, 0)).collect();
-        let mut current = VisitorSketch::new();
-        for (bucket, _, agg) in &totals {
-            let minute: i64 = bucket.parse().unwrap_or(0);
-            if let Some(c) = per_minute.get_mut(&minute) {
-                *c += agg.counters.pageviews;
+        let pages = self.read(site_id, Period::Minute, "event:page", &first, &last).await?;
+        Ok(realtime_of(this_minute, totals, pages))
+    }
+
+    /// The realtime panel of the events `filters` select: with none, [`Stats::realtime`]; else
+    /// computed from the event blocks of the last 30 minutes, as a filtered query is.
+    pub async fn realtime_filtered(
+        &self,
+        site_id: &str,
+        now_ms: i64,
+        filters: &[Filter],
+    ) -> Result<Realtime, StatsError> {
+        if filters.is_empty() {
+            return self.realtime(site_id, now_ms).await;
+        }
+        check_filters(filters)?;
+        let this_minute = now_ms.div_euclid(60_000);
+        let (start, end) = ((this_minute - 29) * 60_000, (this_minute + 1) * 60_000);
+        let (zone, _) = self.zone_and_weeks(site_id).await?;
+        let partitions = self.check_raw(site_id, (start, end)).await?;
+        let items =
+            self.raw_items(site_id, &zone, partitions, filters, &["event:page", TOTAL], &[Period::Minute]).await?;
+        let (first, last) = (minute_label(start), minute_label(now_ms));
+        let (mut totals, mut pages) = (Vec::new(), Vec::new());
+        for (key, sum) in items {
+            if key.period != Period::Minute || key.bucket < first || key.bucket > last {
+                continue;
             }
-            if minute > this_minute - 5 {
-                current.merge(&agg.sketch);
+            match key.dimension.as_str() {
+                TOTAL => totals.push((key.bucket, key.value, sum)),
+                "event:page" => pages.push((key.bucket, key.value, sum)),
+                _ => {}
             }
         }
-        let mut pages: HashMap<String, Sum> = HashMap::new();
-        for (_, value, agg) in self.read(site_id, Period::Minute, "event:page", &first, &last).await? {
-            pages.entry(value).or_default().add(&agg);
+        Ok(realtime_of(this_minute, totals, pages))
+    }
+}
+
+/// The realtime panel from the minute items of the last 30 minutes (totals and pages).
+fn realtime_of(
+    this_minute: i64,
+    totals: Vec<(String, String, Sum)>,
+    page_items: Vec<(String, String, Sum)>,
+) -> Realtime {
+    let mut per_minute: BTreeMap<i64, i64> = (this_minute - 29..=this_minute).map(|m| (m, 0)).collect();
+    let mut current = VisitorSketch::new();
+    for (bucket, _, agg) in &totals {
+        let minute: i64 = bucket.parse().unwrap_or(0);
+        if let Some(c) = per_minute.get_mut(&minute) {
+            *c += agg.counters.pageviews;
         }
-        let mut top_pages: Vec<(String, u64, i64)> =
-            pages.into_iter().map(|(p, s)| (p, s.sketch.estimate(), s.counters.pageviews)).collect();
-        top_pages.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
-        top_pages.truncate(10);
-        Ok(Realtime {
-            current_visitors: current.estimate(),
-            pageviews_per_minute: per_minute.into_iter().map(|(m, c)| (m * 60_000, c)).collect(),
-            top_pages,
-        })
+        if minute > this_minute - 5 {
+            current.merge(&agg.sketch);
+        }
+    }
+    let mut pages: HashMap<String, Sum> = HashMap::new();
+    for (_, value, agg) in page_items {
+        pages.entry(value).or_default().add(&agg);
+    }
+    let mut top_pages: Vec<(String, u64, i64)> =
+        pages.into_iter().map(|(p, s)| (p, s.sketch.estimate(), s.counters.pageviews)).collect();
+    top_pages.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+    top_pages.truncate(10);
+    Realtime {
+        current_visitors: current.estimate(),
+        pageviews_per_minute: per_minute.into_iter().map(|(m, c)| (m * 60_000, c)).collect(),
+        top_pages,
     }
 }
 
@@ -1181,6 +1248,19 @@ impl Stats {
         range: &DateRange,
         steps: &[crate::goal::Goal],
     ) -> Result<Vec<FunnelStep>, StatsError> {
+        self.funnel_filtered(site_id, range, steps, &[]).await
+    }
+
+    /// A funnel as [`Stats::funnel`] counts it, over the visits `filters` select only (as a
+    /// filtered query selects them).
+    pub async fn funnel_filtered(
+        &self,
+        site_id: &str,
+        range: &DateRange,
+        steps: &[crate::goal::Goal],
+        filters: &[Filter],
+    ) -> Result<Vec<FunnelStep>, StatsError> {
+        check_filters(filters)?;
         if !(MIN_FUNNEL_STEPS..=MAX_FUNNEL_STEPS).contains(&steps.len()) {
             return Err(StatsError::Invalid(format!(
                 "a funnel has {MIN_FUNNEL_STEPS} to {MAX_FUNNEL_STEPS} steps, not {}",
@@ -1194,12 +1274,14 @@ impl Stats {
         let deadline = self.deadline();
         let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
         let steps_owned: Arc<Vec<crate::goal::Goal>> = Arc::new(steps.to_vec());
+        let filters: Arc<Vec<Filter>> = Arc::new(filters.to_vec());
         let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
             .map(|day| {
                 let steps = steps_owned.clone();
+                let filters = filters.clone();
                 async move {
                     let (_, blocks) = day?;
-                    tokio::task::spawn_blocking(move || scan::funnel_day(&blocks, &steps, (start, end)))
+                    tokio::task::spawn_blocking(move || scan::funnel_day(&blocks, &steps, (start, end), &filters))
                         .await
                         .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
                 }

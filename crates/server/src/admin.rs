@@ -9,6 +9,8 @@
 //! | `POST /api/sites/{site}/domains {domain}`, `DELETE …/domains/{domain}` | users | more domains of a site |
 //! | `POST /api/sites/{site}/goals {event_name \| page_path}`, `DELETE …/goals/{id}` | users | goals |
 //! | `POST /api/sites/{site}/funnels {name, steps: [{page} \| {event}]}`, `DELETE …/funnels/{id}` | users | saved funnels |
+//! | `GET /api/sites/{site}/segments` | anyone who may read the site's statistics | saved segments: `{segments: [{segment_id, name, filters}]}` |
+//! | `POST /api/sites/{site}/segments {name, filters}`, `DELETE …/segments/{id}` | users | saved segments; the Stats API takes `["is", "segment", [id]]` |
 //! | `GET, POST {name, scopes} /api/sites/{site}/keys`, `DELETE …/keys/{id}` | users | API keys; a new key is shown once; `scopes` is a list of `stats` (the default), `visitors`, `import`, `admin` |
 //! | `GET, POST {name, password} /api/sites/{site}/shares`, `DELETE …/shares/{id}` | users | shared links; a new link is shown once |
 //!
@@ -66,7 +68,13 @@ fn site_json(site: &Site, full: bool) -> Json {
             json!({ "funnel_id": f.funnel_id, "name": f.name, "steps": steps })
         })
         .collect();
+    v["segments"] = site.segments.iter().map(segment_json).collect();
     v
+}
+
+fn segment_json(s: &analytics::sites::SiteSegment) -> Json {
+    let filters: Vec<Json> = s.filters.iter().map(|f| json!([f.op.name(), f.dimension, f.values])).collect();
+    json!({ "segment_id": s.segment_id, "name": s.name, "filters": filters })
 }
 
 fn sites_error(e: SitesError) -> Response {
@@ -270,6 +278,50 @@ pub async fn add_funnel(
         Ok(f) => (StatusCode::CREATED, json_ok(json!({ "funnel_id": f.funnel_id, "name": f.name }))).into_response(),
         Err(e) => sites_error(e),
     }
+}
+
+/// `GET /api/sites/{site}/segments`.
+pub async fn segments(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
+    let r = tri!(reading(&state));
+    let (_, site) = tri!(authorize(r, &headers, Some(&site), Need::Stats).await);
+    json_ok(json!({ "segments": site.segments.iter().map(segment_json).collect::<Vec<_>>() }))
+}
+
+/// `POST /api/sites/{site}/segments {name, filters}`: filters as the Stats API takes them,
+/// checked as a query's are; none may name a segment.
+pub async fn add_segment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let name = tri!(field(&map, "name"));
+    let filters = tri!(crate::stats::parse_plain_filters(map.get("filters")));
+    if filters.iter().any(|f| f.dimension == "segment") {
+        return bad("a segment cannot name another segment");
+    }
+    if filters.is_empty() {
+        return bad("a segment needs at least one filter");
+    }
+    if let Err(e) = analytics::stats::check_filters(&filters) {
+        return bad(e.to_string());
+    }
+    match r.sites.add_segment(&site.site_id, name, filters).await {
+        Ok(s) => (StatusCode::CREATED, json_ok(segment_json(&s))).into_response(),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}/segments/{segment}`.
+pub async fn remove_segment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, segment)): Path<(String, String)>,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    removed(r.sites.remove_segment(&site.site_id, &segment).await, "segment", &segment)
 }
 
 /// `DELETE /api/sites/{site}/funnels/{funnel}`.

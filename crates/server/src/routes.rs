@@ -155,6 +155,8 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/sites/{site}/goals/{goal}", delete(admin::remove_goal))
         .route("/api/sites/{site}/funnels", post(admin::add_funnel))
         .route("/api/sites/{site}/funnels/{funnel}", delete(admin::remove_funnel))
+        .route("/api/sites/{site}/segments", get(admin::segments).post(admin::add_segment))
+        .route("/api/sites/{site}/segments/{segment}", delete(admin::remove_segment))
         .route("/api/sites/{site}/keys", get(admin::keys).post(admin::create_key))
         .route("/api/sites/{site}/keys/{key}", delete(admin::revoke_key))
         .route("/api/sites/{site}/shares", get(admin::shares).post(admin::create_share))

@@ -100,16 +100,38 @@ fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
     spec.resolve(date, None).map_err(|e| bad(format!("`date_range`: {e}")))
 }
 
-pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
-    let metric_names = strings(body.get("metrics"), "metrics")?;
-    let mut metrics = Vec::new();
-    for m in &metric_names {
-        metrics.push(Metric::parse(m).ok_or_else(|| bad(format!("unknown metric `{m}`")))?);
+/// A body's `filters`: a list of `[operator, dimension, [values]]` as Plausible's Stats API v2
+/// takes them, where `["is", "segment", [id]]` stands for the filters of the site's saved
+/// segment `id`; checked as a query checks them.
+pub(crate) fn parse_filters(list: Option<&Json>, site: &Site) -> Result<Vec<Filter>, Response> {
+    let filters = parse_plain_filters(list)?;
+    let mut out = Vec::with_capacity(filters.len());
+    for f in filters {
+        if f.dimension != "segment" {
+            out.push(f);
+            continue;
+        }
+        let [id] = f.values.as_slice() else {
+            return Err(bad("a segment filter names one segment: [\"is\", \"segment\", [id]]"));
+        };
+        if f.op != FilterOp::Is {
+            return Err(bad("a segment filter takes the operator `is`"));
+        }
+        let segment = site
+            .segments
+            .iter()
+            .find(|s| &s.segment_id == id)
+            .ok_or_else(|| bad(format!("the site has no segment {id:?}")))?;
+        out.extend(segment.filters.iter().cloned());
     }
-    let range = parse_range(body, &site.zone)?;
-    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    analytics::stats::check_filters(&out).map_err(|e| bad(e.to_string()))?;
+    Ok(out)
+}
+
+/// Filters as a body writes them, a segment filter left as it is (for saving a segment).
+pub(crate) fn parse_plain_filters(list: Option<&Json>) -> Result<Vec<Filter>, Response> {
     let mut filters = Vec::new();
-    match body.get("filters") {
+    match list {
         None | Some(Json::Null) => {}
         Some(Json::Array(list)) => {
             for f in list {
@@ -136,6 +158,18 @@ pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
         }
         Some(_) => return Err(bad("`filters` must be a list")),
     }
+    Ok(filters)
+}
+
+pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
+    let metric_names = strings(body.get("metrics"), "metrics")?;
+    let mut metrics = Vec::new();
+    for m in &metric_names {
+        metrics.push(Metric::parse(m).ok_or_else(|| bad(format!("unknown metric `{m}`")))?);
+    }
+    let range = parse_range(body, &site.zone)?;
+    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    let filters = parse_filters(body.get("filters"), site)?;
     let mut order_by = Vec::new();
     match body.get("order_by") {
         None | Some(Json::Null) => {}
@@ -222,9 +256,10 @@ pub(crate) fn funnel_steps(steps: Option<&Json>) -> Result<Vec<Goal>, Response> 
         .collect()
 }
 
-/// `POST /api/funnel {site_id, date_range, steps: [{"page": "/pricing*"} | {"event": "Signup"}]}`:
+/// `POST /api/funnel {site_id, date_range, steps: [{"page": "/pricing*"} | {"event": "Signup"}], filters}`:
 /// of 2 to 8 steps, the visitors who did each step and every one before it, in order, within
-/// one visit; answers `{steps: [{step, visitors, conversion_rate, dropoff}], query}`. Read from
+/// one visit (of the visits `filters` select, as the Stats API's); answers
+/// `{steps: [{step, visitors, conversion_rate, dropoff}], query}`. Read from
 /// raw events, so only within the site's raw-event retention.
 pub async fn funnel(
     State(state): State<AppState>,
@@ -234,7 +269,8 @@ pub async fn funnel(
     let (r, body, site) = tri!(json_request(&state, &headers, body).await);
     let range = tri!(parse_range(&body, &site.zone));
     let steps = tri!(funnel_steps(body.get("steps")));
-    match r.stats.funnel(&site.site_id, &range, &steps).await {
+    let filters = tri!(parse_filters(body.get("filters"), &site));
+    match r.stats.funnel_filtered(&site.site_id, &range, &steps, &filters).await {
         Ok(result) => {
             let steps: Vec<Json> = result
                 .iter()
@@ -355,6 +391,8 @@ pub(crate) fn parse_include(body: &Json, site: &Site) -> Result<Option<Compariso
 #[derive(Debug, serde::Deserialize)]
 pub struct SiteParam {
     site_id: Option<String>,
+    /// Filters as the Stats API takes them, as JSON (`/api/realtime` only).
+    filters: Option<String>,
 }
 
 /// The realtime panel of the site a realtime route names, or the answer refusing the request.
@@ -366,10 +404,21 @@ async fn realtime_of(
     let r = reading(state)?;
     let Some(name) = p.site_id else { return Err(bad("`site_id` is required")) };
     let (_, site) = authorize(r, headers, Some(&name), Need::Stats).await?;
-    r.stats.realtime(&site.site_id, jiff::Timestamp::now().as_millisecond()).await.map_err(internal)
+    let filters = match &p.filters {
+        None => Vec::new(),
+        Some(text) => {
+            let list: Json = serde_json::from_str(text).map_err(|e| bad(format!("`filters` is not JSON: {e}")))?;
+            parse_filters(Some(&list), &site)?
+        }
+    };
+    r.stats
+        .realtime_filtered(&site.site_id, jiff::Timestamp::now().as_millisecond(), &filters)
+        .await
+        .map_err(stats_error)
 }
 
-/// `GET /api/realtime?site_id=…`: `{current_visitors, pageviews_per_minute: [{minute, pageviews}],
+/// `GET /api/realtime?site_id=…&filters=…` (`filters` as the Stats API's, in JSON, optional):
+/// `{current_visitors, pageviews_per_minute: [{minute, pageviews}],
 /// top_pages: [{page, visitors, pageviews}]}` over the last 30 minutes.
 pub async fn realtime(State(state): State<AppState>, headers: HeaderMap, UrlQuery(p): UrlQuery<SiteParam>) -> Response {
     let rt = tri!(realtime_of(&state, &headers, p).await);

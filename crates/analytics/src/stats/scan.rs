@@ -197,7 +197,11 @@ struct Buckets {
 impl Buckets {
     fn label(&mut self, zone: &SiteZone, ts: i64) -> Option<&str> {
         let hit = self.last.as_ref().is_some_and(|(s, e, _)| (*s..*e).contains(&ts));
-        if !hit {
+        if !hit && self.period == Period::Minute {
+            // UTC minutes, as stored minute items are labelled (realtime under filters).
+            let start = ts.div_euclid(60_000) * 60_000;
+            self.last = Some((start, start + 60_000, crate::stored::minute_label(ts)));
+        } else if !hit {
             let unit = self.period.unit()?;
             let b = zone.bucket(unit, ts).ok()?;
             self.last = Some((b.start_ms(), b.end_ms(), b.label()));
@@ -374,27 +378,64 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<HashMa
 }
 
 /// For a funnel: per step, the visitors (of one UTC day partition's sessions) who did it and
-/// every step before it in order within one visit, counting only events in `start..end`.
+/// every step before it in order within one visit, counting only events in `start..end` and
+/// only the visits `filters` select (as a filtered query selects visits: an event filter by
+/// some event of the visit, or every one for a negated operator; a visit filter by the visit).
 pub(super) fn funnel_day(
     blocks: &[StoredBlock],
     steps: &[crate::goal::Goal],
     (start, end): (i64, i64),
+    filters: &[Filter],
 ) -> Result<Vec<std::collections::HashSet<u64>>, StatsError> {
-    let cols =
-        Cols::NONE.with(Col::Sessions).with(Col::Session).with(Col::Ts).with(Col::Seq).with(Col::Name).with(Col::Path);
+    let spec = Spec { site_id: "", zone: &SiteZone::utc(), filters, dimension: crate::stored::TOTAL, periods: &[] };
+    let cols = if filters.is_empty() {
+        Cols::NONE.with(Col::Sessions).with(Col::Session).with(Col::Ts).with(Col::Seq).with(Col::Name).with(Col::Path)
+    } else {
+        columns(&spec)
+    };
     let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
-    // Each session's events in the range, as (seq, block, row).
+    let prepared: Vec<BlockFilters> = decoded.iter().map(|b| prepare(b, filters)).collect();
+    // Each session's events in the range, as (seq, block, row), and whether each filter passed.
     let mut sessions: HashMap<SessionKey, Vec<(u32, usize, usize)>> = HashMap::new();
+    let mut selected: HashMap<SessionKey, Vec<bool>> = HashMap::new();
+    let mut last: HashMap<SessionKey, (u32, usize, usize)> = HashMap::new();
     for (b, block) in decoded.iter().enumerate() {
         for i in 0..block.len {
+            let key = block.sessions[block.session[i] as usize];
+            if !filters.is_empty() {
+                let seen = selected.entry(key).or_insert_with(|| filters.iter().map(|f| f.op.is_negated()).collect());
+                for (n, f) in filters.iter().enumerate() {
+                    if f.dimension.starts_with("event:") {
+                        let ok = row_passes(block, &prepared[b], block.session[i] as usize, n, f, i);
+                        seen[n] = if f.op.is_negated() { seen[n] && ok } else { seen[n] || ok };
+                    }
+                }
+                let at = last.entry(key).or_insert((block.seq[i], b, i));
+                if block.seq[i] >= at.0 {
+                    *at = (block.seq[i], b, i);
+                }
+            }
             if (start..end).contains(&block.ts[i]) {
-                let key = block.sessions[block.session[i] as usize];
                 sessions.entry(key).or_default().push((block.seq[i], b, i));
             }
         }
     }
     let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
     for (key, mut events) in sessions {
+        if !filters.is_empty() {
+            let (Some(seen), Some(&(_, b, i))) = (selected.get(&key), last.get(&key)) else { continue };
+            let block = &decoded[b];
+            let pass = filters.iter().enumerate().all(|(n, f)| {
+                if f.dimension.starts_with("event:") {
+                    seen[n]
+                } else {
+                    row_passes(block, &prepared[b], block.session[i] as usize, n, f, i)
+                }
+            });
+            if !pass {
+                continue;
+            }
+        }
         events.sort_unstable();
         let mut done = 0;
         for (_, b, i) in events {

@@ -25,6 +25,8 @@ pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
     pub server: Server,
     pub key: String,
+    /// A key with the `admin` scope (segments).
+    pub admin: String,
 }
 
 /// The site with the table's traffic, and a server over it.
@@ -57,8 +59,12 @@ pub(crate) fn fixture() -> Fixture {
     let out = tally(&store, &["import", file.to_str().unwrap(), "--site", "cmp.test"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("imported: 9"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let admin = crate::support::field(
+        &crate::support::tally_ok(&store, &["key", "create", "cmp.test", "--scope", "admin"]),
+        "key:",
+    );
     let server = Server::start(&store);
-    Fixture { _dir: dir, server, key: site.key }
+    Fixture { _dir: dir, server, key: site.key, admin }
 }
 
 impl Fixture {
@@ -72,6 +78,22 @@ impl Fixture {
         let r = self.client().post_json(path, &[("authorization", &auth)], body);
         let json = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
         (r.status, json)
+    }
+
+    /// `method path` with the admin key: status and JSON body.
+    pub fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let auth = format!("Bearer {}", self.admin);
+        let bytes = body.map(Value::to_string).unwrap_or_default();
+        let headers = [("authorization", auth.as_str()), ("content-type", "application/json")];
+        let r = self.client().request(method, path, &headers, bytes.as_bytes());
+        (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+    }
+
+    /// `GET path` with the site key: status and JSON body.
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        let auth = format!("Bearer {}", self.key);
+        let r = self.client().request("GET", path, &[("authorization", &auth)], b"");
+        (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
     }
 
     pub fn query(&self, body: Value) -> Value {
@@ -209,4 +231,138 @@ fn comparisons_with_the_previous_period_and_the_year_before() {
         assert_eq!(status, 400, "{include} => {answer}");
         assert!(answer["error"].as_str().unwrap_or("").contains(says), "{include} => {answer}");
     }
+}
+
+const BOTH: [&str; 2] = ["2026-10-01", "2026-10-14"];
+
+#[test]
+fn filters_segments_funnels_and_realtime() {
+    let f = fixture();
+    let visitors = |filters: Value| -> Value {
+        let answer =
+            f.query(json!({ "site_id": "cmp.test", "date_range": BOTH, "metrics": ["visitors"], "filters": filters }));
+        answer["results"][0]["metrics"][0].clone()
+    };
+    // Several values are OR: `/` or `/about` was viewed by a, b, d and e.
+    assert_eq!(visitors(json!([["is", "event:page", ["/", "/about"]]])), json!(4));
+    // Several dimensions are AND: /pricing and from Google is c alone.
+    assert_eq!(visitors(json!([["is", "event:page", ["/pricing"]], ["is", "visit:source", ["Google"]]])), json!(1));
+    assert_eq!(visitors(json!([["contains", "event:page", ["pric"]]])), json!(2));
+    assert_eq!(visitors(json!([["matches", "event:page", ["^/(about|pricing)$"]]])), json!(3));
+    assert_eq!(visitors(json!([["is_not", "visit:source", ["Google"]]])), json!(4));
+
+    // A saved segment, listed, used as Plausible's `["is", "segment", [id]]`, removed.
+    let (status, made) = f.admin(
+        "POST",
+        "/api/sites/cmp.test/segments",
+        Some(&json!({ "name": "From Google", "filters": [["is", "visit:source", ["Google"]]] })),
+    );
+    assert_eq!(status, 201, "{made}");
+    let id = made["segment_id"].as_str().unwrap().to_owned();
+    let (status, list) = f.get("/api/sites/cmp.test/segments");
+    assert_eq!(status, 200);
+    assert_eq!(
+        list["segments"],
+        json!([{ "segment_id": id, "name": "From Google", "filters": [["is", "visit:source", ["Google"]]] }])
+    );
+    assert_eq!(visitors(json!([["is", "segment", [id]]])), json!(1));
+    // With another filter: AND.
+    assert_eq!(visitors(json!([["is", "segment", [id]], ["is", "event:page", ["/"]]])), json!(0));
+    let pages = f.query(json!({ "site_id": "cmp.test", "date_range": BOTH, "metrics": ["visitors"],
+        "dimensions": ["event:page"], "filters": [["is", "segment", [id]]] }));
+    assert_eq!(pages["results"], json!([{ "dimensions": ["/pricing"], "metrics": [1] }]), "{pages}");
+    for (body, says) in [
+        (json!({ "name": "Nested", "filters": [["is", "segment", [id]]] }), "another segment"),
+        (json!({ "name": "Empty", "filters": [] }), "at least one filter"),
+        (json!({ "name": "Bad op", "filters": [["near", "event:page", ["/"]]] }), "unknown filter operator"),
+        (json!({ "name": "Bad regex", "filters": [["matches", "event:page", ["("]]] }), "not a regular expression"),
+        (json!({ "name": "Bad dimension", "filters": [["is", "visit:shoe_size", ["9"]]] }), "unknown filter dimension"),
+        (json!({ "name": "", "filters": [["is", "event:page", ["/"]]] }), "name"),
+    ] {
+        let (status, answer) = f.admin("POST", "/api/sites/cmp.test/segments", Some(&body));
+        assert_eq!(status, 400, "{body} => {answer}");
+        assert!(answer["error"].as_str().unwrap_or("").contains(says), "{body} => {answer}");
+    }
+    // A stats key lists segments but does not make them.
+    let (status, _) =
+        f.post("/api/sites/cmp.test/segments", &json!({ "name": "x", "filters": [["is", "event:page", ["/"]]] }));
+    assert_eq!(status, 401);
+    let (_, list) = f.get("/api/sites/cmp.test/segments");
+    assert_eq!(list["segments"].as_array().unwrap().len(), 1, "bad input changed nothing: {list}");
+    let (status, answer) = f.post(
+        "/api/v2/query",
+        &json!({ "site_id": "cmp.test", "date_range": BOTH,
+        "metrics": ["visitors"], "filters": [["is", "segment", ["01JUNKNOWNSEGMENT0000000000"]]] }),
+    );
+    assert!(status == 400 && answer["error"].as_str().unwrap().contains("no segment"), "{answer}");
+    assert_eq!(f.admin("DELETE", &format!("/api/sites/cmp.test/segments/{id}"), None).0, 200);
+    let (status, _) = f.post(
+        "/api/v2/query",
+        &json!({ "site_id": "cmp.test", "date_range": BOTH,
+        "metrics": ["visitors"], "filters": [["is", "segment", [id]]] }),
+    );
+    assert_eq!(status, 400, "a removed segment is no filter");
+
+    // Funnels under filters count the visits the filters select.
+    let funnel = |filters: Value| -> Vec<i64> {
+        let (status, answer) = f.post(
+            "/api/funnel",
+            &json!({ "site_id": "cmp.test", "date_range": BOTH,
+            "steps": [{ "page": "/" }, { "page": "/pricing" }], "filters": filters }),
+        );
+        assert_eq!(status, 200, "{answer}");
+        answer["steps"].as_array().unwrap().iter().map(|s| s["visitors"].as_i64().unwrap()).collect()
+    };
+    assert_eq!(funnel(json!([])), vec![4, 1]);
+    assert_eq!(funnel(json!([["is", "visit:utm_source", ["news"]]])), vec![1, 1]);
+    assert_eq!(funnel(json!([["is", "event:page", ["/about"]]])), vec![1, 0]);
+    assert_eq!(funnel(json!([["is_not", "event:page", ["/about"]]])), vec![3, 1]);
+    let (status, _) = f.post(
+        "/api/funnel",
+        &json!({ "site_id": "cmp.test", "date_range": BOTH,
+        "steps": [{ "page": "/" }, { "page": "/pricing" }], "filters": [["matches", "event:page", ["("]]] }),
+    );
+    assert_eq!(status, 400);
+
+    // Realtime under a filter: two visitors now, one from Google.
+    let now = jiff::Timestamp::now();
+    let lines: String = [
+        json!({ "timestamp": now.to_string(), "url": "https://cmp.test/live", "user_agent": UA, "visitor": "g",
+                "referrer": "https://www.google.com/" }),
+        json!({ "timestamp": now.to_string(), "url": "https://cmp.test/live-too", "user_agent": UA, "visitor": "h" }),
+    ]
+    .iter()
+    .map(|l| format!("{l}\n"))
+    .collect();
+    let auth = format!("Bearer {}", f.key);
+    let r = f.client().request(
+        "POST",
+        "/api/import",
+        &[("authorization", &auth), ("content-type", "application/x-ndjson")],
+        lines.as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let filters = "%5B%5B%22is%22%2C%22visit%3Asource%22%2C%5B%22Google%22%5D%5D%5D";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, all) = f.get("/api/realtime?site_id=cmp.test");
+        let (status, google) = f.get(&format!("/api/realtime?site_id=cmp.test&filters={filters}"));
+        assert_eq!(status, 200, "{google}");
+        if all["current_visitors"] == json!(2) {
+            assert_eq!(google["current_visitors"], json!(1), "{google}");
+            assert_eq!(google["top_pages"], json!([{ "page": "/live", "visitors": 1, "pageviews": 1 }]), "{google}");
+            let minutes: i64 = google["pageviews_per_minute"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["pageviews"].as_i64().unwrap())
+                .sum();
+            assert_eq!(minutes, 1, "{google}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "realtime never showed the two visitors: {all}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (status, answer) = f.get("/api/realtime?site_id=cmp.test&filters=not-json");
+    assert!(status == 400 && answer["error"].as_str().unwrap().contains("filters"), "{answer}");
 }
