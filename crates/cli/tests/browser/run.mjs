@@ -265,6 +265,48 @@ try {
   found.filtered_pageviews = filtered[1];
   await dash.screenshot({ path: join(OUT, "dashboard-filtered.png"), fullPage: true });
 
+  // Filters from the form, on any dimension: two patterns (OR), then another dimension (AND);
+  // the state is in the URL, and the top stats are the Stats API's under the same filters.
+  await dash.goto(`${TALLY}/?site=${SITE}&period=30d`);
+  await dash.waitForSelector("#top-stats[data-range]");
+  const applyFilter = async (dim, op, values) => {
+    if (await dash.locator("#filter-form").isHidden()) await dash.click("#add-filter");
+    await dash.selectOption("#filter-dim", dim);
+    await dash.selectOption("#filter-op", op);
+    await dash.fill("#filter-values", values.join("\n"));
+    await dash.click("#filter-apply");
+  };
+  const topShows = async (filters) => {
+    const want = (await stats({ date_range: [from, to], metrics: ["visitors", "pageviews"], filters })).results[0].metrics;
+    await dash.waitForFunction((v) => document.querySelector("#stat-pageviews .value")?.textContent.trim() === v, String(want[1]));
+    assert.equal((await dash.textContent("#stat-visitors .value")).trim(), String(want[0]), `visitors under ${JSON.stringify(filters)}`);
+    return want;
+  };
+  const byPattern = ["matches", "event:page", ["^/pricing$", "^/$"]];
+  await applyFilter("event:page", "matches", byPattern[2]);
+  await dash.waitForSelector('#filters .chip[data-dimension="event:page"]');
+  assert.match(dash.url(), /f=matches%7Cevent%3Apage%7C%5E%2Fpricing%24%7C%5E%2F%24/);
+  const patterned = await topShows([byPattern]);
+  const notMobile = ["is_not", "visit:device", ["Mobile"]];
+  await applyFilter("visit:device", "is_not", ["Mobile"]);
+  await dash.waitForSelector('#filters .chip[data-dimension="visit:device"]');
+  await topShows([byPattern, notMobile]);
+  // A pattern that does not compile is refused in the form; the filters stay as they were.
+  const before = dash.url();
+  await applyFilter("event:page", "matches", ["("]);
+  await dash.waitForFunction(() => document.querySelector("#filter-error")?.textContent.includes("regular expression"));
+  assert.equal(dash.url(), before, "a refused filter changes nothing");
+  // The filters saved as a segment, which the dashboard then filters by.
+  await dash.fill("#segment-name", "Home or pricing");
+  await dash.click("#segment-save button");
+  await dash.waitForSelector('#filters .chip[data-dimension="segment"]');
+  const segs = (await get(`/api/sites/${SITE}/segments`)).segments;
+  assert.equal(segs.length, 1, JSON.stringify(segs));
+  assert.deepEqual(segs[0].filters, [byPattern, notMobile]);
+  assert.ok(dash.url().includes(`f=is%7Csegment%7C${segs[0].segment_id}`), dash.url());
+  await topShows([["is", "segment", [segs[0].segment_id]]]);
+  found.filters = { patterned, segment: segs[0].name };
+
   // The settings page: a goal, a key shown once, a shared link, another domain.
   await dash.goto(`${TALLY}/settings?site=${SITE}`);
   await dash.waitForSelector("#add-goal");
@@ -307,6 +349,24 @@ try {
   assert.deepEqual(funnelShown, funnelApi.steps.map((st) => String(st.visitors)), "the funnel panel shows the API's numbers");
   assert.deepEqual(funnelShown, ["1", "1"], `one visitor through the funnel: ${JSON.stringify(funnelApi)}`);
   found.funnel = funnelApi.steps;
+  // Under a segment, the funnel, the realtime panel and every panel count the visits it selects.
+  const segment = [["is", "segment", [segs[0].segment_id]]];
+  await dash.selectOption("#segment-pick", segs[0].segment_id);
+  await dash.waitForSelector('#filters .chip[data-dimension="segment"]');
+  const funnelSeg = await (await fetch(`${TALLY}/api/funnel`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "30d", steps: [{ page: "/pricing*" }, { event: "Purchase" }], filters: segment }) })).json();
+  await dash.waitForFunction((want) => JSON.stringify([...document.querySelectorAll("#funnel tr.step td:nth-child(2)")].map((td) => td.textContent)) === want,
+    JSON.stringify(funnelSeg.steps.map((st) => String(st.visitors))));
+  const rtSeg = await get(`/api/realtime?site_id=${SITE}&filters=${encodeURIComponent(JSON.stringify(segment))}`);
+  await dash.waitForFunction((n) => document.querySelector("#rt-current")?.textContent === n, String(rtSeg.current_visitors));
+  const sourcesSeg = rows(await stats({ date_range: [from, to], metrics: ["visitors"], dimensions: ["visit:source"], filters: segment }));
+  await dash.waitForSelector('[data-panel="sources"] tr.row');
+  for (const [value, [n]] of Object.entries(sourcesSeg)) {
+    assert.equal((await dash.textContent(`[data-panel="sources"] tr.row[data-value="${value}"] td:nth-child(2)`)).trim(), String(n), `source ${value}`);
+  }
+  await dash.click("#segment-delete");
+  await dash.waitForFunction(() => !document.querySelector('#filters .chip[data-dimension="segment"]'));
+  assert.deepEqual((await get(`/api/sites/${SITE}/segments`)).segments, [], "the segment is deleted");
 
   await dash.setViewportSize({ width: 390, height: 844 });
   await dash.waitForTimeout(300);

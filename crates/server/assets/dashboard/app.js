@@ -7,6 +7,17 @@
 const RANGES = [["day", "Today"], ["7d", "Last 7 days"], ["30d", "Last 30 days"], ["month", "Month to date"],
   ["6mo", "Last 6 months"], ["12mo", "Last 12 months"], ["custom", "Custom…"]];
 const INTERVALS = ["hour", "day", "week", "month"];
+const OPS = [["is", "is"], ["is_not", "is not"], ["contains", "contains"], ["contains_not", "does not contain"],
+  ["matches", "matches"], ["matches_not", "does not match"]];
+// Every dimension a filter can name; `props` asks for a property key.
+const FILTER_DIMENSIONS = [["event:page", "Page"], ["visit:entry_page", "Entry page"], ["visit:exit_page", "Exit page"],
+  ["event:hostname", "Hostname"], ["visit:source", "Source"], ["visit:referrer", "Referrer"], ["visit:utm_source", "UTM source"],
+  ["visit:utm_medium", "UTM medium"], ["visit:utm_campaign", "UTM campaign"], ["visit:utm_content", "UTM content"],
+  ["visit:utm_term", "UTM term"], ["visit:country", "Country"], ["visit:device", "Device"], ["visit:browser", "Browser"],
+  ["visit:browser_version", "Browser version"], ["visit:os", "Operating system"], ["visit:os_version", "OS version"],
+  ["event:goal", "Goal"], ["event:name", "Event name"], ["props", "Property…"]];
+const escapeValue = (v) => v.replace(/%/g, "%25").replace(/\|/g, "%7C");
+function unescapeValue(v) { try { return decodeURIComponent(v); } catch (_) { return v; } }
 const COMPARISONS = [["previous_period", "vs previous period"], ["year_over_year", "vs year before"], ["off", "no comparison"]];
 const TOP = [["visitors", "Unique visitors"], ["visits", "Visits"], ["pageviews", "Pageviews"],
   ["views_per_visit", "Views per visit"], ["bounce_rate", "Bounce rate"], ["visit_duration", "Visit duration"]];
@@ -87,8 +98,9 @@ function readUrl() {
   S.metric = q.get("metric") || "visitors";
   S.comparison = COMPARISONS.some((c) => c[0] === q.get("comparison")) ? q.get("comparison") : "previous_period";
   S.funnel = q.get("funnel") || null;
-  S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, [v.join("|")]]; })
-    .filter((f) => ["is", "is_not", "contains"].includes(f[0]) && f[1]);
+  // A filter is `op|dimension|value|value…`, each value with `%` and `|` escaped; values are OR.
+  S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, v.map(unescapeValue)]; })
+    .filter((f) => OPS.some((o) => o[0] === f[0]) && f[1] && f[2].length);
   return q.get("site");
 }
 function writeUrl() {
@@ -100,10 +112,14 @@ function writeUrl() {
   if (S.metric !== "visitors") q.set("metric", S.metric);
   if (S.comparison !== "previous_period") q.set("comparison", S.comparison);
   if (S.funnel) q.set("funnel", S.funnel);
-  for (const [op, dim, [v]] of S.filters) q.append("f", `${op}|${dim}|${v}`);
+  for (const [op, dim, values] of S.filters) q.append("f", [op, dim, ...values.map(escapeValue)].join("|"));
   history.replaceState(null, "", `${location.pathname}?${q}`);
 }
 function dateRange() { return S.period === "custom" ? [S.from, S.to] : S.period; }
+// The filters with saved segments written out, to know what kind of filters apply.
+function expandedFilters() {
+  return S.filters.flatMap((f) => f[1] !== "segment" ? [f] : ((S.site.segments || []).find((x) => x.segment_id === f[2][0]) || { filters: [] }).filters);
+}
 function query(extra) {
   return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, ...extra });
 }
@@ -163,7 +179,8 @@ async function bootShare(token) {
       try { await api("POST", `/api/share/${token}/unlock`, { password: pw.value }); location.reload(); } catch (e) { msg.textContent = e.message; }
     } }, h("h1", {}, info.domain), h("p", {}, "This dashboard is protected by a password."), pw, h("button", { class: "primary" }, "View dashboard"), msg));
   }
-  S.sites = [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [], funnels: [] }];
+  const { segments } = await api("GET", `/api/sites/${info.site_id}/segments`).catch(() => ({ segments: [] }));
+  S.sites = [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [], funnels: [], segments }];
   S.site = S.sites[0];
   readUrl();
   dashboard();
@@ -214,12 +231,77 @@ function topBar() {
     h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
 }
 
+function filterLabel(f) {
+  if (f[1] === "segment") {
+    const seg = (S.site.segments || []).find((x) => x.segment_id === f[2][0]);
+    return `segment ${seg ? seg.name : f[2][0]}`;
+  }
+  const dim = (FILTER_DIMENSIONS.find((d) => d[0] === f[1]) || [f[1], f[1].replace(/^(event|visit):/, "").replace("props:", "property ")])[1];
+  const op = (OPS.find((o) => o[0] === f[0]) || [f[0], f[0]])[1];
+  return `${dim} ${op} ${f[2].join(" or ")}`;
+}
+
 function filterBar() {
-  if (!S.filters.length) return h("div", { class: "filters", id: "filters" });
-  return h("div", { class: "filters", id: "filters" }, S.filters.map((f, i) => h("span", { class: "chip" },
-    `${f[1].replace(/^(event|visit):/, "")} ${f[0].replace("_", " ")} ${f[2][0]}`,
+  const bar = h("div", { class: "filters", id: "filters" }, S.filters.map((f, i) => h("span", { class: "chip", "data-dimension": f[1] },
+    filterLabel(f),
     h("button", { "aria-label": "Remove filter", onclick: () => { S.filters.splice(i, 1); writeUrl(); dashboard(); } }, "×"))),
-  h("button", { class: "link", onclick: () => { S.filters = []; writeUrl(); dashboard(); } }, "Clear all"));
+  S.filters.length ? h("button", { class: "link", onclick: () => { S.filters = []; writeUrl(); dashboard(); } }, "Clear all") : null,
+  h("button", { class: "link", id: "add-filter", onclick: () => { const f = document.getElementById("filter-form"); f.hidden = !f.hidden; } }, "+ Filter"),
+  segmentControls());
+  return h("div", {}, bar, filterForm());
+}
+
+// Saved segments: pick one to filter by it; signed-in users save the current filters as one and
+// delete the one in use.
+function segmentControls() {
+  const segments = S.site.segments || [];
+  const active = S.filters.find((f) => f[1] === "segment");
+  const pick = segments.length ? h("select", { id: "segment-pick", "aria-label": "Segment", onchange: (e) => {
+    if (!e.target.value) return;
+    S.filters = S.filters.filter((f) => f[1] !== "segment");
+    S.filters.push(["is", "segment", [e.target.value]]);
+    writeUrl(); dashboard();
+  } }, h("option", { value: "" }, "Segments…"), segments.map((x) => h("option", { value: x.segment_id, selected: active && active[2][0] === x.segment_id }, x.name))) : null;
+  if (S.share) return pick;
+  const name = h("input", { id: "segment-name", placeholder: "Segment name", size: 14 });
+  const msg = h("span", { id: "segment-msg" });
+  const save = S.filters.length && !active ? h("form", { class: "inline", id: "segment-save", onsubmit: async (ev) => {
+    ev.preventDefault();
+    try {
+      const made = await api("POST", `/api/sites/${S.site.site_id}/segments`, { name: name.value, filters: S.filters });
+      S.site.segments = [...segments, made];
+      S.filters = [["is", "segment", [made.segment_id]]];
+      writeUrl(); dashboard();
+    } catch (e) { msg.className = "error"; msg.textContent = e.message; }
+  } }, name, h("button", {}, "Save as segment"), msg) : null;
+  const remove = active ? h("button", { class: "link", id: "segment-delete", onclick: async () => {
+    await api("DELETE", `/api/sites/${S.site.site_id}/segments/${active[2][0]}`);
+    S.site.segments = segments.filter((x) => x.segment_id !== active[2][0]);
+    S.filters = S.filters.filter((f) => f !== active);
+    writeUrl(); dashboard();
+  } }, "Delete segment") : null;
+  return [pick, save, remove];
+}
+
+// A filter on any dimension: an operator and one value per line (any of them matches).
+function filterForm() {
+  const dim = h("select", { id: "filter-dim", "aria-label": "Dimension", onchange: () => { prop.hidden = dim.value !== "props"; } },
+    FILTER_DIMENSIONS.map(([v, l]) => h("option", { value: v }, l)));
+  const prop = h("input", { id: "filter-prop", placeholder: "property key", size: 10, hidden: true });
+  const op = h("select", { id: "filter-op", "aria-label": "Operator" }, OPS.map(([v, l]) => h("option", { value: v }, l)));
+  const values = h("textarea", { id: "filter-values", rows: 2, placeholder: "one value per line" });
+  const msg = h("span", { class: "error", id: "filter-error" });
+  return h("form", { class: "card row", id: "filter-form", hidden: true, onsubmit: async (ev) => {
+    ev.preventDefault();
+    const d = dim.value === "props" ? `event:props:${prop.value.trim()}` : dim.value;
+    const list = values.value.split("\n").map((v) => v.trim()).filter(Boolean);
+    if (!list.length) { msg.textContent = "Give at least one value."; return; }
+    const next = [...S.filters.filter((f) => !(f[1] === d && f[0] === op.value)), [op.value, d, list]];
+    // Asked once first, so a bad pattern is said here and the dashboard stays as it was.
+    try { await api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), metrics: ["visitors"], filters: next }); }
+    catch (e) { if (e.status === 400) { msg.textContent = e.message; return; } }
+    S.filters = next; writeUrl(); dashboard();
+  } }, dim, prop, op, values, h("button", { class: "primary", id: "filter-apply" }, "Apply filter"), msg);
 }
 
 function addFilter(dim, value) {
@@ -255,7 +337,7 @@ function dashboard() {
 // with a matching event, which the Stats API reads from raw events: a range older than the site
 // keeps them (or too large) is refused, and then the dashboard shows the other metrics.
 const SESSION_METRICS = new Set(["visits", "views_per_visit", "bounce_rate", "visit_duration"]);
-const eventFiltered = () => S.filters.some((f) => f[1].startsWith("event:"));
+const eventFiltered = () => expandedFilters().some((f) => f[1].startsWith("event:"));
 
 async function loadTop(seq) {
   let metrics = TOP.map((t) => t[0]);
@@ -444,7 +526,8 @@ function realtimeShell() {
 
 async function loadRealtime(seq) {
   try {
-    const rt = await api("GET", `/api/realtime?site_id=${encodeURIComponent(S.site.site_id)}`);
+    const filters = S.filters.length ? `&filters=${encodeURIComponent(JSON.stringify(S.filters))}` : "";
+    const rt = await api("GET", `/api/realtime?site_id=${encodeURIComponent(S.site.site_id)}${filters}`);
     if (seq !== S.seq) return;
     const live = document.getElementById("live");
     if (live) live.textContent = `${rt.current_visitors} current visitor${rt.current_visitors === 1 ? "" : "s"}`;
@@ -463,8 +546,8 @@ async function loadRealtime(seq) {
   }
 }
 
-// Saved funnels (settings page), counted over the dashboard's range from raw events; the
-// dashboard's filters do not apply to them.
+// Saved funnels (settings page), counted over the dashboard's range from raw events, over the
+// visits the dashboard's filters select.
 function funnelShell(funnels, seq) {
   if (!funnels.some((f) => f.funnel_id === S.funnel)) S.funnel = funnels[0].funnel_id;
   const pick = h("select", { id: "funnel-pick", "aria-label": "Funnel", onchange: (e) => { S.funnel = e.target.value; writeUrl(); loadFunnel(seq); } },
@@ -478,7 +561,7 @@ async function loadFunnel(seq) {
   const funnel = (S.site.funnels || []).find((f) => f.funnel_id === S.funnel);
   if (!funnel) return;
   try {
-    const res = await api("POST", "/api/funnel", { site_id: S.site.site_id, date_range: dateRange(), steps: funnel.steps });
+    const res = await api("POST", "/api/funnel", { site_id: S.site.site_id, date_range: dateRange(), steps: funnel.steps, filters: S.filters });
     if (seq !== S.seq || !body()) return;
     const first = Math.max(1, res.steps[0]?.visitors || 0);
     body().replaceChildren(h("table", { class: "rows" },
@@ -486,7 +569,7 @@ async function loadFunnel(seq) {
       res.steps.map((st) => h("tr", { class: "step" },
         h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * st.visitors) / first}%` }), h("span", {}, st.step)),
         h("td", { class: "num" }, compact(st.visitors)), h("td", { class: "num" }, `${st.conversion_rate}%`), h("td", { class: "num" }, compact(st.dropoff))))),
-      S.filters.length ? h("p", { class: "note" }, "Funnels count every visit: the filters above do not apply.") : null);
+      S.filters.length ? h("p", { class: "note" }, "Only the visits the filters above select.") : null);
   } catch (e) {
     if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
   }
