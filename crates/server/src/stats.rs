@@ -80,7 +80,7 @@ fn today(zone: &SiteZone) -> Result<jiff::civil::Date, Response> {
     zone.date_of(jiff::Timestamp::now().as_millisecond()).map_err(internal)
 }
 
-fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
+pub(crate) fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
     let date = match body.get("date").and_then(Json::as_str) {
         Some(d) => parse_date(d).map_err(|e| bad(format!("`date`: {e}")))?,
         None => today(zone)?,
@@ -209,7 +209,7 @@ pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
 
 /// A JSON body naming a `site_id` the caller may read the statistics of: the reading state,
 /// the body and the site, or the answer refusing it.
-async fn json_request<'a>(
+pub(crate) async fn json_request<'a>(
     state: &'a AppState,
     headers: &HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
@@ -600,7 +600,7 @@ fn day_param(p: &SessionParams, site: &Site) -> Result<String, Response> {
     }
 }
 
-fn stats_error(e: StatsError) -> Response {
+pub(crate) fn stats_error(e: StatsError) -> Response {
     match e {
         StatsError::Invalid(_) | StatsError::Unsupported(_) | StatsError::TooSlow(_) => bad(e.to_string()),
         e => internal(e),

@@ -100,8 +100,9 @@ pub fn change(metric: Metric, now: Value, before: Value) -> Option<f64> {
 }
 
 impl Stats {
-    /// The time labels of every bucket of `range` in a `unit` series, in order.
-    async fn time_labels(&self, site_id: &str, range: &DateRange, unit: Unit) -> Result<Vec<String>, StatsError> {
+    /// The time labels of every bucket of `range` in a `unit` series, in order, as answers
+    /// write them (at most [`super::MAX_QUERY_BUCKETS`] of the hours or days they start from).
+    pub async fn time_labels(&self, site_id: &str, range: &DateRange, unit: Unit) -> Result<Vec<String>, StatsError> {
         let (zone, _) = self.zone_and_weeks(site_id).await?;
         let (start, end) = zone.bounds_ms(range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let step = if unit == Unit::Hour { Unit::Hour } else { Unit::Day };

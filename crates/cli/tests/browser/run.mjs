@@ -364,6 +364,23 @@ try {
   for (const [value, [n]] of Object.entries(sourcesSeg)) {
     assert.equal((await dash.textContent(`[data-panel="sources"] tr.row[data-value="${value}"] td:nth-child(2)`)).trim(), String(n), `source ${value}`);
   }
+  // Exports: a panel's CSV and the whole dashboard's zip are the export API's for the same range
+  // and filters (the segment's).
+  const exported = async (panel) => {
+    const r = await fetch(`${TALLY}/api/export`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+      body: JSON.stringify({ site_id: SITE, date_range: "30d", filters: segment, panel }) });
+    assert.equal(r.status, 200);
+    return Buffer.from(await r.arrayBuffer());
+  };
+  const [pagesCsv] = await Promise.all([dash.waitForEvent("download"), dash.click('[data-panel="pages"] button.export')]);
+  assert.match(pagesCsv.suggestedFilename(), /^tally-shop\.test-.*-pages\.csv$/);
+  assert.equal(readFileSync(await pagesCsv.path(), "utf8"), (await exported("pages")).toString("utf8"), "the pages CSV");
+  const [zipped] = await Promise.all([dash.waitForEvent("download"), dash.click("#export-all")]);
+  assert.match(zipped.suggestedFilename(), /\.zip$/);
+  const zipBytes = readFileSync(await zipped.path());
+  assert.equal(zipBytes.subarray(0, 2).toString("latin1"), "PK", "a zip");
+  assert.ok(zipBytes.includes(Buffer.from("visitors.csv")) && zipBytes.includes(await exported("sources")), "the zip holds the sources CSV");
+  found.export = { pages: readFileSync(await pagesCsv.path(), "utf8"), zip_bytes: zipBytes.length };
   await dash.click("#segment-delete");
   await dash.waitForFunction(() => !document.querySelector('#filters .chip[data-dimension="segment"]'));
   assert.deepEqual((await get(`/api/sites/${SITE}/segments`)).segments, [], "the segment is deleted");

@@ -366,3 +366,70 @@ fn filters_segments_funnels_and_realtime() {
     let (status, answer) = f.get("/api/realtime?site_id=cmp.test&filters=not-json");
     assert!(status == 400 && answer["error"].as_str().unwrap().contains("filters"), "{answer}");
 }
+
+#[test]
+fn exports_of_a_panel_and_of_the_whole_dashboard() {
+    let f = fixture();
+    let export = |body: Value| {
+        let auth = format!("Bearer {}", f.key);
+        f.client().post_json("/api/export", &[("authorization", &auth)], &body)
+    };
+    let header = |r: &crate::support::Response, name: &str| {
+        r.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()).unwrap_or_default()
+    };
+    let pages = export(json!({ "site_id": "cmp.test", "date_range": WEEK, "panel": "pages" }));
+    assert_eq!(pages.status, 200, "{}", pages.text());
+    assert!(header(&pages, "content-type").starts_with("text/csv"));
+    assert_eq!(
+        header(&pages, "content-disposition"),
+        "attachment; filename=\"tally-cmp.test-2026-10-08-2026-10-14-pages.csv\""
+    );
+    assert_eq!(pages.text(), "name,visitors,pageviews\n/,2,2\n/pricing,2,2\n");
+    // The filters apply: from Google, c viewed /pricing once.
+    let google = export(json!({ "site_id": "cmp.test", "date_range": WEEK, "panel": "pages",
+        "filters": [["is", "visit:source", ["Google"]]] }));
+    assert_eq!(google.text(), "name,visitors,pageviews\n/pricing,1,1\n");
+    let goals = export(json!({ "site_id": "cmp.test", "date_range": WEEK, "panel": "conversions" }));
+    assert_eq!(goals.text(), "name,visitors,events,conversion_rate\nSignup,1,1,33.33\n");
+    let series = "day,visitors,visits,pageviews,views_per_visit,bounce_rate,visit_duration\n\
+                  2026-10-08,1,1,2,2,0,180\n2026-10-09,1,1,1,1,100,0\n2026-10-10,1,1,1,1,100,0\n\
+                  2026-10-11,0,0,0,0,0,0\n2026-10-12,0,0,0,0,0,0\n2026-10-13,0,0,0,0,0,0\n2026-10-14,0,0,0,0,0,0\n";
+    let visitors = export(json!({ "site_id": "cmp.test", "date_range": WEEK, "panel": "visitors" }));
+    assert_eq!(visitors.text(), series);
+
+    // The whole dashboard: a zip of every panel's file.
+    let all = export(json!({ "site_id": "cmp.test", "date_range": WEEK }));
+    assert_eq!(all.status, 200, "{}", all.text());
+    assert_eq!(header(&all, "content-type"), "application/zip");
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(all.body.clone())).expect("a zip");
+    let names: Vec<String> = zip.file_names().map(|n| n.expect("a name").into_owned()).collect();
+    for name in
+        ["visitors.csv", "pages.csv", "sources.csv", "countries.csv", "conversions.csv", "operating_systems.csv"]
+    {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    let read = |zip: &mut zip::ZipArchive<_>, name: &str| {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut zip.by_name(name).unwrap(), &mut text).unwrap();
+        text
+    };
+    assert_eq!(read(&mut zip, "visitors.csv"), series);
+    assert_eq!(read(&mut zip, "pages.csv"), "name,visitors,pageviews\n/,2,2\n/pricing,2,2\n");
+
+    // Bad input: a clear 400.
+    for (body, says) in [
+        (json!({ "site_id": "cmp.test", "date_range": WEEK, "panel": "weather" }), "unknown panel"),
+        (json!({ "site_id": "cmp.test", "date_range": WEEK, "panel": 3 }), "`panel`"),
+        (json!({ "site_id": "cmp.test", "date_range": "fortnight" }), "date_range"),
+        (
+            json!({ "site_id": "cmp.test", "date_range": WEEK, "filters": [["is", "visit:shoe", ["9"]]] }),
+            "unknown filter",
+        ),
+    ] {
+        let r = export(body.clone());
+        assert_eq!(r.status, 400, "{body} => {}", r.text());
+        assert!(r.text().contains(says), "{body} => {}", r.text());
+    }
+    let r = f.client().post_json("/api/export", &[], &json!({ "site_id": "cmp.test", "date_range": WEEK }));
+    assert_eq!(r.status, 401, "no key, no export");
+}

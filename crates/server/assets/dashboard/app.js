@@ -63,6 +63,25 @@ async function api(method, path, body) {
   if (!r.ok) { const e = new Error((data && data.error) || r.statusText); e.status = r.status; e.data = data; throw e; }
   return data;
 }
+// POST /api/export for the dashboard's range and filters (one panel's CSV, or every panel in a
+// zip) and hand the file to the browser as a download.
+const EXPORTS = { "event:page": "pages", "visit:entry_page": "entry_pages", "visit:exit_page": "exit_pages", "visit:source": "sources",
+  "visit:referrer": "referrers", "visit:utm_source": "utm_sources", "visit:utm_medium": "utm_mediums", "visit:utm_campaign": "utm_campaigns",
+  "visit:country": "countries", "visit:device": "devices", "visit:browser": "browsers", "visit:os": "operating_systems",
+  "event:goal": "conversions", "event:name": "custom_events" };
+async function download(panel) {
+  const headers = { "Content-Type": "application/json" };
+  if (S.csrf) headers["X-Tally-CSRF"] = S.csrf;
+  if (S.share) headers["X-Tally-Share"] = S.share;
+  const r = await fetch("/api/export", { method: "POST", headers, credentials: "same-origin",
+    body: JSON.stringify({ site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, panel: panel || undefined }) });
+  if (!r.ok) { let m = r.statusText; try { m = (await r.json()).error; } catch (_) { /* not JSON */ } alert(`Export failed: ${m}`); return; }
+  const name = (r.headers.get("content-disposition") || "").match(/filename="([^"]+)"/)?.[1] || "tally-export";
+  const url = URL.createObjectURL(await r.blob());
+  const a = h("a", { href: url, download: name, hidden: true });
+  document.body.append(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
 function compact(n) {
   if (n === null || n === undefined) return "–";
   const a = Math.abs(n);
@@ -227,7 +246,8 @@ function topBar() {
     h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
     h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out"),
     h("button", { class: "link", id: "logout-everywhere", title: "End this account's sign-ins on every browser", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere")];
-  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom, comparison,
+  const exportAll = h("button", { class: "link", id: "export-all", title: "Every panel as CSV, in a zip", onclick: () => download(null) }, "Export");
+  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom, comparison, exportAll,
     h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
 }
 
@@ -319,7 +339,8 @@ function dashboard() {
   const interval = h("select", { id: "interval", "aria-label": "Interval", onchange: (e) => { S.interval = e.target.value; writeUrl(); loadChart(seq); } },
     INTERVALS.map((i) => h("option", { value: i, selected: i === S.interval }, i)));
   const chart = h("div", { class: "card chart-card" }, h("div", { class: "chart-head" },
-    h("strong", {}, (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
+    h("strong", {}, (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), h("span", { class: "spacer" }),
+    h("button", { class: "link export", id: "export-chart", title: "The series as CSV", onclick: () => download("visitors") }, "CSV"), interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
   // Sessions name visitors' paths through the site: signed-in users see them, shared links do not.
   const funnels = S.site.funnels || [];
   const panels = h("div", { class: "panels" }, PANELS.map(panelShell), funnels.length ? funnelShell(funnels, seq) : null,
@@ -475,7 +496,8 @@ function panelShell(p) {
     onclick: () => { S.tabs[p.id] = dim; const el = document.querySelector(`[data-panel="${p.id}"]`); el.replaceWith(panelShell(p)); loadPanel(p, S.seq); } }, label)));
   const extra = tab === "props" ? h("input", { id: "prop-key", value: S.prop, size: 10, "aria-label": "Property",
     onchange: (e) => { S.prop = e.target.value.trim(); loadPanel(p, S.seq); } }) : null;
-  return h("section", { class: "card panel", "data-panel": p.id }, h("div", { class: "head" }, h("h2", {}, p.title), tabs, extra),
+  const csv = EXPORTS[tab] ? h("button", { class: "link export", title: "This tab as CSV", onclick: () => download(EXPORTS[tab]) }, "CSV") : null;
+  return h("section", { class: "card panel", "data-panel": p.id }, h("div", { class: "head" }, h("h2", {}, p.title), tabs, extra, csv),
     h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
 }
 
