@@ -176,6 +176,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("name").example("Public dashboard"))
                 .attribute(Attribute::string("password_hash"))
                 .attribute(Attribute::number("revoked_at"))
+                .attribute(Attribute::bool("embed"))
                 .timestamps()
                 .key("SHARE#{token_hash}", "SHARE")
                 .gsi("gsi1", "SHARES#{site_id}", "SHARE#{share_id}"),

@@ -10,8 +10,12 @@
 //! bounce rate and visit duration; pages visitors and page views; goals and events visitors and
 //! events (and goals their conversion rate).
 //!
-//! The zip's entries are stored, not compressed: the `zip` crate is built without its codecs,
-//! which keeps its build small, and a dashboard's CSV is a few kilobytes.
+//! The zip is written by the `zip` crate (zip-rs, the maintained Rust implementation, which
+//! readers and writers across the ecosystem use) rather than by hand: local headers, the
+//! central directory, CRCs and ZIP64 are its job. Its entries are stored, not compressed: it is
+//! built without its codecs (`default-features = false`), so it brings five small crates and
+//! about 15 s of a debug build on two busy cores, where its default features would build
+//! bzip2, zstd, lzma and AES; a dashboard's CSV files are a few kilobytes.
 
 use std::io::Write;
 

@@ -161,7 +161,7 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/sites/{site}/keys", get(admin::keys).post(admin::create_key))
         .route("/api/sites/{site}/keys/{key}", delete(admin::revoke_key))
         .route("/api/sites/{site}/shares", get(admin::shares).post(admin::create_share))
-        .route("/api/sites/{site}/shares/{share}", delete(admin::revoke_share))
+        .route("/api/sites/{site}/shares/{share}", delete(admin::revoke_share).patch(admin::update_share))
         .layer(DefaultBodyLimit::max(16 * 1024))
 }
 

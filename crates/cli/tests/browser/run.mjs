@@ -53,6 +53,13 @@ const pages = createServer((req, res) => {
   if (path === "/vendor/plausible.js") { res.writeHead(200, { "content-type": "text/javascript" }); return res.end(plausibleJs); }
   if (path === "/vendor/umami.js") { res.writeHead(200, { "content-type": "text/javascript" }); return res.end(umamiJs); }
   if (path === "/umami.html") { res.writeHead(200, { "content-type": "text/html; charset=utf-8" }); return res.end(umamiPage); }
+  if (path === "/embed.html") {
+    // Another site framing two shared links: one its owner made embeddable, one not.
+    const q = new URL(req.url, "http://x").searchParams;
+    res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+    return res.end(`<!doctype html><html><body><iframe id="embedded" src="${q.get("a")}" style="width:1000px;height:700px"></iframe>
+<iframe id="refused" src="${q.get("b")}" style="width:400px;height:300px"></iframe></body></html>`);
+  }
   res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
   res.end(path === "/plausible.html" ? plausiblePage : req.headers.host.startsWith("elsewhere.test") ? "<p>elsewhere</p>" : sitePage(port));
 });
@@ -321,8 +328,11 @@ try {
     body: JSON.stringify({ site_id: SITE, metrics: ["visitors"], date_range: "day" }) });
   assert.equal(byNewKey.status, 200, "the key made on the settings page works");
   await dash.fill("#share-name", "board");
+  await dash.check("#share-embed");
   await dash.click("#create-share button");
-  assert.match(await (await dash.waitForSelector("#new-share")).getAttribute("href"), /\/share\/[0-9a-f]{64}$/);
+  const embedLink = await (await dash.waitForSelector("#new-share")).getAttribute("href");
+  assert.match(embedLink, /\/share\/[0-9a-f]{64}$/);
+  assert.ok((await dash.textContent("#share-embed-code")).includes(`${embedLink}?embed=true&theme=light`), "the embed code");
   await dash.fill("#domain-input", "shop-two.test");
   await dash.click("#add-domain button");
   await dash.waitForFunction(() => document.querySelector("#domains")?.textContent.includes("shop-two.test"));
@@ -408,6 +418,19 @@ try {
   assert.equal(await shared.inputValue("#interval"), "hour", "hourly under any filter");
   const hourly = (await stats({ date_range: "day", metrics: ["visitors"], dimensions: ["time:hour"], filters: [["is", "visit:device", ["Desktop"]]] })).results;
   assert.ok(hourly.length >= 1 && hourly.every((r) => r.metrics[0] === 1), `one Desktop visitor in each hour they came: ${JSON.stringify(hourly)}`);
+  // Embedding: another site frames the embeddable link (dark) and cannot frame the other one.
+  const host = await guest.newPage();
+  const embedUrl = `${embedLink}?embed=true&theme=dark&period=day`;
+  await host.goto(`http://127.0.0.1:${port}/embed.html?a=${encodeURIComponent(embedUrl)}&b=${encodeURIComponent(TALLY + env("TALLY_SHARE_PATH"))}`);
+  const framed = host.frameLocator("#embedded");
+  await framed.locator("#top-stats[data-range]").waitFor();
+  assert.equal((await framed.locator("#stat-visitors .value").textContent()).trim(), String(today[0]), "visitors in the embedded dashboard");
+  const dark = await framed.locator("html").evaluate((el) => [el.className, getComputedStyle(el).backgroundColor]);
+  assert.ok(dark[0].includes("dark") && dark[1] === "rgb(15, 17, 21)", `the dark theme: ${dark}`);
+  assert.equal(await framed.locator(".brand").isVisible(), false, "no brand in an embed");
+  await host.waitForTimeout(500);
+  assert.equal(await host.frameLocator("#refused").locator("#top-stats").count(), 0, "a link not made embeddable is not framed");
+  await host.screenshot({ path: join(OUT, "embedded.png") });
   const stranger = await guest.newPage();
   await stranger.goto(`${TALLY}/settings`);
   await stranger.waitForSelector("form#login");

@@ -433,3 +433,87 @@ fn exports_of_a_panel_and_of_the_whole_dashboard() {
     let r = f.client().post_json("/api/export", &[], &json!({ "site_id": "cmp.test", "date_range": WEEK }));
     assert_eq!(r.status, 401, "no key, no export");
 }
+
+#[test]
+fn a_shared_link_is_framed_only_when_its_owner_lets_it() {
+    let f = fixture();
+    let page = |path: &str| {
+        let r = f.client().request("GET", path, &[], b"");
+        assert_eq!(r.status, 200, "{path}");
+        let header = |name: &str| r.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        (header("content-security-policy").unwrap_or_default(), header("x-frame-options"))
+    };
+    let refused = |path: &str| {
+        let (csp, xfo) = page(path);
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert_eq!(xfo.as_deref(), Some("DENY"), "{path}");
+    };
+    let framed = |path: &str| {
+        let (csp, xfo) = page(path);
+        assert!(csp.contains("frame-ancestors *"), "{path}: {csp}");
+        assert_eq!(xfo, None, "{path}");
+    };
+    let (status, open) =
+        f.admin("POST", "/api/sites/cmp.test/shares", Some(&json!({ "name": "embed", "embed": true })));
+    assert_eq!(status, 201, "{open}");
+    assert_eq!(open["embed"], json!(true));
+    let (status, closed) = f.admin("POST", "/api/sites/cmp.test/shares", Some(&json!({ "name": "plain" })));
+    assert_eq!(status, 201, "{closed}");
+    let (open_path, closed_path) = (open["path"].as_str().unwrap(), closed["path"].as_str().unwrap());
+    framed(open_path);
+    framed(&format!("{open_path}?embed=true&theme=dark"));
+    refused(closed_path);
+    refused("/");
+    refused("/settings");
+    refused(&format!("/share/{}", "0".repeat(64)));
+
+    // Turned off, then on, from the API.
+    let share = open["share_id"].as_str().unwrap();
+    let (status, _) =
+        f.admin("PATCH", &format!("/api/sites/cmp.test/shares/{share}"), Some(&json!({ "embed": false })));
+    assert_eq!(status, 200);
+    refused(open_path);
+    let closed_id = closed["share_id"].as_str().unwrap();
+    assert_eq!(
+        f.admin("PATCH", &format!("/api/sites/cmp.test/shares/{closed_id}"), Some(&json!({ "embed": true }))).0,
+        200
+    );
+    framed(closed_path);
+    let (_, list) = f.admin("GET", "/api/sites/cmp.test/shares", None);
+    let embeds: Vec<(String, bool)> = list["shares"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap().to_owned(), s["embed"].as_bool().unwrap()))
+        .collect();
+    assert!(embeds.contains(&("embed".into(), false)) && embeds.contains(&("plain".into(), true)), "{list}");
+
+    // Bad input changes nothing.
+    let (status, with_password) = f.admin(
+        "POST",
+        "/api/sites/cmp.test/shares",
+        Some(&json!({ "name": "secret", "password": "correct horse battery", "embed": true })),
+    );
+    assert!(status == 400 && with_password["error"].as_str().unwrap().contains("password"), "{with_password}");
+    for body in [json!({ "embed": "yes" }), json!({})] {
+        let (status, answer) = f.admin("PATCH", &format!("/api/sites/cmp.test/shares/{share}"), Some(&body));
+        assert_eq!(status, 400, "{body} => {answer}");
+    }
+    let (status, _) =
+        f.admin("PATCH", "/api/sites/cmp.test/shares/01JNOSUCHSHARE000000000000", Some(&json!({ "embed": true })));
+    assert_eq!(status, 404);
+    refused(open_path);
+    let (_, after) = f.admin("GET", "/api/sites/cmp.test/shares", None);
+    assert_eq!(after["shares"].as_array().unwrap().len(), 2, "{after}");
+    // A password-protected link cannot be made embeddable later either.
+    let (_, secret) = f.admin(
+        "POST",
+        "/api/sites/cmp.test/shares",
+        Some(&json!({ "name": "secret", "password": "correct horse battery" })),
+    );
+    let secret_id = secret["share_id"].as_str().unwrap();
+    let (status, _) =
+        f.admin("PATCH", &format!("/api/sites/cmp.test/shares/{secret_id}"), Some(&json!({ "embed": true })));
+    assert_eq!(status, 400);
+    refused(secret["path"].as_str().unwrap());
+}

@@ -125,6 +125,8 @@ function readUrl() {
 function writeUrl() {
   const q = new URLSearchParams();
   if (S.site && !S.share) q.set("site", S.site.domain);
+  if (S.embed) q.set("embed", "true");
+  if (S.theme) q.set("theme", S.theme);
   q.set("period", S.period);
   if (S.period === "custom") { q.set("from", S.from); q.set("to", S.to); }
   q.set("interval", S.interval);
@@ -188,6 +190,12 @@ async function boot() {
 
 async function bootShare(token) {
   S.share = token;
+  // An embeddable link framed by another site: without the brand, in the theme the embed code asks for.
+  const params = new URLSearchParams(location.search);
+  S.embed = params.get("embed") === "true";
+  S.theme = ["light", "dark"].includes(params.get("theme")) ? params.get("theme") : "";
+  document.documentElement.classList.toggle("embedded", S.embed);
+  document.documentElement.classList.toggle("dark", S.theme === "dark");
   const info = await api("GET", `/api/share/${token}`).catch((e) => ({ error: e.message }));
   if (info.error) return show(h("div", { class: "wrap" }, h("h1", {}, "Tally"), h("p", { class: "error" }, info.error)));
   if (info.password_required && !info.unlocked) {
@@ -242,7 +250,7 @@ function topBar() {
   const custom = S.period !== "custom" ? null : h("span", { class: "custom" },
     h("input", { type: "date", id: "from", value: S.from, onchange: (e) => { S.from = e.target.value; writeUrl(); dashboard(); } }), " – ",
     h("input", { type: "date", id: "to", value: S.to, onchange: (e) => { S.to = e.target.value; writeUrl(); dashboard(); } }));
-  const right = S.share ? [h("span", { class: "note" }, "Shared dashboard")] : [
+  const right = S.share ? [S.embed ? null : h("span", { class: "note" }, "Shared dashboard")] : [
     h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
     h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out"),
     h("button", { class: "link", id: "logout-everywhere", title: "End this account's sign-ins on every browser", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere")];
@@ -762,21 +770,27 @@ async function settingsPage() {
   const sharesBox = h("div");
   const shareName = h("input", { id: "share-name", placeholder: "Link name" });
   const sharePw = h("input", { id: "share-password", type: "password", placeholder: "Password (optional)", autocomplete: "new-password" });
+  const shareEmbed = h("input", { id: "share-embed", type: "checkbox" });
   const shareMsg = h("span");
   out.append(h("section", { class: "card" }, h("h2", {}, "Shared links"), h("p", { class: "note" }, "Read-only dashboards for people without an account."), sharesBox,
     h("form", { class: "row", id: "create-share", onsubmit: async (ev) => {
       ev.preventDefault();
       try {
-        const x = await api("POST", `/api/sites/${site.site_id}/shares`, { name: shareName.value || "shared link", password: sharePw.value });
+        const x = await api("POST", `/api/sites/${site.site_id}/shares`, { name: shareName.value || "shared link", password: sharePw.value, embed: shareEmbed.checked });
         const url = origin + x.path;
-        sharesBox.prepend(h("p", {}, "The link (copy it now; it is not shown again): ", h("a", { class: "secret", id: "new-share", href: url }, url)));
+        sharesBox.prepend(h("p", {}, "The link (copy it now; it is not shown again): ", h("a", { class: "secret", id: "new-share", href: url }, url)),
+          x.embed ? h("p", {}, "To embed it (theme light or dark):", h("pre", { id: "share-embed-code" },
+            `<iframe src="${url}?embed=true&theme=light" style="width:100%;height:1600px;border:0" loading="lazy"></iframe>`)) : null);
         loadShares();
       } catch (e) { msg(shareMsg, e.message, "error"); }
-    } }, shareName, sharePw, h("button", {}, "Create link"), shareMsg)));
+    } }, shareName, sharePw, h("label", { class: "note" }, shareEmbed, " let other sites embed it"), h("button", {}, "Create link"), shareMsg)));
   async function loadShares() {
     const { shares } = await api("GET", `/api/sites/${site.site_id}/shares`);
     sharesBox.querySelector("table")?.remove();
-    sharesBox.append(h("table", { class: "rows" }, shares.map((x) => h("tr", {}, h("td", {}, x.name), h("td", { class: "note" }, x.revoked ? "revoked" : x.has_password ? "password" : "open"),
+    sharesBox.append(h("table", { class: "rows" }, shares.map((x) => h("tr", { "data-share": x.share_id }, h("td", {}, x.name), h("td", { class: "note" }, x.revoked ? "revoked" : x.has_password ? "password" : "open"),
+      h("td", { class: "note" }, x.revoked || x.has_password ? "" : h("button", { class: "link embed-toggle", onclick: async () => {
+        try { await api("PATCH", `/api/sites/${site.site_id}/shares/${x.share_id}`, { embed: !x.embed }); loadShares(); } catch (e) { msg(shareMsg, e.message, "error"); }
+      } }, x.embed ? "embeddable: stop" : "allow embedding")),
       h("td", { class: "num" }, x.revoked ? "" : h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/shares/${x.share_id}`); loadShares(); } }, "Revoke"))))));
   }
   loadShares();
