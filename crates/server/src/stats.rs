@@ -259,7 +259,8 @@ pub(crate) fn funnel_steps(steps: Option<&Json>) -> Result<Vec<Goal>, Response> 
 /// `POST /api/funnel {site_id, date_range, steps: [{"page": "/pricing*"} | {"event": "Signup"}], filters}`:
 /// of 2 to 8 steps, the visitors who did each step and every one before it, in order, within
 /// one visit (of the visits `filters` select, as the Stats API's); answers
-/// `{steps: [{step, visitors, conversion_rate, dropoff}], query}`. Read from
+/// `{steps: [{step, visitors, conversion_rate, conversion_rate_step, dropoff, dropoff_percentage}],
+/// query}`. Read from
 /// raw events, so only within the site's raw-event retention.
 pub async fn funnel(
     State(state): State<AppState>,
@@ -272,9 +273,20 @@ pub async fn funnel(
     let filters = tri!(parse_filters(body.get("filters"), &site));
     match r.stats.funnel_filtered(&site.site_id, &range, &steps, &filters).await {
         Ok(result) => {
+            // Per step, also as Plausible's funnels report it: the conversion from the step before and
+            // the share of its visitors lost (from the first step's visitors for the first step).
+            let mut previous = result.first().map_or(0, |s| s.visitors);
             let steps: Vec<Json> = result
                 .iter()
-                .map(|s| json!({ "step": s.name, "visitors": s.visitors, "conversion_rate": s.conversion_rate, "dropoff": s.dropoff }))
+                .map(|s| {
+                    let step = analytics::goal::conversion_rate(s.visitors, previous).percent(2);
+                    let lost = analytics::goal::conversion_rate(s.dropoff, previous).percent(2);
+                    previous = s.visitors;
+                    json!({
+                        "step": s.name, "visitors": s.visitors, "conversion_rate": s.conversion_rate,
+                        "conversion_rate_step": step, "dropoff": s.dropoff, "dropoff_percentage": lost,
+                    })
+                })
                 .collect();
             let query = json!({ "site_id": body.get("site_id"), "date_range": [range.first().to_string(), range.last().to_string()] });
             json_ok(json!({ "steps": steps, "query": query }))

@@ -358,6 +358,8 @@ try {
   const funnelShown = await dash.locator("#funnel tr.step td:nth-child(2)").allTextContents();
   assert.deepEqual(funnelShown, funnelApi.steps.map((st) => String(st.visitors)), "the funnel panel shows the API's numbers");
   assert.deepEqual(funnelShown, ["1", "1"], `one visitor through the funnel: ${JSON.stringify(funnelApi)}`);
+  assert.deepEqual(await dash.locator("#funnel td.dropoff").evaluateAll((tds) => tds.map((td) => td.dataset.dropoff)),
+    funnelApi.steps.map((st) => String(st.dropoff)), "the drop-off per step");
   found.funnel = funnelApi.steps;
   // Under a segment, the funnel, the realtime panel and every panel count the visits it selects.
   const segment = [["is", "segment", [segs[0].segment_id]]];
@@ -412,6 +414,11 @@ try {
   assert.equal((await shared.textContent("#stat-visitors .value")).trim(), String(today[0]), "visitors on the shared link");
   assert.equal(await shared.locator("#settings-link").count(), 0, "a shared link has no settings");
   assert.equal(await shared.locator("#sessions").count(), 0, "a shared link shows no visitor's sessions");
+  // The site's saved funnel, over the link's range: the funnel API's numbers.
+  await shared.waitForFunction(() => document.querySelectorAll("#funnel tr.step").length === 2);
+  const funnelToday = await (await fetch(`${TALLY}/api/funnel`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "day", steps: [{ page: "/pricing*" }, { event: "Purchase" }] }) })).json();
+  assert.deepEqual(await shared.locator("#funnel tr.step td:nth-child(2)").allTextContents(), funnelToday.steps.map((st) => String(st.visitors)));
   // Today by hour, filtered by a dimension without stored hour items: read from the raw events.
   await shared.goto(`${TALLY}${env("TALLY_SHARE_PATH")}?period=day&interval=hour&f=is%7Cvisit%3Adevice%7CDesktop`);
   await shared.waitForSelector("#chart path.line");

@@ -314,6 +314,20 @@ fn filters_segments_funnels_and_realtime() {
         answer["steps"].as_array().unwrap().iter().map(|s| s["visitors"].as_i64().unwrap()).collect()
     };
     assert_eq!(funnel(json!([])), vec![4, 1]);
+    // Of the 4 who viewed `/`, 1 went on to /pricing: 25 % from the step before, 3 (75 %) lost.
+    let (_, whole) = f.post(
+        "/api/funnel",
+        &json!({ "site_id": "cmp.test", "date_range": BOTH,
+        "steps": [{ "page": "/" }, { "page": "/pricing" }] }),
+    );
+    assert_eq!(
+        whole["steps"],
+        json!([
+            { "step": "Visit /", "visitors": 4, "conversion_rate": 100.0, "conversion_rate_step": 100.0, "dropoff": 0, "dropoff_percentage": 0.0 },
+            { "step": "Visit /pricing", "visitors": 1, "conversion_rate": 25.0, "conversion_rate_step": 25.0, "dropoff": 3, "dropoff_percentage": 75.0 },
+        ]),
+        "{whole}"
+    );
     assert_eq!(funnel(json!([["is", "visit:utm_source", ["news"]]])), vec![1, 1]);
     assert_eq!(funnel(json!([["is", "event:page", ["/about"]]])), vec![1, 0]);
     assert_eq!(funnel(json!([["is_not", "event:page", ["/about"]]])), vec![3, 1]);

@@ -206,8 +206,9 @@ async function bootShare(token) {
       try { await api("POST", `/api/share/${token}/unlock`, { password: pw.value }); location.reload(); } catch (e) { msg.textContent = e.message; }
     } }, h("h1", {}, info.domain), h("p", {}, "This dashboard is protected by a password."), pw, h("button", { class: "primary" }, "View dashboard"), msg));
   }
-  const { segments } = await api("GET", `/api/sites/${info.site_id}/segments`).catch(() => ({ segments: [] }));
-  S.sites = [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [], funnels: [], segments }];
+  // The link's site with its saved funnels and segments, which a shared dashboard shows too.
+  const { sites } = await api("GET", "/api/sites").catch(() => ({ sites: [] }));
+  S.sites = sites.length ? sites : [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [], funnels: [], segments: [] }];
   S.site = S.sites[0];
   readUrl();
   dashboard();
@@ -595,10 +596,11 @@ async function loadFunnel(seq) {
     if (seq !== S.seq || !body()) return;
     const first = Math.max(1, res.steps[0]?.visitors || 0);
     body().replaceChildren(h("table", { class: "rows" },
-      h("tr", {}, h("th", {}, "Step"), h("th", { class: "num" }, "Visitors"), h("th", { class: "num" }, "Conversion"), h("th", { class: "num" }, "Dropoff")),
-      res.steps.map((st) => h("tr", { class: "step" },
+      h("tr", {}, h("th", {}, "Step"), h("th", { class: "num" }, "Visitors"), h("th", { class: "num" }, "Conversion"), h("th", { class: "num" }, "Drop-off")),
+      res.steps.map((st, i) => h("tr", { class: "step" },
         h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * st.visitors) / first}%` }), h("span", {}, st.step)),
-        h("td", { class: "num" }, compact(st.visitors)), h("td", { class: "num" }, `${st.conversion_rate}%`), h("td", { class: "num" }, compact(st.dropoff))))),
+        h("td", { class: "num" }, compact(st.visitors)), h("td", { class: "num", title: `${st.conversion_rate_step}% of the step before` }, `${st.conversion_rate}%`),
+        h("td", { class: "num dropoff", "data-dropoff": st.dropoff }, i === 0 ? "–" : `${compact(st.dropoff)} (${st.dropoff_percentage}%)`)))),
       S.filters.length ? h("p", { class: "note" }, "Only the visits the filters above select.") : null);
   } catch (e) {
     if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
