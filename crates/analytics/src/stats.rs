@@ -730,37 +730,67 @@ impl Stats {
             .into_iter()
             .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
             .map(|((label, value), s)| {
-                let c = &s.counters;
-                let visitors = if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() };
-                let per_visit = |x: i64| if c.visits > 0 { x as f64 / c.visits as f64 } else { 0.0 };
-                let metrics = q
-                    .metrics
-                    .iter()
-                    .map(|m| match m {
-                        Metric::Visitors => Value::Int(visitors as i64),
-                        Metric::Visits => Value::Int(c.visits),
-                        Metric::Pageviews => Value::Int(c.pageviews),
-                        Metric::Events => Value::Int(c.events),
-                        Metric::ViewsPerVisit => Value::Float(round2(per_visit(c.visit_pageviews))),
-                        Metric::BounceRate => Value::Int((per_visit(c.bounces) * 100.0).round() as i64),
-                        Metric::VisitDuration => Value::Int((per_visit(c.duration_ms) / 1000.0).round() as i64),
-                        Metric::ConversionRate => {
-                            let all = total_visitors.get(&label).copied().unwrap_or(0);
-                            let rate = crate::goal::conversion_rate(visitors, all.max(visitors));
-                            Value::Float(rate.percent(2))
-                        }
-                    })
-                    .collect();
-                let dimensions = q
-                    .dimensions
-                    .iter()
-                    .map(|d| if time_unit(d).is_some() { label.clone() } else { value.clone() })
-                    .collect();
-                Row { dimensions, metrics }
+                let all = total_visitors.get(&label).copied().unwrap_or(0);
+                row_of(q, &source, &label, &value, &s, all)
             })
             .collect();
         order(&mut out, q);
         Ok(out)
+    }
+
+    /// Answers `q` over the last 30 minutes before `now_ms` (its `range` is not read), from the
+    /// event blocks of those minutes: visitors, page views and events of the events in them,
+    /// visits (and their bounce rate, duration, views) of the visits that started in them.
+    /// Every dimension and filter a query takes, no time dimension (minutes are
+    /// [`Stats::realtime_filtered`]'s).
+    pub async fn query_realtime(&self, q: &Query, now_ms: i64) -> Result<Vec<Row>, StatsError> {
+        if q.dimensions.iter().any(|d| time_unit(d).is_some()) {
+            return Err(StatsError::Invalid(
+                "the last 30 minutes take no time dimension; GET /api/realtime has page views per minute".into(),
+            ));
+        }
+        let this_minute = now_ms.div_euclid(60_000);
+        let (start, end) = ((this_minute - 29) * 60_000, (this_minute + 1) * 60_000);
+        let (zone, _) = self.zone_and_weeks(&q.site_id).await?;
+        let partitions = self.check_raw(&q.site_id, (start, end)).await?;
+        let breakdown = q.dimensions.first().cloned();
+        let source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
+        let items = self
+            .raw_items(&q.site_id, &zone, partitions, &q.filters, &[source.as_str(), TOTAL], &[Period::Minute])
+            .await?;
+        let (first, last) = (minute_label(start), minute_label(now_ms));
+        let mut sums: BTreeMap<String, Sum> = BTreeMap::new();
+        let mut total = VisitorSketch::new();
+        for (key, sum) in &items {
+            if key.period != Period::Minute || key.bucket < first || key.bucket > last {
+                continue;
+            }
+            if key.dimension == TOTAL {
+                total.merge(&sum.sketch);
+            }
+            if key.dimension == source {
+                let value = if breakdown.is_some() {
+                    match display_value(&source, &key.value) {
+                        Some(v) => v,
+                        None => continue,
+                    }
+                } else {
+                    String::new()
+                };
+                sums.entry(value).or_default().add(sum);
+            }
+        }
+        if breakdown.is_none() {
+            sums.entry(String::new()).or_default();
+        }
+        let all = total.estimate();
+        let mut out: Vec<Row> = sums
+            .iter()
+            .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
+            .map(|(value, s)| row_of(q, &source, "", value, s, all))
+            .collect();
+        order(&mut out, q);
+        Ok(out.into_iter().skip(q.offset).take(q.limit).collect())
     }
 
     /// The realtime panel of a site at `now_ms`.
@@ -805,6 +835,34 @@ impl Stats {
         }
         Ok(realtime_of(this_minute, totals, pages))
     }
+}
+
+/// One row of an answer: `q`'s metrics of `s`, the sum of `source`'s items for (`label`,
+/// `value`); `all_visitors` are the visitors of the label's buckets, for conversion rates.
+fn row_of(q: &Query, source: &str, label: &str, value: &str, s: &Sum, all_visitors: u64) -> Row {
+    let c = &s.counters;
+    let visitors = if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() };
+    let per_visit = |x: i64| if c.visits > 0 { x as f64 / c.visits as f64 } else { 0.0 };
+    let metrics = q
+        .metrics
+        .iter()
+        .map(|m| match m {
+            Metric::Visitors => Value::Int(visitors as i64),
+            Metric::Visits => Value::Int(c.visits),
+            Metric::Pageviews => Value::Int(c.pageviews),
+            Metric::Events => Value::Int(c.events),
+            Metric::ViewsPerVisit => Value::Float(round2(per_visit(c.visit_pageviews))),
+            Metric::BounceRate => Value::Int((per_visit(c.bounces) * 100.0).round() as i64),
+            Metric::VisitDuration => Value::Int((per_visit(c.duration_ms) / 1000.0).round() as i64),
+            Metric::ConversionRate => {
+                let rate = crate::goal::conversion_rate(visitors, all_visitors.max(visitors));
+                Value::Float(rate.percent(2))
+            }
+        })
+        .collect();
+    let dimensions =
+        q.dimensions.iter().map(|d| if time_unit(d).is_some() { label.to_owned() } else { value.to_owned() }).collect();
+    Row { dimensions, metrics }
 }
 
 /// The realtime panel from the minute items of the last 30 minutes (totals and pages).

@@ -397,6 +397,27 @@ try {
   await dash.waitForFunction(() => !document.querySelector('#filters .chip[data-dimension="segment"]'));
   assert.deepEqual((await get(`/api/sites/${SITE}/segments`)).segments, [], "the segment is deleted");
 
+  // Realtime: every panel over the last 30 minutes (the script's visits), as the Stats API's `30m`.
+  await dash.selectOption("#range", "realtime");
+  await dash.waitForSelector('#top-stats[data-range="30m"]');
+  assert.match(dash.url(), /period=realtime/);
+  const rtTop = (await stats({ date_range: "30m", metrics: ["visitors", "visits", "pageviews"] })).results[0].metrics;
+  assert.ok(rtTop[2] >= 4, `the script's page views are in the last 30 minutes: ${rtTop}`);
+  await dash.waitForFunction((v) => document.querySelector("#stat-pageviews .value")?.textContent.trim() === v, String(rtTop[2]));
+  assert.equal((await dash.textContent("#stat-visitors .value")).trim(), String(rtTop[0]), "visitors in the last 30 minutes");
+  await dash.waitForSelector('#chart[aria-label="pageviews by minute"][data-points="30"]');
+  const rtPages = rows(await stats({ date_range: "30m", metrics: ["visitors", "pageviews"], dimensions: ["event:page"] }));
+  await dash.waitForFunction((n) => document.querySelectorAll('[data-panel="pages"] tr.row').length === n, Math.min(10, Object.keys(rtPages).length));
+  for (const [page, [, pv]] of Object.entries(rtPages).slice(0, 10)) {
+    assert.equal((await dash.textContent(`[data-panel="pages"] tr.row[data-value="${page}"] td:nth-child(3)`)).trim(), String(pv), `page views of ${page}`);
+  }
+  const rtDevices = rows(await stats({ date_range: "30m", metrics: ["visitors"], dimensions: ["visit:device"] }));
+  for (const [device, [n]] of Object.entries(rtDevices)) {
+    await dash.waitForSelector(`[data-panel="devices"] tr.row[data-value="${device}"]`);
+    assert.equal((await dash.textContent(`[data-panel="devices"] tr.row[data-value="${device}"] td:nth-child(2)`)).trim(), String(n), device);
+  }
+  assert.equal(await dash.locator("#funnel").count(), 0, "no funnel in realtime");
+  found.realtime = { top: rtTop, pages: rtPages };
   await dash.setViewportSize({ width: 390, height: 844 });
   await dash.waitForTimeout(300);
   const overflow = await dash.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);

@@ -377,6 +377,37 @@ fn filters_segments_funnels_and_realtime() {
         assert!(std::time::Instant::now() < deadline, "realtime never showed the two visitors: {all}");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    // Every panel over the last 30 minutes: the Stats API's `30m`.
+    let last30 = |metrics: Value, dimensions: Value, filters: Value| {
+        f.query(json!({ "site_id": "cmp.test", "date_range": "30m", "metrics": metrics, "dimensions": dimensions,
+            "filters": filters }))["results"]
+            .clone()
+    };
+    assert_eq!(
+        last30(json!(["visitors", "visits", "pageviews", "bounce_rate"]), json!([]), json!([])),
+        json!([{ "dimensions": [], "metrics": [2, 2, 2, 100] }])
+    );
+    assert_eq!(
+        last30(json!(["visitors", "pageviews"]), json!(["event:page"]), json!([])),
+        json!([{ "dimensions": ["/live"], "metrics": [1, 1] }, { "dimensions": ["/live-too"], "metrics": [1, 1] }])
+    );
+    assert_eq!(
+        last30(json!(["visitors"]), json!(["visit:source"]), json!([])),
+        json!([{ "dimensions": ["Direct / None"], "metrics": [1] }, { "dimensions": ["Google"], "metrics": [1] }])
+    );
+    assert_eq!(
+        last30(json!(["visitors"]), json!(["event:page"]), json!([["is", "visit:source", ["Google"]]])),
+        json!([{ "dimensions": ["/live"], "metrics": [1] }])
+    );
+    for body in [
+        json!({ "site_id": "cmp.test", "date_range": "30m", "metrics": ["visitors"], "dimensions": ["time:day"] }),
+        json!({ "site_id": "cmp.test", "date_range": "30m", "metrics": ["visitors"],
+                "include": { "comparisons": { "mode": "previous_period" } } }),
+        json!({ "site_id": "cmp.test", "date_range": "30m", "metrics": ["bananas"] }),
+    ] {
+        let (status, answer) = f.post("/api/v2/query", &body);
+        assert_eq!(status, 400, "{body} => {answer}");
+    }
     let (status, answer) = f.get("/api/realtime?site_id=cmp.test&filters=not-json");
     assert!(status == 400 && answer["error"].as_str().unwrap().contains("filters"), "{answer}");
 }

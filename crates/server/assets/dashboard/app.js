@@ -4,7 +4,7 @@
 // shared links send X-Tally-Share. The page's state lives in the URL, so a view can be bookmarked.
 "use strict";
 
-const RANGES = [["day", "Today"], ["7d", "Last 7 days"], ["30d", "Last 30 days"], ["month", "Month to date"],
+const RANGES = [["realtime", "Realtime"], ["day", "Today"], ["7d", "Last 7 days"], ["30d", "Last 30 days"], ["month", "Month to date"],
   ["6mo", "Last 6 months"], ["12mo", "Last 12 months"], ["custom", "Custom…"]];
 const INTERVALS = ["hour", "day", "week", "month"];
 const OPS = [["is", "is"], ["is_not", "is not"], ["contains", "contains"], ["contains_not", "does not contain"],
@@ -136,7 +136,9 @@ function writeUrl() {
   for (const [op, dim, values] of S.filters) q.append("f", [op, dim, ...values.map(escapeValue)].join("|"));
   history.replaceState(null, "", `${location.pathname}?${q}`);
 }
-function dateRange() { return S.period === "custom" ? [S.from, S.to] : S.period; }
+function dateRange() { return S.period === "custom" ? [S.from, S.to] : S.period === "realtime" ? "30m" : S.period; }
+// Realtime: every panel over the last 30 minutes, refreshed with the live figures.
+const isRealtime = () => S.period === "realtime";
 // The filters with saved segments written out, to know what kind of filters apply.
 function expandedFilters() {
   return S.filters.flatMap((f) => f[1] !== "segment" ? [f] : ((S.site.segments || []).find((x) => x.segment_id === f[2][0]) || { filters: [] }).filters);
@@ -145,7 +147,7 @@ function query(extra) {
   return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, ...extra });
 }
 // The Stats API's `include` asking for the chosen comparison, or nothing when it is off.
-function compared() { return S.comparison === "off" ? {} : { include: { comparisons: { mode: S.comparison } } }; }
+function compared() { return S.comparison === "off" || isRealtime() ? {} : { include: { comparisons: { mode: S.comparison } } }; }
 // A comparison's change as a short label: percentage points for rates, percent otherwise.
 function changeText(metric, change) {
   if (change === null || change === undefined) return "";
@@ -246,7 +248,7 @@ function topBar() {
     S.interval = S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day";
     writeUrl(); dashboard();
   } }, RANGES.map(([v, l]) => h("option", { value: v, selected: v === S.period }, l)));
-  const comparison = h("select", { id: "comparison", "aria-label": "Compare with", onchange: (e) => { S.comparison = e.target.value; writeUrl(); dashboard(); } },
+  const comparison = isRealtime() ? null : h("select", { id: "comparison", "aria-label": "Compare with", onchange: (e) => { S.comparison = e.target.value; writeUrl(); dashboard(); } },
     COMPARISONS.map(([v, l]) => h("option", { value: v, selected: v === S.comparison }, l)));
   const custom = S.period !== "custom" ? null : h("span", { class: "custom" },
     h("input", { type: "date", id: "from", value: S.from, onchange: (e) => { S.from = e.target.value; writeUrl(); dashboard(); } }), " – ",
@@ -255,7 +257,7 @@ function topBar() {
     h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
     h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out"),
     h("button", { class: "link", id: "logout-everywhere", title: "End this account's sign-ins on every browser", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere")];
-  const exportAll = h("button", { class: "link", id: "export-all", title: "Every panel as CSV, in a zip", onclick: () => download(null) }, "Export");
+  const exportAll = isRealtime() ? null : h("button", { class: "link", id: "export-all", title: "Every panel as CSV, in a zip", onclick: () => download(null) }, "Export");
   return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom, comparison, exportAll,
     h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
 }
@@ -348,17 +350,23 @@ function dashboard() {
   const interval = h("select", { id: "interval", "aria-label": "Interval", onchange: (e) => { S.interval = e.target.value; writeUrl(); loadChart(seq); } },
     INTERVALS.map((i) => h("option", { value: i, selected: i === S.interval }, i)));
   const chart = h("div", { class: "card chart-card" }, h("div", { class: "chart-head" },
-    h("strong", {}, (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), h("span", { class: "spacer" }),
-    h("button", { class: "link export", id: "export-chart", title: "The series as CSV", onclick: () => download("visitors") }, "CSV"), interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
+    h("strong", {}, isRealtime() ? "Pageviews" : (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), h("span", { class: "spacer" }),
+    isRealtime() ? null : h("button", { class: "link export", id: "export-chart", title: "The series as CSV", onclick: () => download("visitors") }, "CSV"),
+    isRealtime() ? h("span", { class: "note" }, "pageviews per minute, last 30 minutes") : interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
   // Sessions name visitors' paths through the site: signed-in users see them, shared links do not.
   const funnels = S.site.funnels || [];
-  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), funnels.length ? funnelShell(funnels, seq) : null,
+  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), funnels.length && !isRealtime() ? funnelShell(funnels, seq) : null,
     realtimeShell(), S.share ? null : sessionsShell());
   show(h("div", { class: "wrap" }, topBar(), filterBar(), stats, chart, panels));
   loadTop(seq); loadChart(seq);
   for (const p of PANELS) loadPanel(p, seq);
-  if (funnels.length) loadFunnel(seq);
-  const live = () => { loadRealtime(seq); if (!S.share) loadSessions(seq); };
+  if (funnels.length && !isRealtime()) loadFunnel(seq);
+  const live = () => {
+    loadRealtime(seq); if (!S.share) loadSessions(seq);
+    // In realtime every figure is of the last 30 minutes, so all of them move.
+    if (isRealtime() && live.again) { loadTop(seq); loadChart(seq); for (const p of PANELS) loadPanel(p, seq); }
+    live.again = true;
+  };
   live();
   S.timer = setInterval(live, 10000);
 }
@@ -381,7 +389,7 @@ async function loadTop(seq) {
       cur = await query({ metrics, ...compared() });
     }
     if (seq !== S.seq) return;
-    const [first, last] = cur.query.date_range;
+    const [first, last] = Array.isArray(cur.query.date_range) ? cur.query.date_range : [cur.query.date_range, ""];
     const row = cur.results[0] || { metrics: [] };
     const now = row.metrics;
     const other = row.comparison;
@@ -407,7 +415,7 @@ async function loadTop(seq) {
     });
     const box = document.getElementById("top-stats");
     if (cur.query.comparison_date_range) box.dataset.comparisonRange = cur.query.comparison_date_range.join("..");
-    box.dataset.range = `${first}..${last}`;
+    box.dataset.range = isRealtime() ? "30m" : `${first}..${last}`;
   } catch (e) {
     if (seq === S.seq) document.getElementById("top-stats").replaceChildren(h("p", { class: "error" }, e.message));
   }
@@ -416,6 +424,12 @@ async function loadTop(seq) {
 async function loadChart(seq) {
   const box = document.getElementById("chart-box");
   try {
+    if (isRealtime()) {
+      const rt = await api("GET", realtimePath());
+      if (seq !== S.seq) return;
+      drawChart(box, rt.pageviews_per_minute.map((m) => [new Date(m.minute).toISOString().slice(11, 16), m.pageviews]), null, "pageviews");
+      return;
+    }
     let metric = S.metric;
     const series = (interval) => query({ metrics: [metric], dimensions: [`time:${interval}`], order_by: [[`time:${interval}`, "asc"]], ...compared() });
     let res;
@@ -462,14 +476,16 @@ function bucketLabels(interval, first, last) {
 }
 // A bucket label as the chart's axis shows it.
 function axisLabel(label) {
+  if (isRealtime()) return label;
   if (S.interval === "hour") return label.slice(11, 16);
   if (S.interval === "month") return label.slice(0, 7);
   return label.slice(5);
 }
 
-function drawChart(box, points, comparison) {
+function drawChart(box, points, comparison, shown) {
+  const metric = shown || S.metric;
   const W = Math.max(box.clientWidth || 700, 280), H = 240, L = 44, R = 24, T = 10, B = 26;
-  const svg = s("svg", { id: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${S.metric} by ${S.interval}`, "data-points": points.length });
+  const svg = s("svg", { id: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${metric} by ${shown ? "minute" : S.interval}`, "data-points": points.length });
   const max = Math.max(1, ...points.map((p) => p[1]), ...(comparison || []).map((p) => p[1]));
   const nice = (() => { const e = Math.pow(10, Math.floor(Math.log10(max))); const f = max / e; return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e; })();
   const x = (i) => L + (points.length <= 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (points.length - 1));
@@ -477,7 +493,7 @@ function drawChart(box, points, comparison) {
   for (let k = 0; k <= 4; k++) {
     const v = (nice * k) / 4;
     svg.append(s("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
-    svg.append(s("text", { class: "axis", x: L - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(S.metric, Number.isInteger(v) ? v : +v.toFixed(1))));
+    svg.append(s("text", { class: "axis", x: L - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(metric, Number.isInteger(v) ? v : +v.toFixed(1))));
   }
   if (!points.length) { svg.append(s("text", { class: "axis", x: W / 2, y: H / 2, "text-anchor": "middle" }, "No data for this range")); box.replaceChildren(svg); return; }
   const step = Math.max(1, Math.ceil(points.length / Math.max(2, Math.floor((W - L) / 90))));
@@ -493,8 +509,8 @@ function drawChart(box, points, comparison) {
   }
   svg.append(s("path", { class: "line", d: line }));
   if (points.length <= 400) points.forEach(([label, v], i) => {
-    const was = comparison && comparison[i] && comparison[i][0] ? ` (${comparison[i][0]}: ${fmt(S.metric, comparison[i][1])})` : "";
-    svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(S.metric, v)}${was}`)));
+    const was = comparison && comparison[i] && comparison[i][0] ? ` (${comparison[i][0]}: ${fmt(metric, comparison[i][1])})` : "";
+    svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(metric, v)}${was}`)));
   });
   box.replaceChildren(svg);
 }
@@ -505,7 +521,7 @@ function panelShell(p) {
     onclick: () => { S.tabs[p.id] = dim; const el = document.querySelector(`[data-panel="${p.id}"]`); el.replaceWith(panelShell(p)); loadPanel(p, S.seq); } }, label)));
   const extra = tab === "props" ? h("input", { id: "prop-key", value: S.prop, size: 10, "aria-label": "Property",
     onchange: (e) => { S.prop = e.target.value.trim(); loadPanel(p, S.seq); } }) : null;
-  const csv = EXPORTS[tab] ? h("button", { class: "link export", title: "This tab as CSV", onclick: () => download(EXPORTS[tab]) }, "CSV") : null;
+  const csv = EXPORTS[tab] && !isRealtime() ? h("button", { class: "link export", title: "This tab as CSV", onclick: () => download(EXPORTS[tab]) }, "CSV") : null;
   return h("section", { class: "card panel", "data-panel": p.id }, h("div", { class: "head" }, h("h2", {}, p.title), tabs, extra, csv),
     h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
 }
@@ -550,6 +566,11 @@ function rowsTable(dim, metrics, rows) {
     }));
 }
 
+function realtimePath() {
+  const filters = S.filters.length ? `&filters=${encodeURIComponent(JSON.stringify(S.filters))}` : "";
+  return `/api/realtime?site_id=${encodeURIComponent(S.site.site_id)}${filters}`;
+}
+
 function realtimeShell() {
   return h("section", { class: "card panel realtime", id: "realtime" }, h("div", { class: "head" }, h("h2", {}, "Realtime")),
     h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
@@ -557,8 +578,7 @@ function realtimeShell() {
 
 async function loadRealtime(seq) {
   try {
-    const filters = S.filters.length ? `&filters=${encodeURIComponent(JSON.stringify(S.filters))}` : "";
-    const rt = await api("GET", `/api/realtime?site_id=${encodeURIComponent(S.site.site_id)}${filters}`);
+    const rt = await api("GET", realtimePath());
     if (seq !== S.seq) return;
     const live = document.getElementById("live");
     if (live) live.textContent = `${rt.current_visitors} current visitor${rt.current_visitors === 1 ? "" : "s"}`;
