@@ -24,11 +24,15 @@ use model::Table;
 use store::item;
 
 mod compare;
+mod engagement;
+mod props;
 mod scan;
 #[cfg(test)]
 mod tests;
 
-pub use compare::{Compared, Comparison, ComparisonMode};
+pub use compare::{Compared, Comparison, ComparisonMode, change};
+pub use engagement::Engagement;
+pub use props::MAX_PROPERTY_KEYS;
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};

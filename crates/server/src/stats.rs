@@ -295,6 +295,142 @@ pub async fn funnel(
     }
 }
 
+/// The metrics read from engagement events rather than the query engine (`stats::engagement`).
+const ENGAGEMENT_METRICS: [&str; 2] = ["scroll_depth", "time_on_page"];
+
+fn engagement_value(e: Option<&analytics::stats::Engagement>, metric: &str) -> Option<u64> {
+    let e = e?;
+    if metric == "scroll_depth" { e.scroll_depth } else { e.time_on_page }
+}
+
+/// A query naming `scroll_depth` or `time_on_page`, with Plausible's definitions: by page
+/// (`event:page`) or for the site, under filters on the page; the other metrics are the query
+/// engine's, and comparisons compare both. A metric no engagement event measured is `null`.
+async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, Response> {
+    if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
+        return Err(bad("scroll_depth and time_on_page are not measured over the last 30 minutes"));
+    }
+    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    if !(dimensions.is_empty() || dimensions == ["event:page"]) {
+        return Err(bad("scroll_depth and time_on_page take no dimension or event:page"));
+    }
+    if let Some(Json::Array(list)) = body.get("order_by")
+        && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| ENGAGEMENT_METRICS.contains(&n)))
+    {
+        return Err(bad("answers cannot be ordered by scroll_depth or time_on_page"));
+    }
+    let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !ENGAGEMENT_METRICS.contains(m)).collect();
+    if others.is_empty() {
+        others.push("visitors");
+    }
+    let mut inner = body.clone();
+    inner["metrics"] = json!(others);
+    let q = parse_query(&inner, site)?;
+    let by_page = !dimensions.is_empty();
+    let lookup = |(pages, all): &(
+        std::collections::HashMap<String, analytics::stats::Engagement>,
+        analytics::stats::Engagement,
+    ),
+                  dims: &[String]| {
+        if by_page { pages.get(dims.first().map_or("", String::as_str)).copied() } else { Some(*all) }
+    };
+    // The answer's metrics in the asked order: the engine's in turn, engagement's looked up.
+    let merge = |values: &[Value], e: Option<analytics::stats::Engagement>| -> Vec<Json> {
+        let mut engine = values.iter();
+        asked
+            .iter()
+            .map(|m| {
+                if ENGAGEMENT_METRICS.contains(&m.as_str()) {
+                    json!(engagement_value(e.as_ref(), m))
+                } else {
+                    match engine.next() {
+                        Some(Value::Int(i)) => json!(i),
+                        Some(Value::Float(f)) => json!(f),
+                        None => Json::Null,
+                    }
+                }
+            })
+            .collect()
+    };
+    let now = r.stats.engagement(&site.site_id, &q.range, &q.filters).await.map_err(stats_error)?;
+    let mut echo = json!({
+        "site_id": body.get("site_id"),
+        "metrics": asked,
+        "date_range": [q.range.first().to_string(), q.range.last().to_string()],
+        "dimensions": q.dimensions,
+        "filters": body.get("filters").cloned().unwrap_or(json!([])),
+        "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
+        "pagination": { "limit": q.limit, "offset": q.offset },
+    });
+    let results: Vec<Json> = match parse_include(body, site)? {
+        None => r
+            .stats
+            .query(&q)
+            .await
+            .map_err(stats_error)?
+            .iter()
+            .map(|row| json!({ "metrics": merge(&row.metrics, lookup(&now, &row.dimensions)), "dimensions": row.dimensions }))
+            .collect(),
+        Some(mode) => {
+            let compared = r.stats.query_compared(&q, mode).await.map_err(stats_error)?;
+            let before = r.stats.engagement(&site.site_id, &compared.range, &q.filters).await.map_err(stats_error)?;
+            echo["comparison_date_range"] =
+                json!([compared.range.first().to_string(), compared.range.last().to_string()]);
+            compared
+                .rows
+                .iter()
+                .map(|(row, c)| {
+                    let (e_now, e_before) = (lookup(&now, &row.dimensions), lookup(&before, &c.dimensions));
+                    let mut engine_change = c.change.iter();
+                    let change: Vec<Json> = asked
+                        .iter()
+                        .map(|m| {
+                            if !ENGAGEMENT_METRICS.contains(&m.as_str()) {
+                                return json!(engine_change.next().copied().flatten());
+                            }
+                            let (Some(a), Some(b)) =
+                                (engagement_value(e_now.as_ref(), m), engagement_value(e_before.as_ref(), m))
+                            else {
+                                return Json::Null;
+                            };
+                            // Scroll depth is a percentage: its change is in points, as a rate's.
+                            let metric = if m == "scroll_depth" { Metric::BounceRate } else { Metric::Visitors };
+                            json!(analytics::stats::change(metric, Value::Int(a as i64), Value::Int(b as i64)))
+                        })
+                        .collect();
+                    json!({
+                        "metrics": merge(&row.metrics, e_now),
+                        "dimensions": row.dimensions,
+                        "comparison": { "metrics": merge(&c.metrics, e_before), "dimensions": c.dimensions, "change": change },
+                    })
+                })
+                .collect()
+        }
+    };
+    if let Some(include) = body.get("include") {
+        echo["include"] = include.clone();
+    }
+    Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })))
+}
+
+/// `POST /api/properties {site_id, date_range}`: the custom property keys of the site's events
+/// in the range, most used first: `{keys: [{key, events}]}`.
+pub async fn property_keys(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
+    let range = tri!(parse_range(&body, &site.zone));
+    match r.stats.property_keys(&site.site_id, &range).await {
+        Ok(keys) => {
+            let keys: Vec<Json> = keys.iter().map(|(key, events)| json!({ "key": key, "events": events })).collect();
+            json_ok(json!({ "keys": keys }))
+        }
+        Err(e) => stats_error(e),
+    }
+}
+
 /// `POST /api/v2/query`: Plausible's Stats API v2, with `include.comparisons`; a `date_range`
 /// of `30m` (or `realtime`) is the last 30 minutes.
 pub async fn query(
@@ -303,6 +439,10 @@ pub async fn query(
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let (r, body, site) = tri!(json_request(&state, &headers, body).await);
+    let asked = tri!(strings(body.get("metrics"), "metrics"));
+    if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
+        return tri!(engagement_query(r, &body, &site, &asked).await);
+    }
     // `30m` (or `realtime`): the last 30 minutes, read from their event blocks.
     let realtime = matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime"));
     if realtime {

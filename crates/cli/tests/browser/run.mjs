@@ -206,6 +206,13 @@ try {
 
   await dash.waitForSelector("#chart path.line");
   await dash.waitForSelector('[data-panel="pages"] tr.row[data-value="/pricing"]');
+  // Engagement in the pages panel: the Stats API's scroll depth and time on page of /pricing,
+  // which the tracker measured when the page was left.
+  const engaged = (await stats({ date_range: [from, to], metrics: ["scroll_depth", "time_on_page"], dimensions: ["event:page"],
+    filters: [["is", "event:page", ["/pricing"]]] })).results[0].metrics;
+  assert.ok(engaged[0] > 0 && engaged[1] >= 1, `engagement of /pricing: ${engaged}`);
+  assert.equal((await dash.textContent('[data-panel="pages"] tr.row[data-value="/pricing"] td:nth-child(4)')).trim(), `${engaged[0]}%`, "scroll depth");
+  found.engagement = engaged;
   // Comparisons: each top stat's change, the dashed series and each row's change are the Stats
   // API's for the previous period (which holds the visit browser.rs imported 35 days ago).
   const cmp = await stats({ date_range: [from, to], metrics: ["visitors", "visits", "pageviews", "views_per_visit", "bounce_rate"],
@@ -396,6 +403,20 @@ try {
   await dash.click("#segment-delete");
   await dash.waitForFunction(() => !document.querySelector('#filters .chip[data-dimension="segment"]'));
   assert.deepEqual((await get(`/api/sites/${SITE}/segments`)).segments, [], "the segment is deleted");
+
+  // Custom properties: the key picker lists the keys the site's events carry; a key's values are
+  // the Stats API's breakdown.
+  await dash.click('[data-panel="events"] [data-tab="props"]');
+  const keysApi = (await (await fetch(`${TALLY}/api/properties`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "30d" }) })).json()).keys.map((k) => k.key);
+  assert.ok(keysApi.includes("via") && keysApi.includes("plan"), `the trackers' properties: ${keysApi}`);
+  await dash.waitForFunction((n) => document.querySelectorAll("#prop-key option").length === n, keysApi.length);
+  assert.deepEqual(await dash.locator("#prop-key option").allTextContents(), keysApi);
+  await dash.selectOption("#prop-key", "via");
+  await dash.waitForSelector('[data-panel="events"] table[data-dimension="event:props:via"]');
+  const via = rows(await stats({ date_range: "30d", metrics: ["visitors", "events"], dimensions: ["event:props:via"] }));
+  assert.deepEqual(await dash.locator('[data-panel="events"] tr.row').evaluateAll((trs) => trs.map((tr) => tr.dataset.value)), Object.keys(via));
+  found.properties = { keys: keysApi, via };
 
   // Realtime: every panel over the last 30 minutes (the script's visits), as the Stats API's `30m`.
   await dash.selectOption("#range", "realtime");

@@ -5,9 +5,9 @@
 //!
 //! | range | visitor | events | visit |
 //! | --- | --- | --- | --- |
-//! | current, 8–14 Oct 2026 | a | 8 Oct 10:00 `/?utm_source=news`, 10:02 `/pricing`, 10:03 `Signup` | 2 pv, 180 s |
+//! | current, 8–14 Oct 2026 | a | 8 Oct 10:00 `/?utm_source=news`, 10:02 `/pricing`, 10:03 `Signup` (plan pro) | 2 pv, 180 s |
 //! | | b | 9 Oct 09:00 `/` | bounce |
-//! | | c | 10 Oct 12:00 `/pricing` (from google.com) | bounce |
+//! | | c | 10 Oct 12:00 `/pricing` (from google.com, plan free, seats 3) | bounce |
 //! | previous, 1–7 Oct 2026 | d | 2 Oct 08:00 `/` | bounce |
 //! | | e | 3 Oct 08:00 `/`, 08:01 `/about` | 2 pv, 60 s |
 //! | a year before, 8–14 Oct 2025 | f | 8 Oct 2025 09:00 `/` | bounce |
@@ -46,9 +46,14 @@ pub(crate) fn fixture() -> Fixture {
     let lines = [
         line("2026-10-08T10:00:00Z", "/?utm_source=news", "a", json!({})),
         line("2026-10-08T10:02:00Z", "/pricing", "a", json!({})),
-        line("2026-10-08T10:03:00Z", "/pricing", "a", json!({ "name": "Signup" })),
+        line("2026-10-08T10:03:00Z", "/pricing", "a", json!({ "name": "Signup", "props": { "plan": "pro" } })),
         line("2026-10-09T09:00:00Z", "/", "b", json!({})),
-        line("2026-10-10T12:00:00Z", "/pricing", "c", json!({ "referrer": "https://www.google.com/" })),
+        line(
+            "2026-10-10T12:00:00Z",
+            "/pricing",
+            "c",
+            json!({ "referrer": "https://www.google.com/", "props": { "plan": "free", "seats": "3" } }),
+        ),
         line("2026-10-02T08:00:00Z", "/", "d", json!({})),
         line("2026-10-03T08:00:00Z", "/", "e", json!({})),
         line("2026-10-03T08:01:00Z", "/about", "e", json!({})),
@@ -561,4 +566,109 @@ fn a_shared_link_is_framed_only_when_its_owner_lets_it() {
         f.admin("PATCH", &format!("/api/sites/cmp.test/shares/{secret_id}"), Some(&json!({ "embed": true })));
     assert_eq!(status, 400);
     refused(secret["path"].as_str().unwrap());
+}
+
+#[test]
+fn property_keys_breakdowns_and_goals_by_property() {
+    let f = fixture();
+    // The keys the week's events carry, most used first.
+    let (status, keys) = f.post("/api/properties", &json!({ "site_id": "cmp.test", "date_range": WEEK }));
+    assert_eq!(status, 200, "{keys}");
+    assert_eq!(keys["keys"], json!([{ "key": "plan", "events": 2 }, { "key": "seats", "events": 1 }]));
+    let (_, before) =
+        f.post("/api/properties", &json!({ "site_id": "cmp.test", "date_range": ["2026-10-01", "2026-10-07"] }));
+    assert_eq!(before["keys"], json!([]), "no properties the week before");
+    let (status, _) = f.post("/api/properties", &json!({ "site_id": "cmp.test", "date_range": "fortnight" }));
+    assert_eq!(status, 400);
+
+    let plans = f.query(json!({ "site_id": "cmp.test", "date_range": WEEK, "metrics": ["visitors", "events"],
+        "dimensions": ["event:props:plan"] }));
+    assert_eq!(
+        plans["results"],
+        json!([{ "dimensions": ["free"], "metrics": [1, 1] }, { "dimensions": ["pro"], "metrics": [1, 1] }])
+    );
+    // Goals filtered by a property: the Signup of plan pro converts 1 of its 1 visitor; plan free
+    // has no Signup.
+    let goals = |plan: &str| {
+        f.query(
+            json!({ "site_id": "cmp.test", "date_range": WEEK, "metrics": ["visitors", "events", "conversion_rate"],
+            "dimensions": ["event:goal"], "filters": [["is", "event:props:plan", [plan]]] }),
+        )["results"]
+            .clone()
+    };
+    assert_eq!(goals("pro"), json!([{ "dimensions": ["Signup"], "metrics": [1, 1, 100.0] }]));
+    assert_eq!(goals("free"), json!([]));
+}
+
+/// Engagement, worked by hand: a read `/` to 80 % for 40 s and `/pricing` to 50 % then 70 % for
+/// 20 s and 10 s; b read `/` to 40 % for 20 s. So `/` has a scroll depth of (80 + 40) / 2 = 60 %
+/// and a time on page of (40 + 20) / 2 = 30 s, `/pricing` 70 % and 30 s, and the site, over its
+/// three (visitor, page) pairs, (80 + 40 + 70) / 3 = 63 % and (40 + 20 + 30) / 3 = 30 s.
+#[test]
+fn scroll_depth_and_time_on_page() {
+    let f = fixture();
+    let engagement = |ts: &str, path: &str, visitor: &str, depth: &str, ms: &str| {
+        json!({ "timestamp": ts, "url": format!("https://cmp.test{path}"), "user_agent": UA, "visitor": visitor,
+                "name": "engagement", "interactive": false, "props": { "scroll_depth": depth, "engaged_ms": ms } })
+    };
+    let lines: String = [
+        engagement("2026-10-08T10:01:00Z", "/", "a", "80", "40000"),
+        engagement("2026-10-08T10:02:30Z", "/pricing", "a", "50", "20000"),
+        engagement("2026-10-08T10:02:50Z", "/pricing", "a", "70", "10000"),
+        engagement("2026-10-09T09:00:30Z", "/", "b", "40", "20000"),
+    ]
+    .iter()
+    .map(|l| format!("{l}\n"))
+    .collect();
+    let auth = format!("Bearer {}", f.key);
+    let r = f.client().request(
+        "POST",
+        "/api/import",
+        &[("authorization", &auth), ("content-type", "application/x-ndjson")],
+        lines.as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["imported"], json!(4), "{}", r.text());
+
+    let pages = f.query(json!({ "site_id": "cmp.test", "date_range": WEEK,
+        "metrics": ["visitors", "scroll_depth", "time_on_page"], "dimensions": ["event:page"] }));
+    assert_eq!(
+        pages["results"],
+        json!([{ "dimensions": ["/"], "metrics": [2, 60, 30] }, { "dimensions": ["/pricing"], "metrics": [2, 70, 30] }]),
+        "{pages}"
+    );
+    let site =
+        f.query(json!({ "site_id": "cmp.test", "date_range": WEEK, "metrics": ["scroll_depth", "time_on_page"] }));
+    assert_eq!(site["results"], json!([{ "dimensions": [], "metrics": [63, 30] }]), "{site}");
+    let pricing = f
+        .query(json!({ "site_id": "cmp.test", "date_range": WEEK, "metrics": ["time_on_page", "scroll_depth"],
+        "filters": [["is", "event:page", ["/pricing"]]] }));
+    assert_eq!(pricing["results"][0]["metrics"], json!([30, 70]), "{pricing}");
+    // The week before had no engagement: null, and no change.
+    let compared = f.query(json!({ "site_id": "cmp.test", "date_range": WEEK, "metrics": ["visitors", "scroll_depth"],
+        "dimensions": ["event:page"], "include": { "comparisons": { "mode": "previous_period" } } }));
+    assert_eq!(
+        compared["results"][0],
+        json!({ "dimensions": ["/"], "metrics": [2, 60],
+                "comparison": { "dimensions": ["/"], "metrics": [2, null], "change": [0.0, null] } }),
+        "{compared}"
+    );
+    for (body, says) in [
+        (json!({ "metrics": ["scroll_depth"], "dimensions": ["visit:source"] }), "event:page"),
+        (json!({ "metrics": ["scroll_depth"], "filters": [["is", "visit:source", ["Google"]]] }), "event:page only"),
+        (
+            json!({ "metrics": ["scroll_depth"], "dimensions": ["event:page"], "order_by": [["scroll_depth", "desc"]] }),
+            "ordered",
+        ),
+        (json!({ "metrics": ["time_on_page"], "date_range": "30m" }), "30 minutes"),
+    ] {
+        let mut body = body;
+        body["site_id"] = json!("cmp.test");
+        if body.get("date_range").is_none() {
+            body["date_range"] = json!(WEEK);
+        }
+        let (status, answer) = f.post("/api/v2/query", &body);
+        assert_eq!(status, 400, "{body} => {answer}");
+        assert!(answer["error"].as_str().unwrap_or("").contains(says), "{body} => {answer}");
+    }
 }

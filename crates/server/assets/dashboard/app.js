@@ -31,7 +31,7 @@ const PANELS = [
   { id: "events", title: "Custom events", tabs: [["event:name", "Events"], ["props", "Properties"]], metrics: ["visitors", "events"] },
 ];
 const S = { csrf: null, share: null, user: null, sites: [], site: null, period: "30d", from: "", to: "",
-  interval: "day", metric: "visitors", comparison: "previous_period", funnel: null, filters: [], tabs: {}, prop: "plan", timer: null, seq: 0 };
+  interval: "day", metric: "visitors", comparison: "previous_period", funnel: null, filters: [], tabs: {}, prop: "", propKeys: null, timer: null, seq: 0 };
 
 // ---- helpers ----
 function h(tag, attrs, ...kids) {
@@ -96,6 +96,9 @@ function duration(sec) {
   return m >= 60 ? `${Math.floor(m / 60)}h ${m % 60}m` : m ? `${m}m ${r}s` : `${r}s`;
 }
 function fmt(metric, v) {
+  if ((metric === "scroll_depth" || metric === "time_on_page") && (v === null || v === undefined)) return "–";
+  if (metric === "scroll_depth") return `${v}%`;
+  if (metric === "time_on_page") return duration(v);
   if (metric === "bounce_rate" || metric === "conversion_rate") return `${v}%`;
   if (metric === "visit_duration") return duration(v);
   if (metric === "views_per_visit") return (v || 0).toFixed(2);
@@ -115,6 +118,7 @@ function readUrl() {
   S.from = q.get("from") || ""; S.to = q.get("to") || "";
   S.interval = q.get("interval") || (S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day");
   S.metric = q.get("metric") || "visitors";
+  S.prop = q.get("prop") || "";
   S.comparison = COMPARISONS.some((c) => c[0] === q.get("comparison")) ? q.get("comparison") : "previous_period";
   S.funnel = q.get("funnel") || null;
   // A filter is `op|dimension|value|value…`, each value with `%` and `|` escaped; values are OR.
@@ -131,6 +135,7 @@ function writeUrl() {
   if (S.period === "custom") { q.set("from", S.from); q.set("to", S.to); }
   q.set("interval", S.interval);
   if (S.metric !== "visitors") q.set("metric", S.metric);
+  if (S.prop) q.set("prop", S.prop);
   if (S.comparison !== "previous_period") q.set("comparison", S.comparison);
   if (S.funnel) q.set("funnel", S.funnel);
   for (const [op, dim, values] of S.filters) q.append("f", [op, dim, ...values.map(escapeValue)].join("|"));
@@ -519,8 +524,9 @@ function panelShell(p) {
   const tab = S.tabs[p.id] || p.tabs[0][0];
   const tabs = h("div", { class: "tabs" }, p.tabs.map(([dim, label]) => h("button", { class: dim === tab ? "on" : "", "data-tab": dim,
     onclick: () => { S.tabs[p.id] = dim; const el = document.querySelector(`[data-panel="${p.id}"]`); el.replaceWith(panelShell(p)); loadPanel(p, S.seq); } }, label)));
-  const extra = tab === "props" ? h("input", { id: "prop-key", value: S.prop, size: 10, "aria-label": "Property",
-    onchange: (e) => { S.prop = e.target.value.trim(); loadPanel(p, S.seq); } }) : null;
+  // The property keys the site's events carry in the range, filled in by loadPanel.
+  const extra = tab === "props" ? h("select", { id: "prop-key", "aria-label": "Property",
+    onchange: (e) => { S.prop = e.target.value; writeUrl(); loadPanel(p, S.seq); } }) : null;
   const csv = EXPORTS[tab] && !isRealtime() ? h("button", { class: "link export", title: "This tab as CSV", onclick: () => download(EXPORTS[tab]) }, "CSV") : null;
   return h("section", { class: "card panel", "data-panel": p.id }, h("div", { class: "head" }, h("h2", {}, p.title), tabs, extra, csv),
     h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
@@ -530,8 +536,18 @@ async function loadPanel(p, seq) {
   const el = document.querySelector(`[data-panel="${p.id}"] .body`);
   if (!el) return;
   let dim = S.tabs[p.id] || p.tabs[0][0];
-  if (dim === "props") dim = `event:props:${S.prop || "plan"}`;
-  const metrics = p.metrics || ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"];
+  if (dim === "props") {
+    let keys;
+    try { keys = await propertyKeys(seq); } catch (e) { if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message)); return; }
+    if (seq !== S.seq) return;
+    if (!keys.length) { el.replaceChildren(h("p", { class: "empty" }, "No custom properties in this range")); return; }
+    if (!keys.includes(S.prop)) S.prop = keys[0];
+    document.getElementById("prop-key")?.replaceChildren(...keys.map((k) => h("option", { value: k, selected: k === S.prop }, k)));
+    dim = `event:props:${S.prop}`;
+  }
+  // Top pages also show engagement (scroll depth, time on page), except over the last 30 minutes.
+  const metrics = p.metrics || (dim === "event:page" && !isRealtime() ? ["visitors", "pageviews", "scroll_depth", "time_on_page"]
+    : ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"]);
   try {
     const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 }, ...compared() });
     if (seq !== S.seq) return;
@@ -543,6 +559,15 @@ async function loadPanel(p, seq) {
   }
 }
 
+// The site's property keys in the dashboard's range (today's in realtime), once per load.
+function propertyKeys(seq) {
+  if (S.propKeys && S.propKeys.seq === seq) return S.propKeys.keys;
+  const keys = api("POST", "/api/properties", { site_id: S.site.site_id, date_range: isRealtime() ? "day" : dateRange() })
+    .then((r) => r.keys.map((k) => k.key));
+  S.propKeys = { seq, keys };
+  return keys;
+}
+
 function countryName(code) {
   try { return `${new Intl.DisplayNames(["en"], { type: "region" }).of(code)} (${code})`; } catch (_) { return code; }
 }
@@ -550,7 +575,8 @@ function countryName(code) {
 function rowsTable(dim, metrics, rows) {
   if (!rows.length) return h("p", { class: "empty" }, "No data yet");
   const max = Math.max(1, ...rows.map((r) => r.metrics[0] || 0));
-  const heads = { visitors: "Visitors", visits: "Visits", pageviews: "Pageviews", events: "Events", conversion_rate: "CR" };
+  const heads = { visitors: "Visitors", visits: "Visits", pageviews: "Pageviews", events: "Events", conversion_rate: "CR",
+    scroll_depth: "Scroll", time_on_page: "Time" };
   return h("table", { class: "rows", "data-dimension": dim },
     h("tr", {}, h("th", {}, dim.replace(/^(event|visit):/, "").replace("props:", "")), metrics.map((m) => h("th", { class: "num" }, heads[m] || m)),
       rows.some((r) => r.comparison) ? h("th", { class: "num" }, "Change") : null),
