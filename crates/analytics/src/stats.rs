@@ -25,6 +25,7 @@ use store::item;
 
 mod compare;
 mod engagement;
+mod journeys;
 mod props;
 mod scan;
 #[cfg(test)]
@@ -32,6 +33,7 @@ mod tests;
 
 pub use compare::{Compared, Comparison, ComparisonMode, change};
 pub use engagement::Engagement;
+pub use journeys::{ENTRANCE, EXIT, Journeys, MAX_JOURNEY_ROWS};
 pub use props::MAX_PROPERTY_KEYS;
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};

@@ -122,6 +122,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/funnel", post(crate::stats::funnel).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
         .route("/api/export", post(crate::export::export).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
         .route("/api/properties", post(crate::stats::property_keys).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
+        .route("/api/journeys", post(crate::stats::journeys).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
         .route("/api/realtime", get(crate::stats::realtime))
         .route("/api/v1/stats/realtime/visitors", get(crate::stats::realtime_visitors))
         .route("/api/sessions", get(crate::stats::recent_sessions))

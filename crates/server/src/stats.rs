@@ -413,6 +413,34 @@ async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String
     Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })))
 }
 
+/// `POST /api/journeys {site_id, date_range, page, filters}`: within the visits the filters
+/// select, the pages viewed just before `page` and just after it, and the most common paths of
+/// 2 to 4 pages from it, in visitors: `{page, before: [{page, visitors}], after: [...],
+/// paths: [{pages, visitors}]}`.
+pub async fn journeys(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
+    let range = tri!(parse_range(&body, &site.zone));
+    let filters = tri!(parse_filters(body.get("filters"), &site));
+    let page = match body.get("page").and_then(Json::as_str) {
+        Some(p) if !p.is_empty() && p.len() <= 2000 => p,
+        _ => return bad("`page` is required: a page path such as \"/pricing\""),
+    };
+    match r.stats.journeys(&site.site_id, &range, page, &filters).await {
+        Ok(j) => {
+            let list = |rows: &[(String, u64)]| -> Vec<Json> {
+                rows.iter().map(|(p, v)| json!({ "page": p, "visitors": v })).collect()
+            };
+            let paths: Vec<Json> = j.paths.iter().map(|(p, v)| json!({ "pages": p, "visitors": v })).collect();
+            json_ok(json!({ "page": page, "before": list(&j.before), "after": list(&j.after), "paths": paths }))
+        }
+        Err(e) => stats_error(e),
+    }
+}
+
 /// `POST /api/properties {site_id, date_range}`: the custom property keys of the site's events
 /// in the range, most used first: `{keys: [{key, events}]}`.
 pub async fn property_keys(

@@ -377,16 +377,15 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<HashMa
     Ok(items)
 }
 
-/// For a funnel: per step, the visitors (of one UTC day partition's sessions) who did it and
-/// every step before it in order within one visit, counting only events in `start..end` and
-/// only the visits `filters` select (as a filtered query selects visits: an event filter by
-/// some event of the visit, or every one for a negated operator; a visit filter by the visit).
-pub(super) fn funnel_day(
+/// The sessions of one UTC day partition's blocks that `filters` select (as a filtered query
+/// selects visits: an event filter by some event of the visit, or every one for a negated
+/// operator; a visit filter by the visit), each with its events in `start..end` in order, as
+/// (block, row) of the decoded blocks returned with them.
+fn selected_sessions(
     blocks: &[StoredBlock],
-    steps: &[crate::goal::Goal],
     (start, end): (i64, i64),
     filters: &[Filter],
-) -> Result<Vec<std::collections::HashSet<u64>>, StatsError> {
+) -> Result<(Vec<Block>, Vec<(SessionKey, Vec<(usize, usize)>)>), StatsError> {
     let spec = Spec { site_id: "", zone: &SiteZone::utc(), filters, dimension: crate::stored::TOTAL, periods: &[] };
     let cols = if filters.is_empty() {
         Cols::NONE.with(Col::Sessions).with(Col::Session).with(Col::Ts).with(Col::Seq).with(Col::Name).with(Col::Path)
@@ -420,7 +419,7 @@ pub(super) fn funnel_day(
             }
         }
     }
-    let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+    let mut out = Vec::with_capacity(sessions.len());
     for (key, mut events) in sessions {
         if !filters.is_empty() {
             let (Some(seen), Some(&(_, b, i))) = (selected.get(&key), last.get(&key)) else { continue };
@@ -437,8 +436,25 @@ pub(super) fn funnel_day(
             }
         }
         events.sort_unstable();
+        out.push((key, events.into_iter().map(|(_, b, i)| (b, i)).collect()));
+    }
+    Ok((decoded, out))
+}
+
+/// For a funnel: per step, the visitors (of one UTC day partition's sessions) who did it and
+/// every step before it in order within one visit, counting only events in `start..end` and
+/// only the visits `filters` select ([`selected_sessions`]).
+pub(super) fn funnel_day(
+    blocks: &[StoredBlock],
+    steps: &[crate::goal::Goal],
+    range: (i64, i64),
+    filters: &[Filter],
+) -> Result<Vec<std::collections::HashSet<u64>>, StatsError> {
+    let (decoded, sessions) = selected_sessions(blocks, range, filters)?;
+    let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+    for (key, events) in sessions {
         let mut done = 0;
-        for (_, b, i) in events {
+        for (b, i) in events {
             if done < steps.len() && steps[done].matches(decoded[b].name.get(i), decoded[b].path.get(i)) {
                 done += 1;
             }
@@ -448,4 +464,31 @@ pub(super) fn funnel_day(
         }
     }
     Ok(reached)
+}
+
+/// For journeys: each selected session's visitor and the paths of its page views in
+/// `start..end`, in order, a page viewed again at once (a reload) kept once.
+pub(super) fn page_sequences(
+    blocks: &[StoredBlock],
+    range: (i64, i64),
+    filters: &[Filter],
+) -> Result<Vec<(u64, Vec<String>)>, StatsError> {
+    let (decoded, sessions) = selected_sessions(blocks, range, filters)?;
+    let mut out = Vec::with_capacity(sessions.len());
+    for (key, events) in sessions {
+        let mut pages: Vec<String> = Vec::new();
+        for (b, i) in events {
+            if decoded[b].name.get(i) != crate::event::EventName::PAGEVIEW {
+                continue;
+            }
+            let path = decoded[b].path.get(i);
+            if pages.last().map(String::as_str) != Some(path) {
+                pages.push(path.to_owned());
+            }
+        }
+        if !pages.is_empty() {
+            out.push((key.visitor, pages));
+        }
+    }
+    Ok(out)
 }

@@ -368,6 +368,18 @@ try {
   assert.deepEqual(await dash.locator("#funnel td.dropoff").evaluateAll((tds) => tds.map((td) => td.dataset.dropoff)),
     funnelApi.steps.map((st) => String(st.dropoff)), "the drop-off per step");
   found.funnel = funnelApi.steps;
+  // Journeys through /pricing: the journeys API's pages before and after it.
+  await dash.waitForSelector("#journey-page option", { state: "attached" });
+  await dash.selectOption("#journey-page", "/pricing");
+  const jApi = await (await fetch(`${TALLY}/api/journeys`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "30d", page: "/pricing" }) })).json();
+  assert.ok(jApi.before.length >= 1 && jApi.after.length >= 1, JSON.stringify(jApi));
+  const shownRows = (id) => dash.locator(`#${id} tr[data-value]`).evaluateAll((trs) => trs.map((tr) => [tr.dataset.value, tr.lastChild.textContent]));
+  await dash.waitForFunction((want) => JSON.stringify([...document.querySelectorAll("#journey-after tr[data-value]")].map((tr) => [tr.dataset.value, tr.lastChild.textContent])) === want,
+    JSON.stringify(jApi.after.map((r) => [r.page, String(r.visitors)])));
+  assert.deepEqual(await shownRows("journey-before"), jApi.before.map((r) => [r.page, String(r.visitors)]), "came from");
+  assert.match(dash.url(), /journey=%2Fpricing/);
+  found.journeys = jApi;
   // Under a segment, the funnel, the realtime panel and every panel count the visits it selects.
   const segment = [["is", "segment", [segs[0].segment_id]]];
   await dash.selectOption("#segment-pick", segs[0].segment_id);

@@ -672,3 +672,49 @@ fn scroll_depth_and_time_on_page() {
         assert!(answer["error"].as_str().unwrap_or("").contains(says), "{body} => {answer}");
     }
 }
+
+/// Journeys over both weeks, by hand: the visits' page views are a `/ → /pricing`, b `/`,
+/// c `/pricing`, d `/`, e `/ → /about`.
+#[test]
+fn journeys_through_a_page() {
+    let f = fixture();
+    let journeys = |page: &str, filters: Value| {
+        let (status, answer) = f.post(
+            "/api/journeys",
+            &json!({ "site_id": "cmp.test", "date_range": BOTH, "page": page, "filters": filters }),
+        );
+        assert_eq!(status, 200, "{answer}");
+        answer
+    };
+    let home = journeys("/", json!([]));
+    assert_eq!(home["before"], json!([{ "page": "(entrance)", "visitors": 4 }]), "{home}");
+    assert_eq!(
+        home["after"],
+        json!([{ "page": "(exit)", "visitors": 2 }, { "page": "/about", "visitors": 1 }, { "page": "/pricing", "visitors": 1 }]),
+        "{home}"
+    );
+    assert_eq!(
+        home["paths"],
+        json!([{ "pages": ["/", "/about"], "visitors": 1 }, { "pages": ["/", "/pricing"], "visitors": 1 }]),
+        "{home}"
+    );
+    let pricing = journeys("/pricing", json!([]));
+    assert_eq!(
+        pricing["before"],
+        json!([{ "page": "(entrance)", "visitors": 1 }, { "page": "/", "visitors": 1 }]),
+        "{pricing}"
+    );
+    assert_eq!(pricing["after"], json!([{ "page": "(exit)", "visitors": 2 }]), "{pricing}");
+    assert_eq!(pricing["paths"], json!([]), "{pricing}");
+    // Under a filter: only a's visit came from the newsletter.
+    let news = journeys("/", json!([["is", "visit:utm_source", ["news"]]]));
+    assert_eq!(news["after"], json!([{ "page": "/pricing", "visitors": 1 }]), "{news}");
+    for body in [
+        json!({ "site_id": "cmp.test", "date_range": BOTH }),
+        json!({ "site_id": "cmp.test", "date_range": BOTH, "page": "" }),
+        json!({ "site_id": "cmp.test", "date_range": BOTH, "page": "/", "filters": [["matches", "event:page", ["("]]] }),
+    ] {
+        let (status, answer) = f.post("/api/journeys", &body);
+        assert_eq!(status, 400, "{body} => {answer}");
+    }
+}

@@ -119,6 +119,7 @@ function readUrl() {
   S.interval = q.get("interval") || (S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day");
   S.metric = q.get("metric") || "visitors";
   S.prop = q.get("prop") || "";
+  S.journey = q.get("journey") || "";
   S.comparison = COMPARISONS.some((c) => c[0] === q.get("comparison")) ? q.get("comparison") : "previous_period";
   S.funnel = q.get("funnel") || null;
   // A filter is `op|dimension|value|value…`, each value with `%` and `|` escaped; values are OR.
@@ -136,6 +137,7 @@ function writeUrl() {
   q.set("interval", S.interval);
   if (S.metric !== "visitors") q.set("metric", S.metric);
   if (S.prop) q.set("prop", S.prop);
+  if (S.journey) q.set("journey", S.journey);
   if (S.comparison !== "previous_period") q.set("comparison", S.comparison);
   if (S.funnel) q.set("funnel", S.funnel);
   for (const [op, dim, values] of S.filters) q.append("f", [op, dim, ...values.map(escapeValue)].join("|"));
@@ -361,11 +363,13 @@ function dashboard() {
   // Sessions name visitors' paths through the site: signed-in users see them, shared links do not.
   const funnels = S.site.funnels || [];
   const panels = h("div", { class: "panels" }, PANELS.map(panelShell), funnels.length && !isRealtime() ? funnelShell(funnels, seq) : null,
+    isRealtime() ? null : journeysShell(),
     realtimeShell(), S.share ? null : sessionsShell());
   show(h("div", { class: "wrap" }, topBar(), filterBar(), stats, chart, panels));
   loadTop(seq); loadChart(seq);
   for (const p of PANELS) loadPanel(p, seq);
   if (funnels.length && !isRealtime()) loadFunnel(seq);
+  if (!isRealtime()) loadJourneys(seq);
   const live = () => {
     loadRealtime(seq); if (!S.share) loadSessions(seq);
     // In realtime every figure is of the last 30 minutes, so all of them move.
@@ -648,6 +652,35 @@ async function loadFunnel(seq) {
         h("td", { class: "num" }, compact(st.visitors)), h("td", { class: "num", title: `${st.conversion_rate_step}% of the step before` }, `${st.conversion_rate}%`),
         h("td", { class: "num dropoff", "data-dropoff": st.dropoff }, i === 0 ? "–" : `${compact(st.dropoff)} (${st.dropoff_percentage}%)`)))),
       S.filters.length ? h("p", { class: "note" }, "Only the visits the filters above select.") : null);
+  } catch (e) {
+    if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
+  }
+}
+
+// Journeys through a page (one of the range's top pages): where its visitors came from, where
+// they went next, and the most common paths from it.
+function journeysShell() {
+  return h("section", { class: "card panel journeys", id: "journeys" }, h("div", { class: "head" }, h("h2", {}, "Journeys"),
+    h("select", { id: "journey-page", "aria-label": "Page", onchange: (e) => { S.journey = e.target.value; writeUrl(); loadJourneys(S.seq); } })),
+  h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
+}
+
+async function loadJourneys(seq) {
+  const body = () => document.querySelector("#journeys .body");
+  try {
+    const top = await query({ metrics: ["visitors"], dimensions: ["event:page"], pagination: { limit: 20 } });
+    if (seq !== S.seq || !body()) return;
+    const pages = top.results.map((r) => r.dimensions[0]);
+    if (!pages.length) { body().replaceChildren(h("p", { class: "empty" }, "No data yet")); return; }
+    if (!pages.includes(S.journey)) S.journey = pages[0];
+    document.getElementById("journey-page").replaceChildren(...pages.map((p) => h("option", { value: p, selected: p === S.journey }, p)));
+    const j = await api("POST", "/api/journeys", { site_id: S.site.site_id, date_range: dateRange(), page: S.journey, filters: S.filters });
+    if (seq !== S.seq || !body()) return;
+    const list = (id, title, rows) => h("table", { class: "rows", id }, h("tr", {}, h("th", {}, title), h("th", { class: "num" }, "Visitors")),
+      rows.map((r) => h("tr", { "data-value": r.page ?? r.pages.join(" → ") }, h("td", { class: "name" }, h("span", {}, r.page ?? r.pages.join(" → "))),
+        h("td", { class: "num" }, compact(r.visitors)))));
+    body().replaceChildren(h("div", { class: "journey-lists" }, list("journey-before", "Came from", j.before), list("journey-after", "Went to", j.after)),
+      j.paths.length ? list("journey-paths", "Paths from here", j.paths) : null);
   } catch (e) {
     if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
   }
