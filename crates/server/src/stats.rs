@@ -572,12 +572,14 @@ pub(crate) fn parse_include(body: &Json, site: &Site) -> Result<Option<Compariso
         Some(Json::Object(c)) => c,
         Some(_) => return Err(bad("`include.comparisons` must be an object such as {\"mode\": \"previous_period\"}")),
     };
-    if c.get("match_day_of_week").is_some_and(|v| v != &Json::Bool(false)) {
-        return Err(bad("`include.comparisons.match_day_of_week` is not supported"));
-    }
+    let match_day_of_week = match c.get("match_day_of_week") {
+        None | Some(Json::Null) => false,
+        Some(Json::Bool(b)) => *b,
+        Some(_) => return Err(bad("`include.comparisons.match_day_of_week` must be true or false")),
+    };
     let mode = match c.get("mode").and_then(Json::as_str) {
-        Some("previous_period") => ComparisonMode::PreviousPeriod,
-        Some("year_over_year") => ComparisonMode::YearOverYear,
+        Some("previous_period") => ComparisonMode::PreviousPeriod { match_day_of_week },
+        Some("year_over_year") => ComparisonMode::YearOverYear { match_day_of_week },
         Some("custom") => {
             let Some(Json::Array(pair)) = c.get("date_range") else {
                 return Err(bad("`include.comparisons` with mode `custom` needs `date_range`: two dates"));

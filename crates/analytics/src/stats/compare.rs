@@ -22,10 +22,18 @@ use crate::period::{DateRange, Unit};
 /// Which range a query is compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ComparisonMode {
-    /// The range of the same length just before.
-    PreviousPeriod,
-    /// The same dates a year before (29 February becomes the 28th).
-    YearOverYear,
+    /// The range of the same length just before; with `match_day_of_week`, moved to start on
+    /// the nearest day of the range's first weekday (other than the range's own first day).
+    PreviousPeriod {
+        /// Whether to start on the range's first weekday.
+        match_day_of_week: bool,
+    },
+    /// The same dates a year before (29 February becomes the 28th); with `match_day_of_week`,
+    /// moved as [`ComparisonMode::PreviousPeriod`] is.
+    YearOverYear {
+        /// Whether to start on the range's first weekday.
+        match_day_of_week: bool,
+    },
     /// Dates of the caller's choice.
     Custom(DateRange),
 }
@@ -34,13 +42,33 @@ impl ComparisonMode {
     /// The range `range` is compared with.
     pub fn range_for(&self, range: &DateRange) -> Result<DateRange, StatsError> {
         let invalid = |e: &dyn std::fmt::Display| StatsError::Invalid(format!("comparison date range: {e}"));
-        let compared = match self {
-            ComparisonMode::PreviousPeriod => range.previous_period().map_err(|e| invalid(&e))?,
-            ComparisonMode::YearOverYear => {
-                let back = |d: jiff::civil::Date| d.checked_sub(1.year()).map_err(|e| invalid(&e));
-                DateRange::new(back(range.first())?, back(range.last())?).map_err(|e| invalid(&e))?
+        let (compared, matching) = match self {
+            ComparisonMode::PreviousPeriod { match_day_of_week } => {
+                (range.previous_period().map_err(|e| invalid(&e))?, *match_day_of_week)
             }
-            ComparisonMode::Custom(r) => *r,
+            ComparisonMode::YearOverYear { match_day_of_week } => {
+                let back = |d: jiff::civil::Date| d.checked_sub(1.year()).map_err(|e| invalid(&e));
+                (
+                    DateRange::new(back(range.first())?, back(range.last())?).map_err(|e| invalid(&e))?,
+                    *match_day_of_week,
+                )
+            }
+            ComparisonMode::Custom(r) => (*r, false),
+        };
+        let compared = if matching {
+            // The nearest day, before or after, on the range's first weekday; never the range's
+            // own first day (a previous period that ends the day before would become the range).
+            let weekday = range.first().weekday();
+            let from = compared.first();
+            let candidates = (-6i64..=6).filter_map(|d| from.checked_add(d.days()).ok().map(|c| (d, c)));
+            let shift = candidates
+                .filter(|(_, c)| c.weekday() == weekday && *c != range.first())
+                .min_by_key(|(d, _)| d.abs())
+                .map_or(0, |(d, _)| d);
+            let moved = |x: jiff::civil::Date| x.checked_add(shift.days()).map_err(|e| invalid(&e));
+            DateRange::new(moved(compared.first())?, moved(compared.last())?).map_err(|e| invalid(&e))?
+        } else {
+            compared
         };
         super::check_range(&compared)?;
         Ok(compared)
@@ -189,10 +217,23 @@ mod tests {
     #[test]
     fn comparison_ranges() {
         let r = DateRange::new(date("2024-03-01"), date("2024-03-07")).unwrap();
-        let prev = ComparisonMode::PreviousPeriod.range_for(&r).unwrap();
+        let previous = ComparisonMode::PreviousPeriod { match_day_of_week: false };
+        let prev = previous.range_for(&r).unwrap();
         assert_eq!(prev.to_string(), "2024-02-23..2024-02-29");
         let leap = DateRange::new(date("2024-02-29"), date("2024-02-29")).unwrap();
-        assert_eq!(ComparisonMode::YearOverYear.range_for(&leap).unwrap().to_string(), "2023-02-28..2023-02-28");
+        let yoy = ComparisonMode::YearOverYear { match_day_of_week: false };
+        assert_eq!(yoy.range_for(&leap).unwrap().to_string(), "2023-02-28..2023-02-28");
+        // Matching weekdays: Friday 1 March 2024; a year before it was a Wednesday, so the
+        // comparison starts on the nearest Friday, 3 March 2023.
+        let yoy_days = ComparisonMode::YearOverYear { match_day_of_week: true };
+        assert_eq!(yoy_days.range_for(&r).unwrap().to_string(), "2023-03-03..2023-03-09");
+        // A week's previous period already starts on its weekday.
+        let previous_days = ComparisonMode::PreviousPeriod { match_day_of_week: true };
+        assert_eq!(previous_days.range_for(&r).unwrap().to_string(), "2024-02-23..2024-02-29");
+        // Ten days from Friday 1 March: the previous period starts on Tuesday 20 February, the
+        // nearest Friday is the 23rd.
+        let ten = DateRange::new(date("2024-03-01"), date("2024-03-10")).unwrap();
+        assert_eq!(previous_days.range_for(&ten).unwrap().to_string(), "2024-02-23..2024-03-03");
     }
 
     #[test]

@@ -134,6 +134,15 @@ fn comparisons_with_the_previous_period_and_the_year_before() {
     assert_eq!(yoy["results"][0]["comparison"]["metrics"], json!([1, 1, 1, 100, 0]), "{yoy}");
     assert_eq!(yoy["results"][0]["comparison"]["change"], json!([200.0, 200.0, 300.0, -33.0, 100.0]), "{yoy}");
 
+    // Matching weekdays: Thursday 8 October 2026 a year before was a Wednesday, so the comparison
+    // starts on Thursday 9 October 2025, and f's visit of the 8th is outside it.
+    let same_day = f.query(json!({
+        "site_id": "cmp.test", "date_range": WEEK, "metrics": ["visitors"],
+        "include": { "comparisons": { "mode": "year_over_year", "match_day_of_week": true } },
+    }));
+    assert_eq!(same_day["query"]["comparison_date_range"], json!(["2025-10-09", "2025-10-15"]), "{same_day}");
+    assert_eq!(same_day["results"][0]["comparison"]["metrics"], json!([0]), "{same_day}");
+
     let custom = f.query(json!({
         "site_id": "cmp.test", "date_range": WEEK, "metrics": ["visitors"],
         "include": { "comparisons": { "mode": "custom", "date_range": ["2026-10-03", "2026-10-03"] } },
@@ -224,6 +233,7 @@ fn comparisons_with_the_previous_period_and_the_year_before() {
     for (include, says) in [
         (json!({ "comparisons": { "mode": "last_tuesday" } }), "include.comparisons.mode"),
         (json!({ "comparisons": { "mode": "custom" } }), "date_range"),
+        (json!({ "comparisons": { "mode": "year_over_year", "match_day_of_week": "yes" } }), "match_day_of_week"),
         (json!({ "comparisons": { "mode": "custom", "date_range": ["2026-10-09", "2026-10-01"] } }), "date_range"),
         (json!({ "comparisons": "previous_period" }), "include.comparisons"),
         (json!({ "colours": true }), "include.colours"),
