@@ -145,6 +145,8 @@ pub struct ShareInfo {
     pub has_password: bool,
     /// Whether it was revoked.
     pub revoked: bool,
+    /// Whether other sites may show it in a frame (off unless its owner turns it on).
+    pub embed: bool,
 }
 
 /// Accounts, grants and shared links. Share it behind an `Arc`.
@@ -263,6 +265,7 @@ fn share_of(r: &Record) -> Result<ShareInfo, AccountsError> {
         name: r.opt_string("name").ok().flatten().unwrap_or_default().to_owned(),
         has_password: r.opt_string("password_hash").ok().flatten().is_some_and(|h| !h.is_empty()),
         revoked: r.opt_i64("revoked_at").ok().flatten().is_some(),
+        embed: matches!(r.get("embed"), Some(store::AttributeValue::Bool(true))),
     })
 }
 
@@ -515,6 +518,7 @@ impl Accounts {
             name: name.to_owned(),
             has_password: password.is_some(),
             revoked: false,
+            embed: false,
         };
         Ok((token, info))
     }
@@ -544,6 +548,32 @@ impl Accounts {
                 "ShareLink",
                 item! { "token_hash" => hash.as_str() },
                 model::expr::Update::new().set("revoked_at", now_ms()),
+            )
+            .await?;
+        forget(&self.shares);
+        Ok(())
+    }
+
+    /// Lets other sites show a shared link in a frame, or stops them; it takes effect within
+    /// [`CACHE_TTL`] everywhere.
+    pub async fn set_share_embed(&self, site_id: &str, share_id: &str, embed: bool) -> Result<(), AccountsError> {
+        let records = self
+            .table
+            .query("ShareLink")
+            .index("gsi1")
+            .key(item! { "site_id" => site_id, "share_id" => share_id })
+            .all()
+            .await?;
+        let hash = records
+            .first()
+            .and_then(|r| r.string("token_hash").ok())
+            .ok_or_else(|| AccountsError::NoSuchShare(share_id.to_owned()))?
+            .to_owned();
+        self.table
+            .update(
+                "ShareLink",
+                item! { "token_hash" => hash.as_str() },
+                model::expr::Update::new().set("embed", store::AttributeValue::Bool(embed)),
             )
             .await?;
         forget(&self.shares);

@@ -103,6 +103,19 @@ pub fn tally_schema(name: &str) -> Schema {
                 .key("SITE#{site_id}", "FUNNEL#{funnel_id}"),
         )
         .entity(
+            Entity::new("Segment")
+                .description(
+                    "A saved segment: a name and the filters it stands for, each `{op, dimension, values}` as the \
+                     Stats API takes them; a query names it with `[\"is\", \"segment\", [id]]`.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("segment_id").ulid())
+                .attribute(Attribute::string("name").required().example("Visitors from Germany"))
+                .attribute(Attribute::list("filters").required())
+                .timestamps()
+                .key("SITE#{site_id}", "SEGMENT#{segment_id}"),
+        )
+        .entity(
             Entity::new("ApiKey")
                 .description("A site API key, stored as the SHA-256 of the key; the key itself is shown once.")
                 .attribute(Attribute::string("key_hash").required().example("9f86d081884c7d65"))
@@ -163,6 +176,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("name").example("Public dashboard"))
                 .attribute(Attribute::string("password_hash"))
                 .attribute(Attribute::number("revoked_at"))
+                .attribute(Attribute::bool("embed"))
                 .timestamps()
                 .key("SHARE#{token_hash}", "SHARE")
                 .gsi("gsi1", "SHARES#{site_id}", "SHARE#{share_id}"),
@@ -349,10 +363,11 @@ pub fn tally_schema(name: &str) -> Schema {
             AccessPattern::get("site_by_domain", "Resolve an incoming event's domain to its site").entity("SiteDomain"),
         )
         .access_pattern(
-            AccessPattern::query("site_with_goals", "A site, its goals and funnels in one query")
+            AccessPattern::query("site_with_goals", "A site, its goals, funnels and segments in one query")
                 .entity("Site")
                 .entity("Goal")
-                .entity("Funnel"),
+                .entity("Funnel")
+                .entity("Segment"),
         )
         .access_pattern(AccessPattern::get("api_key_by_hash", "Authenticate a Bearer API key").entity("ApiKey"))
         .access_pattern(

@@ -69,7 +69,7 @@ pub enum SitesError {
     /// The goal is not valid.
     #[error(transparent)]
     Goal(#[from] GoalError),
-    /// A funnel is not valid.
+    /// A funnel or a segment is not valid.
     #[error("{0}")]
     InvalidFunnel(String),
     /// No key of the site has this id.
@@ -130,6 +130,8 @@ pub struct Site {
     pub goals: Vec<SiteGoal>,
     /// Its saved funnels, oldest first.
     pub funnels: Vec<SiteFunnel>,
+    /// Its saved segments, oldest first.
+    pub segments: Vec<SiteSegment>,
     /// The secret imported events' visitor ids are hashed under (their days' salts are gone):
     /// random per site, never shown. `None` for a site stored before imports had one, until its
     /// first import ([`Sites::import_salt`]).
@@ -155,6 +157,20 @@ pub struct SiteFunnel {
     /// Its steps in order: page patterns and event names, as goals are.
     pub steps: Vec<Goal>,
 }
+
+/// A saved segment of a site: filters under a name.
+#[derive(Debug, Clone)]
+pub struct SiteSegment {
+    /// Its id (a ULID).
+    pub segment_id: String,
+    /// What its owner called it.
+    pub name: String,
+    /// The filters it stands for (none names a segment).
+    pub filters: Vec<crate::stats::Filter>,
+}
+
+/// The most segments a site keeps.
+pub const MAX_SEGMENTS: usize = 100;
 
 /// The most funnels a site keeps.
 pub const MAX_FUNNELS: usize = 50;
@@ -329,8 +345,12 @@ impl Sites {
 
     /// Reads a site and its goals (one Query), bypassing the cache.
     async fn load(&self, site_id: &str) -> Result<Option<Site>, SitesError> {
-        let records =
-            self.table.collection(&["Site", "Goal", "Funnel"]).key(item! { "site_id" => site_id }).all().await?;
+        let records = self
+            .table
+            .collection(&["Site", "Goal", "Funnel", "Segment"])
+            .key(item! { "site_id" => site_id })
+            .all()
+            .await?;
         let Some(site) = records.iter().find(|r| r.entity() == "Site") else {
             return Ok(None);
         };
@@ -363,6 +383,18 @@ impl Sites {
                 steps,
             });
         }
+        let mut segments = Vec::new();
+        for g in records.iter().filter(|r| r.entity() == "Segment") {
+            let filters = match g.get("filters") {
+                Some(AttributeValue::L(list)) => list.iter().map(filter_from_value).collect::<Result<Vec<_>, _>>()?,
+                _ => return Err(SitesError::Corrupt { entity: "Segment", message: "no filters".into() }),
+            };
+            segments.push(SiteSegment {
+                segment_id: g.string("segment_id").map_err(corrupt("Segment"))?.to_owned(),
+                name: g.string("name").map_err(corrupt("Segment"))?.to_owned(),
+                filters,
+            });
+        }
         let mut extra: Vec<String> =
             site.string_set("extra_domains").map(|s| s.into_iter().collect()).unwrap_or_default();
         extra.sort();
@@ -382,6 +414,7 @@ impl Sites {
             excluded_ips,
             goals,
             funnels,
+            segments,
             import_salt: site.bytes("import_salt").ok().and_then(|b| Salt::from_bytes(b).ok()),
         }))
     }
@@ -455,6 +488,11 @@ impl Sites {
         }
         for goal in &site.goals {
             self.table.delete("Goal", item! { "site_id" => site_id, "goal_id" => goal.goal_id.as_str() }).await?;
+        }
+        for segment in &site.segments {
+            self.table
+                .delete("Segment", item! { "site_id" => site_id, "segment_id" => segment.segment_id.as_str() })
+                .await?;
         }
         for funnel in &site.funnels {
             self.table
@@ -603,6 +641,52 @@ impl Sites {
         self.table.create("Funnel", fields).await?;
         self.by_id.remove(site_id);
         Ok(SiteFunnel { funnel_id, name: name.to_owned(), steps })
+    }
+
+    /// Saves a segment: `filters` (checked by the caller as a query's are, none naming a segment)
+    /// under `name` (trimmed; 1 to [`MAX_FUNNEL_NAME`] characters, no control characters); a
+    /// site keeps at most [`MAX_SEGMENTS`].
+    pub async fn add_segment(
+        &self,
+        site_id: &str,
+        name: &str,
+        filters: Vec<crate::stats::Filter>,
+    ) -> Result<SiteSegment, SitesError> {
+        let site = self.load(site_id).await?.ok_or_else(|| SitesError::NoSuchSite(site_id.to_owned()))?;
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > MAX_FUNNEL_NAME || name.chars().any(char::is_control) {
+            return Err(SitesError::InvalidFunnel(format!(
+                "a segment's name is 1 to {MAX_FUNNEL_NAME} characters without control characters"
+            )));
+        }
+        if filters.is_empty() || filters.len() > crate::stats::MAX_FILTERS {
+            return Err(SitesError::InvalidFunnel(format!(
+                "a segment has 1 to {} filters, not {}",
+                crate::stats::MAX_FILTERS,
+                filters.len()
+            )));
+        }
+        if filters.iter().any(|f| f.dimension == "segment") {
+            return Err(SitesError::InvalidFunnel("a segment cannot name another segment".into()));
+        }
+        if site.segments.len() >= MAX_SEGMENTS {
+            return Err(SitesError::InvalidFunnel(format!("a site keeps at most {MAX_SEGMENTS} segments")));
+        }
+        let segment_id = ulid::Ulid::new().to_string();
+        let fields = item! {
+            "site_id" => site_id,
+            "segment_id" => segment_id.as_str(),
+            "name" => name,
+            "filters" => AttributeValue::L(filters.iter().map(filter_to_value).collect()),
+        };
+        self.table.create("Segment", fields).await?;
+        self.by_id.remove(site_id);
+        Ok(SiteSegment { segment_id, name: name.to_owned(), filters })
+    }
+
+    /// Removes a saved segment; whether it existed.
+    pub async fn remove_segment(&self, site_id: &str, segment_id: &str) -> Result<bool, SitesError> {
+        self.remove_member("Segment", item! { "site_id" => site_id, "segment_id" => segment_id }, site_id).await
     }
 
     /// Removes a saved funnel; whether it existed.
@@ -840,4 +924,33 @@ fn step_from_value(value: &AttributeValue) -> Result<Goal, SitesError> {
         (None, Some(event)) => Ok(Goal::event(event)?),
         _ => Err(bad()),
     }
+}
+
+fn filter_to_value(f: &crate::stats::Filter) -> AttributeValue {
+    let mut m = std::collections::BTreeMap::new();
+    m.insert("op".to_owned(), AttributeValue::S(f.op.name().to_owned()));
+    m.insert("dimension".to_owned(), AttributeValue::S(f.dimension.clone()));
+    m.insert("values".to_owned(), AttributeValue::L(f.values.iter().cloned().map(AttributeValue::S).collect()));
+    AttributeValue::M(m.into_iter().collect())
+}
+
+fn filter_from_value(v: &AttributeValue) -> Result<crate::stats::Filter, SitesError> {
+    let bad = || SitesError::Corrupt { entity: "Segment", message: "a filter is not {op, dimension, values}".into() };
+    let AttributeValue::M(m) = v else { return Err(bad()) };
+    let text = |k: &str| match m.get(k) {
+        Some(AttributeValue::S(s)) => Ok(s.clone()),
+        _ => Err(bad()),
+    };
+    let op = crate::stats::FilterOp::parse(&text("op")?).ok_or_else(bad)?;
+    let values = match m.get("values") {
+        Some(AttributeValue::L(list)) => list
+            .iter()
+            .map(|v| match v {
+                AttributeValue::S(s) => Ok(s.clone()),
+                _ => Err(bad()),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => return Err(bad()),
+    };
+    Ok(crate::stats::Filter { op, dimension: text("dimension")?, values })
 }

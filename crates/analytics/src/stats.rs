@@ -23,9 +23,18 @@ use futures::StreamExt;
 use model::Table;
 use store::item;
 
+mod compare;
+mod engagement;
+mod journeys;
+mod props;
 mod scan;
 #[cfg(test)]
 mod tests;
+
+pub use compare::{Compared, Comparison, ComparisonMode, change};
+pub use engagement::Engagement;
+pub use journeys::{ENTRANCE, EXIT, Journeys, MAX_JOURNEY_ROWS};
+pub use props::MAX_PROPERTY_KEYS;
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};
@@ -114,6 +123,18 @@ impl FilterOp {
             "matches_not" => FilterOp::MatchesNot,
             _ => return None,
         })
+    }
+
+    /// Its name in the Stats API.
+    pub fn name(self) -> &'static str {
+        match self {
+            FilterOp::Is => "is",
+            FilterOp::IsNot => "is_not",
+            FilterOp::Contains => "contains",
+            FilterOp::ContainsNot => "contains_not",
+            FilterOp::Matches => "matches",
+            FilterOp::MatchesNot => "matches_not",
+        }
     }
 
     /// Whether the operator is a negation: a row with several values (goals) passes when every
@@ -307,6 +328,44 @@ pub fn check_range(range: &DateRange) -> Result<(), StatsError> {
     }
 }
 
+/// The label of the time bucket holding the hour or day bucket `b` in a `unit` series, as
+/// answers write it: hours `YYYY-MM-DD HH:00:00`, days, and weeks and months by their first day.
+fn time_label(zone: &SiteZone, unit: Unit, b: &Bucket) -> String {
+    match unit {
+        Unit::Hour => format!("{} {:02}:00:00", b.first_date(), b.label().get(11..13).unwrap_or("00")),
+        Unit::Day => b.first_date().to_string(),
+        unit => zone.bucket(unit, b.start_ms()).map(|w| w.first_date().to_string()).unwrap_or_default(),
+    }
+}
+
+/// Checks filters as a query takes them: known dimensions, at least one value each, at most
+/// [`MAX_FILTERS`] filters holding [`MAX_FILTER_VALUES`] values, patterns that compile.
+pub fn check_filters(filters: &[Filter]) -> Result<(), StatsError> {
+    if filters.len() > MAX_FILTERS {
+        return Err(StatsError::Invalid(format!("at most {MAX_FILTERS} filters, not {}", filters.len())));
+    }
+    let values: usize = filters.iter().map(|f| f.values.len()).sum();
+    if values > MAX_FILTER_VALUES {
+        return Err(StatsError::Invalid(format!(
+            "the filters hold {values} values, more than the {MAX_FILTER_VALUES} a query may"
+        )));
+    }
+    for f in filters {
+        if !is_aggregate_dimension(&f.dimension) || f.dimension == TOTAL {
+            return Err(StatsError::Invalid(format!("unknown filter dimension `{}`", f.dimension)));
+        }
+        if f.values.is_empty() {
+            return Err(StatsError::Invalid(format!("the filter on `{}` needs at least one value", f.dimension)));
+        }
+        if matches!(f.op, FilterOp::Matches | FilterOp::MatchesNot) {
+            for v in &f.values {
+                compile_pattern(v)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn time_unit(d: &str) -> Option<Unit> {
     d.strip_prefix("time:").and_then(Unit::parse)
 }
@@ -344,15 +403,7 @@ impl Query {
                 dimensions.len()
             )));
         }
-        if filters.len() > MAX_FILTERS {
-            return Err(StatsError::Invalid(format!("at most {MAX_FILTERS} filters, not {}", filters.len())));
-        }
-        let values: usize = filters.iter().map(|f| f.values.len()).sum();
-        if values > MAX_FILTER_VALUES {
-            return Err(StatsError::Invalid(format!(
-                "the filters hold {values} values, more than the {MAX_FILTER_VALUES} a query may"
-            )));
-        }
+        check_filters(&filters)?;
         if order_by.len() > metrics.len() + dimensions.len() {
             return Err(StatsError::Invalid(format!(
                 "order_by has {} entries, more than the query's metrics and dimensions",
@@ -380,14 +431,6 @@ impl Query {
             return Err(StatsError::Unsupported(
                 "at most one time dimension and one other dimension can be combined".into(),
             ));
-        }
-        for f in &filters {
-            if !is_aggregate_dimension(&f.dimension) || f.dimension == TOTAL {
-                return Err(StatsError::Invalid(format!("unknown filter dimension `{}`", f.dimension)));
-            }
-            if f.values.is_empty() {
-                return Err(StatsError::Invalid(format!("the filter on `{}` needs at least one value", f.dimension)));
-            }
         }
         if metrics.contains(&Metric::ConversionRate)
             && !dimensions.iter().any(|d| d == "event:goal")
@@ -574,8 +617,13 @@ impl Stats {
             .collect())
     }
 
-    /// Answers `q`.
+    /// Answers `q`: its page of rows.
     pub async fn query(&self, q: &Query) -> Result<Vec<Row>, StatsError> {
+        Ok(self.all_rows(q).await?.into_iter().skip(q.offset).take(q.limit).collect())
+    }
+
+    /// Every row of `q`'s answer, in its order, before pagination.
+    pub(crate) async fn all_rows(&self, q: &Query) -> Result<Vec<Row>, StatsError> {
         let (zone, weeks_from) = self.zone_and_weeks(&q.site_id).await?;
         let (start, end) = zone.bounds_ms(&q.range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let time = q.dimensions.iter().find_map(|d| time_unit(d));
@@ -633,14 +681,7 @@ impl Stats {
             source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
             raw = true;
         }
-        let label_of = |b: &Bucket| -> String {
-            match time {
-                None => String::new(),
-                Some(Unit::Hour) => format!("{} {:02}:00:00", b.first_date(), b.label().get(11..13).unwrap_or("00")),
-                Some(Unit::Day) => b.first_date().to_string(),
-                Some(unit) => zone.bucket(unit, b.start_ms()).map(|w| w.first_date().to_string()).unwrap_or_default(),
-            }
-        };
+        let label_of = |b: &Bucket| -> String { time.map(|unit| time_label(&zone, unit, b)).unwrap_or_default() };
         let raw_sums = if raw {
             let partitions = self.check_raw(&q.site_id, (start, end)).await?;
             // Raw events count straight into the output labels: one group per label.
@@ -711,34 +752,58 @@ impl Stats {
             .into_iter()
             .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
             .map(|((label, value), s)| {
-                let c = &s.counters;
-                let visitors = if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() };
-                let per_visit = |x: i64| if c.visits > 0 { x as f64 / c.visits as f64 } else { 0.0 };
-                let metrics = q
-                    .metrics
-                    .iter()
-                    .map(|m| match m {
-                        Metric::Visitors => Value::Int(visitors as i64),
-                        Metric::Visits => Value::Int(c.visits),
-                        Metric::Pageviews => Value::Int(c.pageviews),
-                        Metric::Events => Value::Int(c.events),
-                        Metric::ViewsPerVisit => Value::Float(round2(per_visit(c.visit_pageviews))),
-                        Metric::BounceRate => Value::Int((per_visit(c.bounces) * 100.0).round() as i64),
-                        Metric::VisitDuration => Value::Int((per_visit(c.duration_ms) / 1000.0).round() as i64),
-                        Metric::ConversionRate => {
-                            let all = total_visitors.get(&label).copied().unwrap_or(0);
-                            let rate = crate::goal::conversion_rate(visitors, all.max(visitors));
-                            Value::Float(rate.percent(2))
-                        }
-                    })
-                    .collect();
-                let dimensions = q
-                    .dimensions
-                    .iter()
-                    .map(|d| if time_unit(d).is_some() { label.clone() } else { value.clone() })
-                    .collect();
-                Row { dimensions, metrics }
+                let all = total_visitors.get(&label).copied().unwrap_or(0);
+                row_of(q, &source, &label, &value, &s, all)
             })
+            .collect();
+        order(&mut out, q);
+        Ok(out)
+    }
+
+    /// Answers `q` over the last 30 minutes before `now_ms` (its `range` is not read), from the
+    /// event blocks of those minutes: visitors, page views and events of the events in them,
+    /// visits (and their bounce rate, duration, views) of the visits that started in them.
+    /// Every dimension and filter a query takes, no time dimension (minutes are
+    /// [`Stats::realtime_filtered`]'s).
+    pub async fn query_realtime(&self, q: &Query, now_ms: i64) -> Result<Vec<Row>, StatsError> {
+        if q.dimensions.iter().any(|d| time_unit(d).is_some()) {
+            return Err(StatsError::Invalid(
+                "the last 30 minutes take no time dimension; GET /api/realtime has page views per minute".into(),
+            ));
+        }
+        let this_minute = now_ms.div_euclid(60_000);
+        let (start, end) = ((this_minute - 29) * 60_000, (this_minute + 1) * 60_000);
+        let partitions = self.check_raw(&q.site_id, (start, end)).await?;
+        let breakdown = q.dimensions.first().cloned();
+        let source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
+        let visits = q.metrics.iter().any(|m| m.is_session_metric()) || source == "visit:exit_page";
+        // The 30 minutes are one group.
+        let raw = self.raw_sums(&q.site_id, partitions, &q.filters, &source, visits, vec![(start, end, 0)]).await?;
+        let labels = [String::new()];
+        let mut sums: BTreeMap<String, Sum> = BTreeMap::new();
+        let mut total = VisitorSketch::new();
+        for sum in raw.labelled(TOTAL, &labels).values() {
+            total.merge(&sum.sketch);
+        }
+        for ((_, value), sum) in raw.labelled(&source, &labels) {
+            let value = if breakdown.is_some() {
+                match display_value(&source, &value) {
+                    Some(v) => v,
+                    None => continue,
+                }
+            } else {
+                String::new()
+            };
+            sums.entry(value).or_default().add(&sum);
+        }
+        if breakdown.is_none() {
+            sums.entry(String::new()).or_default();
+        }
+        let all = total.estimate();
+        let mut out: Vec<Row> = sums
+            .iter()
+            .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
+            .map(|(value, s)| row_of(q, &source, "", value, s, all))
             .collect();
         order(&mut out, q);
         Ok(out.into_iter().skip(q.offset).take(q.limit).collect())
@@ -750,30 +815,94 @@ impl Stats {
         let first = minute_label((this_minute - 29) * 60_000);
         let last = minute_label(now_ms);
         let totals = self.read(site_id, Period::Minute, TOTAL, &first, &last).await?;
-        let mut per_minute: BTreeMap<i64, i64> = (this_minute - 29..=this_minute).map(|m| (m, 0)).collect();
-        let mut current = VisitorSketch::new();
-        for (bucket, _, agg) in &totals {
-            let minute: i64 = bucket.parse().unwrap_or(0);
-            if let Some(c) = per_minute.get_mut(&minute) {
-                *c += agg.counters.pageviews;
-            }
-            if minute > this_minute - 5 {
-                current.merge(&agg.sketch);
-            }
+        let pages = self.read(site_id, Period::Minute, "event:page", &first, &last).await?;
+        Ok(realtime_of(this_minute, totals, pages))
+    }
+
+    /// The realtime panel of the events `filters` select: with none, [`Stats::realtime`]; else
+    /// computed from the event blocks of the last 30 minutes, as a filtered query is.
+    pub async fn realtime_filtered(
+        &self,
+        site_id: &str,
+        now_ms: i64,
+        filters: &[Filter],
+    ) -> Result<Realtime, StatsError> {
+        if filters.is_empty() {
+            return self.realtime(site_id, now_ms).await;
         }
-        let mut pages: HashMap<String, Sum> = HashMap::new();
-        for (_, value, agg) in self.read(site_id, Period::Minute, "event:page", &first, &last).await? {
-            pages.entry(value).or_default().add(&agg);
-        }
-        let mut top_pages: Vec<(String, u64, i64)> =
-            pages.into_iter().map(|(p, s)| (p, s.sketch.estimate(), s.counters.pageviews)).collect();
-        top_pages.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
-        top_pages.truncate(10);
-        Ok(Realtime {
-            current_visitors: current.estimate(),
-            pageviews_per_minute: per_minute.into_iter().map(|(m, c)| (m * 60_000, c)).collect(),
-            top_pages,
+        check_filters(filters)?;
+        let this_minute = now_ms.div_euclid(60_000);
+        let (start, end) = ((this_minute - 29) * 60_000, (this_minute + 1) * 60_000);
+        let partitions = self.check_raw(site_id, (start, end)).await?;
+        // Each UTC minute is a group, labelled as stored minute items are.
+        let minutes: Vec<(i64, i64, u32)> =
+            (0..30).map(|n| (start + n * 60_000, start + (n + 1) * 60_000, n as u32)).collect();
+        let labels: Vec<String> = minutes.iter().map(|&(s, _, _)| minute_label(s)).collect();
+        let raw = self.raw_sums(site_id, partitions, filters, "event:page", false, minutes).await?;
+        let items = |dimension: &str| -> Vec<(String, String, Sum)> {
+            raw.labelled(dimension, &labels).into_iter().map(|((label, value), sum)| (label, value, sum)).collect()
+        };
+        Ok(realtime_of(this_minute, items(TOTAL), items("event:page")))
+    }
+}
+
+/// One row of an answer: `q`'s metrics of `s`, the sum of `source`'s items for (`label`,
+/// `value`); `all_visitors` are the visitors of the label's buckets, for conversion rates.
+fn row_of(q: &Query, source: &str, label: &str, value: &str, s: &Sum, all_visitors: u64) -> Row {
+    let c = &s.counters;
+    let visitors = if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() };
+    let per_visit = |x: i64| if c.visits > 0 { x as f64 / c.visits as f64 } else { 0.0 };
+    let metrics = q
+        .metrics
+        .iter()
+        .map(|m| match m {
+            Metric::Visitors => Value::Int(visitors as i64),
+            Metric::Visits => Value::Int(c.visits),
+            Metric::Pageviews => Value::Int(c.pageviews),
+            Metric::Events => Value::Int(c.events),
+            Metric::ViewsPerVisit => Value::Float(round2(per_visit(c.visit_pageviews))),
+            Metric::BounceRate => Value::Int((per_visit(c.bounces) * 100.0).round() as i64),
+            Metric::VisitDuration => Value::Int((per_visit(c.duration_ms) / 1000.0).round() as i64),
+            Metric::ConversionRate => {
+                let rate = crate::goal::conversion_rate(visitors, all_visitors.max(visitors));
+                Value::Float(rate.percent(2))
+            }
         })
+        .collect();
+    let dimensions =
+        q.dimensions.iter().map(|d| if time_unit(d).is_some() { label.to_owned() } else { value.to_owned() }).collect();
+    Row { dimensions, metrics }
+}
+
+/// The realtime panel from the minute items of the last 30 minutes (totals and pages).
+fn realtime_of(
+    this_minute: i64,
+    totals: Vec<(String, String, Sum)>,
+    page_items: Vec<(String, String, Sum)>,
+) -> Realtime {
+    let mut per_minute: BTreeMap<i64, i64> = (this_minute - 29..=this_minute).map(|m| (m, 0)).collect();
+    let mut current = VisitorSketch::new();
+    for (bucket, _, agg) in &totals {
+        let minute: i64 = bucket.parse().unwrap_or(0);
+        if let Some(c) = per_minute.get_mut(&minute) {
+            *c += agg.counters.pageviews;
+        }
+        if minute > this_minute - 5 {
+            current.merge(&agg.sketch);
+        }
+    }
+    let mut pages: HashMap<String, Sum> = HashMap::new();
+    for (_, value, agg) in page_items {
+        pages.entry(value).or_default().add(&agg);
+    }
+    let mut top_pages: Vec<(String, u64, i64)> =
+        pages.into_iter().map(|(p, s)| (p, s.sketch.estimate(), s.counters.pageviews)).collect();
+    top_pages.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+    top_pages.truncate(10);
+    Realtime {
+        current_visitors: current.estimate(),
+        pageviews_per_minute: per_minute.into_iter().map(|(m, c)| (m * 60_000, c)).collect(),
+        top_pages,
     }
 }
 
@@ -1148,6 +1277,19 @@ impl Stats {
         range: &DateRange,
         steps: &[crate::goal::Goal],
     ) -> Result<Vec<FunnelStep>, StatsError> {
+        self.funnel_filtered(site_id, range, steps, &[]).await
+    }
+
+    /// A funnel as [`Stats::funnel`] counts it, over the visits `filters` select only (as a
+    /// filtered query selects them).
+    pub async fn funnel_filtered(
+        &self,
+        site_id: &str,
+        range: &DateRange,
+        steps: &[crate::goal::Goal],
+        filters: &[Filter],
+    ) -> Result<Vec<FunnelStep>, StatsError> {
+        check_filters(filters)?;
         if !(MIN_FUNNEL_STEPS..=MAX_FUNNEL_STEPS).contains(&steps.len()) {
             return Err(StatsError::Invalid(format!(
                 "a funnel has {MIN_FUNNEL_STEPS} to {MAX_FUNNEL_STEPS} steps, not {}",
@@ -1161,12 +1303,14 @@ impl Stats {
         let deadline = self.deadline();
         let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
         let steps_owned: Arc<Vec<crate::goal::Goal>> = Arc::new(steps.to_vec());
+        let filters: Arc<Vec<Filter>> = Arc::new(filters.to_vec());
         let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
             .map(|day| {
                 let steps = steps_owned.clone();
+                let filters = filters.clone();
                 async move {
                     let (_, blocks) = day?;
-                    tokio::task::spawn_blocking(move || scan::funnel_day(&blocks, &steps, (start, end)))
+                    tokio::task::spawn_blocking(move || scan::funnel_day(&blocks, &steps, (start, end), &filters))
                         .await
                         .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
                 }

@@ -9,8 +9,10 @@
 //! | `POST /api/sites/{site}/domains {domain}`, `DELETE …/domains/{domain}` | users | more domains of a site |
 //! | `POST /api/sites/{site}/goals {event_name \| page_path}`, `DELETE …/goals/{id}` | users | goals |
 //! | `POST /api/sites/{site}/funnels {name, steps: [{page} \| {event}]}`, `DELETE …/funnels/{id}` | users | saved funnels |
+//! | `GET /api/sites/{site}/segments` | anyone who may read the site's statistics | saved segments: `{segments: [{segment_id, name, filters}]}` |
+//! | `POST /api/sites/{site}/segments {name, filters}`, `DELETE …/segments/{id}` | users | saved segments; the Stats API takes `["is", "segment", [id]]` |
 //! | `GET, POST {name, scopes} /api/sites/{site}/keys`, `DELETE …/keys/{id}` | users | API keys; a new key is shown once; `scopes` is a list of `stats` (the default), `visitors`, `import`, `admin` |
-//! | `GET, POST {name, password} /api/sites/{site}/shares`, `DELETE …/shares/{id}` | users | shared links; a new link is shown once |
+//! | `GET, POST {name, password, embed} /api/sites/{site}/shares`, `PATCH …/shares/{id} {embed}`, `DELETE …/shares/{id}` | users | shared links; a new link is shown once; `embed` lets other sites frame it |
 //!
 //! "users" also admits a site API key with the `admin` scope, on its own site only.
 //!
@@ -66,7 +68,13 @@ fn site_json(site: &Site, full: bool) -> Json {
             json!({ "funnel_id": f.funnel_id, "name": f.name, "steps": steps })
         })
         .collect();
+    v["segments"] = site.segments.iter().map(segment_json).collect();
     v
+}
+
+fn segment_json(s: &analytics::sites::SiteSegment) -> Json {
+    let filters: Vec<Json> = s.filters.iter().map(|f| json!([f.op.name(), f.dimension, f.values])).collect();
+    json!({ "segment_id": s.segment_id, "name": s.name, "filters": filters })
 }
 
 fn sites_error(e: SitesError) -> Response {
@@ -272,6 +280,50 @@ pub async fn add_funnel(
     }
 }
 
+/// `GET /api/sites/{site}/segments`.
+pub async fn segments(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
+    let r = tri!(reading(&state));
+    let (_, site) = tri!(authorize(r, &headers, Some(&site), Need::Stats).await);
+    json_ok(json!({ "segments": site.segments.iter().map(segment_json).collect::<Vec<_>>() }))
+}
+
+/// `POST /api/sites/{site}/segments {name, filters}`: filters as the Stats API takes them,
+/// checked as a query's are; none may name a segment.
+pub async fn add_segment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let name = tri!(field(&map, "name"));
+    let filters = tri!(crate::stats::parse_plain_filters(map.get("filters")));
+    if filters.iter().any(|f| f.dimension == "segment") {
+        return bad("a segment cannot name another segment");
+    }
+    if filters.is_empty() {
+        return bad("a segment needs at least one filter");
+    }
+    if let Err(e) = analytics::stats::check_filters(&filters) {
+        return bad(e.to_string());
+    }
+    match r.sites.add_segment(&site.site_id, name, filters).await {
+        Ok(s) => (StatusCode::CREATED, json_ok(segment_json(&s))).into_response(),
+        Err(e) => sites_error(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}/segments/{segment}`.
+pub async fn remove_segment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, segment)): Path<(String, String)>,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    removed(r.sites.remove_segment(&site.site_id, &segment).await, "segment", &segment)
+}
+
 /// `DELETE /api/sites/{site}/funnels/{funnel}`.
 pub async fn remove_funnel(
     State(state): State<AppState>,
@@ -345,7 +397,8 @@ pub async fn shares(State(state): State<AppState>, headers: HeaderMap, Path(site
     match r.accounts.shares(&site.site_id).await {
         Ok(list) => json_ok(json!({
             "shares": list.iter().map(|s| json!({
-                "share_id": s.share_id, "name": s.name, "has_password": s.has_password, "revoked": s.revoked
+                "share_id": s.share_id, "name": s.name, "has_password": s.has_password, "revoked": s.revoked,
+                "embed": s.embed,
             })).collect::<Vec<_>>()
         })),
         Err(e) => internal(e),
@@ -366,18 +419,69 @@ pub async fn create_share(
         return bad("`name` is longer than 200 bytes");
     }
     let password = tri!(optional_field(&map, "password"));
+    let embed = tri!(embed_field(&map));
+    if embed == Some(true) && password.is_some_and(|p| !p.is_empty()) {
+        return bad(NO_EMBED_WITH_PASSWORD);
+    }
     match r.accounts.create_share(&site.site_id, name, password).await {
-        Ok((token, info)) => (
-            StatusCode::CREATED,
-            json_ok(json!({
-                "share_id": info.share_id, "name": info.name, "has_password": info.has_password,
-                "token": token, "path": format!("/share/{token}"),
-            })),
-        )
-            .into_response(),
+        Ok((token, info)) => {
+            if embed == Some(true)
+                && let Err(e) = r.accounts.set_share_embed(&site.site_id, &info.share_id, true).await
+            {
+                return internal(e);
+            }
+            (
+                StatusCode::CREATED,
+                json_ok(json!({
+                    "share_id": info.share_id, "name": info.name, "has_password": info.has_password,
+                    "embed": embed == Some(true), "token": token, "path": format!("/share/{token}"),
+                })),
+            )
+                .into_response()
+        }
         Err(analytics::accounts::AccountsError::InvalidPassword) => {
             bad(analytics::accounts::AccountsError::InvalidPassword.to_string())
         }
+        Err(e) => internal(e),
+    }
+}
+
+/// Why a password-protected link cannot be embedded.
+const NO_EMBED_WITH_PASSWORD: &str = "a link with a password cannot be embedded: browsers do not send its unlock \
+                                      cookie inside another site's frame";
+
+/// A body's optional `embed`: `true` or `false`, or a 400.
+fn embed_field(map: &Map<String, Json>) -> Result<Option<bool>, Response> {
+    match map.get("embed") {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(bad("`embed` must be true or false")),
+    }
+}
+
+/// `PATCH /api/sites/{site}/shares/{share} {embed}`: lets other sites show the link in a frame,
+/// or stops them.
+pub async fn update_share(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, share)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let map = tri!(json_object(&headers, &body));
+    let Some(embed) = tri!(embed_field(&map)) else { return bad("`embed` (true or false) is required") };
+    if embed {
+        match r.accounts.shares(&site.site_id).await {
+            Ok(list) if list.iter().any(|s| s.share_id == share && s.has_password) => {
+                return bad(NO_EMBED_WITH_PASSWORD);
+            }
+            Ok(_) => {}
+            Err(e) => return internal(e),
+        }
+    }
+    match r.accounts.set_share_embed(&site.site_id, &share, embed).await {
+        Ok(()) => json_ok(json!({ "share_id": share, "embed": embed })),
+        Err(analytics::accounts::AccountsError::NoSuchShare(_)) => error(StatusCode::NOT_FOUND, "no such shared link"),
         Err(e) => internal(e),
     }
 }

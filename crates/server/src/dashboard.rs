@@ -4,7 +4,10 @@
 //! reads only the public API, so anything it shows a script with a key can get too.
 //!
 //! Assets are served with a strong ETag (so browsers revalidate cheaply) and the page with a
-//! Content-Security-Policy that allows only this origin's script and style, and no framing.
+//! Content-Security-Policy that allows only this origin's script and style, and no framing
+//! (`frame-ancestors 'none'` and `X-Frame-Options: DENY`) — except a shared link its owner made
+//! embeddable, which any site may frame (`frame-ancestors *`, no `X-Frame-Options`); the page
+//! then takes `?embed=true` (no header) and `&theme=light|dark`.
 
 use std::sync::OnceLock;
 
@@ -25,6 +28,10 @@ pub const APP_CSS: &str = include_str!("../assets/dashboard/app.css");
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
                    connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
+/// The policy of a shared link its owner let other sites frame.
+const CSP_EMBEDDABLE: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' \
+                              data:; connect-src 'self'; frame-ancestors *; base-uri 'none'; form-action 'self'";
+
 /// The dashboard's routes.
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -32,7 +39,7 @@ pub fn routes() -> Router<AppState> {
         .route("/login", get(page))
         .route("/setup", get(page))
         .route("/settings", get(page))
-        .route("/share/{token}", get(page))
+        .route("/share/{token}", get(share_page))
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route(
             "/assets/app.js",
@@ -45,17 +52,37 @@ pub fn routes() -> Router<AppState> {
 }
 
 async fn page() -> Response {
-    (
+    page_with(false)
+}
+
+/// A shared link's page: framable only when the link is live and its owner made it embeddable.
+async fn share_page(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    axum::extract::Path(token): axum::extract::Path<String>,
+) -> Response {
+    let embeddable = match state.reading.as_deref() {
+        Some(r) => r.accounts.share(&token).await.ok().flatten().is_some_and(|s| s.embed),
+        None => false,
+    };
+    page_with(embeddable)
+}
+
+fn page_with(embeddable: bool) -> Response {
+    let mut response = (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CONTENT_SECURITY_POLICY, CSP),
+            (header::CONTENT_SECURITY_POLICY, if embeddable { CSP_EMBEDDABLE } else { CSP }),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
             (header::REFERRER_POLICY, "same-origin"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
         INDEX,
     )
-        .into_response()
+        .into_response();
+    if !embeddable {
+        response.headers_mut().insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
+    response
 }
 
 /// A static text asset and its ETag, computed once.

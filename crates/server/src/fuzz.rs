@@ -39,6 +39,7 @@ fn site() -> &'static Site {
         excluded_ips: IpRanges::new(),
         goals: Vec::new(),
         funnels: Vec::new(),
+        segments: Vec::new(),
         import_salt: None,
     });
     &SITE

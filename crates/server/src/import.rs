@@ -345,6 +345,7 @@ mod tests {
             excluded_ips: analytics::enrich::IpRanges::new(),
             goals: Vec::new(),
             funnels: Vec::new(),
+            segments: Vec::new(),
             import_salt: None,
         }
     }

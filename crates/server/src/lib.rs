@@ -50,6 +50,7 @@ pub mod admin;
 pub mod auth;
 pub mod dashboard;
 pub mod error;
+pub mod export;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod import;

@@ -120,6 +120,9 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(crate::metrics::handler))
         .route("/api/v2/query", post(crate::stats::query).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
         .route("/api/funnel", post(crate::stats::funnel).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
+        .route("/api/export", post(crate::export::export).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
+        .route("/api/properties", post(crate::stats::property_keys).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
+        .route("/api/journeys", post(crate::stats::journeys).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)))
         .route("/api/realtime", get(crate::stats::realtime))
         .route("/api/v1/stats/realtime/visitors", get(crate::stats::realtime_visitors))
         .route("/api/sessions", get(crate::stats::recent_sessions))
@@ -155,10 +158,12 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/sites/{site}/goals/{goal}", delete(admin::remove_goal))
         .route("/api/sites/{site}/funnels", post(admin::add_funnel))
         .route("/api/sites/{site}/funnels/{funnel}", delete(admin::remove_funnel))
+        .route("/api/sites/{site}/segments", get(admin::segments).post(admin::add_segment))
+        .route("/api/sites/{site}/segments/{segment}", delete(admin::remove_segment))
         .route("/api/sites/{site}/keys", get(admin::keys).post(admin::create_key))
         .route("/api/sites/{site}/keys/{key}", delete(admin::revoke_key))
         .route("/api/sites/{site}/shares", get(admin::shares).post(admin::create_share))
-        .route("/api/sites/{site}/shares/{share}", delete(admin::revoke_share))
+        .route("/api/sites/{site}/shares/{share}", delete(admin::revoke_share).patch(admin::update_share))
         .layer(DefaultBodyLimit::max(16 * 1024))
 }
 

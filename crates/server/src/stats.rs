@@ -13,7 +13,7 @@ use analytics::goal::Goal;
 use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
 use analytics::pipeline::{IngestResult, Pipeline};
 use analytics::sites::{Site, Sites};
-use analytics::stats::{Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
+use analytics::stats::{ComparisonMode, Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -80,7 +80,7 @@ fn today(zone: &SiteZone) -> Result<jiff::civil::Date, Response> {
     zone.date_of(jiff::Timestamp::now().as_millisecond()).map_err(internal)
 }
 
-fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
+pub(crate) fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
     let date = match body.get("date").and_then(Json::as_str) {
         Some(d) => parse_date(d).map_err(|e| bad(format!("`date`: {e}")))?,
         None => today(zone)?,
@@ -100,16 +100,38 @@ fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
     spec.resolve(date, None).map_err(|e| bad(format!("`date_range`: {e}")))
 }
 
-pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
-    let metric_names = strings(body.get("metrics"), "metrics")?;
-    let mut metrics = Vec::new();
-    for m in &metric_names {
-        metrics.push(Metric::parse(m).ok_or_else(|| bad(format!("unknown metric `{m}`")))?);
+/// A body's `filters`: a list of `[operator, dimension, [values]]` as Plausible's Stats API v2
+/// takes them, where `["is", "segment", [id]]` stands for the filters of the site's saved
+/// segment `id`; checked as a query checks them.
+pub(crate) fn parse_filters(list: Option<&Json>, site: &Site) -> Result<Vec<Filter>, Response> {
+    let filters = parse_plain_filters(list)?;
+    let mut out = Vec::with_capacity(filters.len());
+    for f in filters {
+        if f.dimension != "segment" {
+            out.push(f);
+            continue;
+        }
+        let [id] = f.values.as_slice() else {
+            return Err(bad("a segment filter names one segment: [\"is\", \"segment\", [id]]"));
+        };
+        if f.op != FilterOp::Is {
+            return Err(bad("a segment filter takes the operator `is`"));
+        }
+        let segment = site
+            .segments
+            .iter()
+            .find(|s| &s.segment_id == id)
+            .ok_or_else(|| bad(format!("the site has no segment {id:?}")))?;
+        out.extend(segment.filters.iter().cloned());
     }
-    let range = parse_range(body, &site.zone)?;
-    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    analytics::stats::check_filters(&out).map_err(|e| bad(e.to_string()))?;
+    Ok(out)
+}
+
+/// Filters as a body writes them, a segment filter left as it is (for saving a segment).
+pub(crate) fn parse_plain_filters(list: Option<&Json>) -> Result<Vec<Filter>, Response> {
     let mut filters = Vec::new();
-    match body.get("filters") {
+    match list {
         None | Some(Json::Null) => {}
         Some(Json::Array(list)) => {
             for f in list {
@@ -136,6 +158,18 @@ pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
         }
         Some(_) => return Err(bad("`filters` must be a list")),
     }
+    Ok(filters)
+}
+
+pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
+    let metric_names = strings(body.get("metrics"), "metrics")?;
+    let mut metrics = Vec::new();
+    for m in &metric_names {
+        metrics.push(Metric::parse(m).ok_or_else(|| bad(format!("unknown metric `{m}`")))?);
+    }
+    let range = parse_range(body, &site.zone)?;
+    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    let filters = parse_filters(body.get("filters"), site)?;
     let mut order_by = Vec::new();
     match body.get("order_by") {
         None | Some(Json::Null) => {}
@@ -175,7 +209,7 @@ pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
 
 /// A JSON body naming a `site_id` the caller may read the statistics of: the reading state,
 /// the body and the site, or the answer refusing it.
-async fn json_request<'a>(
+pub(crate) async fn json_request<'a>(
     state: &'a AppState,
     headers: &HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
@@ -222,9 +256,11 @@ pub(crate) fn funnel_steps(steps: Option<&Json>) -> Result<Vec<Goal>, Response> 
         .collect()
 }
 
-/// `POST /api/funnel {site_id, date_range, steps: [{"page": "/pricing*"} | {"event": "Signup"}]}`:
+/// `POST /api/funnel {site_id, date_range, steps: [{"page": "/pricing*"} | {"event": "Signup"}], filters}`:
 /// of 2 to 8 steps, the visitors who did each step and every one before it, in order, within
-/// one visit; answers `{steps: [{step, visitors, conversion_rate, dropoff}], query}`. Read from
+/// one visit (of the visits `filters` select, as the Stats API's); answers
+/// `{steps: [{step, visitors, conversion_rate, conversion_rate_step, dropoff, dropoff_percentage}],
+/// query}`. Read from
 /// raw events, so only within the site's raw-event retention.
 pub async fn funnel(
     State(state): State<AppState>,
@@ -234,11 +270,23 @@ pub async fn funnel(
     let (r, body, site) = tri!(json_request(&state, &headers, body).await);
     let range = tri!(parse_range(&body, &site.zone));
     let steps = tri!(funnel_steps(body.get("steps")));
-    match r.stats.funnel(&site.site_id, &range, &steps).await {
+    let filters = tri!(parse_filters(body.get("filters"), &site));
+    match r.stats.funnel_filtered(&site.site_id, &range, &steps, &filters).await {
         Ok(result) => {
+            // Per step, also as Plausible's funnels report it: the conversion from the step before and
+            // the share of its visitors lost (from the first step's visitors for the first step).
+            let mut previous = result.first().map_or(0, |s| s.visitors);
             let steps: Vec<Json> = result
                 .iter()
-                .map(|s| json!({ "step": s.name, "visitors": s.visitors, "conversion_rate": s.conversion_rate, "dropoff": s.dropoff }))
+                .map(|s| {
+                    let step = analytics::goal::conversion_rate(s.visitors, previous).percent(2);
+                    let lost = analytics::goal::conversion_rate(s.dropoff, previous).percent(2);
+                    previous = s.visitors;
+                    json!({
+                        "step": s.name, "visitors": s.visitors, "conversion_rate": s.conversion_rate,
+                        "conversion_rate_step": step, "dropoff": s.dropoff, "dropoff_percentage": lost,
+                    })
+                })
                 .collect();
             let query = json!({ "site_id": body.get("site_id"), "date_range": [range.first().to_string(), range.last().to_string()] });
             json_ok(json!({ "steps": steps, "query": query }))
@@ -247,36 +295,233 @@ pub async fn funnel(
     }
 }
 
-/// `POST /api/v2/query`.
+/// The metrics read from engagement events rather than the query engine (`stats::engagement`).
+const ENGAGEMENT_METRICS: [&str; 2] = ["scroll_depth", "time_on_page"];
+
+fn engagement_value(e: Option<&analytics::stats::Engagement>, metric: &str) -> Option<u64> {
+    let e = e?;
+    if metric == "scroll_depth" { e.scroll_depth } else { e.time_on_page }
+}
+
+/// A query naming `scroll_depth` or `time_on_page`, with Plausible's definitions: by page
+/// (`event:page`) or for the site, under filters on the page; the other metrics are the query
+/// engine's, and comparisons compare both. A metric no engagement event measured is `null`.
+async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, Response> {
+    if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
+        return Err(bad("scroll_depth and time_on_page are not measured over the last 30 minutes"));
+    }
+    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    if !(dimensions.is_empty() || dimensions == ["event:page"]) {
+        return Err(bad("scroll_depth and time_on_page take no dimension or event:page"));
+    }
+    if let Some(Json::Array(list)) = body.get("order_by")
+        && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| ENGAGEMENT_METRICS.contains(&n)))
+    {
+        return Err(bad("answers cannot be ordered by scroll_depth or time_on_page"));
+    }
+    let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !ENGAGEMENT_METRICS.contains(m)).collect();
+    if others.is_empty() {
+        others.push("visitors");
+    }
+    let mut inner = body.clone();
+    inner["metrics"] = json!(others);
+    let q = parse_query(&inner, site)?;
+    let by_page = !dimensions.is_empty();
+    let lookup = |(pages, all): &(
+        std::collections::HashMap<String, analytics::stats::Engagement>,
+        analytics::stats::Engagement,
+    ),
+                  dims: &[String]| {
+        if by_page { pages.get(dims.first().map_or("", String::as_str)).copied() } else { Some(*all) }
+    };
+    // The answer's metrics in the asked order: the engine's in turn, engagement's looked up.
+    let merge = |values: &[Value], e: Option<analytics::stats::Engagement>| -> Vec<Json> {
+        let mut engine = values.iter();
+        asked
+            .iter()
+            .map(|m| {
+                if ENGAGEMENT_METRICS.contains(&m.as_str()) {
+                    json!(engagement_value(e.as_ref(), m))
+                } else {
+                    match engine.next() {
+                        Some(Value::Int(i)) => json!(i),
+                        Some(Value::Float(f)) => json!(f),
+                        None => Json::Null,
+                    }
+                }
+            })
+            .collect()
+    };
+    let now = r.stats.engagement(&site.site_id, &q.range, &q.filters).await.map_err(stats_error)?;
+    let mut echo = json!({
+        "site_id": body.get("site_id"),
+        "metrics": asked,
+        "date_range": [q.range.first().to_string(), q.range.last().to_string()],
+        "dimensions": q.dimensions,
+        "filters": body.get("filters").cloned().unwrap_or(json!([])),
+        "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
+        "pagination": { "limit": q.limit, "offset": q.offset },
+    });
+    let results: Vec<Json> = match parse_include(body, site)? {
+        None => r
+            .stats
+            .query(&q)
+            .await
+            .map_err(stats_error)?
+            .iter()
+            .map(|row| json!({ "metrics": merge(&row.metrics, lookup(&now, &row.dimensions)), "dimensions": row.dimensions }))
+            .collect(),
+        Some(mode) => {
+            let compared = r.stats.query_compared(&q, mode).await.map_err(stats_error)?;
+            let before = r.stats.engagement(&site.site_id, &compared.range, &q.filters).await.map_err(stats_error)?;
+            echo["comparison_date_range"] =
+                json!([compared.range.first().to_string(), compared.range.last().to_string()]);
+            compared
+                .rows
+                .iter()
+                .map(|(row, c)| {
+                    let (e_now, e_before) = (lookup(&now, &row.dimensions), lookup(&before, &c.dimensions));
+                    let mut engine_change = c.change.iter();
+                    let change: Vec<Json> = asked
+                        .iter()
+                        .map(|m| {
+                            if !ENGAGEMENT_METRICS.contains(&m.as_str()) {
+                                return json!(engine_change.next().copied().flatten());
+                            }
+                            let (Some(a), Some(b)) =
+                                (engagement_value(e_now.as_ref(), m), engagement_value(e_before.as_ref(), m))
+                            else {
+                                return Json::Null;
+                            };
+                            // Scroll depth is a percentage: its change is in points, as a rate's.
+                            let metric = if m == "scroll_depth" { Metric::BounceRate } else { Metric::Visitors };
+                            json!(analytics::stats::change(metric, Value::Int(a as i64), Value::Int(b as i64)))
+                        })
+                        .collect();
+                    json!({
+                        "metrics": merge(&row.metrics, e_now),
+                        "dimensions": row.dimensions,
+                        "comparison": { "metrics": merge(&c.metrics, e_before), "dimensions": c.dimensions, "change": change },
+                    })
+                })
+                .collect()
+        }
+    };
+    if let Some(include) = body.get("include") {
+        echo["include"] = include.clone();
+    }
+    Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })))
+}
+
+/// `POST /api/journeys {site_id, date_range, page, filters}`: within the visits the filters
+/// select, the pages viewed just before `page` and just after it, and the most common paths of
+/// 2 to 4 pages from it, in visitors: `{page, before: [{page, visitors}], after: [...],
+/// paths: [{pages, visitors}]}`.
+pub async fn journeys(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
+    let range = tri!(parse_range(&body, &site.zone));
+    let filters = tri!(parse_filters(body.get("filters"), &site));
+    let page = match body.get("page").and_then(Json::as_str) {
+        Some(p) if !p.is_empty() && p.len() <= 2000 => p,
+        _ => return bad("`page` is required: a page path such as \"/pricing\""),
+    };
+    match r.stats.journeys(&site.site_id, &range, page, &filters).await {
+        Ok(j) => {
+            let list = |rows: &[(String, u64)]| -> Vec<Json> {
+                rows.iter().map(|(p, v)| json!({ "page": p, "visitors": v })).collect()
+            };
+            let paths: Vec<Json> = j.paths.iter().map(|(p, v)| json!({ "pages": p, "visitors": v })).collect();
+            json_ok(json!({ "page": page, "before": list(&j.before), "after": list(&j.after), "paths": paths }))
+        }
+        Err(e) => stats_error(e),
+    }
+}
+
+/// `POST /api/properties {site_id, date_range}`: the custom property keys of the site's events
+/// in the range, most used first: `{keys: [{key, events}]}`.
+pub async fn property_keys(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
+    let range = tri!(parse_range(&body, &site.zone));
+    match r.stats.property_keys(&site.site_id, &range).await {
+        Ok(keys) => {
+            let keys: Vec<Json> = keys.iter().map(|(key, events)| json!({ "key": key, "events": events })).collect();
+            json_ok(json!({ "keys": keys }))
+        }
+        Err(e) => stats_error(e),
+    }
+}
+
+/// `POST /api/v2/query`: Plausible's Stats API v2, with `include.comparisons`; a `date_range`
+/// of `30m` (or `realtime`) is the last 30 minutes.
 pub async fn query(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let (r, body, site) = tri!(json_request(&state, &headers, body).await);
-    let q = tri!(parse_query(&body, &site));
-    let rows = match r.stats.query(&q).await {
-        Ok(rows) => rows,
-        Err(e @ (StatsError::Invalid(_) | StatsError::Unsupported(_) | StatsError::TooSlow(_))) => {
-            return bad(e.to_string());
+    let asked = tri!(strings(body.get("metrics"), "metrics"));
+    if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
+        return tri!(engagement_query(r, &body, &site, &asked).await);
+    }
+    // `30m` (or `realtime`): the last 30 minutes, read from their event blocks.
+    let realtime = matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime"));
+    if realtime {
+        let mut today = body.clone();
+        today["date_range"] = json!("day");
+        let q = tri!(parse_query(&today, &site));
+        if tri!(parse_include(&body, &site)).is_some() {
+            return bad("the last 30 minutes have no comparison");
         }
-        Err(e) => return internal(e),
+        let rows = match r.stats.query_realtime(&q, jiff::Timestamp::now().as_millisecond()).await {
+            Ok(rows) => rows,
+            Err(e) => return stats_error(e),
+        };
+        let results: Vec<Json> = rows.iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect();
+        let echo = json!({
+            "site_id": body.get("site_id"),
+            "metrics": q.metrics.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            "date_range": body.get("date_range"),
+            "dimensions": q.dimensions,
+            "filters": body.get("filters").cloned().unwrap_or(json!([])),
+            "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
+            "pagination": { "limit": q.limit, "offset": q.offset },
+        });
+        return json_ok(json!({ "results": results, "meta": {}, "query": echo }));
+    }
+    let q = tri!(parse_query(&body, &site));
+    let comparison = tri!(parse_include(&body, &site));
+    let (results, compared_range): (Vec<Json>, Option<DateRange>) = match comparison {
+        None => match r.stats.query(&q).await {
+            Ok(rows) => (rows.into_iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect(), None),
+            Err(e) => return stats_error(e),
+        },
+        Some(mode) => match r.stats.query_compared(&q, mode).await {
+            Ok(compared) => {
+                let rows = compared
+                    .rows
+                    .iter()
+                    .map(|(row, c)| {
+                        let mut out = row_json(&row.dimensions, &row.metrics);
+                        let mut other = row_json(&c.dimensions, &c.metrics);
+                        other["change"] = json!(c.change);
+                        out["comparison"] = other;
+                        out
+                    })
+                    .collect();
+                (rows, Some(compared.range))
+            }
+            Err(e) => return stats_error(e),
+        },
     };
-    let results: Vec<Json> = rows
-        .into_iter()
-        .map(|row| {
-            let metrics: Vec<Json> = row
-                .metrics
-                .into_iter()
-                .map(|v| match v {
-                    Value::Int(i) => json!(i),
-                    Value::Float(f) => json!(f),
-                })
-                .collect();
-            json!({ "metrics": metrics, "dimensions": row.dimensions })
-        })
-        .collect();
-    let echo = json!({
+    let mut echo = json!({
         "site_id": body.get("site_id"),
         "metrics": q.metrics.iter().map(|m| m.name()).collect::<Vec<_>>(),
         "date_range": [q.range.first().to_string(), q.range.last().to_string()],
@@ -285,14 +530,77 @@ pub async fn query(
         "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
         "pagination": { "limit": q.limit, "offset": q.offset },
     });
+    if let Some(include) = body.get("include") {
+        echo["include"] = include.clone();
+    }
+    if let Some(c) = compared_range {
+        echo["comparison_date_range"] = json!([c.first().to_string(), c.last().to_string()]);
+    }
     let answer = json!({ "results": results, "meta": {}, "query": echo });
     json_ok(answer)
+}
+
+fn row_json(dimensions: &[String], metrics: &[Value]) -> Json {
+    let metrics: Vec<Json> = metrics
+        .iter()
+        .map(|v| match v {
+            Value::Int(i) => json!(i),
+            Value::Float(f) => json!(f),
+        })
+        .collect();
+    json!({ "metrics": metrics, "dimensions": dimensions })
+}
+
+/// A query's `include`: `{"comparisons": {"mode": "previous_period" | "year_over_year" |
+/// "custom", "date_range": [from, to]}}` as Plausible's Stats API v2 takes it (`imports` is
+/// accepted and means nothing here: imported events are events). Anything else is refused.
+pub(crate) fn parse_include(body: &Json, site: &Site) -> Result<Option<ComparisonMode>, Response> {
+    let include = match body.get("include") {
+        None | Some(Json::Null) => return Ok(None),
+        Some(Json::Object(map)) => map,
+        Some(_) => return Err(bad("`include` must be an object")),
+    };
+    for (key, value) in include {
+        match key.as_str() {
+            "comparisons" | "imports" => {}
+            "time_labels" | "total_rows" if value == &Json::Bool(false) => {}
+            other => return Err(bad(format!("`include.{other}` is not supported; `include` takes `comparisons`"))),
+        }
+    }
+    let c = match include.get("comparisons") {
+        None | Some(Json::Null) => return Ok(None),
+        Some(Json::Object(c)) => c,
+        Some(_) => return Err(bad("`include.comparisons` must be an object such as {\"mode\": \"previous_period\"}")),
+    };
+    let match_day_of_week = match c.get("match_day_of_week") {
+        None | Some(Json::Null) => false,
+        Some(Json::Bool(b)) => *b,
+        Some(_) => return Err(bad("`include.comparisons.match_day_of_week` must be true or false")),
+    };
+    let mode = match c.get("mode").and_then(Json::as_str) {
+        Some("previous_period") => ComparisonMode::PreviousPeriod { match_day_of_week },
+        Some("year_over_year") => ComparisonMode::YearOverYear { match_day_of_week },
+        Some("custom") => {
+            let Some(Json::Array(pair)) = c.get("date_range") else {
+                return Err(bad("`include.comparisons` with mode `custom` needs `date_range`: two dates"));
+            };
+            let range = parse_range(&json!({ "date_range": pair }), &site.zone)
+                .map_err(|_| bad("`include.comparisons.date_range` must be two dates, YYYY-MM-DD"))?;
+            ComparisonMode::Custom(range)
+        }
+        _ => {
+            return Err(bad("`include.comparisons.mode` is one of previous_period, year_over_year or custom"));
+        }
+    };
+    Ok(Some(mode))
 }
 
 /// The `site_id` of a GET route's query string.
 #[derive(Debug, serde::Deserialize)]
 pub struct SiteParam {
     site_id: Option<String>,
+    /// Filters as the Stats API takes them, as JSON (`/api/realtime` only).
+    filters: Option<String>,
 }
 
 /// The realtime panel of the site a realtime route names, or the answer refusing the request.
@@ -304,10 +612,21 @@ async fn realtime_of(
     let r = reading(state)?;
     let Some(name) = p.site_id else { return Err(bad("`site_id` is required")) };
     let (_, site) = authorize(r, headers, Some(&name), Need::Stats).await?;
-    r.stats.realtime(&site.site_id, jiff::Timestamp::now().as_millisecond()).await.map_err(internal)
+    let filters = match &p.filters {
+        None => Vec::new(),
+        Some(text) => {
+            let list: Json = serde_json::from_str(text).map_err(|e| bad(format!("`filters` is not JSON: {e}")))?;
+            parse_filters(Some(&list), &site)?
+        }
+    };
+    r.stats
+        .realtime_filtered(&site.site_id, jiff::Timestamp::now().as_millisecond(), &filters)
+        .await
+        .map_err(stats_error)
 }
 
-/// `GET /api/realtime?site_id=…`: `{current_visitors, pageviews_per_minute: [{minute, pageviews}],
+/// `GET /api/realtime?site_id=…&filters=…` (`filters` as the Stats API's, in JSON, optional):
+/// `{current_visitors, pageviews_per_minute: [{minute, pageviews}],
 /// top_pages: [{page, visitors, pageviews}]}` over the last 30 minutes.
 pub async fn realtime(State(state): State<AppState>, headers: HeaderMap, UrlQuery(p): UrlQuery<SiteParam>) -> Response {
     let rt = tri!(realtime_of(&state, &headers, p).await);
@@ -489,7 +808,7 @@ fn day_param(p: &SessionParams, site: &Site) -> Result<String, Response> {
     }
 }
 
-fn stats_error(e: StatsError) -> Response {
+pub(crate) fn stats_error(e: StatsError) -> Response {
     match e {
         StatsError::Invalid(_) | StatsError::Unsupported(_) | StatsError::TooSlow(_) => bad(e.to_string()),
         e => internal(e),

@@ -445,60 +445,148 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
     Ok(Sums { totals, values })
 }
 
-/// For a funnel: per step, the visitors (of one UTC day partition's sessions) who did it and
-/// every step before it in order within one visit, counting only events in `start..end`.
-pub(super) fn funnel_day(
+/// A session and its events, as (block, row) of decoded blocks.
+type SessionEvents = (SessionKey, Vec<(usize, usize)>);
+
+/// The sessions of one UTC day partition's blocks that `filters` select (as a filtered query
+/// selects visits: an event filter by some event of the visit, or every one for a negated
+/// operator; a visit filter by the visit), each with its events in `start..end` in order, as
+/// (block, row) of the decoded blocks returned with them.
+fn selected_sessions(
     blocks: &[StoredBlock],
-    steps: &[crate::goal::Goal],
     (start, end): (i64, i64),
-) -> Result<Vec<std::collections::HashSet<u64>>, StatsError> {
-    let cols =
-        Cols::NONE.with(Col::Sessions).with(Col::Session).with(Col::Ts).with(Col::Seq).with(Col::Name).with(Col::Path);
+    filters: &[Filter],
+) -> Result<(Vec<Block>, Vec<SessionEvents>), StatsError> {
+    let spec = Spec { filters, dimension: crate::stored::TOTAL, visits: false, buckets: &[] };
+    let cols = columns(&spec).with(Col::Seq);
     let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
-    // Per block, per step: which rows complete it, decided once per name and path value.
-    let mut done_by: Vec<Vec<Vec<bool>>> = Vec::with_capacity(decoded.len());
+    let by = Filters::new(filters);
+    let prepared: Vec<BlockFilters> = decoded.iter().map(|b| by.prepare(b)).collect();
+    let n_filters = filters.len();
+    let unseen: Vec<bool> = filters.iter().map(|f| f.op.is_negated()).collect();
+    // Per session: its key, what its events told the event filters, and its last event.
+    let mut index: HashMap<SessionKey, usize> = HashMap::new();
+    let mut keys: Vec<SessionKey> = Vec::new();
+    let mut seen: Vec<bool> = Vec::new();
+    let mut last: Vec<(u32, usize, usize)> = Vec::new();
     // The range's events, as (session, seq, block, row), then in session order.
-    let mut events: Vec<(SessionKey, u32, u32, u32)> = Vec::new();
+    let mut events: Vec<(usize, u32, usize, usize)> = Vec::new();
     for (b, block) in decoded.iter().enumerate() {
-        let per_step = steps
-            .iter()
-            .map(|step| {
-                // As `Goal::matches` decides, split by the column each part reads.
-                let (names, paths) = match step {
-                    crate::goal::Goal::Page(p) => (
-                        block.name.matching(|n| n == crate::event::EventName::PAGEVIEW),
-                        Some(block.path.matching(|v| p.matches(v))),
-                    ),
-                    crate::goal::Goal::Event(e) => (block.name.matching(|n| n == e), None),
-                };
-                (0..block.len)
-                    .map(|i| {
-                        names[block.name.rows[i] as usize]
-                            && paths.as_ref().is_none_or(|p| p[block.path.rows[i] as usize])
-                    })
-                    .collect()
-            })
-            .collect();
-        done_by.push(per_step);
         for i in 0..block.len {
+            let row = block.session[i] as usize;
+            let key = block.sessions[row];
+            let sid = *index.entry(key).or_insert_with(|| {
+                keys.push(key);
+                seen.extend_from_slice(&unseen);
+                last.push((block.seq[i], b, i));
+                keys.len() - 1
+            });
+            for n in (0..n_filters).filter(|&n| by.on_event[n]) {
+                let ok = by.row_passes(block, &prepared[b], row, n, i);
+                let s = &mut seen[sid * n_filters + n];
+                *s = if unseen[n] { *s && ok } else { *s || ok };
+            }
+            if block.seq[i] >= last[sid].0 {
+                last[sid] = (block.seq[i], b, i);
+            }
             if (start..end).contains(&block.ts[i]) {
-                let key = block.sessions[block.session[i] as usize];
-                events.push((key, block.seq[i], b as u32, i as u32));
+                events.push((sid, block.seq[i], b, i));
             }
         }
     }
     events.sort_unstable();
+    let mut out = Vec::new();
+    for session in events.chunk_by(|x, y| x.0 == y.0) {
+        let sid = session[0].0;
+        let (_, b, i) = last[sid];
+        let block = &decoded[b];
+        let selected = (0..n_filters).all(|n| {
+            if by.on_event[n] {
+                seen[sid * n_filters + n]
+            } else {
+                by.row_passes(block, &prepared[b], block.session[i] as usize, n, i)
+            }
+        });
+        if selected {
+            out.push((keys[sid], session.iter().map(|&(_, _, b, i)| (b, i)).collect()));
+        }
+    }
+    Ok((decoded, out))
+}
+
+/// For a funnel: per step, the visitors (of one UTC day partition's sessions) who did it and
+/// every step before it in order within one visit, counting only events in `start..end` and
+/// only the visits `filters` select ([`selected_sessions`]).
+pub(super) fn funnel_day(
+    blocks: &[StoredBlock],
+    steps: &[crate::goal::Goal],
+    range: (i64, i64),
+    filters: &[Filter],
+) -> Result<Vec<std::collections::HashSet<u64>>, StatsError> {
+    let (decoded, sessions) = selected_sessions(blocks, range, filters)?;
+    // Per block, per step: which rows complete it, decided once per name and path value.
+    let done_by: Vec<Vec<Vec<bool>>> = decoded
+        .iter()
+        .map(|block| {
+            steps
+                .iter()
+                .map(|step| {
+                    // As `Goal::matches` decides, split by the column each part reads.
+                    let (names, paths) = match step {
+                        crate::goal::Goal::Page(p) => (
+                            block.name.matching(|n| n == crate::event::EventName::PAGEVIEW),
+                            Some(block.path.matching(|v| p.matches(v))),
+                        ),
+                        crate::goal::Goal::Event(e) => (block.name.matching(|n| n == e), None),
+                    };
+                    (0..block.len)
+                        .map(|i| {
+                            names[block.name.rows[i] as usize]
+                                && paths.as_ref().is_none_or(|p| p[block.path.rows[i] as usize])
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
     let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
-    for session in events.chunk_by(|a, b| a.0 == b.0) {
+    for (key, events) in sessions {
         let mut done = 0;
-        for &(_, _, b, i) in session {
-            if done < steps.len() && done_by[b as usize][done][i as usize] {
+        for (b, i) in events {
+            if done < steps.len() && done_by[b][done][i] {
                 done += 1;
             }
         }
         for set in reached.iter_mut().take(done) {
-            set.insert(session[0].0.visitor);
+            set.insert(key.visitor);
         }
     }
     Ok(reached)
+}
+
+/// For journeys: each selected session's visitor and the paths of its page views in
+/// `start..end`, in order, a page viewed again at once (a reload) kept once.
+pub(super) fn page_sequences(
+    blocks: &[StoredBlock],
+    range: (i64, i64),
+    filters: &[Filter],
+) -> Result<Vec<(u64, Vec<String>)>, StatsError> {
+    let (decoded, sessions) = selected_sessions(blocks, range, filters)?;
+    let mut out = Vec::with_capacity(sessions.len());
+    for (key, events) in sessions {
+        let mut pages: Vec<String> = Vec::new();
+        for (b, i) in events {
+            if decoded[b].name.get(i) != crate::event::EventName::PAGEVIEW {
+                continue;
+            }
+            let path = decoded[b].path.get(i);
+            if pages.last().map(String::as_str) != Some(path) {
+                pages.push(path.to_owned());
+            }
+        }
+        if !pages.is_empty() {
+            out.push((key.visitor, pages));
+        }
+    }
+    Ok(out)
 }

@@ -233,7 +233,7 @@ proptest! {
         let range = (T0 + cut * 1000, T0 + 2 * 86_400_000);
         let mut scanned: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
         for blocks in blocks_by_day(&events, split) {
-            for (all, day) in scanned.iter_mut().zip(scan::funnel_day(&blocks, &steps, range).unwrap()) {
+            for (all, day) in scanned.iter_mut().zip(scan::funnel_day(&blocks, &steps, range, &[]).unwrap()) {
                 all.extend(day);
             }
         }

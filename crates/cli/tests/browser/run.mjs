@@ -53,6 +53,13 @@ const pages = createServer((req, res) => {
   if (path === "/vendor/plausible.js") { res.writeHead(200, { "content-type": "text/javascript" }); return res.end(plausibleJs); }
   if (path === "/vendor/umami.js") { res.writeHead(200, { "content-type": "text/javascript" }); return res.end(umamiJs); }
   if (path === "/umami.html") { res.writeHead(200, { "content-type": "text/html; charset=utf-8" }); return res.end(umamiPage); }
+  if (path === "/embed.html") {
+    // Another site framing two shared links: one its owner made embeddable, one not.
+    const q = new URL(req.url, "http://x").searchParams;
+    res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+    return res.end(`<!doctype html><html><body><iframe id="embedded" src="${q.get("a")}" style="width:1000px;height:700px"></iframe>
+<iframe id="refused" src="${q.get("b")}" style="width:400px;height:300px"></iframe></body></html>`);
+  }
   res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
   res.end(path === "/plausible.html" ? plausiblePage : req.headers.host.startsWith("elsewhere.test") ? "<p>elsewhere</p>" : sitePage(port));
 });
@@ -73,6 +80,13 @@ async function stats(body) {
   if (!r.ok) throw new Error(`stats query failed: ${JSON.stringify(json)}`);
   return json;
 }
+// A YYYY-MM-DD date `n` years away (29 February becomes the 28th, as the Stats API has it).
+function addYears(iso, n) {
+  const [y, m, d] = iso.split("-").map(Number);
+  const last = new Date(Date.UTC(y + n, m, 0)).getUTCDate();
+  return `${y + n}-${String(m).padStart(2, "0")}-${String(Math.min(d, last)).padStart(2, "0")}`;
+}
+
 async function until(what, check, ms = 20000) {
   const start = Date.now();
   let last;
@@ -192,6 +206,38 @@ try {
 
   await dash.waitForSelector("#chart path.line");
   await dash.waitForSelector('[data-panel="pages"] tr.row[data-value="/pricing"]');
+  // Engagement in the pages panel: the Stats API's scroll depth and time on page of /pricing,
+  // which the tracker measured when the page was left.
+  const engaged = (await stats({ date_range: [from, to], metrics: ["scroll_depth", "time_on_page"], dimensions: ["event:page"],
+    filters: [["is", "event:page", ["/pricing"]]] })).results[0].metrics;
+  assert.ok(engaged[0] > 0 && engaged[1] >= 1, `engagement of /pricing: ${engaged}`);
+  assert.equal((await dash.textContent('[data-panel="pages"] tr.row[data-value="/pricing"] td:nth-child(4)')).trim(), `${engaged[0]}%`, "scroll depth");
+  found.engagement = engaged;
+  // Comparisons: each top stat's change, the dashed series and each row's change are the Stats
+  // API's for the previous period (which holds the visit browser.rs imported 35 days ago).
+  const cmp = await stats({ date_range: [from, to], metrics: ["visitors", "visits", "pageviews", "views_per_visit", "bounce_rate"],
+    include: { comparisons: { mode: "previous_period" } } });
+  assert.equal(cmp.results[0].comparison.metrics[0], 1, `one visitor in the previous period: ${JSON.stringify(cmp)}`);
+  assert.equal(await dash.getAttribute("#top-stats", "data-comparison-range"), cmp.query.comparison_date_range.join(".."));
+  for (const [i, m] of ["visitors", "visits", "pageviews"].entries()) {
+    assert.equal(await dash.getAttribute(`#stat-${m} .change`, "data-change"), String(cmp.results[0].comparison.change[i]), `${m}'s change`);
+  }
+  const cmpSeries = await stats({ date_range: [from, to], metrics: ["visitors"], dimensions: ["time:day"], order_by: [["time:day", "asc"]],
+    include: { comparisons: { mode: "previous_period" } } });
+  await dash.waitForSelector("#chart path.comparison");
+  assert.equal(await dash.getAttribute("#chart path.comparison", "data-values"),
+    cmpSeries.results.map((r) => r.comparison.metrics[0]).join(","), "the dashed series is the comparison's");
+  const cmpPages = await stats({ date_range: [from, to], metrics: ["visitors", "pageviews"], dimensions: ["event:page"],
+    filters: [["is", "event:page", ["/pricing"]]], include: { comparisons: { mode: "previous_period" } } });
+  assert.equal(await dash.getAttribute('[data-panel="pages"] tr.row[data-value="/pricing"] td[data-change]', "data-change"),
+    String(cmpPages.results[0].comparison.change[0]), "the /pricing row's change");
+  found.comparison = { range: cmp.query.comparison_date_range, change: cmp.results[0].comparison.change };
+  await dash.selectOption("#comparison", "year_over_year");
+  await dash.waitForFunction((r) => document.querySelector("#top-stats")?.dataset.comparisonRange === r,
+    [addYears(from, -1), addYears(to, -1)].join(".."));
+  assert.match(dash.url(), /comparison=year_over_year/);
+  await dash.selectOption("#comparison", "previous_period");
+  await dash.waitForSelector("#chart path.comparison");
   // Recent sessions: the API's list, latest first; a click shows a session's events in order.
   const apiSessions = (await get(`/api/sessions?site_id=${SITE}&limit=10`)).sessions;
   assert.ok(apiSessions.length >= 1, "today's sessions are listed");
@@ -233,6 +279,48 @@ try {
   found.filtered_pageviews = filtered[1];
   await dash.screenshot({ path: join(OUT, "dashboard-filtered.png"), fullPage: true });
 
+  // Filters from the form, on any dimension: two patterns (OR), then another dimension (AND);
+  // the state is in the URL, and the top stats are the Stats API's under the same filters.
+  await dash.goto(`${TALLY}/?site=${SITE}&period=30d`);
+  await dash.waitForSelector("#top-stats[data-range]");
+  const applyFilter = async (dim, op, values) => {
+    if (await dash.locator("#filter-form").isHidden()) await dash.click("#add-filter");
+    await dash.selectOption("#filter-dim", dim);
+    await dash.selectOption("#filter-op", op);
+    await dash.fill("#filter-values", values.join("\n"));
+    await dash.click("#filter-apply");
+  };
+  const topShows = async (filters) => {
+    const want = (await stats({ date_range: [from, to], metrics: ["visitors", "pageviews"], filters })).results[0].metrics;
+    await dash.waitForFunction((v) => document.querySelector("#stat-pageviews .value")?.textContent.trim() === v, String(want[1]));
+    assert.equal((await dash.textContent("#stat-visitors .value")).trim(), String(want[0]), `visitors under ${JSON.stringify(filters)}`);
+    return want;
+  };
+  const byPattern = ["matches", "event:page", ["^/pricing$", "^/$"]];
+  await applyFilter("event:page", "matches", byPattern[2]);
+  await dash.waitForSelector('#filters .chip[data-dimension="event:page"]');
+  assert.match(dash.url(), /f=matches%7Cevent%3Apage%7C%5E%2Fpricing%24%7C%5E%2F%24/);
+  const patterned = await topShows([byPattern]);
+  const notMobile = ["is_not", "visit:device", ["Mobile"]];
+  await applyFilter("visit:device", "is_not", ["Mobile"]);
+  await dash.waitForSelector('#filters .chip[data-dimension="visit:device"]');
+  await topShows([byPattern, notMobile]);
+  // A pattern that does not compile is refused in the form; the filters stay as they were.
+  const before = dash.url();
+  await applyFilter("event:page", "matches", ["("]);
+  await dash.waitForFunction(() => document.querySelector("#filter-error")?.textContent.includes("regular expression"));
+  assert.equal(dash.url(), before, "a refused filter changes nothing");
+  // The filters saved as a segment, which the dashboard then filters by.
+  await dash.fill("#segment-name", "Home or pricing");
+  await dash.click("#segment-save button");
+  await dash.waitForSelector('#filters .chip[data-dimension="segment"]');
+  const segs = (await get(`/api/sites/${SITE}/segments`)).segments;
+  assert.equal(segs.length, 1, JSON.stringify(segs));
+  assert.deepEqual(segs[0].filters, [byPattern, notMobile]);
+  assert.ok(dash.url().includes(`f=is%7Csegment%7C${segs[0].segment_id}`), dash.url());
+  await topShows([["is", "segment", [segs[0].segment_id]]]);
+  found.filters = { patterned, segment: segs[0].name };
+
   // The settings page: a goal, a key shown once, a shared link, another domain.
   await dash.goto(`${TALLY}/settings?site=${SITE}`);
   await dash.waitForSelector("#add-goal");
@@ -247,8 +335,11 @@ try {
     body: JSON.stringify({ site_id: SITE, metrics: ["visitors"], date_range: "day" }) });
   assert.equal(byNewKey.status, 200, "the key made on the settings page works");
   await dash.fill("#share-name", "board");
+  await dash.check("#share-embed");
   await dash.click("#create-share button");
-  assert.match(await (await dash.waitForSelector("#new-share")).getAttribute("href"), /\/share\/[0-9a-f]{64}$/);
+  const embedLink = await (await dash.waitForSelector("#new-share")).getAttribute("href");
+  assert.match(embedLink, /\/share\/[0-9a-f]{64}$/);
+  assert.ok((await dash.textContent("#share-embed-code")).includes(`${embedLink}?embed=true&theme=light`), "the embed code");
   await dash.fill("#domain-input", "shop-two.test");
   await dash.click("#add-domain button");
   await dash.waitForFunction(() => document.querySelector("#domains")?.textContent.includes("shop-two.test"));
@@ -274,8 +365,92 @@ try {
   const funnelShown = await dash.locator("#funnel tr.step td:nth-child(2)").allTextContents();
   assert.deepEqual(funnelShown, funnelApi.steps.map((st) => String(st.visitors)), "the funnel panel shows the API's numbers");
   assert.deepEqual(funnelShown, ["1", "1"], `one visitor through the funnel: ${JSON.stringify(funnelApi)}`);
+  assert.deepEqual(await dash.locator("#funnel td.dropoff").evaluateAll((tds) => tds.map((td) => td.dataset.dropoff)),
+    funnelApi.steps.map((st) => String(st.dropoff)), "the drop-off per step");
   found.funnel = funnelApi.steps;
+  // Journeys through /pricing: the journeys API's pages before and after it.
+  await dash.waitForSelector("#journey-page option", { state: "attached" });
+  await dash.selectOption("#journey-page", "/pricing");
+  const jApi = await (await fetch(`${TALLY}/api/journeys`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "30d", page: "/pricing" }) })).json();
+  assert.ok(jApi.before.length >= 1 && jApi.after.length >= 1, JSON.stringify(jApi));
+  const shownRows = (id) => dash.locator(`#${id} tr[data-value]`).evaluateAll((trs) => trs.map((tr) => [tr.dataset.value, tr.lastChild.textContent]));
+  await dash.waitForFunction((want) => JSON.stringify([...document.querySelectorAll("#journey-after tr[data-value]")].map((tr) => [tr.dataset.value, tr.lastChild.textContent])) === want,
+    JSON.stringify(jApi.after.map((r) => [r.page, String(r.visitors)])));
+  assert.deepEqual(await shownRows("journey-before"), jApi.before.map((r) => [r.page, String(r.visitors)]), "came from");
+  assert.match(dash.url(), /journey=%2Fpricing/);
+  found.journeys = jApi;
+  // Under a segment, the funnel, the realtime panel and every panel count the visits it selects.
+  const segment = [["is", "segment", [segs[0].segment_id]]];
+  await dash.selectOption("#segment-pick", segs[0].segment_id);
+  await dash.waitForSelector('#filters .chip[data-dimension="segment"]');
+  const funnelSeg = await (await fetch(`${TALLY}/api/funnel`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "30d", steps: [{ page: "/pricing*" }, { event: "Purchase" }], filters: segment }) })).json();
+  await dash.waitForFunction((want) => JSON.stringify([...document.querySelectorAll("#funnel tr.step td:nth-child(2)")].map((td) => td.textContent)) === want,
+    JSON.stringify(funnelSeg.steps.map((st) => String(st.visitors))));
+  const rtSeg = await get(`/api/realtime?site_id=${SITE}&filters=${encodeURIComponent(JSON.stringify(segment))}`);
+  await dash.waitForFunction((n) => document.querySelector("#rt-current")?.textContent === n, String(rtSeg.current_visitors));
+  const sourcesSeg = rows(await stats({ date_range: [from, to], metrics: ["visitors"], dimensions: ["visit:source"], filters: segment }));
+  await dash.waitForSelector('[data-panel="sources"] tr.row');
+  for (const [value, [n]] of Object.entries(sourcesSeg)) {
+    assert.equal((await dash.textContent(`[data-panel="sources"] tr.row[data-value="${value}"] td:nth-child(2)`)).trim(), String(n), `source ${value}`);
+  }
+  // Exports: a panel's CSV and the whole dashboard's zip are the export API's for the same range
+  // and filters (the segment's).
+  const exported = async (panel) => {
+    const r = await fetch(`${TALLY}/api/export`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+      body: JSON.stringify({ site_id: SITE, date_range: "30d", filters: segment, panel }) });
+    assert.equal(r.status, 200);
+    return Buffer.from(await r.arrayBuffer());
+  };
+  const [pagesCsv] = await Promise.all([dash.waitForEvent("download"), dash.click('[data-panel="pages"] button.export')]);
+  assert.match(pagesCsv.suggestedFilename(), /^tally-shop\.test-.*-pages\.csv$/);
+  assert.equal(readFileSync(await pagesCsv.path(), "utf8"), (await exported("pages")).toString("utf8"), "the pages CSV");
+  const [zipped] = await Promise.all([dash.waitForEvent("download"), dash.click("#export-all")]);
+  assert.match(zipped.suggestedFilename(), /\.zip$/);
+  const zipBytes = readFileSync(await zipped.path());
+  assert.equal(zipBytes.subarray(0, 2).toString("latin1"), "PK", "a zip");
+  assert.ok(zipBytes.includes(Buffer.from("visitors.csv")) && zipBytes.includes(await exported("sources")), "the zip holds the sources CSV");
+  found.export = { pages: readFileSync(await pagesCsv.path(), "utf8"), zip_bytes: zipBytes.length };
+  await dash.click("#segment-delete");
+  await dash.waitForFunction(() => !document.querySelector('#filters .chip[data-dimension="segment"]'));
+  assert.deepEqual((await get(`/api/sites/${SITE}/segments`)).segments, [], "the segment is deleted");
 
+  // Custom properties: the key picker lists the keys the site's events carry; a key's values are
+  // the Stats API's breakdown.
+  await dash.click('[data-panel="events"] [data-tab="props"]');
+  const keysApi = (await (await fetch(`${TALLY}/api/properties`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "30d" }) })).json()).keys.map((k) => k.key);
+  assert.ok(keysApi.includes("via") && keysApi.includes("plan"), `the trackers' properties: ${keysApi}`);
+  await dash.waitForFunction((n) => document.querySelectorAll("#prop-key option").length === n, keysApi.length);
+  assert.deepEqual(await dash.locator("#prop-key option").allTextContents(), keysApi);
+  await dash.selectOption("#prop-key", "via");
+  await dash.waitForSelector('[data-panel="events"] table[data-dimension="event:props:via"]');
+  const via = rows(await stats({ date_range: "30d", metrics: ["visitors", "events"], dimensions: ["event:props:via"] }));
+  assert.deepEqual(await dash.locator('[data-panel="events"] tr.row').evaluateAll((trs) => trs.map((tr) => tr.dataset.value)), Object.keys(via));
+  found.properties = { keys: keysApi, via };
+
+  // Realtime: every panel over the last 30 minutes (the script's visits), as the Stats API's `30m`.
+  await dash.selectOption("#range", "realtime");
+  await dash.waitForSelector('#top-stats[data-range="30m"]');
+  assert.match(dash.url(), /period=realtime/);
+  const rtTop = (await stats({ date_range: "30m", metrics: ["visitors", "visits", "pageviews"] })).results[0].metrics;
+  assert.ok(rtTop[2] >= 4, `the script's page views are in the last 30 minutes: ${rtTop}`);
+  await dash.waitForFunction((v) => document.querySelector("#stat-pageviews .value")?.textContent.trim() === v, String(rtTop[2]));
+  assert.equal((await dash.textContent("#stat-visitors .value")).trim(), String(rtTop[0]), "visitors in the last 30 minutes");
+  await dash.waitForSelector('#chart[aria-label="pageviews by minute"][data-points="30"]');
+  const rtPages = rows(await stats({ date_range: "30m", metrics: ["visitors", "pageviews"], dimensions: ["event:page"] }));
+  await dash.waitForFunction((n) => document.querySelectorAll('[data-panel="pages"] tr.row').length === n, Math.min(10, Object.keys(rtPages).length));
+  for (const [page, [, pv]] of Object.entries(rtPages).slice(0, 10)) {
+    assert.equal((await dash.textContent(`[data-panel="pages"] tr.row[data-value="${page}"] td:nth-child(3)`)).trim(), String(pv), `page views of ${page}`);
+  }
+  const rtDevices = rows(await stats({ date_range: "30m", metrics: ["visitors"], dimensions: ["visit:device"] }));
+  for (const [device, [n]] of Object.entries(rtDevices)) {
+    await dash.waitForSelector(`[data-panel="devices"] tr.row[data-value="${device}"]`);
+    assert.equal((await dash.textContent(`[data-panel="devices"] tr.row[data-value="${device}"] td:nth-child(2)`)).trim(), String(n), device);
+  }
+  assert.equal(await dash.locator("#funnel").count(), 0, "no funnel in realtime");
+  found.realtime = { top: rtTop, pages: rtPages };
   await dash.setViewportSize({ width: 390, height: 844 });
   await dash.waitForTimeout(300);
   const overflow = await dash.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
@@ -293,12 +468,30 @@ try {
   assert.equal((await shared.textContent("#stat-visitors .value")).trim(), String(today[0]), "visitors on the shared link");
   assert.equal(await shared.locator("#settings-link").count(), 0, "a shared link has no settings");
   assert.equal(await shared.locator("#sessions").count(), 0, "a shared link shows no visitor's sessions");
+  // The site's saved funnel, over the link's range: the funnel API's numbers.
+  await shared.waitForFunction(() => document.querySelectorAll("#funnel tr.step").length === 2);
+  const funnelToday = await (await fetch(`${TALLY}/api/funnel`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ site_id: SITE, date_range: "day", steps: [{ page: "/pricing*" }, { event: "Purchase" }] }) })).json();
+  assert.deepEqual(await shared.locator("#funnel tr.step td:nth-child(2)").allTextContents(), funnelToday.steps.map((st) => String(st.visitors)));
   // Today by hour, filtered by a dimension without stored hour items: read from the raw events.
   await shared.goto(`${TALLY}${env("TALLY_SHARE_PATH")}?period=day&interval=hour&f=is%7Cvisit%3Adevice%7CDesktop`);
   await shared.waitForSelector("#chart path.line");
   assert.equal(await shared.inputValue("#interval"), "hour", "hourly under any filter");
   const hourly = (await stats({ date_range: "day", metrics: ["visitors"], dimensions: ["time:hour"], filters: [["is", "visit:device", ["Desktop"]]] })).results;
   assert.ok(hourly.length >= 1 && hourly.every((r) => r.metrics[0] === 1), `one Desktop visitor in each hour they came: ${JSON.stringify(hourly)}`);
+  // Embedding: another site frames the embeddable link (dark) and cannot frame the other one.
+  const host = await guest.newPage();
+  const embedUrl = `${embedLink}?embed=true&theme=dark&period=day`;
+  await host.goto(`http://127.0.0.1:${port}/embed.html?a=${encodeURIComponent(embedUrl)}&b=${encodeURIComponent(TALLY + env("TALLY_SHARE_PATH"))}`);
+  const framed = host.frameLocator("#embedded");
+  await framed.locator("#top-stats[data-range]").waitFor();
+  assert.equal((await framed.locator("#stat-visitors .value").textContent()).trim(), String(today[0]), "visitors in the embedded dashboard");
+  const dark = await framed.locator("html").evaluate((el) => [el.className, getComputedStyle(el).backgroundColor]);
+  assert.ok(dark[0].includes("dark") && dark[1] === "rgb(15, 17, 21)", `the dark theme: ${dark}`);
+  assert.equal(await framed.locator(".brand").isVisible(), false, "no brand in an embed");
+  await host.waitForTimeout(500);
+  assert.equal(await host.frameLocator("#refused").locator("#top-stats").count(), 0, "a link not made embeddable is not framed");
+  await host.screenshot({ path: join(OUT, "embedded.png") });
   const stranger = await guest.newPage();
   await stranger.goto(`${TALLY}/settings`);
   await stranger.waitForSelector("form#login");

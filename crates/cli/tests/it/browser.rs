@@ -53,6 +53,14 @@ fn trackers_and_dashboard_in_headless_chromium() {
     let store = dir.path().join("data");
     let site = add_site(&store, "shop.test", "UTC");
     tally_ok(&store, &["goal", "add", "shop.test", "--event", "Signup"]);
+    // One visit to /pricing 35 days ago: in the previous period of the dashboard's 30 days, so
+    // the comparisons it shows are more than zeros.
+    let then = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(35 * 24);
+    let old = serde_json::json!({ "timestamp": then.to_string(), "url": "https://shop.test/pricing", "visitor": "earlier",
+        "user_agent": "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0" });
+    let file = dir.path().join("earlier.ndjson");
+    std::fs::write(&file, old.to_string()).unwrap();
+    tally_ok(&store, &["import", file.to_str().unwrap(), "--site", "shop.test"]);
     add_user(&store, EMAIL, PASSWORD);
     let share = field(&tally_ok(&store, &["share", "create", "shop.test", "--name", "public"]), "link:");
     let server = Server::start(&store);

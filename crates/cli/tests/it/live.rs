@@ -81,9 +81,12 @@ fn realtime_and_sessions_show_what_visitors_just_did() {
     assert_eq!(
         r.json()["steps"],
         json!([
-            { "step": "Visit /", "visitors": 2, "conversion_rate": 100.0, "dropoff": 0 },
-            { "step": "Visit /pricing*", "visitors": 1, "conversion_rate": 50.0, "dropoff": 1 },
-            { "step": "Signup", "visitors": 1, "conversion_rate": 50.0, "dropoff": 0 },
+            { "step": "Visit /", "visitors": 2, "conversion_rate": 100.0, "conversion_rate_step": 100.0, "dropoff": 0,
+              "dropoff_percentage": 0.0 },
+            { "step": "Visit /pricing*", "visitors": 1, "conversion_rate": 50.0, "conversion_rate_step": 50.0, "dropoff": 1,
+              "dropoff_percentage": 50.0 },
+            { "step": "Signup", "visitors": 1, "conversion_rate": 50.0, "conversion_rate_step": 100.0, "dropoff": 0,
+              "dropoff_percentage": 0.0 },
         ])
     );
     assert_eq!(c.post_json("/api/funnel", &[("authorization", &theirs)], &body).status, 401);

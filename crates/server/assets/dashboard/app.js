@@ -4,9 +4,21 @@
 // shared links send X-Tally-Share. The page's state lives in the URL, so a view can be bookmarked.
 "use strict";
 
-const RANGES = [["day", "Today"], ["7d", "Last 7 days"], ["30d", "Last 30 days"], ["month", "Month to date"],
+const RANGES = [["realtime", "Realtime"], ["day", "Today"], ["7d", "Last 7 days"], ["30d", "Last 30 days"], ["month", "Month to date"],
   ["6mo", "Last 6 months"], ["12mo", "Last 12 months"], ["custom", "Custom…"]];
 const INTERVALS = ["hour", "day", "week", "month"];
+const OPS = [["is", "is"], ["is_not", "is not"], ["contains", "contains"], ["contains_not", "does not contain"],
+  ["matches", "matches"], ["matches_not", "does not match"]];
+// Every dimension a filter can name; `props` asks for a property key.
+const FILTER_DIMENSIONS = [["event:page", "Page"], ["visit:entry_page", "Entry page"], ["visit:exit_page", "Exit page"],
+  ["event:hostname", "Hostname"], ["visit:source", "Source"], ["visit:referrer", "Referrer"], ["visit:utm_source", "UTM source"],
+  ["visit:utm_medium", "UTM medium"], ["visit:utm_campaign", "UTM campaign"], ["visit:utm_content", "UTM content"],
+  ["visit:utm_term", "UTM term"], ["visit:country", "Country"], ["visit:device", "Device"], ["visit:browser", "Browser"],
+  ["visit:browser_version", "Browser version"], ["visit:os", "Operating system"], ["visit:os_version", "OS version"],
+  ["event:goal", "Goal"], ["event:name", "Event name"], ["props", "Property…"]];
+const escapeValue = (v) => v.replace(/%/g, "%25").replace(/\|/g, "%7C");
+function unescapeValue(v) { try { return decodeURIComponent(v); } catch (_) { return v; } }
+const COMPARISONS = [["previous_period", "vs previous period"], ["year_over_year", "vs year before"], ["off", "no comparison"]];
 const TOP = [["visitors", "Unique visitors"], ["visits", "Visits"], ["pageviews", "Pageviews"],
   ["views_per_visit", "Views per visit"], ["bounce_rate", "Bounce rate"], ["visit_duration", "Visit duration"]];
 const PANELS = [
@@ -19,7 +31,7 @@ const PANELS = [
   { id: "events", title: "Custom events", tabs: [["event:name", "Events"], ["props", "Properties"]], metrics: ["visitors", "events"] },
 ];
 const S = { csrf: null, share: null, user: null, sites: [], site: null, period: "30d", from: "", to: "",
-  interval: "day", metric: "visitors", funnel: null, filters: [], tabs: {}, prop: "plan", timer: null, seq: 0 };
+  interval: "day", metric: "visitors", comparison: "previous_period", funnel: null, filters: [], tabs: {}, prop: "", propKeys: null, timer: null, seq: 0 };
 
 // ---- helpers ----
 function h(tag, attrs, ...kids) {
@@ -51,6 +63,25 @@ async function api(method, path, body) {
   if (!r.ok) { const e = new Error((data && data.error) || r.statusText); e.status = r.status; e.data = data; throw e; }
   return data;
 }
+// POST /api/export for the dashboard's range and filters (one panel's CSV, or every panel in a
+// zip) and hand the file to the browser as a download.
+const EXPORTS = { "event:page": "pages", "visit:entry_page": "entry_pages", "visit:exit_page": "exit_pages", "visit:source": "sources",
+  "visit:referrer": "referrers", "visit:utm_source": "utm_sources", "visit:utm_medium": "utm_mediums", "visit:utm_campaign": "utm_campaigns",
+  "visit:country": "countries", "visit:device": "devices", "visit:browser": "browsers", "visit:os": "operating_systems",
+  "event:goal": "conversions", "event:name": "custom_events" };
+async function download(panel) {
+  const headers = { "Content-Type": "application/json" };
+  if (S.csrf) headers["X-Tally-CSRF"] = S.csrf;
+  if (S.share) headers["X-Tally-Share"] = S.share;
+  const r = await fetch("/api/export", { method: "POST", headers, credentials: "same-origin",
+    body: JSON.stringify({ site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, panel: panel || undefined }) });
+  if (!r.ok) { let m = r.statusText; try { m = (await r.json()).error; } catch (_) { /* not JSON */ } alert(`Export failed: ${m}`); return; }
+  const name = (r.headers.get("content-disposition") || "").match(/filename="([^"]+)"/)?.[1] || "tally-export";
+  const url = URL.createObjectURL(await r.blob());
+  const a = h("a", { href: url, download: name, hidden: true });
+  document.body.append(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
 function compact(n) {
   if (n === null || n === undefined) return "–";
   const a = Math.abs(n);
@@ -65,6 +96,9 @@ function duration(sec) {
   return m >= 60 ? `${Math.floor(m / 60)}h ${m % 60}m` : m ? `${m}m ${r}s` : `${r}s`;
 }
 function fmt(metric, v) {
+  if ((metric === "scroll_depth" || metric === "time_on_page") && (v === null || v === undefined)) return "–";
+  if (metric === "scroll_depth") return `${v}%`;
+  if (metric === "time_on_page") return duration(v);
   if (metric === "bounce_rate" || metric === "conversion_rate") return `${v}%`;
   if (metric === "visit_duration") return duration(v);
   if (metric === "views_per_visit") return (v || 0).toFixed(2);
@@ -84,25 +118,53 @@ function readUrl() {
   S.from = q.get("from") || ""; S.to = q.get("to") || "";
   S.interval = q.get("interval") || (S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day");
   S.metric = q.get("metric") || "visitors";
+  S.prop = q.get("prop") || "";
+  S.journey = q.get("journey") || "";
+  S.comparison = COMPARISONS.some((c) => c[0] === q.get("comparison")) ? q.get("comparison") : "previous_period";
   S.funnel = q.get("funnel") || null;
-  S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, [v.join("|")]]; })
-    .filter((f) => ["is", "is_not", "contains"].includes(f[0]) && f[1]);
+  // A filter is `op|dimension|value|value…`, each value with `%` and `|` escaped; values are OR.
+  S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, v.map(unescapeValue)]; })
+    .filter((f) => OPS.some((o) => o[0] === f[0]) && f[1] && f[2].length);
   return q.get("site");
 }
 function writeUrl() {
   const q = new URLSearchParams();
   if (S.site && !S.share) q.set("site", S.site.domain);
+  if (S.embed) q.set("embed", "true");
+  if (S.theme) q.set("theme", S.theme);
   q.set("period", S.period);
   if (S.period === "custom") { q.set("from", S.from); q.set("to", S.to); }
   q.set("interval", S.interval);
   if (S.metric !== "visitors") q.set("metric", S.metric);
+  if (S.prop) q.set("prop", S.prop);
+  if (S.journey) q.set("journey", S.journey);
+  if (S.comparison !== "previous_period") q.set("comparison", S.comparison);
   if (S.funnel) q.set("funnel", S.funnel);
-  for (const [op, dim, [v]] of S.filters) q.append("f", `${op}|${dim}|${v}`);
+  for (const [op, dim, values] of S.filters) q.append("f", [op, dim, ...values.map(escapeValue)].join("|"));
   history.replaceState(null, "", `${location.pathname}?${q}`);
 }
-function dateRange() { return S.period === "custom" ? [S.from, S.to] : S.period; }
+function dateRange() { return S.period === "custom" ? [S.from, S.to] : S.period === "realtime" ? "30m" : S.period; }
+// Realtime: every panel over the last 30 minutes, refreshed with the live figures.
+const isRealtime = () => S.period === "realtime";
+// The filters with saved segments written out, to know what kind of filters apply.
+function expandedFilters() {
+  return S.filters.flatMap((f) => f[1] !== "segment" ? [f] : ((S.site.segments || []).find((x) => x.segment_id === f[2][0]) || { filters: [] }).filters);
+}
 function query(extra) {
   return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, ...extra });
+}
+// The Stats API's `include` asking for the chosen comparison, or nothing when it is off.
+function compared() { return S.comparison === "off" || isRealtime() ? {} : { include: { comparisons: { mode: S.comparison } } }; }
+// A comparison's change as a short label: percentage points for rates, percent otherwise.
+function changeText(metric, change) {
+  if (change === null || change === undefined) return "";
+  const points = metric === "bounce_rate" || metric === "conversion_rate";
+  const arrow = change > 0 ? "↑" : change < 0 ? "↓" : "";
+  return `${arrow}${Math.abs(change)}${points ? " pts" : "%"}`;
+}
+function changeClass(metric, change) {
+  if (!change) return "change flat";
+  return "change " + ((metric === "bounce_rate" ? change < 0 : change > 0) ? "up" : "down");
 }
 
 // ---- pages ----
@@ -137,6 +199,12 @@ async function boot() {
 
 async function bootShare(token) {
   S.share = token;
+  // An embeddable link framed by another site: without the brand, in the theme the embed code asks for.
+  const params = new URLSearchParams(location.search);
+  S.embed = params.get("embed") === "true";
+  S.theme = ["light", "dark"].includes(params.get("theme")) ? params.get("theme") : "";
+  document.documentElement.classList.toggle("embedded", S.embed);
+  document.documentElement.classList.toggle("dark", S.theme === "dark");
   const info = await api("GET", `/api/share/${token}`).catch((e) => ({ error: e.message }));
   if (info.error) return show(h("div", { class: "wrap" }, h("h1", {}, "Tally"), h("p", { class: "error" }, info.error)));
   if (info.password_required && !info.unlocked) {
@@ -147,7 +215,9 @@ async function bootShare(token) {
       try { await api("POST", `/api/share/${token}/unlock`, { password: pw.value }); location.reload(); } catch (e) { msg.textContent = e.message; }
     } }, h("h1", {}, info.domain), h("p", {}, "This dashboard is protected by a password."), pw, h("button", { class: "primary" }, "View dashboard"), msg));
   }
-  S.sites = [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [], funnels: [] }];
+  // The link's site with its saved funnels and segments, which a shared dashboard shows too.
+  const { sites } = await api("GET", "/api/sites").catch(() => ({ sites: [] }));
+  S.sites = sites.length ? sites : [{ site_id: info.site_id, domain: info.domain, timezone: info.timezone, goals: [], funnels: [], segments: [] }];
   S.site = S.sites[0];
   readUrl();
   dashboard();
@@ -185,23 +255,91 @@ function topBar() {
     S.interval = S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day";
     writeUrl(); dashboard();
   } }, RANGES.map(([v, l]) => h("option", { value: v, selected: v === S.period }, l)));
+  const comparison = isRealtime() ? null : h("select", { id: "comparison", "aria-label": "Compare with", onchange: (e) => { S.comparison = e.target.value; writeUrl(); dashboard(); } },
+    COMPARISONS.map(([v, l]) => h("option", { value: v, selected: v === S.comparison }, l)));
   const custom = S.period !== "custom" ? null : h("span", { class: "custom" },
     h("input", { type: "date", id: "from", value: S.from, onchange: (e) => { S.from = e.target.value; writeUrl(); dashboard(); } }), " – ",
     h("input", { type: "date", id: "to", value: S.to, onchange: (e) => { S.to = e.target.value; writeUrl(); dashboard(); } }));
-  const right = S.share ? [h("span", { class: "note" }, "Shared dashboard")] : [
+  const right = S.share ? [S.embed ? null : h("span", { class: "note" }, "Shared dashboard")] : [
     h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
     h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out"),
     h("button", { class: "link", id: "logout-everywhere", title: "End this account's sign-ins on every browser", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere")];
-  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom,
+  const exportAll = isRealtime() ? null : h("button", { class: "link", id: "export-all", title: "Every panel as CSV, in a zip", onclick: () => download(null) }, "Export");
+  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom, comparison, exportAll,
     h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
 }
 
+function filterLabel(f) {
+  if (f[1] === "segment") {
+    const seg = (S.site.segments || []).find((x) => x.segment_id === f[2][0]);
+    return `segment ${seg ? seg.name : f[2][0]}`;
+  }
+  const dim = (FILTER_DIMENSIONS.find((d) => d[0] === f[1]) || [f[1], f[1].replace(/^(event|visit):/, "").replace("props:", "property ")])[1];
+  const op = (OPS.find((o) => o[0] === f[0]) || [f[0], f[0]])[1];
+  return `${dim} ${op} ${f[2].join(" or ")}`;
+}
+
 function filterBar() {
-  if (!S.filters.length) return h("div", { class: "filters", id: "filters" });
-  return h("div", { class: "filters", id: "filters" }, S.filters.map((f, i) => h("span", { class: "chip" },
-    `${f[1].replace(/^(event|visit):/, "")} ${f[0].replace("_", " ")} ${f[2][0]}`,
+  const bar = h("div", { class: "filters", id: "filters" }, S.filters.map((f, i) => h("span", { class: "chip", "data-dimension": f[1] },
+    filterLabel(f),
     h("button", { "aria-label": "Remove filter", onclick: () => { S.filters.splice(i, 1); writeUrl(); dashboard(); } }, "×"))),
-  h("button", { class: "link", onclick: () => { S.filters = []; writeUrl(); dashboard(); } }, "Clear all"));
+  S.filters.length ? h("button", { class: "link", onclick: () => { S.filters = []; writeUrl(); dashboard(); } }, "Clear all") : null,
+  h("button", { class: "link", id: "add-filter", onclick: () => { const f = document.getElementById("filter-form"); f.hidden = !f.hidden; } }, "+ Filter"),
+  segmentControls());
+  return h("div", {}, bar, filterForm());
+}
+
+// Saved segments: pick one to filter by it; signed-in users save the current filters as one and
+// delete the one in use.
+function segmentControls() {
+  const segments = S.site.segments || [];
+  const active = S.filters.find((f) => f[1] === "segment");
+  const pick = segments.length ? h("select", { id: "segment-pick", "aria-label": "Segment", onchange: (e) => {
+    if (!e.target.value) return;
+    S.filters = S.filters.filter((f) => f[1] !== "segment");
+    S.filters.push(["is", "segment", [e.target.value]]);
+    writeUrl(); dashboard();
+  } }, h("option", { value: "" }, "Segments…"), segments.map((x) => h("option", { value: x.segment_id, selected: active && active[2][0] === x.segment_id }, x.name))) : null;
+  if (S.share) return pick;
+  const name = h("input", { id: "segment-name", placeholder: "Segment name", size: 14 });
+  const msg = h("span", { id: "segment-msg" });
+  const save = S.filters.length && !active ? h("form", { class: "inline", id: "segment-save", onsubmit: async (ev) => {
+    ev.preventDefault();
+    try {
+      const made = await api("POST", `/api/sites/${S.site.site_id}/segments`, { name: name.value, filters: S.filters });
+      S.site.segments = [...segments, made];
+      S.filters = [["is", "segment", [made.segment_id]]];
+      writeUrl(); dashboard();
+    } catch (e) { msg.className = "error"; msg.textContent = e.message; }
+  } }, name, h("button", {}, "Save as segment"), msg) : null;
+  const remove = active ? h("button", { class: "link", id: "segment-delete", onclick: async () => {
+    await api("DELETE", `/api/sites/${S.site.site_id}/segments/${active[2][0]}`);
+    S.site.segments = segments.filter((x) => x.segment_id !== active[2][0]);
+    S.filters = S.filters.filter((f) => f !== active);
+    writeUrl(); dashboard();
+  } }, "Delete segment") : null;
+  return [pick, save, remove];
+}
+
+// A filter on any dimension: an operator and one value per line (any of them matches).
+function filterForm() {
+  const dim = h("select", { id: "filter-dim", "aria-label": "Dimension", onchange: () => { prop.hidden = dim.value !== "props"; } },
+    FILTER_DIMENSIONS.map(([v, l]) => h("option", { value: v }, l)));
+  const prop = h("input", { id: "filter-prop", placeholder: "property key", size: 10, hidden: true });
+  const op = h("select", { id: "filter-op", "aria-label": "Operator" }, OPS.map(([v, l]) => h("option", { value: v }, l)));
+  const values = h("textarea", { id: "filter-values", rows: 2, placeholder: "one value per line" });
+  const msg = h("span", { class: "error", id: "filter-error" });
+  return h("form", { class: "card row", id: "filter-form", hidden: true, onsubmit: async (ev) => {
+    ev.preventDefault();
+    const d = dim.value === "props" ? `event:props:${prop.value.trim()}` : dim.value;
+    const list = values.value.split("\n").map((v) => v.trim()).filter(Boolean);
+    if (!list.length) { msg.textContent = "Give at least one value."; return; }
+    const next = [...S.filters.filter((f) => !(f[1] === d && f[0] === op.value)), [op.value, d, list]];
+    // Asked once first, so a bad pattern is said here and the dashboard stays as it was.
+    try { await api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), metrics: ["visitors"], filters: next }); }
+    catch (e) { if (e.status === 400) { msg.textContent = e.message; return; } }
+    S.filters = next; writeUrl(); dashboard();
+  } }, dim, prop, op, values, h("button", { class: "primary", id: "filter-apply" }, "Apply filter"), msg);
 }
 
 function addFilter(dim, value) {
@@ -219,16 +357,25 @@ function dashboard() {
   const interval = h("select", { id: "interval", "aria-label": "Interval", onchange: (e) => { S.interval = e.target.value; writeUrl(); loadChart(seq); } },
     INTERVALS.map((i) => h("option", { value: i, selected: i === S.interval }, i)));
   const chart = h("div", { class: "card chart-card" }, h("div", { class: "chart-head" },
-    h("strong", {}, (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
+    h("strong", {}, isRealtime() ? "Pageviews" : (TOP.find((t) => t[0] === S.metric) || TOP[0])[1]), h("span", { class: "spacer" }),
+    isRealtime() ? null : h("button", { class: "link export", id: "export-chart", title: "The series as CSV", onclick: () => download("visitors") }, "CSV"),
+    isRealtime() ? h("span", { class: "note" }, "pageviews per minute, last 30 minutes") : interval), h("div", { id: "chart-box" }, h("p", { class: "empty" }, "Loading…")));
   // Sessions name visitors' paths through the site: signed-in users see them, shared links do not.
   const funnels = S.site.funnels || [];
-  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), funnels.length ? funnelShell(funnels, seq) : null,
+  const panels = h("div", { class: "panels" }, PANELS.map(panelShell), funnels.length && !isRealtime() ? funnelShell(funnels, seq) : null,
+    isRealtime() ? null : journeysShell(),
     realtimeShell(), S.share ? null : sessionsShell());
   show(h("div", { class: "wrap" }, topBar(), filterBar(), stats, chart, panels));
   loadTop(seq); loadChart(seq);
   for (const p of PANELS) loadPanel(p, seq);
-  if (funnels.length) loadFunnel(seq);
-  const live = () => { loadRealtime(seq); if (!S.share) loadSessions(seq); };
+  if (funnels.length && !isRealtime()) loadFunnel(seq);
+  if (!isRealtime()) loadJourneys(seq);
+  const live = () => {
+    loadRealtime(seq); if (!S.share) loadSessions(seq);
+    // In realtime every figure is of the last 30 minutes, so all of them move.
+    if (isRealtime() && live.again) { loadTop(seq); loadChart(seq); for (const p of PANELS) loadPanel(p, seq); }
+    live.again = true;
+  };
   live();
   S.timer = setInterval(live, 10000);
 }
@@ -237,26 +384,25 @@ function dashboard() {
 // with a matching event, which the Stats API reads from raw events: a range older than the site
 // keeps them (or too large) is refused, and then the dashboard shows the other metrics.
 const SESSION_METRICS = new Set(["visits", "views_per_visit", "bounce_rate", "visit_duration"]);
-const eventFiltered = () => S.filters.some((f) => f[1].startsWith("event:"));
+const eventFiltered = () => expandedFilters().some((f) => f[1].startsWith("event:"));
 
 async function loadTop(seq) {
   let metrics = TOP.map((t) => t[0]);
   let without = "";
   try {
     let cur;
-    try { cur = await query({ metrics }); } catch (e) {
+    try { cur = await query({ metrics, ...compared() }); } catch (e) {
       if (!eventFiltered()) throw e;
       metrics = metrics.filter((m) => !SESSION_METRICS.has(m));
       without = e.message;
-      cur = await query({ metrics });
+      cur = await query({ metrics, ...compared() });
     }
     if (seq !== S.seq) return;
-    const [first, last] = cur.query.date_range;
-    const n = daysBetween(first, last) + 1;
-    const prev = await query({ metrics, date_range: [addDays(first, -n), addDays(first, -1)] }).catch(() => null);
-    if (seq !== S.seq) return;
-    const now = (cur.results[0] || { metrics: [] }).metrics;
-    const before = prev && prev.results[0] ? prev.results[0].metrics : [];
+    const [first, last] = Array.isArray(cur.query.date_range) ? cur.query.date_range : [cur.query.date_range, ""];
+    const row = cur.results[0] || { metrics: [] };
+    const now = row.metrics;
+    const other = row.comparison;
+    const versus = S.comparison === "year_over_year" ? "vs year before" : "vs previous period";
     TOP.forEach(([m]) => {
       const card = document.getElementById(`stat-${m}`);
       const i = metrics.indexOf(m);
@@ -269,16 +415,16 @@ async function loadTop(seq) {
       }
       card.querySelector(".value").textContent = fmt(m, now[i] || 0);
       const ch = card.querySelector(".change");
-      if (before[i] === undefined) { ch.textContent = ""; return; }
-      const a = now[i] || 0, b = before[i] || 0;
-      if (b === 0) { ch.className = "change flat"; ch.textContent = a === 0 ? "" : "no data in the previous period"; return; }
-      const pct = b === 0 ? (a === 0 ? 0 : 100) : Math.round(((a - b) / b) * 100);
-      const better = m === "bounce_rate" ? pct < 0 : pct > 0;
-      ch.className = "change " + (pct === 0 ? "flat" : better ? "up" : "down");
-      ch.textContent = `${pct > 0 ? "↑" : pct < 0 ? "↓" : ""}${Math.abs(pct)}% vs previous period`;
-      ch.title = `previous: ${fmt(m, b)}`;
+      if (!other) { ch.textContent = ""; ch.className = "change flat"; delete ch.dataset.change; return; }
+      const change = other.change[i];
+      ch.dataset.change = change;
+      ch.className = changeClass(m, change);
+      ch.textContent = `${changeText(m, change) || "0%"} ${versus}`;
+      ch.title = `${cur.query.comparison_date_range.join(" – ")}: ${fmt(m, other.metrics[i])}`;
     });
-    document.getElementById("top-stats").dataset.range = `${first}..${last}`;
+    const box = document.getElementById("top-stats");
+    if (cur.query.comparison_date_range) box.dataset.comparisonRange = cur.query.comparison_date_range.join("..");
+    box.dataset.range = isRealtime() ? "30m" : `${first}..${last}`;
   } catch (e) {
     if (seq === S.seq) document.getElementById("top-stats").replaceChildren(h("p", { class: "error" }, e.message));
   }
@@ -287,8 +433,14 @@ async function loadTop(seq) {
 async function loadChart(seq) {
   const box = document.getElementById("chart-box");
   try {
+    if (isRealtime()) {
+      const rt = await api("GET", realtimePath());
+      if (seq !== S.seq) return;
+      drawChart(box, rt.pageviews_per_minute.map((m) => [new Date(m.minute).toISOString().slice(11, 16), m.pageviews]), null, "pageviews");
+      return;
+    }
     let metric = S.metric;
-    const series = (interval) => query({ metrics: [metric], dimensions: [`time:${interval}`], order_by: [[`time:${interval}`, "asc"]] });
+    const series = (interval) => query({ metrics: [metric], dimensions: [`time:${interval}`], order_by: [[`time:${interval}`, "asc"]], ...compared() });
     let res;
     try { res = await series(S.interval); } catch (e) {
       if (eventFiltered() && SESSION_METRICS.has(metric)) {
@@ -309,7 +461,9 @@ async function loadChart(seq) {
     const labels = bucketLabels(S.interval, ...res.query.date_range);
     for (const k of got.keys()) if (!labels.includes(k)) labels.push(k);
     labels.sort();
-    drawChart(box, labels.map((l) => [l, got.get(l) || 0]));
+    // With a comparison every bucket has a row, paired with the comparison's bucket.
+    const before = new Map(res.results.filter((r) => r.comparison).map((r) => [r.dimensions[0], [r.comparison.dimensions[0], r.comparison.metrics[0] || 0]]));
+    drawChart(box, labels.map((l) => [l, got.get(l) || 0]), before.size ? labels.map((l) => before.get(l) || ["", 0]) : null);
   } catch (e) {
     if (seq === S.seq) box.replaceChildren(h("p", { class: "error" }, e.message));
   }
@@ -331,22 +485,24 @@ function bucketLabels(interval, first, last) {
 }
 // A bucket label as the chart's axis shows it.
 function axisLabel(label) {
+  if (isRealtime()) return label;
   if (S.interval === "hour") return label.slice(11, 16);
   if (S.interval === "month") return label.slice(0, 7);
   return label.slice(5);
 }
 
-function drawChart(box, points) {
+function drawChart(box, points, comparison, shown) {
+  const metric = shown || S.metric;
   const W = Math.max(box.clientWidth || 700, 280), H = 240, L = 44, R = 24, T = 10, B = 26;
-  const svg = s("svg", { id: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${S.metric} by ${S.interval}`, "data-points": points.length });
-  const max = Math.max(1, ...points.map((p) => p[1]));
+  const svg = s("svg", { id: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${metric} by ${shown ? "minute" : S.interval}`, "data-points": points.length });
+  const max = Math.max(1, ...points.map((p) => p[1]), ...(comparison || []).map((p) => p[1]));
   const nice = (() => { const e = Math.pow(10, Math.floor(Math.log10(max))); const f = max / e; return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e; })();
   const x = (i) => L + (points.length <= 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (points.length - 1));
   const y = (v) => T + (H - T - B) * (1 - v / nice);
   for (let k = 0; k <= 4; k++) {
     const v = (nice * k) / 4;
     svg.append(s("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
-    svg.append(s("text", { class: "axis", x: L - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(S.metric, Number.isInteger(v) ? v : +v.toFixed(1))));
+    svg.append(s("text", { class: "axis", x: L - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(metric, Number.isInteger(v) ? v : +v.toFixed(1))));
   }
   if (!points.length) { svg.append(s("text", { class: "axis", x: W / 2, y: H / 2, "text-anchor": "middle" }, "No data for this range")); box.replaceChildren(svg); return; }
   const step = Math.max(1, Math.ceil(points.length / Math.max(2, Math.floor((W - L) / 90))));
@@ -355,8 +511,16 @@ function drawChart(box, points) {
   });
   const line = points.map(([, v], i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join("");
   svg.append(s("path", { class: "area", d: `${line}L${x(points.length - 1).toFixed(1)},${y(0)}L${x(0).toFixed(1)},${y(0)}Z` }));
+  if (comparison) {
+    // The comparison series, dashed, under the range's own line.
+    const dashed = comparison.map(([, v], i) => `${i ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join("");
+    svg.append(s("path", { class: "comparison", d: dashed, "data-values": comparison.map((p) => p[1]).join(",") }, s("title", {}, "Comparison")));
+  }
   svg.append(s("path", { class: "line", d: line }));
-  if (points.length <= 400) points.forEach(([label, v], i) => svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(S.metric, v)}`))));
+  if (points.length <= 400) points.forEach(([label, v], i) => {
+    const was = comparison && comparison[i] && comparison[i][0] ? ` (${comparison[i][0]}: ${fmt(metric, comparison[i][1])})` : "";
+    svg.append(s("circle", { class: "dot", cx: x(i), cy: y(v), r: points.length > 60 ? 1.5 : 3 }, s("title", {}, `${label}: ${fmt(metric, v)}${was}`)));
+  });
   box.replaceChildren(svg);
 }
 
@@ -364,9 +528,11 @@ function panelShell(p) {
   const tab = S.tabs[p.id] || p.tabs[0][0];
   const tabs = h("div", { class: "tabs" }, p.tabs.map(([dim, label]) => h("button", { class: dim === tab ? "on" : "", "data-tab": dim,
     onclick: () => { S.tabs[p.id] = dim; const el = document.querySelector(`[data-panel="${p.id}"]`); el.replaceWith(panelShell(p)); loadPanel(p, S.seq); } }, label)));
-  const extra = tab === "props" ? h("input", { id: "prop-key", value: S.prop, size: 10, "aria-label": "Property",
-    onchange: (e) => { S.prop = e.target.value.trim(); loadPanel(p, S.seq); } }) : null;
-  return h("section", { class: "card panel", "data-panel": p.id }, h("div", { class: "head" }, h("h2", {}, p.title), tabs, extra),
+  // The property keys the site's events carry in the range, filled in by loadPanel.
+  const extra = tab === "props" ? h("select", { id: "prop-key", "aria-label": "Property",
+    onchange: (e) => { S.prop = e.target.value; writeUrl(); loadPanel(p, S.seq); } }) : null;
+  const csv = EXPORTS[tab] && !isRealtime() ? h("button", { class: "link export", title: "This tab as CSV", onclick: () => download(EXPORTS[tab]) }, "CSV") : null;
+  return h("section", { class: "card panel", "data-panel": p.id }, h("div", { class: "head" }, h("h2", {}, p.title), tabs, extra, csv),
     h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
 }
 
@@ -374,10 +540,20 @@ async function loadPanel(p, seq) {
   const el = document.querySelector(`[data-panel="${p.id}"] .body`);
   if (!el) return;
   let dim = S.tabs[p.id] || p.tabs[0][0];
-  if (dim === "props") dim = `event:props:${S.prop || "plan"}`;
-  const metrics = p.metrics || ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"];
+  if (dim === "props") {
+    let keys;
+    try { keys = await propertyKeys(seq); } catch (e) { if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message)); return; }
+    if (seq !== S.seq) return;
+    if (!keys.length) { el.replaceChildren(h("p", { class: "empty" }, "No custom properties in this range")); return; }
+    if (!keys.includes(S.prop)) S.prop = keys[0];
+    document.getElementById("prop-key")?.replaceChildren(...keys.map((k) => h("option", { value: k, selected: k === S.prop }, k)));
+    dim = `event:props:${S.prop}`;
+  }
+  // Top pages also show engagement (scroll depth, time on page), except over the last 30 minutes.
+  const metrics = p.metrics || (dim === "event:page" && !isRealtime() ? ["visitors", "pageviews", "scroll_depth", "time_on_page"]
+    : ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"]);
   try {
-    const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 } });
+    const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 }, ...compared() });
     if (seq !== S.seq) return;
     // Page views are not custom events, and engagement is part of a visit, not an event.
     const results = dim === "event:name" ? res.results.filter((r) => !["pageview", "engagement"].includes(r.dimensions[0])) : res.results;
@@ -387,6 +563,15 @@ async function loadPanel(p, seq) {
   }
 }
 
+// The site's property keys in the dashboard's range (today's in realtime), once per load.
+function propertyKeys(seq) {
+  if (S.propKeys && S.propKeys.seq === seq) return S.propKeys.keys;
+  const keys = api("POST", "/api/properties", { site_id: S.site.site_id, date_range: isRealtime() ? "day" : dateRange() })
+    .then((r) => r.keys.map((k) => k.key));
+  S.propKeys = { seq, keys };
+  return keys;
+}
+
 function countryName(code) {
   try { return `${new Intl.DisplayNames(["en"], { type: "region" }).of(code)} (${code})`; } catch (_) { return code; }
 }
@@ -394,16 +579,26 @@ function countryName(code) {
 function rowsTable(dim, metrics, rows) {
   if (!rows.length) return h("p", { class: "empty" }, "No data yet");
   const max = Math.max(1, ...rows.map((r) => r.metrics[0] || 0));
-  const heads = { visitors: "Visitors", visits: "Visits", pageviews: "Pageviews", events: "Events", conversion_rate: "CR" };
+  const heads = { visitors: "Visitors", visits: "Visits", pageviews: "Pageviews", events: "Events", conversion_rate: "CR",
+    scroll_depth: "Scroll", time_on_page: "Time" };
   return h("table", { class: "rows", "data-dimension": dim },
-    h("tr", {}, h("th", {}, dim.replace(/^(event|visit):/, "").replace("props:", "")), metrics.map((m) => h("th", { class: "num" }, heads[m] || m))),
+    h("tr", {}, h("th", {}, dim.replace(/^(event|visit):/, "").replace("props:", "")), metrics.map((m) => h("th", { class: "num" }, heads[m] || m)),
+      rows.some((r) => r.comparison) ? h("th", { class: "num" }, "Change") : null),
     rows.map((r) => {
       const value = String(r.dimensions[0] ?? "");
       const label = dim === "visit:country" ? countryName(value) : value;
       return h("tr", { class: "row", "data-value": value, title: `Filter by ${label}`, onclick: () => addFilter(dim, value) },
         h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * (r.metrics[0] || 0)) / max}%` }), h("span", {}, label || "(none)")),
-        r.metrics.map((v, i) => h("td", { class: "num" }, fmt(metrics[i], v))));
+        r.metrics.map((v, i) => h("td", { class: "num" }, fmt(metrics[i], v))),
+        // The first metric's change, the previous value in its tooltip.
+        r.comparison ? h("td", { class: `num ${changeClass(metrics[0], r.comparison.change[0])}`, "data-change": r.comparison.change[0],
+          title: `${r.comparison.dimensions.join(" ") || "before"}: ${fmt(metrics[0], r.comparison.metrics[0])}` }, changeText(metrics[0], r.comparison.change[0]) || "0%") : null);
     }));
+}
+
+function realtimePath() {
+  const filters = S.filters.length ? `&filters=${encodeURIComponent(JSON.stringify(S.filters))}` : "";
+  return `/api/realtime?site_id=${encodeURIComponent(S.site.site_id)}${filters}`;
 }
 
 function realtimeShell() {
@@ -413,7 +608,7 @@ function realtimeShell() {
 
 async function loadRealtime(seq) {
   try {
-    const rt = await api("GET", `/api/realtime?site_id=${encodeURIComponent(S.site.site_id)}`);
+    const rt = await api("GET", realtimePath());
     if (seq !== S.seq) return;
     const live = document.getElementById("live");
     if (live) live.textContent = `${rt.current_visitors} current visitor${rt.current_visitors === 1 ? "" : "s"}`;
@@ -432,8 +627,8 @@ async function loadRealtime(seq) {
   }
 }
 
-// Saved funnels (settings page), counted over the dashboard's range from raw events; the
-// dashboard's filters do not apply to them.
+// Saved funnels (settings page), counted over the dashboard's range from raw events, over the
+// visits the dashboard's filters select.
 function funnelShell(funnels, seq) {
   if (!funnels.some((f) => f.funnel_id === S.funnel)) S.funnel = funnels[0].funnel_id;
   const pick = h("select", { id: "funnel-pick", "aria-label": "Funnel", onchange: (e) => { S.funnel = e.target.value; writeUrl(); loadFunnel(seq); } },
@@ -447,15 +642,45 @@ async function loadFunnel(seq) {
   const funnel = (S.site.funnels || []).find((f) => f.funnel_id === S.funnel);
   if (!funnel) return;
   try {
-    const res = await api("POST", "/api/funnel", { site_id: S.site.site_id, date_range: dateRange(), steps: funnel.steps });
+    const res = await api("POST", "/api/funnel", { site_id: S.site.site_id, date_range: dateRange(), steps: funnel.steps, filters: S.filters });
     if (seq !== S.seq || !body()) return;
     const first = Math.max(1, res.steps[0]?.visitors || 0);
     body().replaceChildren(h("table", { class: "rows" },
-      h("tr", {}, h("th", {}, "Step"), h("th", { class: "num" }, "Visitors"), h("th", { class: "num" }, "Conversion"), h("th", { class: "num" }, "Dropoff")),
-      res.steps.map((st) => h("tr", { class: "step" },
+      h("tr", {}, h("th", {}, "Step"), h("th", { class: "num" }, "Visitors"), h("th", { class: "num" }, "Conversion"), h("th", { class: "num" }, "Drop-off")),
+      res.steps.map((st, i) => h("tr", { class: "step" },
         h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * st.visitors) / first}%` }), h("span", {}, st.step)),
-        h("td", { class: "num" }, compact(st.visitors)), h("td", { class: "num" }, `${st.conversion_rate}%`), h("td", { class: "num" }, compact(st.dropoff))))),
-      S.filters.length ? h("p", { class: "note" }, "Funnels count every visit: the filters above do not apply.") : null);
+        h("td", { class: "num" }, compact(st.visitors)), h("td", { class: "num", title: `${st.conversion_rate_step}% of the step before` }, `${st.conversion_rate}%`),
+        h("td", { class: "num dropoff", "data-dropoff": st.dropoff }, i === 0 ? "–" : `${compact(st.dropoff)} (${st.dropoff_percentage}%)`)))),
+      S.filters.length ? h("p", { class: "note" }, "Only the visits the filters above select.") : null);
+  } catch (e) {
+    if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
+  }
+}
+
+// Journeys through a page (one of the range's top pages): where its visitors came from, where
+// they went next, and the most common paths from it.
+function journeysShell() {
+  return h("section", { class: "card panel journeys", id: "journeys" }, h("div", { class: "head" }, h("h2", {}, "Journeys"),
+    h("select", { id: "journey-page", "aria-label": "Page", onchange: (e) => { S.journey = e.target.value; writeUrl(); loadJourneys(S.seq); } })),
+  h("div", { class: "body" }, h("p", { class: "empty" }, "Loading…")));
+}
+
+async function loadJourneys(seq) {
+  const body = () => document.querySelector("#journeys .body");
+  try {
+    const top = await query({ metrics: ["visitors"], dimensions: ["event:page"], pagination: { limit: 20 } });
+    if (seq !== S.seq || !body()) return;
+    const pages = top.results.map((r) => r.dimensions[0]);
+    if (!pages.length) { body().replaceChildren(h("p", { class: "empty" }, "No data yet")); return; }
+    if (!pages.includes(S.journey)) S.journey = pages[0];
+    document.getElementById("journey-page").replaceChildren(...pages.map((p) => h("option", { value: p, selected: p === S.journey }, p)));
+    const j = await api("POST", "/api/journeys", { site_id: S.site.site_id, date_range: dateRange(), page: S.journey, filters: S.filters });
+    if (seq !== S.seq || !body()) return;
+    const list = (id, title, rows) => h("table", { class: "rows", id }, h("tr", {}, h("th", {}, title), h("th", { class: "num" }, "Visitors")),
+      rows.map((r) => h("tr", { "data-value": r.page ?? r.pages.join(" → ") }, h("td", { class: "name" }, h("span", {}, r.page ?? r.pages.join(" → "))),
+        h("td", { class: "num" }, compact(r.visitors)))));
+    body().replaceChildren(h("div", { class: "journey-lists" }, list("journey-before", "Came from", j.before), list("journey-after", "Went to", j.after)),
+      j.paths.length ? list("journey-paths", "Paths from here", j.paths) : null);
   } catch (e) {
     if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
   }
@@ -626,21 +851,27 @@ async function settingsPage() {
   const sharesBox = h("div");
   const shareName = h("input", { id: "share-name", placeholder: "Link name" });
   const sharePw = h("input", { id: "share-password", type: "password", placeholder: "Password (optional)", autocomplete: "new-password" });
+  const shareEmbed = h("input", { id: "share-embed", type: "checkbox" });
   const shareMsg = h("span");
   out.append(h("section", { class: "card" }, h("h2", {}, "Shared links"), h("p", { class: "note" }, "Read-only dashboards for people without an account."), sharesBox,
     h("form", { class: "row", id: "create-share", onsubmit: async (ev) => {
       ev.preventDefault();
       try {
-        const x = await api("POST", `/api/sites/${site.site_id}/shares`, { name: shareName.value || "shared link", password: sharePw.value });
+        const x = await api("POST", `/api/sites/${site.site_id}/shares`, { name: shareName.value || "shared link", password: sharePw.value, embed: shareEmbed.checked });
         const url = origin + x.path;
-        sharesBox.prepend(h("p", {}, "The link (copy it now; it is not shown again): ", h("a", { class: "secret", id: "new-share", href: url }, url)));
+        sharesBox.prepend(h("p", {}, "The link (copy it now; it is not shown again): ", h("a", { class: "secret", id: "new-share", href: url }, url)),
+          x.embed ? h("p", {}, "To embed it (theme light or dark):", h("pre", { id: "share-embed-code" },
+            `<iframe src="${url}?embed=true&theme=light" style="width:100%;height:1600px;border:0" loading="lazy"></iframe>`)) : null);
         loadShares();
       } catch (e) { msg(shareMsg, e.message, "error"); }
-    } }, shareName, sharePw, h("button", {}, "Create link"), shareMsg)));
+    } }, shareName, sharePw, h("label", { class: "note" }, shareEmbed, " let other sites embed it"), h("button", {}, "Create link"), shareMsg)));
   async function loadShares() {
     const { shares } = await api("GET", `/api/sites/${site.site_id}/shares`);
     sharesBox.querySelector("table")?.remove();
-    sharesBox.append(h("table", { class: "rows" }, shares.map((x) => h("tr", {}, h("td", {}, x.name), h("td", { class: "note" }, x.revoked ? "revoked" : x.has_password ? "password" : "open"),
+    sharesBox.append(h("table", { class: "rows" }, shares.map((x) => h("tr", { "data-share": x.share_id }, h("td", {}, x.name), h("td", { class: "note" }, x.revoked ? "revoked" : x.has_password ? "password" : "open"),
+      h("td", { class: "note" }, x.revoked || x.has_password ? "" : h("button", { class: "link embed-toggle", onclick: async () => {
+        try { await api("PATCH", `/api/sites/${site.site_id}/shares/${x.share_id}`, { embed: !x.embed }); loadShares(); } catch (e) { msg(shareMsg, e.message, "error"); }
+      } }, x.embed ? "embeddable: stop" : "allow embedding")),
       h("td", { class: "num" }, x.revoked ? "" : h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/shares/${x.share_id}`); loadShares(); } }, "Revoke"))))));
   }
   loadShares();

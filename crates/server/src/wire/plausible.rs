@@ -16,7 +16,9 @@
 //!
 //! As Plausible does, property values that are `null`, empty, arrays or objects are left out
 //! rather than refused, properties that are neither an object nor a string holding one are
-//! ignored, and unknown fields (the tracker's version `v`, engagement's `e` and `sd`) are ignored.
+//! ignored, and unknown fields (the tracker's version `v`) are ignored. An `engagement` event's
+//! `sd` (scroll depth, percent) and `e` (engaged time, ms) are kept as the properties
+//! `scroll_depth` and `engaged_ms`, the names Tally's tracker sends them under.
 
 use analytics::event::RawEvent;
 use serde_json::{Map, Value};
@@ -55,6 +57,16 @@ pub fn parse(body: &[u8], meta: RequestMeta) -> Result<RawEvent, WireError> {
     let interactive = map.get("i").or_else(|| map.get("interactive")) != Some(&Value::Bool(false));
     let revenue = super::revenue(pick(&map, "$", "revenue"), "revenue")?;
 
+    let mut props = props;
+    if name == "engagement" {
+        for (field, key) in [("sd", "scroll_depth"), ("e", "engaged_ms")] {
+            if let Some(n) = map.get(field).and_then(Value::as_f64).filter(|n| n.is_finite() && *n >= 0.0)
+                && !props.iter().any(|(k, _)| k == key)
+            {
+                props.push((key.to_owned(), (n.round() as u64).to_string()));
+            }
+        }
+    }
     let mut raw = meta.event(name, url, domain);
     raw.referrer = referrer;
     raw.props = props;

@@ -65,6 +65,30 @@ async fn plausible_long_names_domains_props_and_revenue() {
     .assert_debug_eq(&summary);
 }
 
+/// Plausible's tracker sends a page's scroll depth and engaged time as `sd` and `e` of an
+/// `engagement` event; they are kept as the properties Tally's tracker uses, so both trackers'
+/// engagement reads alike (and another event's `sd` means nothing).
+#[tokio::test]
+async fn plausible_engagement_keeps_scroll_depth_and_engaged_time() {
+    let app = TestApp::spawn().await;
+    let cases = [
+        r#"{"n":"engagement","u":"https://example.com/a","d":"example.com","sd":73,"e":5120,"i":false}"#,
+        r#"{"n":"engagement","u":"https://example.com/a","d":"example.com","sd":-4,"e":"x","p":{"scroll_depth":"40"}}"#,
+        r#"{"n":"pageview","u":"https://example.com/a","d":"example.com","sd":73}"#,
+    ];
+    for body in cases {
+        let answer = app.post("/api/event", "text/plain", body).await;
+        assert_eq!(answer.status, StatusCode::ACCEPTED, "{body}");
+    }
+    let props: Vec<_> = app.recorder.take().iter().map(|(e, _)| e.props.clone()).collect();
+    let pairs =
+        |list: &[(&str, &str)]| list.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<Vec<_>>();
+    assert_eq!(
+        props,
+        vec![pairs(&[("scroll_depth", "73"), ("engaged_ms", "5120")]), pairs(&[("scroll_depth", "40")]), pairs(&[])]
+    );
+}
+
 #[tokio::test]
 async fn plausible_dropped_and_unknown_site_still_202() {
     let app = TestApp::spawn().await;
