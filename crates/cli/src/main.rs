@@ -4,6 +4,7 @@
 //! Every command takes `--config` and the settings flags (`--store`, `--table`, …); see
 //! [`config`] for the file, the `TALLY_*` variables and their precedence.
 
+mod backup;
 mod bench;
 mod capacity;
 mod config;
@@ -158,6 +159,19 @@ enum Command {
         /// Writes the measured costs as JSON, for `tally capacity --from-bench`.
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
+    },
+    /// Writes a consistent copy of the embedded store into DIR (new or empty), while `tally
+    /// serve` keeps running (it takes the copy, asked over `tally.sock` in the store's directory)
+    /// or with no server. Every event acknowledged before the backup began is in it.
+    Backup {
+        /// The directory to write the backup into.
+        dir: PathBuf,
+    },
+    /// Brings a backup back as the configured embedded store, which must not exist yet (move
+    /// the old one aside first; a restore never overwrites a store).
+    Restore {
+        /// The directory `tally backup` wrote.
+        backup: PathBuf,
     },
     /// Prints the effective configuration (file, environment and flags applied) as TOML.
     Config,
@@ -477,6 +491,8 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             };
             runtime()?.block_on(bench::run(&options))?;
         }
+        Command::Backup { dir } => runtime()?.block_on(backup::backup(&config, &dir))?,
+        Command::Restore { backup } => backup::restore(&config, &backup)?,
         Command::Config => print!("{}", config.to_toml()),
         Command::Schema { what } => schema(what, &config)?,
         Command::Capacity { events_per_day, dashboards_per_day, sites, raw_retention_days, from_bench } => {

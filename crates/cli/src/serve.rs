@@ -87,7 +87,25 @@ async fn start_lease(
 
 /// Runs the server until SIGTERM or Ctrl-C, then stops taking requests, flushes and exits.
 pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
-    let table = crate::store::open(config).await?;
+    let (table, _, engine) = crate::store::open_engine(config).await?;
+    // On the embedded engine, `tally backup` reaches this process through a socket beside the store.
+    let control = match (&engine, &config.store) {
+        (Some(engine), crate::config::StoreSpec::Embedded(dir)) => {
+            match crate::backup::serve_control(engine.clone(), dir) {
+                Ok(task) => Some((task, dir.join(crate::backup::SOCKET))),
+                // A path too long for a Unix socket, say: serving matters more than online backups.
+                Err(e) => {
+                    tracing::warn!(
+                        error = format!("{e:#}"),
+                        "no control socket: `tally backup` needs the server stopped"
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    drop(engine);
     let metered = table.metered();
     let sites = Arc::new(Sites::new(metered.clone()));
     let aggregator = start_aggregation(config, &metered, &sites).await?;
@@ -193,6 +211,10 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     }
     if let Some((live, _)) = demo {
         live.abort();
+    }
+    if let Some((task, socket)) = control {
+        task.abort();
+        let _ = std::fs::remove_file(socket);
     }
     tracing::info!("stopping: flushing aggregates");
     lease.stop().await.context("giving up the ingest lease")?;

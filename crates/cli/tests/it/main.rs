@@ -3,6 +3,7 @@
 mod abuse;
 mod abuse_data;
 mod accounts;
+mod backup;
 mod bad_input;
 mod bench;
 mod browser;
