@@ -18,6 +18,7 @@ pub mod enrich;
 pub mod event;
 pub mod event_store;
 pub mod goal;
+pub mod imported;
 pub mod key_bound;
 pub mod lease;
 pub mod period;

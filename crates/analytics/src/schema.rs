@@ -341,6 +341,53 @@ pub fn tally_schema(name: &str) -> Schema {
                 .ttl("ttl")
                 .key("RUNS", "RUN#{run_id}"),
         )
+        .entity(
+            Entity::new("ImportedDay")
+                .description(
+                    "History imported from another tool (Plausible's CSV export, or Google Analytics data in \
+                     its shape): one day's counts for one dimension value, before the site's cut-over. Imported \
+                     again, a row replaces itself.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("dimension").required().example("event:page"))
+                .attribute(Attribute::string("date").required().example("2024-03-01"))
+                .attribute(Attribute::string("value").required().example("/pricing"))
+                .attribute(Attribute::string("source").example("plausible"))
+                .attribute(Attribute::number("visitors").default_value(0))
+                .attribute(Attribute::number("visits").default_value(0))
+                .attribute(Attribute::number("pageviews").default_value(0))
+                .attribute(Attribute::number("events").default_value(0))
+                .attribute(Attribute::number("bounces").default_value(0))
+                .attribute(Attribute::number("duration_ms").default_value(0))
+                .attribute(Attribute::number("visit_pageviews").default_value(0))
+                .key("IMP#{site_id}#{dimension}", "D#{date}#{value}"),
+        )
+        .entity(
+            Entity::new("ImportSettings")
+                .description(
+                    "A site's cut-over between imported history and its own data: imported days before it, \
+                     Tally's own from it on. Set by the first history import, then kept.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("cutover").required().example("2024-06-01"))
+                .timestamps()
+                .key("SITE#{site_id}", "IMPORTS"),
+        )
+        .entity(
+            Entity::new("ImportFile")
+                .description(
+                    "An events file imported into a site, by the SHA-256 of its bytes: a rerun of the same file is \
+                     recognised and changes nothing.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("file_hash").required().example("9f86d081884c7d65"))
+                .attribute(Attribute::string("name").example("umami-export.csv"))
+                .attribute(Attribute::string("state").required().example("done"))
+                .attribute(Attribute::number("lines").default_value(0))
+                .attribute(Attribute::number("imported").default_value(0))
+                .timestamps()
+                .key("SITE#{site_id}", "IMPORTFILE#{file_hash}"),
+        )
         .access_pattern(AccessPattern::get("get_site", "A site's settings by id").entity("Site"))
         .access_pattern(
             AccessPattern::query("list_sites", "Every site, for the site picker").entity("Site").index("gsi1"),
@@ -418,6 +465,18 @@ pub fn tally_schema(name: &str) -> Schema {
                 .descending(),
         )
         .access_pattern(AccessPattern::query("runs", "Every ingesting run, to find crashed ones").entity("Run"))
+        .access_pattern(
+            AccessPattern::query("imported_range", "A dimension's imported days over a date range (merged answers)")
+                .entity("ImportedDay")
+                .sort(SortShape::Between),
+        )
+        .access_pattern(
+            AccessPattern::get("import_cutover", "A site's cut-over date for imported history")
+                .entity("ImportSettings"),
+        )
+        .access_pattern(
+            AccessPattern::get("import_file", "Whether an events file was imported already").entity("ImportFile"),
+        )
         .build()
         .unwrap_or_else(|e| panic!("Tally's schema is valid: {e}"))
 }

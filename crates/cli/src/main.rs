@@ -10,6 +10,7 @@ mod capacity;
 mod config;
 mod demo;
 mod export;
+mod history;
 #[allow(dead_code)]
 mod http;
 mod logging;
@@ -99,18 +100,31 @@ enum Command {
         #[command(subcommand)]
         what: ShareCommand,
     },
-    /// Imports events with their own timestamps from an NDJSON or CSV file (`timestamp`, `url`,
-    /// `name`, `referrer`, props, `visitor` or `ip` + `user_agent`, `country`, `interactive`),
-    /// in time order whatever the file's order.
+    /// Imports a file, its format found from its contents: events with their own timestamps
+    /// (Tally's NDJSON, or CSV with `timestamp`, `url`, `name`, `referrer`, props, `visitor` or
+    /// `ip` and `user_agent`, `country`, `interactive`; Umami's CSV of `website_event` rows), ingested in
+    /// time order; or history (Plausible's CSV export — its zip, a directory of its `imported_*`
+    /// CSVs, or one of them — or Google Analytics data in that shape), stored as imported daily
+    /// aggregates before the site's cut-over. The same file imported again changes nothing.
     Import {
-        /// The file: NDJSON, or CSV with a header row (`props.NAME` columns for props).
+        /// The file (or the directory of a Plausible export).
         file: PathBuf,
         /// The site (domain or id).
         #[arg(long)]
         site: String,
-        /// `ndjson` or `csv` [default: csv for a `.csv` file, else ndjson].
+        /// `ndjson`, `csv`, `umami` or `plausible` [default: found from the file].
         #[arg(long)]
         format: Option<String>,
+        /// Where imported history came from, as labelled in the store: `plausible` or `ga`.
+        #[arg(long, default_value = "plausible")]
+        source: String,
+        /// The first day of the site's own data, for its first history import [default: the
+        /// first day Tally counted, or today]; imported days before it, Tally's own from it on.
+        #[arg(long, value_name = "YYYY-MM-DD")]
+        cutover: Option<String>,
+        /// Import an events file whose earlier import stopped partway (its lines are counted again).
+        #[arg(long)]
+        force: bool,
     },
     /// Exports a site's events (in the shape `import` reads) or its daily aggregates, as NDJSON
     /// or CSV.
@@ -468,8 +482,12 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             };
             runtime()?.block_on(export::export(&config, &options))?;
         }
-        Command::Import { file, site, format } => {
-            runtime()?.block_on(serve::import(&config, &file, &site, format.as_deref()))?
+        Command::Import { file, site, format, source, cutover, force } => {
+            if !matches!(source.as_str(), "plausible" | "ga") {
+                anyhow::bail!("--source must be plausible or ga, not {source:?}");
+            }
+            let options = serve::ImportOptions { format, source, cutover, force };
+            runtime()?.block_on(serve::import(&config, &file, &site, &options))?
         }
         Command::Aggregate { rebuild: _, range, verify } => {
             let (site, from, to) = (&range.site, range.from.as_deref(), range.to.as_deref());

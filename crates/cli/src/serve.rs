@@ -429,18 +429,44 @@ const IMPORT_LANES: usize = 256;
 
 /// `tally import FILE`: NDJSON or CSV events with timestamps, through the ingestion pipeline,
 /// in time order (the whole file is read first; about 0.5 KB of memory per event).
-pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&str>) -> Result<()> {
-    let format = match format {
-        Some(name) => Format::parse(name).ok_or_else(|| anyhow!("--format must be ndjson or csv, not {name:?}"))?,
-        None => Format::detect(&file.to_string_lossy()),
-    };
-    let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+pub async fn import(config: &Config, file: &Path, site: &str, options: &ImportOptions) -> Result<()> {
+    let kind = crate::history::detect(file, options.format.as_deref())?;
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
     let site = site_named(&sites, site).await?;
+    let (format, body) = match kind {
+        crate::history::Kind::Plausible => {
+            return crate::history::import_plausible(&table, &site, file, &options.source, options.cutover.as_deref())
+                .await;
+        }
+        crate::history::Kind::Umami => {
+            let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            eprintln!("… {}: Umami website_event rows", file.display());
+            let converted =
+                crate::history::umami_to_ndjson(&body, &site).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
+            (Format::Ndjson, (body, converted))
+        }
+        crate::history::Kind::Events(format) => {
+            let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            (format, (body, Vec::new()))
+        }
+    };
+    let (original, converted) = body;
+    // An import id per file (the SHA-256 of its bytes) and line: the same file again changes nothing.
+    let file_id = crate::history::file_id(&original);
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let readable = if converted.is_empty() { &original } else { &converted };
     let parsed =
-        server::import::parse(&body, format, &site).map_err(|e| anyhow!("{}: {e}", file.display()))?.in_time_order();
-    drop(body);
+        server::import::parse(readable, format, &site).map_err(|e| anyhow!("{}: {e}", file.display()))?.in_time_order();
+    if crate::history::begin_events_file(&table, &site, &file_id, &name, options.force).await? {
+        println!("import id: {file_id}");
+        println!("already imported: yes (nothing changed)");
+        println!("imported: 0");
+        println!("dropped: 0");
+        println!("refused: 0");
+        return Ok(());
+    }
+    drop((original, converted));
     let aggregator = start_aggregation(config, &table, &sites).await?;
     let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher(config)?), aggregator.clone()));
     let lease = start_lease(config, &table, &pipeline, &aggregator).await?;
@@ -474,10 +500,24 @@ pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&st
     if refused.omitted() > 0 {
         eprintln!("… and {} more refused lines", refused.omitted());
     }
+    crate::history::finish_events_file(&table, &site, &file_id, &name, total as u64, imported).await?;
+    println!("import id: {file_id}");
     println!("imported: {imported}");
     println!("dropped: {dropped}");
     println!("refused: {}", refused.total());
     Ok(())
+}
+
+/// How `tally import` reads its file.
+pub struct ImportOptions {
+    /// `--format`: ndjson, csv, umami or plausible [default: found from the file].
+    pub format: Option<String>,
+    /// `--source`: the tool imported history came from (plausible or ga).
+    pub source: String,
+    /// `--cutover`: the first day of the site's own data, for its first history import.
+    pub cutover: Option<String>,
+    /// `--force`: import an events file an earlier run stopped partway through.
+    pub force: bool,
 }
 
 /// `tally aggregate --rebuild`.

@@ -11,6 +11,7 @@ mod config;
 mod demo;
 mod e2e;
 mod errors;
+mod history;
 mod import;
 mod live;
 mod migrate;

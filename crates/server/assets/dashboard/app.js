@@ -19,7 +19,7 @@ const PANELS = [
   { id: "events", title: "Custom events", tabs: [["event:name", "Events"], ["props", "Properties"]], metrics: ["visitors", "events"] },
 ];
 const S = { csrf: null, share: null, user: null, sites: [], site: null, period: "30d", from: "", to: "",
-  interval: "day", metric: "visitors", funnel: null, filters: [], tabs: {}, prop: "plan", timer: null, seq: 0 };
+  interval: "day", metric: "visitors", funnel: null, filters: [], tabs: {}, prop: "plan", timer: null, seq: 0, imports: true };
 
 // ---- helpers ----
 function h(tag, attrs, ...kids) {
@@ -85,6 +85,7 @@ function readUrl() {
   S.interval = q.get("interval") || (S.period === "day" ? "hour" : ["6mo", "12mo"].includes(S.period) ? "month" : "day");
   S.metric = q.get("metric") || "visitors";
   S.funnel = q.get("funnel") || null;
+  S.imports = q.get("imports") !== "0";
   S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, [v.join("|")]]; })
     .filter((f) => ["is", "is_not", "contains"].includes(f[0]) && f[1]);
   return q.get("site");
@@ -97,12 +98,13 @@ function writeUrl() {
   q.set("interval", S.interval);
   if (S.metric !== "visitors") q.set("metric", S.metric);
   if (S.funnel) q.set("funnel", S.funnel);
+  if (!S.imports) q.set("imports", "0");
   for (const [op, dim, [v]] of S.filters) q.append("f", `${op}|${dim}|${v}`);
   history.replaceState(null, "", `${location.pathname}?${q}`);
 }
 function dateRange() { return S.period === "custom" ? [S.from, S.to] : S.period; }
 function query(extra) {
-  return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, ...extra });
+  return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, include: { imports: S.imports }, ...extra });
 }
 
 // ---- pages ----
@@ -192,7 +194,10 @@ function topBar() {
     h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
     h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out"),
     h("button", { class: "link", id: "logout-everywhere", title: "End this account's sign-ins on every browser", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere")];
-  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom,
+  // Imported history (Plausible's export, GA in its shape) merged in, or not, as Plausible's toggle.
+  const imports = h("label", { class: "note", title: "Include history imported from another tool" },
+    h("input", { type: "checkbox", id: "imports", checked: S.imports, onchange: (e) => { S.imports = e.target.checked; writeUrl(); dashboard(); } }), " Imported data");
+  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom, imports,
     h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
 }
 
