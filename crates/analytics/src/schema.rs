@@ -342,6 +342,33 @@ pub fn tally_schema(name: &str) -> Schema {
                 .key("RUNS", "RUN#{run_id}"),
         )
         .entity(
+            Entity::new("Membership")
+                .description(
+                    "An invited account's role on one site (owner, admin or viewer) and whether a viewer may read \
+                     visitors' sessions; instance administrators need none.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("email").required().example("viewer@example.com"))
+                .attribute(Attribute::string("role").required().example("viewer"))
+                .attribute(Attribute::bool("visitors"))
+                .key("SITE#{site_id}", "MEMBER#{email}")
+                .gsi("gsi1", "MEMBERS#{email}", "SITE#{site_id}"),
+        )
+        .entity(
+            Entity::new("Invitation")
+                .description(
+                    "An invitation link to a site with a role, stored as the SHA-256 of its token; used once, \
+                     expires by `ttl` after seven days.",
+                )
+                .attribute(Attribute::string("token_hash").required().example("9f86d081884c7d65"))
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("email").required().example("viewer@example.com"))
+                .attribute(Attribute::string("role").required().example("viewer"))
+                .attribute(Attribute::bool("visitors"))
+                .ttl_after("ttl", Duration::from_secs(7 * 86_400))
+                .key("INVITE#{token_hash}", "INVITE"),
+        )
+        .entity(
             Entity::new("ImportedDay")
                 .description(
                     "History imported from another tool (Plausible's CSV export, or Google Analytics data in \

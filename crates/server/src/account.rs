@@ -155,10 +155,13 @@ pub(crate) fn optional_field<'a>(map: &'a Map<String, Json>, name: &str) -> Resu
     }
 }
 
-fn accounts_error(e: AccountsError) -> Response {
+pub(crate) fn accounts_error(e: AccountsError) -> Response {
     match e {
         e @ (AccountsError::InvalidEmail(_) | AccountsError::InvalidPassword) => bad(e.to_string()),
         e @ (AccountsError::EmailTaken(_) | AccountsError::SetupDone) => error(StatusCode::CONFLICT, e.to_string()),
+        e @ AccountsError::InvalidRole(_) => bad(e.to_string()),
+        e @ AccountsError::NoSuchInvitation => error(StatusCode::NOT_FOUND, e.to_string()),
+        e @ AccountsError::WrongPassword(_) => error(StatusCode::UNAUTHORIZED, e.to_string()),
         e @ AccountsError::Busy => {
             let mut r = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
@@ -417,6 +420,96 @@ pub async fn unlock(
         Ok(None) => {
             tracing::warn!("authentication failure; client={client} kind=unlock account={link:?}");
             error(StatusCode::UNAUTHORIZED, "wrong password")
+        }
+        Err(e) => accounts_error(e),
+    }
+}
+
+/// The page of an invitation link: a plain form (no script), posted back to the same address.
+fn invitation_page(status: StatusCode, message: &str, form: Option<(&str, &str)>) -> Response {
+    let escape = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
+    let form = form.map_or(String::new(), |(email, token)| {
+        format!(
+            "<form method=\"post\" action=\"/invite/{}\"><p>Account: <b>{}</b></p>\
+             <label>Password (a new one, or this account's if it exists) \
+             <input type=\"password\" name=\"password\" minlength=\"10\" required autocomplete=\"new-password\"></label> \
+             <button type=\"submit\">Accept</button></form>",
+            escape(token),
+            escape(email)
+        )
+    });
+    let body = format!(
+        "<!doctype html><html lang=\"en\"><meta charset=\"utf-8\"><title>Tally invitation</title>\
+         <body style=\"font-family:system-ui;max-width:32rem;margin:4rem auto\"><h1>Tally</h1><p>{}</p>{form}</body></html>",
+        escape(message)
+    );
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /invite/{token}`: the invitation's form, or why it cannot be used.
+pub async fn invitation(State(state): State<AppState>, Path(token): Path<String>) -> Response {
+    let r = match reading(&state) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match r.accounts.invitation(&token).await {
+        Ok(Some((_, email))) => {
+            invitation_page(StatusCode::OK, "You are invited to a site's analytics.", Some((&email, &token)))
+        }
+        Ok(None) => {
+            invitation_page(StatusCode::NOT_FOUND, "This invitation is not valid: used, expired or revoked.", None)
+        }
+        Err(e) => internal(e),
+    }
+}
+
+/// `POST /invite/{token}` (a form with `password`): accepts the invitation, then sends the
+/// browser to sign in. Limited like sign-ins, per address and per invitation.
+pub async fn accept_invitation(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> Response {
+    let r = match reading(&state) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let password = url::form_urlencoded::parse(&body).find(|(k, _)| k == "password").map(|(_, v)| v.into_owned());
+    let Some(password) = password else {
+        return invitation_page(StatusCode::BAD_REQUEST, "The form needs a password.", None);
+    };
+    let client = auth::client_addr(&state, &headers, peer);
+    let limited: String = token.chars().take(64).collect();
+    if let Err(wait) = state.attempts.check(client, &limited) {
+        tracing::warn!("authentication throttled; client={client} kind=invitation account=\"\"");
+        return throttled(wait);
+    }
+    match r.accounts.accept_invitation(&token, &password).await {
+        Ok((user, site)) => {
+            tracing::info!(email = %user.email, site = %site, %client, "invitation accepted");
+            (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")], "").into_response()
+        }
+        Err(e @ (AccountsError::InvalidPassword | AccountsError::WrongPassword(_))) => {
+            tracing::warn!("authentication failure; client={client} kind=invitation account=\"\"");
+            let email = r.accounts.invitation(&token).await.ok().flatten().map(|(_, e)| e).unwrap_or_default();
+            invitation_page(StatusCode::BAD_REQUEST, &e.to_string(), Some((&email, &token)))
+        }
+        Err(AccountsError::NoSuchInvitation) => {
+            invitation_page(StatusCode::NOT_FOUND, "This invitation is not valid: used, expired or revoked.", None)
         }
         Err(e) => accounts_error(e),
     }

@@ -159,6 +159,10 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/sites/{site}/keys/{key}", delete(admin::revoke_key))
         .route("/api/sites/{site}/shares", get(admin::shares).post(admin::create_share))
         .route("/api/sites/{site}/shares/{share}", delete(admin::revoke_share))
+        .route("/api/sites/{site}/members", get(admin::members))
+        .route("/api/sites/{site}/members/{email}", axum::routing::put(admin::set_member).delete(admin::remove_member))
+        .route("/api/sites/{site}/invitations", post(admin::invite))
+        .route("/invite/{token}", get(account::invitation).post(account::accept_invitation))
         .layer(DefaultBodyLimit::max(16 * 1024))
 }
 
