@@ -101,6 +101,12 @@ pub enum AccountsError {
     /// The invitation does not exist, was used, or expired.
     #[error("this invitation is not valid (used, expired or revoked)")]
     NoSuchInvitation,
+    /// No two-factor setup was started (or it was finished already).
+    #[error("start setting up two-factor sign-in first")]
+    NoPendingTwoFactor,
+    /// The one-time code is wrong, expired or used.
+    #[error("the code is wrong or expired")]
+    WrongCode,
     /// An invitation for an existing account was accepted with the wrong password.
     #[error("an account for {0} exists: accept the invitation with its password")]
     WrongPassword(String),
@@ -683,6 +689,23 @@ impl User {
 }
 
 impl Accounts {
+    /// The table, for the other account modules (two-factor sign-in).
+    pub(crate) fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// Whether `password` is `email`'s (the same work either way, so timing tells nothing).
+    pub async fn password_matches(&self, email: &str, password: &str) -> Result<bool, AccountsError> {
+        let record = match normalise_email(email) {
+            Ok(e) if password.len() <= MAX_PASSWORD_BYTES => {
+                self.table.get("User", item! { "email" => e.as_str() }).await?
+            }
+            _ => None,
+        };
+        let hash = record.as_ref().and_then(|r| r.opt_string("password_hash").ok().flatten().map(str::to_owned));
+        Ok(verify_password(password, hash).await? && record.is_some())
+    }
+
     /// `email`'s place on `site_id`, if any (instance administrators hold none: they own every site).
     pub async fn membership(&self, site_id: &str, email: &str) -> Result<Option<Member>, AccountsError> {
         let Some(r) = self.table.get("Membership", item! { "site_id" => site_id, "email" => email }).await? else {

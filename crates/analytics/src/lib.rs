@@ -30,4 +30,5 @@ pub mod stats;
 pub mod stored;
 pub mod synth;
 mod ttl_cache;
+pub mod two_factor;
 pub mod visitor;

@@ -123,6 +123,10 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("password_hash").required().example("$argon2id$v=19$m=19456,t=2,p=1$…"))
                 .attribute(Attribute::string("role").default_value("admin"))
                 .attribute(Attribute::number("signout_generation").example(0))
+                .attribute(Attribute::string("totp_secret"))
+                .attribute(Attribute::string("totp_pending"))
+                .attribute(Attribute::number("totp_last_step"))
+                .attribute(Attribute::string_set("recovery_hashes"))
                 .timestamps()
                 .key("USER#{email}", "USER")
                 .gsi("gsi1", "USERS", "USER#{email}"),

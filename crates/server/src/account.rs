@@ -30,6 +30,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use analytics::accounts::{AccountsError, LOGIN_LIFETIME, SHARE_UNLOCK_LIFETIME};
+use analytics::two_factor::Login;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -159,7 +160,9 @@ pub(crate) fn accounts_error(e: AccountsError) -> Response {
     match e {
         e @ (AccountsError::InvalidEmail(_) | AccountsError::InvalidPassword) => bad(e.to_string()),
         e @ (AccountsError::EmailTaken(_) | AccountsError::SetupDone) => error(StatusCode::CONFLICT, e.to_string()),
-        e @ AccountsError::InvalidRole(_) => bad(e.to_string()),
+        e @ (AccountsError::InvalidRole(_) | AccountsError::NoPendingTwoFactor | AccountsError::WrongCode) => {
+            bad(e.to_string())
+        }
         e @ AccountsError::NoSuchInvitation => error(StatusCode::NOT_FOUND, e.to_string()),
         e @ AccountsError::WrongPassword(_) => error(StatusCode::UNAUTHORIZED, e.to_string()),
         e @ AccountsError::Busy => {
@@ -224,15 +227,94 @@ pub async fn login(State(state): State<AppState>, peer: Peer, headers: HeaderMap
         tracing::warn!("authentication throttled; client={client} kind=login account={:?}", loggable(email));
         return throttled(wait);
     }
-    match r.accounts.login(email, password).await {
-        Ok(Some((token, user))) => {
+    let code = match optional_field(&map, "code") {
+        Ok(c) => c,
+        Err(resp) => return resp,
+    };
+    match r.accounts.login_with_code(email, password, code).await {
+        Ok(Login::SignedIn(token, user)) => {
             tracing::info!(email = %user.email, %client, "signed in");
             signed_in(auth::is_https(&state, &headers, peer), &token, &user.email)
         }
-        Ok(None) => {
+        // The password was right: the page asks for the code (the attempt still counted).
+        Ok(Login::CodeRequired) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({ "error": "enter the code from your authenticator app, or a recovery code", "two_factor": true })
+                .to_string(),
+        )
+            .into_response(),
+        Ok(_) => {
             tracing::warn!("authentication failure; client={client} kind=login account={:?}", loggable(email));
-            error(StatusCode::UNAUTHORIZED, "wrong e-mail or password")
+            error(StatusCode::UNAUTHORIZED, "wrong e-mail, password or code")
         }
+        Err(e) => accounts_error(e),
+    }
+}
+
+/// The signed-in account of a request, or the 401.
+async fn signed_in_user(r: &crate::stats::Reading, headers: &HeaderMap) -> Result<analytics::accounts::User, Response> {
+    match auth::principal(r, headers).await? {
+        auth::Principal::User(user) => Ok(user),
+        _ => Err(auth::unauthorized()),
+    }
+}
+
+/// `POST /api/2fa/setup`: a new secret for the signed-in account's authenticator app, pending
+/// until confirmed.
+pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let r = tri!(reading(&state));
+    let user = tri!(signed_in_user(r, &headers).await);
+    match r.accounts.totp_begin(&user.email).await {
+        Ok((secret, url)) => json_ok(json!({ "secret": secret, "otpauth_url": url })),
+        Err(e) => accounts_error(e),
+    }
+}
+
+/// `POST /api/2fa/enable` `{code}`: confirms the pending secret; answers the recovery codes, once.
+pub async fn two_factor_enable(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
+    let r = tri!(reading(&state));
+    let user = tri!(signed_in_user(r, &headers).await);
+    let map = tri!(json_object(&headers, &body));
+    let code = tri!(field(&map, "code"));
+    let client = auth::client_addr(&state, &headers, peer);
+    if let Err(wait) = state.attempts.check(client, &user.email) {
+        return throttled(wait);
+    }
+    match r.accounts.totp_enable(&user.email, code).await {
+        Ok(codes) => {
+            tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
+            json_ok(json!({ "enabled": true, "recovery_codes": codes }))
+        }
+        Err(e) => accounts_error(e),
+    }
+}
+
+/// `POST /api/2fa/disable` `{password}`: turns two-factor sign-in off, given the password.
+pub async fn two_factor_disable(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let r = tri!(reading(&state));
+    let user = tri!(signed_in_user(r, &headers).await);
+    let map = tri!(json_object(&headers, &body));
+    let password = tri!(field(&map, "password"));
+    let client = auth::client_addr(&state, &headers, peer);
+    if let Err(wait) = state.attempts.check(client, &user.email) {
+        return throttled(wait);
+    }
+    match r.accounts.password_matches(&user.email, password).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
+            return error(StatusCode::UNAUTHORIZED, "the password is wrong");
+        }
+        Err(e) => return accounts_error(e),
+    }
+    match r.accounts.totp_disable(&user.email).await {
+        Ok(()) => json_ok(json!({ "enabled": false })),
         Err(e) => accounts_error(e),
     }
 }

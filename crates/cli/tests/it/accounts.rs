@@ -788,3 +788,68 @@ fn every_site_role_is_checked_on_every_route() {
     assert_eq!(owner.send("DELETE", "/api/sites/shop.test", &Value::Null).status, 200);
     server.stop();
 }
+
+/// The code an authenticator app shows for base32 `secret` at `unix` seconds.
+fn code_at(secret: &str, unix: u64) -> String {
+    let secret = totp_rs::Secret::try_from_base32(secret).unwrap();
+    totp_rs::Builder::new().with_secret(secret).build().unwrap().generate(unix).to_string()
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Two-factor sign-in: set up with a code, then every sign-in needs one; a code works once, a
+/// recovery code works once; turning it off needs the password.
+#[test]
+fn two_factor_sign_in_needs_a_fresh_code_or_a_recovery_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let server = Server::start_with(&store, &["--auth-attempts-per-minute", "1000"]);
+    let setup = json!({ "token": setup_token(&server), "email": "me@shop.test", "password": "correct horse" });
+    assert_eq!(server.client().post_json("/api/setup", &[], &setup).status, 200);
+    let mut me = sign_in(&server, "me@shop.test", "correct horse");
+    assert_eq!(server.client().post_json("/api/2fa/setup", &[], &json!({})).status, 401, "signed in only");
+    assert_eq!(me.send("POST", "/api/2fa/enable", &json!({ "code": "123456" })).status, 400, "no setup begun");
+
+    let begun = me.send("POST", "/api/2fa/setup", &json!({})).json();
+    let secret = begun["secret"].as_str().unwrap().to_owned();
+    assert!(begun["otpauth_url"].as_str().unwrap().starts_with("otpauth://totp/Tally%3Ame%40shop.test?secret="));
+    let wrong = code_at(&secret, now_secs() + 3600);
+    assert_eq!(me.send("POST", "/api/2fa/enable", &json!({ "code": wrong })).status, 400);
+    let login = |code: Option<&str>| {
+        let mut body = json!({ "email": "me@shop.test", "password": "correct horse" });
+        if let Some(c) = code {
+            body["code"] = json!(c);
+        }
+        server.client().post_json("/api/login", &[], &body)
+    };
+    assert_eq!(login(None).status, 200, "not on yet: the pending secret asks nothing");
+    let enabled = me.send("POST", "/api/2fa/enable", &json!({ "code": code_at(&secret, now_secs()) }));
+    assert_eq!(enabled.status, 200, "{}", enabled.text());
+    let recovery: Vec<String> =
+        enabled.json()["recovery_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect();
+    assert_eq!(recovery.len(), 10);
+
+    let asked = login(None);
+    assert_eq!((asked.status, asked.json()["two_factor"].clone()), (401, json!(true)));
+    let bad_password = server.client().post_json(
+        "/api/login",
+        &[],
+        &json!({ "email": "me@shop.test", "password": "wrong horse", "code": code_at(&secret, now_secs()) }),
+    );
+    assert_eq!((bad_password.status, bad_password.json()["two_factor"].clone()), (401, Value::Null));
+    assert_eq!(login(Some(&wrong)).status, 401);
+    // The next step's code (within the allowed skew) is fresh: accepted once, then a replay.
+    let next = code_at(&secret, now_secs() + 30);
+    assert_eq!(login(Some(&next)).status, 200);
+    assert_eq!(login(Some(&next)).status, 401, "a code is accepted once");
+    assert_eq!(login(Some(&recovery[0].to_uppercase())).status, 200, "a recovery code, any case");
+    assert_eq!(login(Some(&recovery[0])).status, 401, "a recovery code works once");
+    assert_eq!(login(Some(&recovery[1])).status, 200);
+
+    assert_eq!(me.send("POST", "/api/2fa/disable", &json!({ "password": "wrong horse" })).status, 401);
+    assert_eq!(me.send("POST", "/api/2fa/disable", &json!({ "password": "correct horse" })).status, 200);
+    assert_eq!(login(None).status, 200);
+    server.stop();
+}

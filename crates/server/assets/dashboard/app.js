@@ -159,10 +159,17 @@ function loginPage() {
   const email = h("input", { type: "email", name: "email", placeholder: "E-mail", required: true, autocomplete: "username" });
   const pw = h("input", { type: "password", name: "password", placeholder: "Password", required: true, autocomplete: "current-password" });
   const msg = h("p", { class: "error", id: "login-error" });
+  // Shown once the server says the account signs in with a second factor.
+  const code = h("input", { type: "text", name: "code", id: "login-code", placeholder: "Code from your app, or a recovery code", autocomplete: "one-time-code", hidden: true });
   show(h("form", { class: "box card", id: "login", onsubmit: async (ev) => {
     ev.preventDefault();
-    try { await api("POST", "/api/login", { email: email.value, password: pw.value }); location.href = "/" + location.search; } catch (e) { msg.textContent = e.message; }
-  } }, h("h1", {}, "Sign in to Tally"), email, pw, h("button", { class: "primary", type: "submit" }, "Sign in"), msg));
+    const body = { email: email.value, password: pw.value };
+    if (!code.hidden) body.code = code.value;
+    try { await api("POST", "/api/login", body); location.href = "/" + location.search; } catch (e) {
+      if (e.data && e.data.two_factor && code.hidden) { code.hidden = false; code.focus(); }
+      msg.textContent = e.message;
+    }
+  } }, h("h1", {}, "Sign in to Tally"), email, pw, code, h("button", { class: "primary", type: "submit" }, "Sign in"), msg));
 }
 
 function setupPage() {
