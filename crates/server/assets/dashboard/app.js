@@ -522,6 +522,52 @@ async function loadSessions(seq) {
 }
 
 // ---- settings ----
+// Two-factor sign-in: a secret for the authenticator app, confirmed by a code, then recovery codes shown once.
+function twoFactorBox() {
+  const box = h("div", { id: "two-factor" });
+  const note = h("span");
+  const code = h("input", { id: "totp-code", placeholder: "Code from the app", autocomplete: "one-time-code" });
+  box.append(h("p", {}, h("button", { id: "totp-setup", onclick: async () => {
+    const x = await api("POST", "/api/2fa/setup", {});
+    box.append(h("p", {}, "Add this secret to your authenticator app: ", h("code", { id: "totp-secret" }, x.secret), " or ", h("a", { href: x.otpauth_url }, "open it in the app")),
+      h("form", { class: "row", id: "totp-enable", onsubmit: async (ev) => {
+        ev.preventDefault();
+        try {
+          const r = await api("POST", "/api/2fa/enable", { code: code.value.trim() });
+          box.append(h("p", {}, "Two-factor sign-in is on. Keep these recovery codes; each works once and they are not shown again:"),
+            h("pre", { class: "secret", id: "recovery-codes" }, r.recovery_codes.join("\n")));
+        } catch (e) { note.textContent = e.message; note.className = "error"; }
+      } }, code, h("button", {}, "Turn on"), note));
+  } }, "Set up two-factor sign-in"), h("span", { class: "note" }, " asks for a code from an authenticator app at every sign-in.")));
+  return box;
+}
+
+// The site's people: owners and admins see them; owners invite, change and remove.
+function peopleCard(site, msg) {
+  const list = h("table", { class: "rows", id: "members" });
+  const email = h("input", { id: "invite-email", type: "email", placeholder: "their@e-mail" });
+  const role = h("select", { id: "invite-role" }, ["viewer", "admin", "owner"].map((r) => h("option", { value: r }, r)));
+  const visitors = h("input", { type: "checkbox", id: "invite-visitors" });
+  const out = h("div");
+  const load = async () => {
+    try {
+      const { members } = await api("GET", `/api/sites/${site.site_id}/members`);
+      list.replaceChildren(...members.map((m) => h("tr", {}, h("td", {}, m.email), h("td", { class: "note" }, m.role + (m.role === "viewer" && m.visitors ? " + sessions" : "")),
+        h("td", { class: "num" }, h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/members/${encodeURIComponent(m.email)}`).catch((e) => msg(out, e.message, "error")); load(); } }, "Remove")))));
+    } catch (e) { list.replaceChildren(h("tr", {}, h("td", { class: "note" }, "Only the site's owners and admins see its people."))); }
+  };
+  load();
+  return h("section", { class: "card" }, h("h2", {}, "People"), list,
+    h("form", { class: "row", id: "invite", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try {
+        const x = await api("POST", `/api/sites/${site.site_id}/invitations`, { email: email.value.trim(), role: role.value, visitors: visitors.checked });
+        out.replaceChildren(h("p", {}, "Send this link (valid 7 days, once): ", h("a", { id: "new-invite", href: x.link }, location.origin + x.link)));
+      } catch (e) { msg(out, e.message, "error"); }
+    } }, email, role, h("label", { class: "note" }, visitors, " may read visitors' sessions"), h("button", {}, "Invite")),
+    h("p", { class: "note" }, "Viewers read the dashboard; admins also change settings, keys and imports; owners also manage people."), out);
+}
+
 async function settingsPage() {
   const site = S.site;
   const out = h("div", { class: "wrap settings" }, h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"),
@@ -549,9 +595,11 @@ async function settingsPage() {
       try { const x = await api("POST", "/api/password", { current_password: curPw.value, new_password: newPw.value }); S.csrf = x.csrf; curPw.value = newPw.value = ""; msg(pwMsg, "Password changed; other browsers are signed out."); } catch (e) { msg(pwMsg, e.message, "error"); }
     } }, curPw, newPw, h("button", {}, "Change password"), pwMsg),
     h("p", {}, h("button", { class: "link", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere"),
-      h("span", { class: "note" }, " ends this account's sign-ins on every browser."))));
+      h("span", { class: "note" }, " ends this account's sign-ins on every browser.")),
+    twoFactorBox()));
   show(out);
   if (!site) return;
+  out.append(peopleCard(site, msg));
 
   const origin = location.origin;
   out.append(h("section", { class: "card" }, h("h2", {}, `Tracking ${site.domain}`),
