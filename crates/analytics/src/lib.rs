@@ -23,6 +23,7 @@ pub mod key_bound;
 pub mod lease;
 pub mod period;
 pub mod pipeline;
+pub mod report;
 pub mod schema;
 pub mod sites;
 pub mod sketch;

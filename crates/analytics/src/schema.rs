@@ -373,6 +373,19 @@ pub fn tally_schema(name: &str) -> Schema {
                 .key("INVITE#{token_hash}", "INVITE"),
         )
         .entity(
+            Entity::new("Notice")
+                .description(
+                    "A report or traffic alert sent (or being sent) for one site and period, created only if absent \
+                     so that each is sent once whatever the number of processes.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("kind").required().example("report-weekly"))
+                .attribute(Attribute::string("label").required().example("2026-11-16"))
+                .timestamps()
+                .ttl_after("ttl", Duration::from_secs(400 * 86_400))
+                .key("SITE#{site_id}", "NOTICE#{kind}#{label}"),
+        )
+        .entity(
             Entity::new("ImportedDay")
                 .description(
                     "History imported from another tool (Plausible's CSV export, or Google Analytics data in \

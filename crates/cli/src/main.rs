@@ -14,6 +14,7 @@ mod history;
 #[allow(dead_code)]
 mod http;
 mod logging;
+mod notify;
 mod serve;
 mod store;
 mod users;
@@ -186,6 +187,19 @@ enum Command {
     Restore {
         /// The directory `tally backup` wrote.
         backup: PathBuf,
+    },
+    /// Sends a site's e-mail report for its last complete week or month now, over the `[smtp]`
+    /// of the configuration file (`tally serve` sends the `[[reports]]` it lists by itself).
+    Report {
+        /// The site (domain or id).
+        #[arg(long)]
+        site: String,
+        /// `week` or `month`.
+        #[arg(long, default_value = "week")]
+        every: String,
+        /// Recipients [default: those of the site's `[[reports]]` entry].
+        #[arg(long)]
+        to: Vec<String>,
     },
     /// Prints the effective configuration (file, environment and flags applied) as TOML.
     Config,
@@ -511,6 +525,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         }
         Command::Backup { dir } => runtime()?.block_on(backup::backup(&config, &dir))?,
         Command::Restore { backup } => backup::restore(&config, &backup)?,
+        Command::Report { site, every, to } => runtime()?.block_on(serve::report(&config, &site, &every, &to))?,
         Command::Config => print!("{}", config.to_toml()),
         Command::Schema { what } => schema(what, &config)?,
         Command::Capacity { events_per_day, dashboards_per_day, sites, raw_retention_days, from_bench } => {

@@ -113,6 +113,8 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
         Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
     let lease = start_lease(config, &metered, &pipeline, &aggregator).await?;
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
+    let notifier = (!config.notify.is_empty())
+        .then(|| crate::notify::spawn(config.notify.clone(), metered.clone(), sites.clone(), stats.clone()));
     let accounts = Arc::new(Accounts::new(metered.clone()));
     let demo = match demo {
         Some(options) => {
@@ -215,6 +217,9 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     if let Some((task, socket)) = control {
         task.abort();
         let _ = std::fs::remove_file(socket);
+    }
+    if let Some(task) = notifier {
+        task.abort();
     }
     tracing::info!("stopping: flushing aggregates");
     lease.stop().await.context("giving up the ingest lease")?;
@@ -557,4 +562,35 @@ pub async fn rebuild(config: &Config, site: &str, from: Option<&str>, to: Option
         println!("items deleted: {}", report.items_deleted);
     }
     Ok(!verify || report.differences.is_empty())
+}
+
+/// `tally report`: a site's report for its last complete week or month, sent now (to `to`, or
+/// to the recipients its `[[reports]]` entry names).
+pub async fn report(config: &Config, site: &str, every: &str, to: &[String]) -> Result<()> {
+    let every = analytics::report::Every::parse(every).ok_or_else(|| anyhow!("--every must be week or month"))?;
+    let smtp = config.notify.smtp.as_ref().ok_or_else(|| anyhow!("no [smtp] table in the configuration file"))?;
+    let table = crate::store::open(config).await?;
+    let sites = Arc::new(Sites::new(table.clone()));
+    let site = site_named(&sites, site).await?;
+    let recipients: Vec<String> = if to.is_empty() {
+        config
+            .notify
+            .reports
+            .iter()
+            .filter(|r| r.site == site.domain || r.site == site.site_id)
+            .flat_map(|r| r.to.clone())
+            .collect()
+    } else {
+        to.to_vec()
+    };
+    if recipients.is_empty() {
+        bail!("nobody to send it to: give --to, or a [[reports]] entry for {}", site.domain);
+    }
+    let stats = Stats::new(table, sites.clone());
+    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
+    let report = analytics::report::Report::build(&stats, &site, every, today).await?;
+    crate::notify::send_report(smtp, &recipients, &report).await?;
+    println!("sent: {}", report.subject());
+    println!("to: {}", recipients.join(", "));
+    Ok(())
 }

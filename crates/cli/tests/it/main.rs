@@ -15,6 +15,7 @@ mod history;
 mod import;
 mod live;
 mod migrate;
+mod notify;
 mod shared_table;
 mod sigkill;
 mod support;
