@@ -201,6 +201,13 @@ enum Command {
         #[arg(long)]
         to: Vec<String>,
     },
+    /// Asks a running `tally serve` whether it is healthy (`GET /health`): exit status 0 when it
+    /// answers 200 within 5 s, 1 otherwise. For container health checks, which have no curl.
+    Health {
+        /// The server's address [default: the `listen` setting].
+        #[arg(long, value_name = "HOST:PORT")]
+        addr: Option<std::net::SocketAddr>,
+    },
     /// Prints the effective configuration (file, environment and flags applied) as TOML.
     Config,
     /// Tally's table design, generated from its one schema definition.
@@ -526,6 +533,22 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Backup { dir } => runtime()?.block_on(backup::backup(&config, &dir))?,
         Command::Restore { backup } => backup::restore(&config, &backup)?,
         Command::Report { site, every, to } => runtime()?.block_on(serve::report(&config, &site, &every, &to))?,
+        Command::Health { addr } => {
+            let addr = addr.unwrap_or(config.listen);
+            let asked = runtime()?.block_on(async {
+                let ask = async {
+                    let mut c = http::Connection::connect(addr).await?;
+                    c.request("GET", "/health", &[], b"").await
+                };
+                tokio::time::timeout(std::time::Duration::from_secs(5), ask).await
+            });
+            match asked {
+                Ok(Ok(r)) if r.status == 200 => println!("healthy: {addr}"),
+                Ok(Ok(r)) => anyhow::bail!("unhealthy: {addr} answered {}", r.status),
+                Ok(Err(e)) => anyhow::bail!("unhealthy: {e:#}"),
+                Err(_) => anyhow::bail!("unhealthy: {addr} did not answer within 5 s"),
+            }
+        }
         Command::Config => print!("{}", config.to_toml()),
         Command::Schema { what } => schema(what, &config)?,
         Command::Capacity { events_per_day, dashboards_per_day, sites, raw_retention_days, from_bench } => {
