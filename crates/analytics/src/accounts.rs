@@ -95,6 +95,21 @@ pub enum AccountsError {
     /// The first-run setup was done already (or an account exists).
     #[error("the first account exists already; sign in instead")]
     SetupDone,
+    /// Not one of the site roles.
+    #[error("{0:?} is not a role: owner, admin or viewer")]
+    InvalidRole(String),
+    /// The invitation does not exist, was used, or expired.
+    #[error("this invitation is not valid (used, expired or revoked)")]
+    NoSuchInvitation,
+    /// No two-factor setup was started (or it was finished already).
+    #[error("start setting up two-factor sign-in first")]
+    NoPendingTwoFactor,
+    /// The one-time code is wrong, expired or used.
+    #[error("the code is wrong or expired")]
+    WrongCode,
+    /// An invitation for an existing account was accepted with the wrong password.
+    #[error("an account for {0} exists: accept the invitation with its password")]
+    WrongPassword(String),
 }
 
 /// How long a password check waits for a hashing slot before it gives up with
@@ -646,4 +661,230 @@ mod tests {
         assert!(!verify_password("correct horse", None).await.unwrap());
         assert!(!verify_password("x", Some("not a phc string".into())).await.unwrap());
     }
+}
+
+/// A user's role on one site. An account whose own role is `admin` (every account made with
+/// `tally user add` or the setup link) is an instance administrator: the owner of every site.
+/// Invited accounts (role `member`) see only the sites they hold a role on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Reads the site's statistics (and its visitors' sessions when granted).
+    Viewer,
+    /// Also imports and changes the site's settings, goals, keys and shared links.
+    Admin,
+    /// Also manages the site's people and may delete it.
+    Owner,
+}
+
+impl Role {
+    /// `owner`, `admin` or `viewer`.
+    pub fn parse(name: &str) -> Result<Role, AccountsError> {
+        match name {
+            "owner" => Ok(Role::Owner),
+            "admin" => Ok(Role::Admin),
+            "viewer" => Ok(Role::Viewer),
+            other => Err(AccountsError::InvalidRole(other.chars().take(40).collect())),
+        }
+    }
+
+    /// The role's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Admin => "admin",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+/// One person's place on a site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The account's e-mail.
+    pub email: String,
+    /// The role.
+    pub role: Role,
+    /// Whether a viewer may read visitors' sessions (owners and admins always may).
+    pub visitors: bool,
+}
+
+/// How long an invitation link stays valid.
+pub const INVITATION_LIFETIME: Duration = Duration::from_secs(7 * 86_400);
+
+impl User {
+    /// Whether this account administers the whole instance (every site, adding sites).
+    pub fn is_instance_admin(&self) -> bool {
+        self.role == "admin"
+    }
+}
+
+impl Accounts {
+    /// The table, for the other account modules (two-factor sign-in).
+    pub(crate) fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// Whether `password` is `email`'s (the same work either way, so timing tells nothing).
+    pub async fn password_matches(&self, email: &str, password: &str) -> Result<bool, AccountsError> {
+        let record = match normalise_email(email) {
+            Ok(e) if password.len() <= MAX_PASSWORD_BYTES => {
+                self.table.get("User", item! { "email" => e.as_str() }).await?
+            }
+            _ => None,
+        };
+        let hash = record.as_ref().and_then(|r| r.opt_string("password_hash").ok().flatten().map(str::to_owned));
+        Ok(verify_password(password, hash).await? && record.is_some())
+    }
+
+    /// `email`'s place on `site_id`, if any (instance administrators hold none: they own every site).
+    pub async fn membership(&self, site_id: &str, email: &str) -> Result<Option<Member>, AccountsError> {
+        let Some(r) = self.table.get("Membership", item! { "site_id" => site_id, "email" => email }).await? else {
+            return Ok(None);
+        };
+        member_of(&r).map(Some)
+    }
+
+    /// The people of `site_id`, by e-mail.
+    pub async fn members(&self, site_id: &str) -> Result<Vec<Member>, AccountsError> {
+        let records = self.table.query("Membership").key(item! { "site_id" => site_id }).all().await?;
+        records.iter().map(member_of).collect()
+    }
+
+    /// The sites `email` holds a role on.
+    pub async fn sites_of(&self, email: &str) -> Result<Vec<String>, AccountsError> {
+        let records = self.table.query("Membership").index("gsi1").key(item! { "email" => email }).all().await?;
+        records.iter().map(|r| Ok(r.string("site_id").map_err(corrupt("Membership"))?.to_owned())).collect()
+    }
+
+    /// Gives `email` (an existing account) `role` on `site_id`, replacing any role it had.
+    pub async fn set_member(
+        &self,
+        site_id: &str,
+        email: &str,
+        role: Role,
+        visitors: bool,
+    ) -> Result<(), AccountsError> {
+        let email = normalise_email(email)?;
+        if self.table.get("User", item! { "email" => email.as_str() }).await?.is_none() {
+            return Err(AccountsError::NoSuchUser(email));
+        }
+        self.table
+            .put(
+                "Membership",
+                item! { "site_id" => site_id, "email" => email.as_str(), "role" => role.as_str(), "visitors" => visitors },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Takes `email`'s role on `site_id` away; whether it had one.
+    pub async fn remove_member(&self, site_id: &str, email: &str) -> Result<bool, AccountsError> {
+        Ok(self.table.delete("Membership", item! { "site_id" => site_id, "email" => email }).await?.is_some())
+    }
+
+    /// An invitation to `site_id` for `email` with `role`: the token of its link, shown once
+    /// (kept as its SHA-256), valid for [`INVITATION_LIFETIME`] and once.
+    pub async fn invite(
+        &self,
+        site_id: &str,
+        email: &str,
+        role: Role,
+        visitors: bool,
+    ) -> Result<String, AccountsError> {
+        let email = normalise_email(email)?;
+        let token = new_token();
+        let expires = now_ms() / 1000 + INVITATION_LIFETIME.as_secs() as i64;
+        self.table
+            .put(
+                "Invitation",
+                item! {
+                    "token_hash" => hash_token(&token).as_str(),
+                    "site_id" => site_id,
+                    "email" => email.as_str(),
+                    "role" => role.as_str(),
+                    "visitors" => visitors,
+                    "ttl" => expires,
+                },
+            )
+            .await?;
+        Ok(token)
+    }
+
+    /// The live invitation behind `token`: (site, e-mail), for the page that accepts it.
+    pub async fn invitation(&self, token: &str) -> Result<Option<(String, String)>, AccountsError> {
+        Ok(self.live_invitation(token).await?.map(|r| (r.0, r.1.email)))
+    }
+
+    async fn live_invitation(&self, token: &str) -> Result<Option<(String, Member)>, AccountsError> {
+        if !plausible_token(token) {
+            return Ok(None);
+        }
+        let Some(r) = self.table.get("Invitation", item! { "token_hash" => hash_token(token).as_str() }).await? else {
+            return Ok(None);
+        };
+        if r.opt_i64("ttl").ok().flatten().unwrap_or(0) * 1000 <= now_ms() {
+            return Ok(None);
+        }
+        let site = r.string("site_id").map_err(corrupt("Invitation"))?.to_owned();
+        Ok(Some((site, member_of(&r)?)))
+    }
+
+    /// Accepts the invitation behind `token`: makes the account with `password` when none
+    /// exists for the invited e-mail (checking the password of the one that does), gives it its
+    /// role, and uses the invitation up. Returns the account and the site.
+    pub async fn accept_invitation(&self, token: &str, password: &str) -> Result<(User, String), AccountsError> {
+        let Some((site_id, member)) = self.live_invitation(token).await? else {
+            return Err(AccountsError::NoSuchInvitation);
+        };
+        let user = match self.table.get("User", item! { "email" => member.email.as_str() }).await? {
+            Some(record) => {
+                let hash = record.opt_string("password_hash").ok().flatten().map(str::to_owned);
+                if !verify_password(password, hash).await? {
+                    return Err(AccountsError::WrongPassword(member.email));
+                }
+                user_of(&record)?
+            }
+            None => self.add_user_with_role(&member.email, password, "member").await?,
+        };
+        // Used once: the delete must find it, so two racing acceptances give one role.
+        let deleted = self.table.delete("Invitation", item! { "token_hash" => hash_token(token).as_str() }).await?;
+        if deleted.is_none() {
+            return Err(AccountsError::NoSuchInvitation);
+        }
+        if !user.is_instance_admin() {
+            self.set_member(&site_id, &user.email, member.role, member.visitors).await?;
+        }
+        Ok((user, site_id))
+    }
+
+    async fn add_user_with_role(&self, email: &str, password: &str, role: &str) -> Result<User, AccountsError> {
+        let email = normalise_email(email)?;
+        check_password(password)?;
+        let hash = hash_password(password).await?;
+        let user_id = ulid::Ulid::new().to_string();
+        let created = self
+            .table
+            .create(
+                "User",
+                item! {
+                    "email" => email.as_str(),
+                    "user_id" => user_id.as_str(),
+                    "password_hash" => hash.as_str(),
+                    "role" => role,
+                },
+            )
+            .await;
+        match created {
+            Ok(_) => Ok(User { email, user_id, role: role.to_owned() }),
+            Err(e) if e.is_condition_failed() || e.is_already_exists() => Err(AccountsError::EmailTaken(email)),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn member_of(r: &model::Record) -> Result<Member, AccountsError> {
+    let email = r.string("email").map_err(corrupt("Membership"))?.to_owned();
+    let role = Role::parse(r.string("role").map_err(corrupt("Membership"))?)?;
+    let visitors = r.opt_bool("visitors").ok().flatten().unwrap_or(false);
+    Ok(Member { email, role, visitors })
 }

@@ -136,6 +136,10 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("password_hash").required().example("$argon2id$v=19$m=19456,t=2,p=1$…"))
                 .attribute(Attribute::string("role").default_value("admin"))
                 .attribute(Attribute::number("signout_generation").example(0))
+                .attribute(Attribute::string("totp_secret"))
+                .attribute(Attribute::string("totp_pending"))
+                .attribute(Attribute::number("totp_last_step"))
+                .attribute(Attribute::string_set("recovery_hashes"))
                 .timestamps()
                 .key("USER#{email}", "USER")
                 .gsi("gsi1", "USERS", "USER#{email}"),
@@ -355,6 +359,93 @@ pub fn tally_schema(name: &str) -> Schema {
                 .ttl("ttl")
                 .key("RUNS", "RUN#{run_id}"),
         )
+        .entity(
+            Entity::new("Membership")
+                .description(
+                    "An invited account's role on one site (owner, admin or viewer) and whether a viewer may read \
+                     visitors' sessions; instance administrators need none.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("email").required().example("viewer@example.com"))
+                .attribute(Attribute::string("role").required().example("viewer"))
+                .attribute(Attribute::bool("visitors"))
+                .key("SITE#{site_id}", "MEMBER#{email}")
+                .gsi("gsi1", "MEMBERS#{email}", "SITE#{site_id}"),
+        )
+        .entity(
+            Entity::new("Invitation")
+                .description(
+                    "An invitation link to a site with a role, stored as the SHA-256 of its token; used once, \
+                     expires by `ttl` after seven days.",
+                )
+                .attribute(Attribute::string("token_hash").required().example("9f86d081884c7d65"))
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("email").required().example("viewer@example.com"))
+                .attribute(Attribute::string("role").required().example("viewer"))
+                .attribute(Attribute::bool("visitors"))
+                .ttl_after("ttl", Duration::from_secs(7 * 86_400))
+                .key("INVITE#{token_hash}", "INVITE"),
+        )
+        .entity(
+            Entity::new("Notice")
+                .description(
+                    "A report or traffic alert sent (or being sent) for one site and period, created only if absent \
+                     so that each is sent once whatever the number of processes.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("kind").required().example("report-weekly"))
+                .attribute(Attribute::string("label").required().example("2026-11-16"))
+                .timestamps()
+                .ttl_after("ttl", Duration::from_secs(400 * 86_400))
+                .key("SITE#{site_id}", "NOTICE#{kind}#{label}"),
+        )
+        .entity(
+            Entity::new("ImportedDay")
+                .description(
+                    "History imported from another tool (Plausible's CSV export, or Google Analytics data in \
+                     its shape): one day's counts for one dimension value, before the site's cut-over. Imported \
+                     again, a row replaces itself.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("dimension").required().example("event:page"))
+                .attribute(Attribute::string("date").required().example("2024-03-01"))
+                .attribute(Attribute::string("value").required().example("/pricing"))
+                .attribute(Attribute::string("source").example("plausible"))
+                .attribute(Attribute::number("visitors").default_value(0))
+                .attribute(Attribute::number("visits").default_value(0))
+                .attribute(Attribute::number("pageviews").default_value(0))
+                .attribute(Attribute::number("events").default_value(0))
+                .attribute(Attribute::number("bounces").default_value(0))
+                .attribute(Attribute::number("duration_ms").default_value(0))
+                .attribute(Attribute::number("visit_pageviews").default_value(0))
+                .key("IMP#{site_id}#{dimension}", "D#{date}#{value}"),
+        )
+        .entity(
+            Entity::new("ImportSettings")
+                .description(
+                    "A site's cut-over between imported history and its own data: imported days before it, \
+                     Tally's own from it on. Set by the first history import, then kept.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("cutover").required().example("2024-06-01"))
+                .timestamps()
+                .key("SITE#{site_id}", "IMPORTS"),
+        )
+        .entity(
+            Entity::new("ImportFile")
+                .description(
+                    "An events file imported into a site, by the SHA-256 of its bytes: a rerun of the same file is \
+                     recognised and changes nothing.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("file_hash").required().example("9f86d081884c7d65"))
+                .attribute(Attribute::string("name").example("umami-export.csv"))
+                .attribute(Attribute::string("state").required().example("done"))
+                .attribute(Attribute::number("lines").default_value(0))
+                .attribute(Attribute::number("imported").default_value(0))
+                .timestamps()
+                .key("SITE#{site_id}", "IMPORTFILE#{file_hash}"),
+        )
         .access_pattern(AccessPattern::get("get_site", "A site's settings by id").entity("Site"))
         .access_pattern(
             AccessPattern::query("list_sites", "Every site, for the site picker").entity("Site").index("gsi1"),
@@ -433,6 +524,18 @@ pub fn tally_schema(name: &str) -> Schema {
                 .descending(),
         )
         .access_pattern(AccessPattern::query("runs", "Every ingesting run, to find crashed ones").entity("Run"))
+        .access_pattern(
+            AccessPattern::query("imported_range", "A dimension's imported days over a date range (merged answers)")
+                .entity("ImportedDay")
+                .sort(SortShape::Between),
+        )
+        .access_pattern(
+            AccessPattern::get("import_cutover", "A site's cut-over date for imported history")
+                .entity("ImportSettings"),
+        )
+        .access_pattern(
+            AccessPattern::get("import_file", "Whether an events file was imported already").entity("ImportFile"),
+        )
         .build()
         .unwrap_or_else(|e| panic!("Tally's schema is valid: {e}"))
 }

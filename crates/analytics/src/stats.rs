@@ -225,6 +225,9 @@ pub struct Query {
     pub limit: usize,
     /// Rows to skip.
     pub offset: usize,
+    /// Whether imported history (`crate::imported`) is merged in where the query can use it:
+    /// daily counts of the breakdown's (or the one filter's) dimension, before the cut-over.
+    pub include_imports: bool,
 }
 
 /// What is wrong with a query, or why it could not be answered.
@@ -447,7 +450,7 @@ impl Query {
                 )));
             }
         }
-        Ok(Query { site_id, metrics, range, dimensions, filters, order_by, limit, offset })
+        Ok(Query { site_id, metrics, range, dimensions, filters, order_by, limit, offset, include_imports: false })
     }
 }
 
@@ -745,6 +748,23 @@ impl Stats {
             entry.counters.add(&sum.counters);
             entry.sketch.merge(&sum.sketch);
         }
+        // Imported history, when asked for, on the aggregate path only: it holds daily counts per
+        // dimension, so neither filters on another dimension nor an hourly series can use it.
+        let mut imported_visitors: HashMap<(String, String), i64> = HashMap::new();
+        if q.include_imports && !raw && time != Some(Unit::Hour) {
+            let days = crate::imported::read(&self.table, &q.site_id, &source, &q.range)
+                .await
+                .map_err(|e| StatsError::Corrupt(e.to_string()))?;
+            for (date, value, counts) in days {
+                if source != TOTAL && !q.filters.iter().all(|f| f.accepts(&value)) {
+                    continue;
+                }
+                let Ok(day) = zone.bucket_by_label(Unit::Day, &date.to_string()) else { continue };
+                let key = (label_of(&day), if breakdown.is_some() { value } else { String::new() });
+                rows.entry(key.clone()).or_default().counters.add(&counts.counters);
+                *imported_visitors.entry(key).or_default() += counts.visitors;
+            }
+        }
         if rows.is_empty() && breakdown.is_none() && time.is_none() {
             rows.insert((String::new(), String::new()), Sum::default());
         }
@@ -753,7 +773,9 @@ impl Stats {
             .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
             .map(|((label, value), s)| {
                 let all = total_visitors.get(&label).copied().unwrap_or(0);
-                row_of(q, &source, &label, &value, &s, all)
+                let imported =
+                    imported_visitors.get(&(label.clone(), value.clone())).copied().unwrap_or(0).max(0) as u64;
+                row_of(q, &source, &label, &value, &s, all, imported)
             })
             .collect();
         order(&mut out, q);
@@ -803,7 +825,7 @@ impl Stats {
         let mut out: Vec<Row> = sums
             .iter()
             .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
-            .map(|(value, s)| row_of(q, &source, "", value, s, all))
+            .map(|(value, s)| row_of(q, &source, "", value, s, all, 0))
             .collect();
         order(&mut out, q);
         Ok(out.into_iter().skip(q.offset).take(q.limit).collect())
@@ -847,10 +869,12 @@ impl Stats {
 }
 
 /// One row of an answer: `q`'s metrics of `s`, the sum of `source`'s items for (`label`,
-/// `value`); `all_visitors` are the visitors of the label's buckets, for conversion rates.
-fn row_of(q: &Query, source: &str, label: &str, value: &str, s: &Sum, all_visitors: u64) -> Row {
+/// `value`); `all_visitors` are the visitors of the label's buckets, for conversion rates;
+/// `imported_visitors` are added to its visitors (imported history, `crate::imported`).
+fn row_of(q: &Query, source: &str, label: &str, value: &str, s: &Sum, all_visitors: u64, imported_visitors: u64) -> Row {
     let c = &s.counters;
-    let visitors = if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() };
+    let visitors =
+        if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() + imported_visitors };
     let per_visit = |x: i64| if c.visits > 0 { x as f64 / c.visits as f64 } else { 0.0 };
     let metrics = q
         .metrics

@@ -121,6 +121,8 @@ pub struct Config {
     /// on for the embedded engine (where disk is the cost) and off on DynamoDB (where write units
     /// are the bill).
     pub compact_event_blocks: bool,
+    /// Reports and alerts (only from the file).
+    pub notify: crate::notify::Settings,
 }
 
 impl Default for Config {
@@ -141,6 +143,7 @@ impl Default for Config {
             metrics_listen: None,
             auth_attempts_per_minute: server::account::DEFAULT_ATTEMPTS_PER_MINUTE,
             compact_event_blocks: true,
+            notify: crate::notify::Settings::default(),
         }
     }
 }
@@ -234,10 +237,22 @@ impl Layer {
         }
     }
 
-    /// Reads a TOML file.
-    pub fn from_file(path: &Path) -> Result<Layer> {
+    /// Reads a TOML file: its settings, and its reports and alerts (`[smtp]`, `[[reports]]`,
+    /// `[[alerts]]`, `check_every_secs`; see [`crate::notify`]), which only the file holds.
+    pub fn from_file_with_notify(path: &Path) -> Result<(Layer, crate::notify::Settings)> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("reading {}", path.display()))
+        let mut table: toml::Table = toml::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let mut notify = toml::Table::new();
+        for key in ["smtp", "reports", "alerts", "check_every_secs"] {
+            if let Some(v) = table.remove(key) {
+                notify.insert(key.to_owned(), v);
+            }
+        }
+        let layer: Layer = table.try_into().with_context(|| format!("reading {}", path.display()))?;
+        let notify: crate::notify::Settings =
+            notify.try_into().with_context(|| format!("reading the reports and alerts of {}", path.display()))?;
+        notify.validate().with_context(|| format!("reading {}", path.display()))?;
+        Ok((layer, notify))
     }
 
     /// Applies this layer over `config`: each setting it has replaces the one before.
@@ -324,9 +339,10 @@ impl Config {
             None => Some(PathBuf::from(DEFAULT_FILE)).filter(|p| p.is_file()),
         };
         if let Some(path) = &file {
-            let layer = Layer::from_file(path)?;
+            let (layer, notify) = Layer::from_file_with_notify(path)?;
             compaction_set |= layer.compact_event_blocks.is_some();
             layer.apply(&mut config)?;
+            config.notify = notify;
         }
         config.file = file;
         Layer::from_env(var).apply(&mut config)?;

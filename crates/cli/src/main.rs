@@ -4,14 +4,17 @@
 //! Every command takes `--config` and the settings flags (`--store`, `--table`, …); see
 //! [`config`] for the file, the `TALLY_*` variables and their precedence.
 
+mod backup;
 mod bench;
 mod capacity;
 mod config;
 mod demo;
 mod export;
+mod history;
 #[allow(dead_code)]
 mod http;
 mod logging;
+mod notify;
 mod serve;
 mod store;
 mod users;
@@ -98,18 +101,31 @@ enum Command {
         #[command(subcommand)]
         what: ShareCommand,
     },
-    /// Imports events with their own timestamps from an NDJSON or CSV file (`timestamp`, `url`,
-    /// `name`, `referrer`, props, `visitor` or `ip` + `user_agent`, `country`, `interactive`),
-    /// in time order whatever the file's order.
+    /// Imports a file, its format found from its contents: events with their own timestamps
+    /// (Tally's NDJSON, or CSV with `timestamp`, `url`, `name`, `referrer`, props, `visitor` or
+    /// `ip` and `user_agent`, `country`, `interactive`; Umami's CSV of `website_event` rows), ingested in
+    /// time order; or history (Plausible's CSV export — its zip, a directory of its `imported_*`
+    /// CSVs, or one of them — or Google Analytics data in that shape), stored as imported daily
+    /// aggregates before the site's cut-over. The same file imported again changes nothing.
     Import {
-        /// The file: NDJSON, or CSV with a header row (`props.NAME` columns for props).
+        /// The file (or the directory of a Plausible export).
         file: PathBuf,
         /// The site (domain or id).
         #[arg(long)]
         site: String,
-        /// `ndjson` or `csv` [default: csv for a `.csv` file, else ndjson].
+        /// `ndjson`, `csv`, `umami` or `plausible` [default: found from the file].
         #[arg(long)]
         format: Option<String>,
+        /// Where imported history came from, as labelled in the store: `plausible` or `ga`.
+        #[arg(long, default_value = "plausible")]
+        source: String,
+        /// The first day of the site's own data, for its first history import [default: the
+        /// first day Tally counted, or today]; imported days before it, Tally's own from it on.
+        #[arg(long, value_name = "YYYY-MM-DD")]
+        cutover: Option<String>,
+        /// Import an events file whose earlier import stopped partway (its lines are counted again).
+        #[arg(long)]
+        force: bool,
     },
     /// Exports a site's events (in the shape `import` reads) or its daily aggregates, as NDJSON
     /// or CSV.
@@ -158,6 +174,39 @@ enum Command {
         /// Writes the measured costs as JSON, for `tally capacity --from-bench`.
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
+    },
+    /// Writes a consistent copy of the embedded store into DIR (new or empty), while `tally
+    /// serve` keeps running (it takes the copy, asked over `tally.sock` in the store's directory)
+    /// or with no server. Every event acknowledged before the backup began is in it.
+    Backup {
+        /// The directory to write the backup into.
+        dir: PathBuf,
+    },
+    /// Brings a backup back as the configured embedded store, which must not exist yet (move
+    /// the old one aside first; a restore never overwrites a store).
+    Restore {
+        /// The directory `tally backup` wrote.
+        backup: PathBuf,
+    },
+    /// Sends a site's e-mail report for its last complete week or month now, over the `[smtp]`
+    /// of the configuration file (`tally serve` sends the `[[reports]]` it lists by itself).
+    Report {
+        /// The site (domain or id).
+        #[arg(long)]
+        site: String,
+        /// `week` or `month`.
+        #[arg(long, default_value = "week")]
+        every: String,
+        /// Recipients [default: those of the site's `[[reports]]` entry].
+        #[arg(long)]
+        to: Vec<String>,
+    },
+    /// Asks a running `tally serve` whether it is healthy (`GET /health`): exit status 0 when it
+    /// answers 200 within 5 s, 1 otherwise. For container health checks, which have no curl.
+    Health {
+        /// The server's address [default: the `listen` setting].
+        #[arg(long, value_name = "HOST:PORT")]
+        addr: Option<std::net::SocketAddr>,
     },
     /// Prints the effective configuration (file, environment and flags applied) as TOML.
     Config,
@@ -454,8 +503,12 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             };
             runtime()?.block_on(export::export(&config, &options))?;
         }
-        Command::Import { file, site, format } => {
-            runtime()?.block_on(serve::import(&config, &file, &site, format.as_deref()))?
+        Command::Import { file, site, format, source, cutover, force } => {
+            if !matches!(source.as_str(), "plausible" | "ga") {
+                anyhow::bail!("--source must be plausible or ga, not {source:?}");
+            }
+            let options = serve::ImportOptions { format, source, cutover, force };
+            runtime()?.block_on(serve::import(&config, &file, &site, &options))?
         }
         Command::Aggregate { rebuild: _, range, verify } => {
             let (site, from, to) = (&range.site, range.from.as_deref(), range.to.as_deref());
@@ -476,6 +529,25 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 compact_event_blocks: config.compact_event_blocks,
             };
             runtime()?.block_on(bench::run(&options))?;
+        }
+        Command::Backup { dir } => runtime()?.block_on(backup::backup(&config, &dir))?,
+        Command::Restore { backup } => backup::restore(&config, &backup)?,
+        Command::Report { site, every, to } => runtime()?.block_on(serve::report(&config, &site, &every, &to))?,
+        Command::Health { addr } => {
+            let addr = addr.unwrap_or(config.listen);
+            let asked = runtime()?.block_on(async {
+                let ask = async {
+                    let mut c = http::Connection::connect(addr).await?;
+                    c.request("GET", "/health", &[], b"").await
+                };
+                tokio::time::timeout(std::time::Duration::from_secs(5), ask).await
+            });
+            match asked {
+                Ok(Ok(r)) if r.status == 200 => println!("healthy: {addr}"),
+                Ok(Ok(r)) => anyhow::bail!("unhealthy: {addr} answered {}", r.status),
+                Ok(Err(e)) => anyhow::bail!("unhealthy: {e:#}"),
+                Err(_) => anyhow::bail!("unhealthy: {addr} did not answer within 5 s"),
+            }
         }
         Command::Config => print!("{}", config.to_toml()),
         Command::Schema { what } => schema(what, &config)?,

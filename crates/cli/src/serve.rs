@@ -87,7 +87,25 @@ async fn start_lease(
 
 /// Runs the server until SIGTERM or Ctrl-C, then stops taking requests, flushes and exits.
 pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
-    let table = crate::store::open(config).await?;
+    let (table, _, engine) = crate::store::open_engine(config).await?;
+    // On the embedded engine, `tally backup` reaches this process through a socket beside the store.
+    let control = match (&engine, &config.store) {
+        (Some(engine), crate::config::StoreSpec::Embedded(dir)) => {
+            match crate::backup::serve_control(engine.clone(), dir) {
+                Ok(task) => Some((task, dir.join(crate::backup::SOCKET))),
+                // A path too long for a Unix socket, say: serving matters more than online backups.
+                Err(e) => {
+                    tracing::warn!(
+                        error = format!("{e:#}"),
+                        "no control socket: `tally backup` needs the server stopped"
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    drop(engine);
     let metered = table.metered();
     let sites = Arc::new(Sites::new(metered.clone()));
     let aggregator = start_aggregation(config, &metered, &sites).await?;
@@ -95,6 +113,8 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
         Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
     let lease = start_lease(config, &metered, &pipeline, &aggregator).await?;
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
+    let notifier = (!config.notify.is_empty())
+        .then(|| crate::notify::spawn(config.notify.clone(), metered.clone(), sites.clone(), stats.clone()));
     let accounts = Arc::new(Accounts::new(metered.clone()));
     let demo = match demo {
         Some(options) => {
@@ -193,6 +213,13 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     }
     if let Some((live, _)) = demo {
         live.abort();
+    }
+    if let Some((task, socket)) = control {
+        task.abort();
+        let _ = std::fs::remove_file(socket);
+    }
+    if let Some(task) = notifier {
+        task.abort();
     }
     tracing::info!("stopping: flushing aggregates");
     lease.stop().await.context("giving up the ingest lease")?;
@@ -407,18 +434,44 @@ const IMPORT_LANES: usize = 256;
 
 /// `tally import FILE`: NDJSON or CSV events with timestamps, through the ingestion pipeline,
 /// in time order (the whole file is read first; about 0.5 KB of memory per event).
-pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&str>) -> Result<()> {
-    let format = match format {
-        Some(name) => Format::parse(name).ok_or_else(|| anyhow!("--format must be ndjson or csv, not {name:?}"))?,
-        None => Format::detect(&file.to_string_lossy()),
-    };
-    let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+pub async fn import(config: &Config, file: &Path, site: &str, options: &ImportOptions) -> Result<()> {
+    let kind = crate::history::detect(file, options.format.as_deref())?;
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
     let site = site_named(&sites, site).await?;
+    let (format, body) = match kind {
+        crate::history::Kind::Plausible => {
+            return crate::history::import_plausible(&table, &site, file, &options.source, options.cutover.as_deref())
+                .await;
+        }
+        crate::history::Kind::Umami => {
+            let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            eprintln!("… {}: Umami website_event rows", file.display());
+            let converted =
+                crate::history::umami_to_ndjson(&body, &site).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
+            (Format::Ndjson, (body, converted))
+        }
+        crate::history::Kind::Events(format) => {
+            let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            (format, (body, Vec::new()))
+        }
+    };
+    let (original, converted) = body;
+    // An import id per file (the SHA-256 of its bytes) and line: the same file again changes nothing.
+    let file_id = crate::history::file_id(&original);
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let readable = if converted.is_empty() { &original } else { &converted };
     let parsed =
-        server::import::parse(&body, format, &site).map_err(|e| anyhow!("{}: {e}", file.display()))?.in_time_order();
-    drop(body);
+        server::import::parse(readable, format, &site).map_err(|e| anyhow!("{}: {e}", file.display()))?.in_time_order();
+    if crate::history::begin_events_file(&table, &site, &file_id, &name, options.force).await? {
+        println!("import id: {file_id}");
+        println!("already imported: yes (nothing changed)");
+        println!("imported: 0");
+        println!("dropped: 0");
+        println!("refused: 0");
+        return Ok(());
+    }
+    drop((original, converted));
     let aggregator = start_aggregation(config, &table, &sites).await?;
     let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher(config)?), aggregator.clone()));
     let lease = start_lease(config, &table, &pipeline, &aggregator).await?;
@@ -452,10 +505,24 @@ pub async fn import(config: &Config, file: &Path, site: &str, format: Option<&st
     if refused.omitted() > 0 {
         eprintln!("… and {} more refused lines", refused.omitted());
     }
+    crate::history::finish_events_file(&table, &site, &file_id, &name, total as u64, imported).await?;
+    println!("import id: {file_id}");
     println!("imported: {imported}");
     println!("dropped: {dropped}");
     println!("refused: {}", refused.total());
     Ok(())
+}
+
+/// How `tally import` reads its file.
+pub struct ImportOptions {
+    /// `--format`: ndjson, csv, umami or plausible [default: found from the file].
+    pub format: Option<String>,
+    /// `--source`: the tool imported history came from (plausible or ga).
+    pub source: String,
+    /// `--cutover`: the first day of the site's own data, for its first history import.
+    pub cutover: Option<String>,
+    /// `--force`: import an events file an earlier run stopped partway through.
+    pub force: bool,
 }
 
 /// `tally aggregate --rebuild`.
@@ -495,4 +562,35 @@ pub async fn rebuild(config: &Config, site: &str, from: Option<&str>, to: Option
         println!("items deleted: {}", report.items_deleted);
     }
     Ok(!verify || report.differences.is_empty())
+}
+
+/// `tally report`: a site's report for its last complete week or month, sent now (to `to`, or
+/// to the recipients its `[[reports]]` entry names).
+pub async fn report(config: &Config, site: &str, every: &str, to: &[String]) -> Result<()> {
+    let every = analytics::report::Every::parse(every).ok_or_else(|| anyhow!("--every must be week or month"))?;
+    let smtp = config.notify.smtp.as_ref().ok_or_else(|| anyhow!("no [smtp] table in the configuration file"))?;
+    let table = crate::store::open(config).await?;
+    let sites = Arc::new(Sites::new(table.clone()));
+    let site = site_named(&sites, site).await?;
+    let recipients: Vec<String> = if to.is_empty() {
+        config
+            .notify
+            .reports
+            .iter()
+            .filter(|r| r.site == site.domain || r.site == site.site_id)
+            .flat_map(|r| r.to.clone())
+            .collect()
+    } else {
+        to.to_vec()
+    };
+    if recipients.is_empty() {
+        bail!("nobody to send it to: give --to, or a [[reports]] entry for {}", site.domain);
+    }
+    let stats = Stats::new(table, sites.clone());
+    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
+    let report = analytics::report::Report::build(&stats, &site, every, today).await?;
+    crate::notify::send_report(smtp, &recipients, &report).await?;
+    println!("sent: {}", report.subject());
+    println!("to: {}", recipients.join(", "));
+    Ok(())
 }

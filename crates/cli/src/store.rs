@@ -16,11 +16,23 @@ pub async fn open(config: &Config) -> Result<Table> {
 
 /// Like [`open`], also saying whether the table was created just now.
 pub async fn open_reporting(config: &Config) -> Result<(Table, bool)> {
+    let (table, created, _) = open_engine(config).await?;
+    Ok((table, created))
+}
+
+/// Like [`open_reporting`], also handing back the embedded engine itself when that is the store,
+/// for what only it can do (backups).
+pub async fn open_engine(config: &Config) -> Result<(Table, bool, Option<Arc<store_embedded::EmbeddedStore>>)> {
+    let mut embedded = None;
     let store: Arc<dyn Store> = match &config.store {
-        StoreSpec::Embedded(dir) => Arc::new(
-            store_embedded::EmbeddedStore::open(dir)
-                .with_context(|| format!("opening the embedded store at {}", dir.display()))?,
-        ),
+        StoreSpec::Embedded(dir) => {
+            let engine = Arc::new(
+                store_embedded::EmbeddedStore::open(dir)
+                    .with_context(|| format!("opening the embedded store at {}", dir.display()))?,
+            );
+            embedded = Some(engine.clone());
+            engine
+        }
         StoreSpec::DynamoDb(url) => Arc::new(
             store_dynamodb::DynamoDbStore::connect(url.options.clone())
                 .await
@@ -48,7 +60,7 @@ pub async fn open_reporting(config: &Config) -> Result<(Table, bool)> {
             "converted the store's per-event items to event blocks"
         );
     }
-    Ok((table, created))
+    Ok((table, created, embedded))
 }
 
 fn is_in_use(error: &model::Error) -> bool {

@@ -30,6 +30,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use analytics::accounts::{AccountsError, LOGIN_LIFETIME, SHARE_UNLOCK_LIFETIME};
+use analytics::two_factor::Login;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -155,10 +156,15 @@ pub(crate) fn optional_field<'a>(map: &'a Map<String, Json>, name: &str) -> Resu
     }
 }
 
-fn accounts_error(e: AccountsError) -> Response {
+pub(crate) fn accounts_error(e: AccountsError) -> Response {
     match e {
         e @ (AccountsError::InvalidEmail(_) | AccountsError::InvalidPassword) => bad(e.to_string()),
         e @ (AccountsError::EmailTaken(_) | AccountsError::SetupDone) => error(StatusCode::CONFLICT, e.to_string()),
+        e @ (AccountsError::InvalidRole(_) | AccountsError::NoPendingTwoFactor | AccountsError::WrongCode) => {
+            bad(e.to_string())
+        }
+        e @ AccountsError::NoSuchInvitation => error(StatusCode::NOT_FOUND, e.to_string()),
+        e @ AccountsError::WrongPassword(_) => error(StatusCode::UNAUTHORIZED, e.to_string()),
         e @ AccountsError::Busy => {
             let mut r = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
@@ -221,15 +227,94 @@ pub async fn login(State(state): State<AppState>, peer: Peer, headers: HeaderMap
         tracing::warn!("authentication throttled; client={client} kind=login account={:?}", loggable(email));
         return throttled(wait);
     }
-    match r.accounts.login(email, password).await {
-        Ok(Some((token, user))) => {
+    let code = match optional_field(&map, "code") {
+        Ok(c) => c,
+        Err(resp) => return resp,
+    };
+    match r.accounts.login_with_code(email, password, code).await {
+        Ok(Login::SignedIn(token, user)) => {
             tracing::info!(email = %user.email, %client, "signed in");
             signed_in(auth::is_https(&state, &headers, peer), &token, &user.email)
         }
-        Ok(None) => {
+        // The password was right: the page asks for the code (the attempt still counted).
+        Ok(Login::CodeRequired) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({ "error": "enter the code from your authenticator app, or a recovery code", "two_factor": true })
+                .to_string(),
+        )
+            .into_response(),
+        Ok(_) => {
             tracing::warn!("authentication failure; client={client} kind=login account={:?}", loggable(email));
-            error(StatusCode::UNAUTHORIZED, "wrong e-mail or password")
+            error(StatusCode::UNAUTHORIZED, "wrong e-mail, password or code")
         }
+        Err(e) => accounts_error(e),
+    }
+}
+
+/// The signed-in account of a request, or the 401.
+async fn signed_in_user(r: &crate::stats::Reading, headers: &HeaderMap) -> Result<analytics::accounts::User, Response> {
+    match auth::principal(r, headers).await? {
+        auth::Principal::User(user) => Ok(user),
+        _ => Err(auth::unauthorized()),
+    }
+}
+
+/// `POST /api/2fa/setup`: a new secret for the signed-in account's authenticator app, pending
+/// until confirmed.
+pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let r = tri!(reading(&state));
+    let user = tri!(signed_in_user(r, &headers).await);
+    match r.accounts.totp_begin(&user.email).await {
+        Ok((secret, url)) => json_ok(json!({ "secret": secret, "otpauth_url": url })),
+        Err(e) => accounts_error(e),
+    }
+}
+
+/// `POST /api/2fa/enable` `{code}`: confirms the pending secret; answers the recovery codes, once.
+pub async fn two_factor_enable(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
+    let r = tri!(reading(&state));
+    let user = tri!(signed_in_user(r, &headers).await);
+    let map = tri!(json_object(&headers, &body));
+    let code = tri!(field(&map, "code"));
+    let client = auth::client_addr(&state, &headers, peer);
+    if let Err(wait) = state.attempts.check(client, &user.email) {
+        return throttled(wait);
+    }
+    match r.accounts.totp_enable(&user.email, code).await {
+        Ok(codes) => {
+            tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
+            json_ok(json!({ "enabled": true, "recovery_codes": codes }))
+        }
+        Err(e) => accounts_error(e),
+    }
+}
+
+/// `POST /api/2fa/disable` `{password}`: turns two-factor sign-in off, given the password.
+pub async fn two_factor_disable(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let r = tri!(reading(&state));
+    let user = tri!(signed_in_user(r, &headers).await);
+    let map = tri!(json_object(&headers, &body));
+    let password = tri!(field(&map, "password"));
+    let client = auth::client_addr(&state, &headers, peer);
+    if let Err(wait) = state.attempts.check(client, &user.email) {
+        return throttled(wait);
+    }
+    match r.accounts.password_matches(&user.email, password).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
+            return error(StatusCode::UNAUTHORIZED, "the password is wrong");
+        }
+        Err(e) => return accounts_error(e),
+    }
+    match r.accounts.totp_disable(&user.email).await {
+        Ok(()) => json_ok(json!({ "enabled": false })),
         Err(e) => accounts_error(e),
     }
 }
@@ -417,6 +502,96 @@ pub async fn unlock(
         Ok(None) => {
             tracing::warn!("authentication failure; client={client} kind=unlock account={link:?}");
             error(StatusCode::UNAUTHORIZED, "wrong password")
+        }
+        Err(e) => accounts_error(e),
+    }
+}
+
+/// The page of an invitation link: a plain form (no script), posted back to the same address.
+fn invitation_page(status: StatusCode, message: &str, form: Option<(&str, &str)>) -> Response {
+    let escape = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
+    let form = form.map_or(String::new(), |(email, token)| {
+        format!(
+            "<form method=\"post\" action=\"/invite/{}\"><p>Account: <b>{}</b></p>\
+             <label>Password (a new one, or this account's if it exists) \
+             <input type=\"password\" name=\"password\" minlength=\"10\" required autocomplete=\"new-password\"></label> \
+             <button type=\"submit\">Accept</button></form>",
+            escape(token),
+            escape(email)
+        )
+    });
+    let body = format!(
+        "<!doctype html><html lang=\"en\"><meta charset=\"utf-8\"><title>Tally invitation</title>\
+         <body style=\"font-family:system-ui;max-width:32rem;margin:4rem auto\"><h1>Tally</h1><p>{}</p>{form}</body></html>",
+        escape(message)
+    );
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /invite/{token}`: the invitation's form, or why it cannot be used.
+pub async fn invitation(State(state): State<AppState>, Path(token): Path<String>) -> Response {
+    let r = match reading(&state) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match r.accounts.invitation(&token).await {
+        Ok(Some((_, email))) => {
+            invitation_page(StatusCode::OK, "You are invited to a site's analytics.", Some((&email, &token)))
+        }
+        Ok(None) => {
+            invitation_page(StatusCode::NOT_FOUND, "This invitation is not valid: used, expired or revoked.", None)
+        }
+        Err(e) => internal(e),
+    }
+}
+
+/// `POST /invite/{token}` (a form with `password`): accepts the invitation, then sends the
+/// browser to sign in. Limited like sign-ins, per address and per invitation.
+pub async fn accept_invitation(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> Response {
+    let r = match reading(&state) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let password = url::form_urlencoded::parse(&body).find(|(k, _)| k == "password").map(|(_, v)| v.into_owned());
+    let Some(password) = password else {
+        return invitation_page(StatusCode::BAD_REQUEST, "The form needs a password.", None);
+    };
+    let client = auth::client_addr(&state, &headers, peer);
+    let limited: String = token.chars().take(64).collect();
+    if let Err(wait) = state.attempts.check(client, &limited) {
+        tracing::warn!("authentication throttled; client={client} kind=invitation account=\"\"");
+        return throttled(wait);
+    }
+    match r.accounts.accept_invitation(&token, &password).await {
+        Ok((user, site)) => {
+            tracing::info!(email = %user.email, site = %site, %client, "invitation accepted");
+            (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")], "").into_response()
+        }
+        Err(e @ (AccountsError::InvalidPassword | AccountsError::WrongPassword(_))) => {
+            tracing::warn!("authentication failure; client={client} kind=invitation account=\"\"");
+            let email = r.accounts.invitation(&token).await.ok().flatten().map(|(_, e)| e).unwrap_or_default();
+            invitation_page(StatusCode::BAD_REQUEST, &e.to_string(), Some((&email, &token)))
+        }
+        Err(AccountsError::NoSuchInvitation) => {
+            invitation_page(StatusCode::NOT_FOUND, "This invitation is not valid: used, expired or revoked.", None)
         }
         Err(e) => accounts_error(e),
     }

@@ -19,6 +19,7 @@
 //! `{site}` is a site id or domain. Bodies are `application/json`; answers are JSON, errors
 //! `{"error": …}`.
 
+use analytics::accounts::{AccountsError, Member, Role};
 use analytics::goal::Goal;
 use analytics::sites::{Scope, Site, SiteChanges, SitesError};
 use axum::body::Bytes;
@@ -103,18 +104,28 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Response
     let r = tri!(reading(&state));
     let who = tri!(principal(r, &headers).await);
     let full = matches!(who, Principal::User(_));
-    let sites = match who.site_id() {
-        Some(id) => match r.sites.get(id).await {
+    let sites = match (&who, who.site_id()) {
+        (_, Some(id)) => match r.sites.get(id).await {
             Ok(site) => site.into_iter().collect(),
             Err(e) => return internal(e),
         },
-        None => match r.sites.list().await {
+        // An invited account sees the sites it holds a role on.
+        (Principal::User(u), None) if !u.is_instance_admin() => {
+            let mut sites = Vec::new();
+            for id in tri!(r.accounts.sites_of(&u.email).await.map_err(internal)) {
+                if let Some(site) = tri!(r.sites.get(&id).await.map_err(internal)) {
+                    sites.push(site);
+                }
+            }
+            sites
+        }
+        (_, None) => match r.sites.list().await {
             Ok(list) => list,
             Err(e) => return internal(e),
         },
     };
     let who_json = match &who {
-        Principal::User(u) => json!({ "kind": "user", "email": u.email }),
+        Principal::User(u) => json!({ "kind": "user", "email": u.email, "instance_admin": u.is_instance_admin() }),
         Principal::Key(_) => json!({ "kind": "key" }),
         Principal::Share(s) => json!({ "kind": "share", "name": s.name }),
     };
@@ -125,7 +136,8 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Response
 pub async fn add(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let r = tri!(reading(&state));
     let who = tri!(principal(r, &headers).await);
-    if !matches!(who, Principal::User(_)) {
+    // Adding a site is the instance administrators' (an invited account has roles on sites only).
+    if !matches!(&who, Principal::User(u) if u.is_instance_admin()) {
         return crate::auth::unauthorized();
     }
     let map = tri!(json_object(&headers, &body));
@@ -183,7 +195,8 @@ pub async fn update(
 
 /// `DELETE /api/sites/{site}`.
 pub async fn remove(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    let r = tri!(reading(&state)).clone();
+    let (_, site) = tri!(authorize(&r, &headers, Some(&site), Need::Own).await);
     match r.sites.remove(&site.site_id).await {
         Ok(_) => json_ok(json!({ "removed": site.site_id })),
         Err(e) => sites_error(e),
@@ -496,6 +509,84 @@ pub async fn revoke_share(
     match r.accounts.revoke_share(&site.site_id, &share).await {
         Ok(()) => json_ok(json!({ "revoked": share })),
         Err(analytics::accounts::AccountsError::NoSuchShare(_)) => error(StatusCode::NOT_FOUND, "no such shared link"),
+        Err(e) => internal(e),
+    }
+}
+
+fn member_json(m: &Member) -> Json {
+    json!({ "email": m.email, "role": m.role.as_str(), "visitors": m.visitors })
+}
+
+fn role_of(map: &Map<String, Json>) -> Result<(Role, bool), Response> {
+    let role = Role::parse(field(map, "role")?).map_err(|e| bad(e.to_string()))?;
+    let visitors = match map.get("visitors") {
+        None | Some(Json::Null) => false,
+        Some(Json::Bool(b)) => *b,
+        Some(_) => return Err(bad("`visitors` must be true or false")),
+    };
+    Ok((role, visitors))
+}
+
+/// `GET /api/sites/{site}/members`: the site's people (owners and admins may look).
+pub async fn members(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
+    let (r, site) = tri!(manage(&state, &headers, &site).await);
+    match r.accounts.members(&site.site_id).await {
+        Ok(list) => json_ok(json!({ "members": list.iter().map(member_json).collect::<Vec<_>>() })),
+        Err(e) => internal(e),
+    }
+}
+
+/// `POST /api/sites/{site}/invitations` `{email, role, visitors}`: an invitation link, shown once.
+pub async fn invite(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+    body: Bytes,
+) -> Response {
+    let r = tri!(reading(&state)).clone();
+    let (_, site) = tri!(authorize(&r, &headers, Some(&site), Need::Own).await);
+    let map = tri!(json_object(&headers, &body));
+    let email = tri!(field(&map, "email"));
+    let (role, visitors) = tri!(role_of(&map));
+    match r.accounts.invite(&site.site_id, email, role, visitors).await {
+        Ok(token) => (
+            StatusCode::CREATED,
+            json_ok(json!({ "link": format!("/invite/{token}"), "token": token, "role": role.as_str() })),
+        )
+            .into_response(),
+        Err(e) => crate::account::accounts_error(e),
+    }
+}
+
+/// `PUT /api/sites/{site}/members/{email}` `{role, visitors}`: changes a person's role.
+pub async fn set_member(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, email)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let r = tri!(reading(&state)).clone();
+    let (_, site) = tri!(authorize(&r, &headers, Some(&site), Need::Own).await);
+    let map = tri!(json_object(&headers, &body));
+    let (role, visitors) = tri!(role_of(&map));
+    match r.accounts.set_member(&site.site_id, &email, role, visitors).await {
+        Ok(()) => json_ok(json!({ "email": email, "role": role.as_str(), "visitors": visitors })),
+        Err(e @ AccountsError::NoSuchUser(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => crate::account::accounts_error(e),
+    }
+}
+
+/// `DELETE /api/sites/{site}/members/{email}`: takes a person's role away.
+pub async fn remove_member(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((site, email)): Path<(String, String)>,
+) -> Response {
+    let r = tri!(reading(&state)).clone();
+    let (_, site) = tri!(authorize(&r, &headers, Some(&site), Need::Own).await);
+    match r.accounts.remove_member(&site.site_id, &email).await {
+        Ok(true) => json_ok(json!({ "removed": email })),
+        Ok(false) => error(StatusCode::NOT_FOUND, "no such member"),
         Err(e) => internal(e),
     }
 }

@@ -4,7 +4,8 @@
 //! | caller | sent as | sites | may |
 //! |---|---|---|---|
 //! | a site API key | `Authorization: Bearer tly_…` | its site | what its scopes allow: `stats` (the default), `visitors`, `import`, `admin` (everything on its site) |
-//! | a signed-in user | cookie `tally_session` plus header `X-Tally-CSRF` | every site | everything |
+//! | a signed-in instance administrator | cookie `tally_session` plus header `X-Tally-CSRF` | every site | everything |
+//! | a signed-in invited user | the same | the sites it holds a role on | its role there: `viewer` reads statistics (and visitors' sessions when granted), `admin` also imports and manages settings, goals, keys and links, `owner` also manages people and deletes the site |
 //! | a shared link | header `X-Tally-Share: TOKEN` (plus cookie `tally_share` when it has a password) | its site | read statistics |
 //!
 //! A cookie alone never authorizes anything: a request signed in by cookie must also carry the
@@ -18,7 +19,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use analytics::accounts::{ShareInfo, User};
+use analytics::accounts::{Role, ShareInfo, User};
 use analytics::event::RequestHeaders;
 use analytics::sites::{ApiKeyInfo, Scope, Site};
 use axum::Extension;
@@ -62,8 +63,12 @@ pub enum Need {
     Visitors,
     /// Imports events. Users, and keys with `import`.
     Import,
-    /// Changes a site's settings, goals, keys or links. Users, and keys with `admin` on their site.
+    /// Changes a site's settings, goals, keys or links. Owners and admins, and keys with `admin`
+    /// on their site.
     Manage,
+    /// Manages a site's people (invitations, roles) or deletes it. Owners (and instance
+    /// administrators), and keys with `admin` on their site.
+    Own,
 }
 
 impl Need {
@@ -73,7 +78,7 @@ impl Need {
             Need::Stats => Scope::Stats,
             Need::Visitors => Scope::Visitors,
             Need::Import => Scope::Import,
-            Need::Manage => Scope::Admin,
+            Need::Manage | Need::Own => Scope::Admin,
         }
     }
 }
@@ -88,7 +93,8 @@ impl Principal {
         }
     }
 
-    /// Whether this caller may do `need` (on its own site, for keys and links).
+    /// Whether this caller may do `need` (on its own site, for keys and links; an invited
+    /// user's role is checked per site by [`authorize`]).
     pub fn may(&self, need: Need) -> bool {
         match self {
             Principal::User(_) => true,
@@ -234,7 +240,25 @@ pub async fn authorize(
         (None, Some(id)) => r.sites.get(id).await.map_err(internal)?.ok_or_else(unauthorized)?,
         (None, None) => return Err(error(StatusCode::BAD_REQUEST, "`site_id` is required")),
     };
+    if let Principal::User(user) = &who
+        && !user.is_instance_admin()
+    {
+        let member = r.accounts.membership(&site.site_id, &user.email).await.map_err(internal)?;
+        if !member.is_some_and(|m| role_allows(m.role, m.visitors, need)) {
+            return Err(unauthorized());
+        }
+    }
     Ok((who, site))
+}
+
+/// Whether a site role (with or without the grant to read visitors' sessions) allows `need`.
+pub fn role_allows(role: Role, visitors: bool, need: Need) -> bool {
+    match need {
+        Need::Stats => true,
+        Need::Visitors => role >= Role::Admin || visitors,
+        Need::Import | Need::Manage => role >= Role::Admin,
+        Need::Own => role == Role::Owner,
+    }
 }
 
 #[cfg(test)]

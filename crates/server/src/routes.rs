@@ -147,6 +147,9 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/logout", post(account::logout))
         .route("/api/logout/everywhere", post(account::logout_everywhere))
         .route("/api/password", post(account::change_password))
+        .route("/api/2fa/setup", post(account::two_factor_setup))
+        .route("/api/2fa/enable", post(account::two_factor_enable))
+        .route("/api/2fa/disable", post(account::two_factor_disable))
         .route("/api/setup", post(account::setup))
         .route("/api/share/{token}", get(account::share))
         .route("/api/share/{token}/unlock", post(account::unlock))
@@ -164,6 +167,10 @@ fn accounts_and_settings() -> Router<AppState> {
         .route("/api/sites/{site}/keys/{key}", delete(admin::revoke_key))
         .route("/api/sites/{site}/shares", get(admin::shares).post(admin::create_share))
         .route("/api/sites/{site}/shares/{share}", delete(admin::revoke_share).patch(admin::update_share))
+        .route("/api/sites/{site}/members", get(admin::members))
+        .route("/api/sites/{site}/members/{email}", axum::routing::put(admin::set_member).delete(admin::remove_member))
+        .route("/api/sites/{site}/invitations", post(admin::invite))
+        .route("/invite/{token}", get(account::invitation).post(account::accept_invitation))
         .layer(DefaultBodyLimit::max(16 * 1024))
 }
 

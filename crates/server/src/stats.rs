@@ -203,8 +203,32 @@ pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
     };
     let limit = number("limit", analytics::stats::MAX_PAGE_ROWS, analytics::stats::MAX_PAGE_ROWS)?;
     let offset = number("offset", 0, analytics::stats::MAX_QUERY_ROWS)?;
-    Query::new(site.site_id.clone(), metrics, range, dimensions, filters, order_by, limit, offset)
-        .map_err(|e| bad(e.to_string()))
+    let mut query = Query::new(site.site_id.clone(), metrics, range, dimensions, filters, order_by, limit, offset)
+        .map_err(|e| bad(e.to_string()))?;
+    // `include: {imports: true}`, as Plausible's API: imported history merged in where it applies.
+    query.include_imports = match body.get("include").and_then(|i| i.get("imports")) {
+        None | Some(Json::Null) => false,
+        Some(Json::Bool(b)) => *b,
+        Some(_) => return Err(bad("`include.imports` must be true or false")),
+    };
+    Ok(query)
+}
+
+/// Why imported history was left out of an answer that asked for it (`None`: it was merged in),
+/// in Plausible's words: the history is daily counts of one dimension.
+fn imports_skip_reason(q: &Query) -> Option<&'static str> {
+    let breakdown = q.dimensions.iter().find(|d| !d.starts_with("time:"));
+    let mut filtered: Vec<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
+    filtered.dedup();
+    if q.dimensions.iter().any(|d| d == "time:hour") {
+        Some("unsupported_interval")
+    } else if filtered.iter().any(|f| Some(&f.to_string()) != breakdown)
+        && !(breakdown.is_none() && filtered.len() == 1)
+    {
+        Some("unsupported_query")
+    } else {
+        None
+    }
 }
 
 /// A JSON body naming a `site_id` the caller may read the statistics of: the reading state,
@@ -536,7 +560,12 @@ pub async fn query(
     if let Some(c) = compared_range {
         echo["comparison_date_range"] = json!([c.first().to_string(), c.last().to_string()]);
     }
-    let answer = json!({ "results": results, "meta": {}, "query": echo });
+    let meta = match (q.include_imports, imports_skip_reason(&q)) {
+        (false, _) => json!({}),
+        (true, None) => json!({ "imports_included": true }),
+        (true, Some(reason)) => json!({ "imports_included": false, "imports_skip_reason": reason }),
+    };
+    let answer = json!({ "results": results, "meta": meta, "query": echo });
     json_ok(answer)
 }
 

@@ -33,6 +33,7 @@
 
 #![deny(missing_docs)]
 
+mod backup;
 mod capacity;
 mod codec;
 #[cfg(test)]
@@ -61,6 +62,7 @@ use store::{
 };
 use tokio::sync::oneshot;
 
+pub use crate::backup::{BackupSummary, restore};
 use crate::db::{Shared, internal};
 use crate::journal::JournalFile;
 use crate::schema::TableInfo;

@@ -340,6 +340,17 @@ try {
   const embedLink = await (await dash.waitForSelector("#new-share")).getAttribute("href");
   assert.match(embedLink, /\/share\/[0-9a-f]{64}$/);
   assert.ok((await dash.textContent("#share-embed-code")).includes(`${embedLink}?embed=true&theme=light`), "the embed code");
+  // People: an invitation link for a viewer, which opens the page that accepts it.
+  await dash.fill("#invite-email", "viewer@shop.test");
+  await dash.selectOption("#invite-role", "viewer");
+  await dash.click("#invite button");
+  const invite = await (await dash.waitForSelector("#new-invite")).getAttribute("href");
+  assert.match(invite, /^\/invite\/[0-9a-f]{64}$/);
+  const invitePage = await fetch(`${TALLY}${invite}`);
+  assert.equal(invitePage.status, 200, "the invitation link opens");
+  assert.match(await invitePage.text(), /viewer@shop\.test/);
+  await dash.click("#totp-setup");
+  assert.match((await (await dash.waitForSelector("#totp-secret")).textContent()).trim(), /^[A-Z2-7]{32}$/);
   await dash.fill("#domain-input", "shop-two.test");
   await dash.click("#add-domain button");
   await dash.waitForFunction(() => document.querySelector("#domains")?.textContent.includes("shop-two.test"));

@@ -624,3 +624,232 @@ fn metrics_need_a_token_or_their_own_address() {
     assert_eq!(Client::connect(addr).request("GET", "/health", &[], b"").status, 200);
     server.stop();
 }
+
+/// What a route needs, for the role matrix.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Needs {
+    /// Statistics: every role.
+    Stats,
+    /// Visitors' sessions: owners, admins, viewers granted them.
+    Visitors,
+    /// Imports, settings, goals, keys, links: owners and admins.
+    Manage,
+    /// People and deleting the site: owners.
+    Own,
+    /// Adding a site: instance administrators only.
+    Instance,
+}
+
+/// Invites `email` to `site` with `role` through the settings API, and accepts the link.
+fn invite_and_accept(server: &Server, inviter: &mut Browser, site: &str, email: &str, role: &str, visitors: bool) {
+    let made = inviter.send(
+        "POST",
+        &format!("/api/sites/{site}/invitations"),
+        &json!({ "email": email, "role": role, "visitors": visitors }),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    let link = made.json()["link"].as_str().unwrap().to_owned();
+    let page = server.client().request("GET", &link, &[], b"");
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains(email), "the page names the invited account");
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let accepted = server.client().request("POST", &link, &form, b"password=correct+horse+battery");
+    assert_eq!(accepted.status, 303, "{}", accepted.text());
+    assert_eq!(header(&accepted, "location"), Some("/login"));
+    let again = server.client().request("POST", &link, &form, b"password=correct+horse+battery");
+    assert_eq!(again.status, 404, "an invitation is used once");
+}
+
+/// Every site role × every route that reads or changes a site: owners, admins, viewers (with
+/// and without visitors' sessions), an owner of another site, and the instance administrator.
+#[test]
+fn every_site_role_is_checked_on_every_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    add_site(&store, "shop.test", "UTC");
+    add_site(&store, "other.test", "UTC");
+    // Many sign-ins from one address: the attempt limits (tested elsewhere) are raised.
+    let server = Server::start_with(&store, &["--auth-attempts-per-minute", "1000"]);
+    let token = setup_token(&server);
+    let setup = json!({ "token": token, "email": "root@shop.test", "password": "correct horse" });
+    assert_eq!(server.client().post_json("/api/setup", &[], &setup).status, 200);
+    let mut root = sign_in(&server, "root@shop.test", "correct horse");
+
+    // Bad invitations are refused and make nothing.
+    let bad = root.send("POST", "/api/sites/shop.test/invitations", &json!({ "email": "x@shop.test", "role": "god" }));
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let bad =
+        root.send("POST", "/api/sites/shop.test/invitations", &json!({ "email": "not an address", "role": "viewer" }));
+    assert_eq!(bad.status, 400);
+    let junk = server.client().request("GET", &format!("/invite/{}", "0".repeat(64)), &[], b"");
+    assert_eq!(junk.status, 404);
+
+    invite_and_accept(&server, &mut root, "shop.test", "owner@shop.test", "owner", false);
+    let mut owner = sign_in(&server, "owner@shop.test", "correct horse battery");
+    // An owner invites the others.
+    invite_and_accept(&server, &mut owner, "shop.test", "admin@shop.test", "admin", false);
+    invite_and_accept(&server, &mut owner, "shop.test", "viewer@shop.test", "viewer", false);
+    invite_and_accept(&server, &mut owner, "shop.test", "peeker@shop.test", "viewer", true);
+    invite_and_accept(&server, &mut root, "other.test", "stranger@shop.test", "owner", false);
+    let members = owner.get("/api/sites/shop.test/members").json();
+    assert_eq!(members["members"].as_array().unwrap().len(), 4, "{members}");
+
+    let query = json!({ "site_id": "shop.test", "metrics": ["visitors"], "date_range": "7d" });
+    let funnel = json!({ "site_id": "shop.test", "date_range": "7d", "steps": [{ "page": "/" }, { "page": "/b" }] });
+    let line = json!({ "timestamp": "2026-11-01T10:00:00Z", "url": "https://shop.test/", "visitor": "v" });
+    let routes: Vec<(&str, String, Value, Needs)> = vec![
+        ("POST", "/api/v2/query".into(), query, Needs::Stats),
+        ("POST", "/api/funnel".into(), funnel, Needs::Stats),
+        ("GET", "/api/realtime?site_id=shop.test".into(), Value::Null, Needs::Stats),
+        ("GET", "/api/v1/stats/realtime/visitors?site_id=shop.test".into(), Value::Null, Needs::Stats),
+        ("GET", "/api/sessions?site_id=shop.test".into(), Value::Null, Needs::Visitors),
+        ("GET", "/api/sessions/abc?site_id=shop.test".into(), Value::Null, Needs::Visitors),
+        ("GET", "/api/visitors/abc/sessions?site_id=shop.test".into(), Value::Null, Needs::Visitors),
+        ("GET", "/api/visitors/abc/events?site_id=shop.test".into(), Value::Null, Needs::Visitors),
+        ("DELETE", "/api/visitors/abc?site_id=shop.test".into(), Value::Null, Needs::Visitors),
+        ("POST", "/api/import?site_id=shop.test".into(), line, Needs::Manage),
+        ("PATCH", "/api/sites/shop.test".into(), json!({ "timezone": "UTC" }), Needs::Manage),
+        ("POST", "/api/sites/shop.test/domains".into(), json!({ "domain": "alias.shop.test" }), Needs::Manage),
+        ("DELETE", "/api/sites/shop.test/domains/none.shop.test".into(), Value::Null, Needs::Manage),
+        ("POST", "/api/sites/shop.test/goals".into(), json!({ "event_name": "Signup" }), Needs::Manage),
+        ("DELETE", "/api/sites/shop.test/goals/none".into(), Value::Null, Needs::Manage),
+        (
+            "POST",
+            "/api/sites/shop.test/funnels".into(),
+            json!({ "name": "f", "steps": [{ "page": "/" }, { "page": "/b" }] }),
+            Needs::Manage,
+        ),
+        ("DELETE", "/api/sites/shop.test/funnels/none".into(), Value::Null, Needs::Manage),
+        ("GET", "/api/sites/shop.test/keys".into(), Value::Null, Needs::Manage),
+        ("POST", "/api/sites/shop.test/keys".into(), json!({ "name": "k" }), Needs::Manage),
+        ("DELETE", "/api/sites/shop.test/keys/none".into(), Value::Null, Needs::Manage),
+        ("GET", "/api/sites/shop.test/shares".into(), Value::Null, Needs::Manage),
+        ("POST", "/api/sites/shop.test/shares".into(), json!({ "name": "s" }), Needs::Manage),
+        ("DELETE", "/api/sites/shop.test/shares/none".into(), Value::Null, Needs::Manage),
+        ("GET", "/api/sites/shop.test/members".into(), Value::Null, Needs::Manage),
+        (
+            "POST",
+            "/api/sites/shop.test/invitations".into(),
+            json!({ "email": "new@shop.test", "role": "viewer" }),
+            Needs::Own,
+        ),
+        ("PUT", "/api/sites/shop.test/members/viewer@shop.test".into(), json!({ "role": "viewer" }), Needs::Own),
+        ("DELETE", "/api/sites/shop.test/members/nobody@shop.test".into(), Value::Null, Needs::Own),
+        ("POST", "/api/sites".into(), json!({ "domain": "added.test" }), Needs::Instance),
+    ];
+    let roles = ["root", "owner", "admin", "viewer", "peeker", "stranger"];
+    let allowed = |role: &str, need: Needs| match role {
+        "root" => true,
+        "owner" => need != Needs::Instance,
+        "admin" => matches!(need, Needs::Stats | Needs::Visitors | Needs::Manage),
+        "viewer" => need == Needs::Stats,
+        "peeker" => matches!(need, Needs::Stats | Needs::Visitors),
+        _ => false,
+    };
+    for role in roles {
+        let mut b = if role == "root" {
+            sign_in(&server, "root@shop.test", "correct horse")
+        } else {
+            sign_in(&server, &format!("{role}@shop.test"), "correct horse battery")
+        };
+        for (method, path, body, need) in &routes {
+            let r = if method == &"GET" { b.get(path) } else { b.send(method, path, body) };
+            let expect = allowed(role, *need);
+            assert_eq!(r.status != 401, expect, "{role}: {method} {path} answered {} {}", r.status, r.text());
+        }
+        // The site list shows an invited account its own sites only.
+        let sites: Vec<String> = b.get("/api/sites").json()["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["domain"].as_str().unwrap().to_owned())
+            .collect();
+        match role {
+            "root" => assert!(sites.contains(&"other.test".to_owned()) && sites.contains(&"shop.test".to_owned())),
+            "stranger" => assert_eq!(sites, ["other.test"]),
+            _ => assert_eq!(sites, ["shop.test"], "{role}"),
+        }
+    }
+    // Deleting the site: not an admin, an owner may.
+    let mut admin = sign_in(&server, "admin@shop.test", "correct horse battery");
+    assert_eq!(admin.send("DELETE", "/api/sites/shop.test", &Value::Null).status, 401);
+    // A removed member loses the site at once.
+    assert_eq!(owner.send("DELETE", "/api/sites/shop.test/members/admin@shop.test", &Value::Null).status, 200);
+    assert_eq!(
+        admin
+            .send(
+                "POST",
+                "/api/v2/query",
+                &json!({ "site_id": "shop.test", "metrics": ["visitors"], "date_range": "7d" })
+            )
+            .status,
+        401
+    );
+    assert_eq!(owner.send("DELETE", "/api/sites/shop.test", &Value::Null).status, 200);
+    server.stop();
+}
+
+/// The code an authenticator app shows for base32 `secret` at `unix` seconds.
+fn code_at(secret: &str, unix: u64) -> String {
+    let secret = totp_rs::Secret::try_from_base32(secret).unwrap();
+    totp_rs::Builder::new().with_secret(secret).build().unwrap().generate(unix).to_string()
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Two-factor sign-in: set up with a code, then every sign-in needs one; a code works once, a
+/// recovery code works once; turning it off needs the password.
+#[test]
+fn two_factor_sign_in_needs_a_fresh_code_or_a_recovery_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let server = Server::start_with(&store, &["--auth-attempts-per-minute", "1000"]);
+    let setup = json!({ "token": setup_token(&server), "email": "me@shop.test", "password": "correct horse" });
+    assert_eq!(server.client().post_json("/api/setup", &[], &setup).status, 200);
+    let mut me = sign_in(&server, "me@shop.test", "correct horse");
+    assert_eq!(server.client().post_json("/api/2fa/setup", &[], &json!({})).status, 401, "signed in only");
+    assert_eq!(me.send("POST", "/api/2fa/enable", &json!({ "code": "123456" })).status, 400, "no setup begun");
+
+    let begun = me.send("POST", "/api/2fa/setup", &json!({})).json();
+    let secret = begun["secret"].as_str().unwrap().to_owned();
+    assert!(begun["otpauth_url"].as_str().unwrap().starts_with("otpauth://totp/Tally%3Ame%40shop.test?secret="));
+    let wrong = code_at(&secret, now_secs() + 3600);
+    assert_eq!(me.send("POST", "/api/2fa/enable", &json!({ "code": wrong })).status, 400);
+    let login = |code: Option<&str>| {
+        let mut body = json!({ "email": "me@shop.test", "password": "correct horse" });
+        if let Some(c) = code {
+            body["code"] = json!(c);
+        }
+        server.client().post_json("/api/login", &[], &body)
+    };
+    assert_eq!(login(None).status, 200, "not on yet: the pending secret asks nothing");
+    let enabled = me.send("POST", "/api/2fa/enable", &json!({ "code": code_at(&secret, now_secs()) }));
+    assert_eq!(enabled.status, 200, "{}", enabled.text());
+    let recovery: Vec<String> =
+        enabled.json()["recovery_codes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect();
+    assert_eq!(recovery.len(), 10);
+
+    let asked = login(None);
+    assert_eq!((asked.status, asked.json()["two_factor"].clone()), (401, json!(true)));
+    let bad_password = server.client().post_json(
+        "/api/login",
+        &[],
+        &json!({ "email": "me@shop.test", "password": "wrong horse", "code": code_at(&secret, now_secs()) }),
+    );
+    assert_eq!((bad_password.status, bad_password.json()["two_factor"].clone()), (401, Value::Null));
+    assert_eq!(login(Some(&wrong)).status, 401);
+    // The next step's code (within the allowed skew) is fresh: accepted once, then a replay.
+    let next = code_at(&secret, now_secs() + 30);
+    assert_eq!(login(Some(&next)).status, 200);
+    assert_eq!(login(Some(&next)).status, 401, "a code is accepted once");
+    assert_eq!(login(Some(&recovery[0].to_uppercase())).status, 200, "a recovery code, any case");
+    assert_eq!(login(Some(&recovery[0])).status, 401, "a recovery code works once");
+    assert_eq!(login(Some(&recovery[1])).status, 200);
+
+    assert_eq!(me.send("POST", "/api/2fa/disable", &json!({ "password": "wrong horse" })).status, 401);
+    assert_eq!(me.send("POST", "/api/2fa/disable", &json!({ "password": "correct horse" })).status, 200);
+    assert_eq!(login(None).status, 200);
+    server.stop();
+}

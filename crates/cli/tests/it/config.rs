@@ -59,3 +59,20 @@ fn an_explicit_config_file_wins_over_the_default_one_and_must_exist() {
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(stderr.contains("missing.toml"), "{stderr}");
 }
+
+/// `tally health`, the container health check: 0 when the server answers `/health` with 200,
+/// an error when nothing answers.
+#[test]
+fn health_checks_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let server = crate::support::Server::start(&store);
+    let addr = server.addr.to_string();
+    let ok = crate::support::tally(&store, &["health", "--addr", &addr]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("healthy"));
+    server.stop();
+    let down = crate::support::tally(&store, &["health", "--addr", &addr]);
+    assert!(!down.status.success());
+    assert!(String::from_utf8_lossy(&down.stderr).contains("unhealthy"));
+}

@@ -31,7 +31,7 @@ const PANELS = [
   { id: "events", title: "Custom events", tabs: [["event:name", "Events"], ["props", "Properties"]], metrics: ["visitors", "events"] },
 ];
 const S = { csrf: null, share: null, user: null, sites: [], site: null, period: "30d", from: "", to: "",
-  interval: "day", metric: "visitors", comparison: "previous_period", funnel: null, filters: [], tabs: {}, prop: "", propKeys: null, timer: null, seq: 0 };
+  interval: "day", metric: "visitors", comparison: "previous_period", funnel: null, filters: [], tabs: {}, prop: "", propKeys: null, timer: null, seq: 0, imports: true };
 
 // ---- helpers ----
 function h(tag, attrs, ...kids) {
@@ -122,6 +122,7 @@ function readUrl() {
   S.journey = q.get("journey") || "";
   S.comparison = COMPARISONS.some((c) => c[0] === q.get("comparison")) ? q.get("comparison") : "previous_period";
   S.funnel = q.get("funnel") || null;
+  S.imports = q.get("imports") !== "0";
   // A filter is `op|dimension|value|value…`, each value with `%` and `|` escaped; values are OR.
   S.filters = q.getAll("f").map((f) => { const [op, dim, ...v] = f.split("|"); return [op, dim, v.map(unescapeValue)]; })
     .filter((f) => OPS.some((o) => o[0] === f[0]) && f[1] && f[2].length);
@@ -140,6 +141,7 @@ function writeUrl() {
   if (S.journey) q.set("journey", S.journey);
   if (S.comparison !== "previous_period") q.set("comparison", S.comparison);
   if (S.funnel) q.set("funnel", S.funnel);
+  if (!S.imports) q.set("imports", "0");
   for (const [op, dim, values] of S.filters) q.append("f", [op, dim, ...values.map(escapeValue)].join("|"));
   history.replaceState(null, "", `${location.pathname}?${q}`);
 }
@@ -151,7 +153,9 @@ function expandedFilters() {
   return S.filters.flatMap((f) => f[1] !== "segment" ? [f] : ((S.site.segments || []).find((x) => x.segment_id === f[2][0]) || { filters: [] }).filters);
 }
 function query(extra) {
-  return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, ...extra });
+  // Imported history as the toggle says, with whatever else the caller includes (comparisons).
+  const { include, ...rest } = extra || {};
+  return api("POST", "/api/v2/query", { site_id: S.site.site_id, date_range: dateRange(), filters: S.filters, include: { imports: S.imports, ...(include || {}) }, ...rest });
 }
 // The Stats API's `include` asking for the chosen comparison, or nothing when it is off.
 function compared() { return S.comparison === "off" || isRealtime() ? {} : { include: { comparisons: { mode: S.comparison } } }; }
@@ -227,10 +231,17 @@ function loginPage() {
   const email = h("input", { type: "email", name: "email", placeholder: "E-mail", required: true, autocomplete: "username" });
   const pw = h("input", { type: "password", name: "password", placeholder: "Password", required: true, autocomplete: "current-password" });
   const msg = h("p", { class: "error", id: "login-error" });
+  // Shown once the server says the account signs in with a second factor.
+  const code = h("input", { type: "text", name: "code", id: "login-code", placeholder: "Code from your app, or a recovery code", autocomplete: "one-time-code", hidden: true });
   show(h("form", { class: "box card", id: "login", onsubmit: async (ev) => {
     ev.preventDefault();
-    try { await api("POST", "/api/login", { email: email.value, password: pw.value }); location.href = "/" + location.search; } catch (e) { msg.textContent = e.message; }
-  } }, h("h1", {}, "Sign in to Tally"), email, pw, h("button", { class: "primary", type: "submit" }, "Sign in"), msg));
+    const body = { email: email.value, password: pw.value };
+    if (!code.hidden) body.code = code.value;
+    try { await api("POST", "/api/login", body); location.href = "/" + location.search; } catch (e) {
+      if (e.data && e.data.two_factor && code.hidden) { code.hidden = false; code.focus(); }
+      msg.textContent = e.message;
+    }
+  } }, h("h1", {}, "Sign in to Tally"), email, pw, code, h("button", { class: "primary", type: "submit" }, "Sign in"), msg));
 }
 
 function setupPage() {
@@ -264,8 +275,11 @@ function topBar() {
     h("a", { href: `/settings?site=${encodeURIComponent(S.site ? S.site.domain : "")}`, id: "settings-link" }, "Settings"),
     h("button", { class: "link", id: "logout", onclick: async () => { await api("POST", "/api/logout").catch(() => {}); location.href = "/login"; } }, "Sign out"),
     h("button", { class: "link", id: "logout-everywhere", title: "End this account's sign-ins on every browser", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere")];
+  // Imported history (Plausible's export, GA in its shape) merged in, or not, as Plausible's toggle.
+  const imports = h("label", { class: "note", title: "Include history imported from another tool" },
+    h("input", { type: "checkbox", id: "imports", checked: S.imports, onchange: (e) => { S.imports = e.target.checked; writeUrl(); dashboard(); } }), " Imported data");
   const exportAll = isRealtime() ? null : h("button", { class: "link", id: "export-all", title: "Every panel as CSV, in a zip", onclick: () => download(null) }, "Export");
-  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom, comparison, exportAll,
+  return h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"), picker, range, custom, comparison, exportAll, imports,
     h("span", { class: "live", id: "live" }, "– current visitors"), h("span", { class: "spacer" }), ...right);
 }
 
@@ -735,6 +749,52 @@ async function loadSessions(seq) {
 }
 
 // ---- settings ----
+// Two-factor sign-in: a secret for the authenticator app, confirmed by a code, then recovery codes shown once.
+function twoFactorBox() {
+  const box = h("div", { id: "two-factor" });
+  const note = h("span");
+  const code = h("input", { id: "totp-code", placeholder: "Code from the app", autocomplete: "one-time-code" });
+  box.append(h("p", {}, h("button", { id: "totp-setup", onclick: async () => {
+    const x = await api("POST", "/api/2fa/setup", {});
+    box.append(h("p", {}, "Add this secret to your authenticator app: ", h("code", { id: "totp-secret" }, x.secret), " or ", h("a", { href: x.otpauth_url }, "open it in the app")),
+      h("form", { class: "row", id: "totp-enable", onsubmit: async (ev) => {
+        ev.preventDefault();
+        try {
+          const r = await api("POST", "/api/2fa/enable", { code: code.value.trim() });
+          box.append(h("p", {}, "Two-factor sign-in is on. Keep these recovery codes; each works once and they are not shown again:"),
+            h("pre", { class: "secret", id: "recovery-codes" }, r.recovery_codes.join("\n")));
+        } catch (e) { note.textContent = e.message; note.className = "error"; }
+      } }, code, h("button", {}, "Turn on"), note));
+  } }, "Set up two-factor sign-in"), h("span", { class: "note" }, " asks for a code from an authenticator app at every sign-in.")));
+  return box;
+}
+
+// The site's people: owners and admins see them; owners invite, change and remove.
+function peopleCard(site, msg) {
+  const list = h("table", { class: "rows", id: "members" });
+  const email = h("input", { id: "invite-email", type: "email", placeholder: "their@e-mail" });
+  const role = h("select", { id: "invite-role" }, ["viewer", "admin", "owner"].map((r) => h("option", { value: r }, r)));
+  const visitors = h("input", { type: "checkbox", id: "invite-visitors" });
+  const out = h("div");
+  const load = async () => {
+    try {
+      const { members } = await api("GET", `/api/sites/${site.site_id}/members`);
+      list.replaceChildren(...members.map((m) => h("tr", {}, h("td", {}, m.email), h("td", { class: "note" }, m.role + (m.role === "viewer" && m.visitors ? " + sessions" : "")),
+        h("td", { class: "num" }, h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/members/${encodeURIComponent(m.email)}`).catch((e) => msg(out, e.message, "error")); load(); } }, "Remove")))));
+    } catch (e) { list.replaceChildren(h("tr", {}, h("td", { class: "note" }, "Only the site's owners and admins see its people."))); }
+  };
+  load();
+  return h("section", { class: "card" }, h("h2", {}, "People"), list,
+    h("form", { class: "row", id: "invite", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try {
+        const x = await api("POST", `/api/sites/${site.site_id}/invitations`, { email: email.value.trim(), role: role.value, visitors: visitors.checked });
+        out.replaceChildren(h("p", {}, "Send this link (valid 7 days, once): ", h("a", { id: "new-invite", href: x.link }, location.origin + x.link)));
+      } catch (e) { msg(out, e.message, "error"); }
+    } }, email, role, h("label", { class: "note" }, visitors, " may read visitors' sessions"), h("button", {}, "Invite")),
+    h("p", { class: "note" }, "Viewers read the dashboard; admins also change settings, keys and imports; owners also manage people."), out);
+}
+
 async function settingsPage() {
   const site = S.site;
   const out = h("div", { class: "wrap settings" }, h("header", { class: "top" }, h("a", { class: "brand", href: "/" }, "Tally"),
@@ -762,9 +822,11 @@ async function settingsPage() {
       try { const x = await api("POST", "/api/password", { current_password: curPw.value, new_password: newPw.value }); S.csrf = x.csrf; curPw.value = newPw.value = ""; msg(pwMsg, "Password changed; other browsers are signed out."); } catch (e) { msg(pwMsg, e.message, "error"); }
     } }, curPw, newPw, h("button", {}, "Change password"), pwMsg),
     h("p", {}, h("button", { class: "link", onclick: async () => { await api("POST", "/api/logout/everywhere").catch(() => {}); location.href = "/login"; } }, "Sign out everywhere"),
-      h("span", { class: "note" }, " ends this account's sign-ins on every browser."))));
+      h("span", { class: "note" }, " ends this account's sign-ins on every browser.")),
+    twoFactorBox()));
   show(out);
   if (!site) return;
+  out.append(peopleCard(site, msg));
 
   const origin = location.origin;
   out.append(h("section", { class: "card" }, h("h2", {}, `Tracking ${site.domain}`),
