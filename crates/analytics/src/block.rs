@@ -889,7 +889,11 @@ impl<'a> Reader<'a> {
     }
 
     /// `rows` values read by `next` (`rows` is a bounded count: [`Reader::len_bounded`]).
-    fn many<T>(&mut self, rows: usize, mut next: impl FnMut(&mut Self) -> Result<T, BlockError>) -> Result<Vec<T>, BlockError> {
+    fn many<T>(
+        &mut self,
+        rows: usize,
+        mut next: impl FnMut(&mut Self) -> Result<T, BlockError>,
+    ) -> Result<Vec<T>, BlockError> {
         let mut out = Vec::with_capacity(rows);
         for _ in 0..rows {
             out.push(next(self)?);

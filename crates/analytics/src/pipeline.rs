@@ -641,7 +641,9 @@ impl Pipeline {
             let empty = PrevState::default();
             let (day, visitor_id, session_id, seq, visit, prev) =
                 match guard.live.as_ref().filter(|l| live_at(&l.state, ts)) {
-                    Some(l) => (&l.last.day, &l.last.visitor_id, &l.last.session_id, l.last.seq + 1, &l.last.visit, &l.state),
+                    Some(l) => {
+                        (&l.last.day, &l.last.visitor_id, &l.last.session_id, l.last.seq + 1, &l.last.visit, &l.state)
+                    }
                     None => {
                         fresh = new_session(ts, event, enrichment);
                         (&fresh.day, &visitor, &fresh.session_id, 0, &fresh.visit, &empty)
@@ -726,10 +728,7 @@ impl Pipeline {
                 return Err(e.into());
             }
             ticket.commit(&stored);
-            *guard = Cached {
-                live: Some(Live { state: stored.next(), last: stored }),
-                head_version,
-            };
+            *guard = Cached { live: Some(Live { state: stored.next(), last: stored }), head_version };
             return Ok(());
         }
         Err(PipelineError::Contended(MAX_SLOT_ATTEMPTS))

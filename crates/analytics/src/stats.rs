@@ -871,7 +871,15 @@ impl Stats {
 /// One row of an answer: `q`'s metrics of `s`, the sum of `source`'s items for (`label`,
 /// `value`); `all_visitors` are the visitors of the label's buckets, for conversion rates;
 /// `imported_visitors` are added to its visitors (imported history, `crate::imported`).
-fn row_of(q: &Query, source: &str, label: &str, value: &str, s: &Sum, all_visitors: u64, imported_visitors: u64) -> Row {
+fn row_of(
+    q: &Query,
+    source: &str,
+    label: &str,
+    value: &str,
+    s: &Sum,
+    all_visitors: u64,
+    imported_visitors: u64,
+) -> Row {
     let c = &s.counters;
     let visitors =
         if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() + imported_visitors };

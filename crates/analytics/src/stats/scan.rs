@@ -131,7 +131,8 @@ fn visit_col(dimension: &str) -> Option<usize> {
 /// Whether a scan needs the visit columns: for visit counters, and for the exit page (which
 /// the previous states tell).
 fn needs_visits(spec: &Spec<'_>) -> bool {
-    spec.visits || spec.filters.iter().map(|f| f.dimension.as_str()).chain([spec.dimension]).any(|d| d == "visit:exit_page")
+    spec.visits
+        || spec.filters.iter().map(|f| f.dimension.as_str()).chain([spec.dimension]).any(|d| d == "visit:exit_page")
 }
 
 /// The columns a scan reads.
@@ -436,12 +437,15 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
         totals.entry(group).or_default().counters.add(&counters);
         let id = match dim {
             Source::Visit(c) => interner.id(decoded[sb].visit[c].get(srow)),
-            Source::ExitPage => interner.id_cow(Cow::Owned(crate::key_bound::bound_value(&after.exit_page).into_owned())),
+            Source::ExitPage => {
+                interner.id_cow(Cow::Owned(crate::key_bound::bound_value(&after.exit_page).into_owned()))
+            }
             _ => continue,
         };
         values.entry((group, id)).or_default().counters.add(&counters);
     }
-    let values = values.into_iter().map(|((g, id), sum)| ((g, interner.values[id as usize].to_string()), sum)).collect();
+    let values =
+        values.into_iter().map(|((g, id), sum)| ((g, interner.values[id as usize].to_string()), sum)).collect();
     Ok(Sums { totals, values })
 }
 
