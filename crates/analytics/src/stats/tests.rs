@@ -218,11 +218,12 @@ proptest! {
     }
 
     #[test]
-    fn the_block_funnel_equals_one_matched_event_at_a_time(
+    fn the_block_funnel_equals_one_matched_event_at_a_time_in_the_selected_visits(
         specs in prop::collection::vec(session_spec(), 1..8),
         steps in prop::collection::vec(prop::sample::select(vec!["/", "/blog/*", "/docs", "/**", "Signup", "engagement"]), 2..5),
         split in 1usize..4,
         cut in 0i64..30_000,
+        filters in prop::collection::vec(filter(), 0..3),
     ) {
         let steps: Vec<crate::goal::Goal> = steps
             .iter()
@@ -233,15 +234,18 @@ proptest! {
         let range = (T0 + cut * 1000, T0 + 2 * 86_400_000);
         let mut scanned: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
         for blocks in blocks_by_day(&events, split) {
-            for (all, day) in scanned.iter_mut().zip(scan::funnel_day(&blocks, &steps, range, &[]).unwrap()) {
+            for (all, day) in scanned.iter_mut().zip(scan::funnel_day(&blocks, &steps, range, &filters).unwrap()) {
                 all.extend(day);
             }
         }
-        // The reference: each session's events in order, each step taken by the first later
-        // event that matches it.
+        // The reference: each session the filters select (as a filtered query selects visits),
+        // its events in order, each step taken by the first later event that matches it.
         crate::event_store::sort_sessions(&mut events);
         let mut reference: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
         for session in events.chunk_by(|a, b| (&a.visitor_id, &a.session_id) == (&b.visitor_id, &b.session_id)) {
+            if !session_selected(session, &filters) {
+                continue;
+            }
             let mut done = 0;
             for e in session.iter().filter(|e| (range.0..range.1).contains(&e.ts)) {
                 if done < steps.len() && steps[done].matches(&e.name, &e.path) {
