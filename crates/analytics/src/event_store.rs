@@ -323,11 +323,19 @@ async fn compact(
     flushed: u64,
     next: &(dyn Fn() -> u64 + Sync),
 ) -> Result<(usize, usize), EventStoreError> {
-    let all_small: Vec<StoredBlock> = blocks_of_run(table, site, day, run_id, 0)
-        .await?
-        .into_iter()
-        .filter(|b| b.data.len() < SMALL_BLOCK_BYTES)
-        .collect();
+    // Only the small blocks come back: the partition's merged ones (up to 256 KB each, and a
+    // busy day has many) stay in the table instead of passing through memory every round. A
+    // merge is never seen half done here: only this run's compaction merges its blocks, one
+    // round at a time, and it reads after its last transaction is committed.
+    let records = table
+        .query("EventBlock")
+        .key(item! { "site_id" => site, "day" => day, "run_id" => run_id })
+        .filter(attr("data").size().lt(SMALL_BLOCK_BYTES as i64))
+        .consistent()
+        .all()
+        .await?;
+    let all_small: Vec<StoredBlock> =
+        records.into_iter().map(StoredBlock::from_owned_record).collect::<Result<_, _>>()?;
     let total_small = all_small.len();
     let mut small: Vec<StoredBlock> = all_small.into_iter().filter(|b| b.max_epoch <= flushed).collect();
     small.sort_by_key(|b| b.number);
