@@ -546,32 +546,24 @@ impl Accounts {
 
     /// Revokes a shared link; it stops opening within [`CACHE_TTL`] everywhere.
     pub async fn revoke_share(&self, site_id: &str, share_id: &str) -> Result<(), AccountsError> {
-        let records = self
-            .table
-            .query("ShareLink")
-            .index("gsi1")
-            .key(item! { "site_id" => site_id, "share_id" => share_id })
-            .all()
-            .await?;
-        let hash = records
-            .first()
-            .and_then(|r| r.string("token_hash").ok())
-            .ok_or_else(|| AccountsError::NoSuchShare(share_id.to_owned()))?
-            .to_owned();
-        self.table
-            .update(
-                "ShareLink",
-                item! { "token_hash" => hash.as_str() },
-                model::expr::Update::new().set("revoked_at", now_ms()),
-            )
-            .await?;
-        forget(&self.shares);
-        Ok(())
+        self.update_share(site_id, share_id, model::expr::Update::new().set("revoked_at", now_ms())).await
     }
 
     /// Lets other sites show a shared link in a frame, or stops them; it takes effect within
     /// [`CACHE_TTL`] everywhere.
     pub async fn set_share_embed(&self, site_id: &str, share_id: &str, embed: bool) -> Result<(), AccountsError> {
+        let update = model::expr::Update::new().set("embed", store::AttributeValue::Bool(embed));
+        self.update_share(site_id, share_id, update).await
+    }
+
+    /// Applies `update` to the site's shared link `share_id` (found by its id, stored by its
+    /// token's hash) and drops the cached links.
+    async fn update_share(
+        &self,
+        site_id: &str,
+        share_id: &str,
+        update: model::expr::Update,
+    ) -> Result<(), AccountsError> {
         let records = self
             .table
             .query("ShareLink")
@@ -584,13 +576,7 @@ impl Accounts {
             .and_then(|r| r.string("token_hash").ok())
             .ok_or_else(|| AccountsError::NoSuchShare(share_id.to_owned()))?
             .to_owned();
-        self.table
-            .update(
-                "ShareLink",
-                item! { "token_hash" => hash.as_str() },
-                model::expr::Update::new().set("embed", store::AttributeValue::Bool(embed)),
-            )
-            .await?;
+        self.table.update("ShareLink", item! { "token_hash" => hash.as_str() }, update).await?;
         forget(&self.shares);
         Ok(())
     }
