@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Resident memory of `tally serve` under sustained ingestion (BENCHMARKS.md, "Server memory").
 # Usage: xtask/scripts/serve-memory.sh [TALLY_BINARY] [SECONDS]
-# Starts the server on a fresh embedded store in a temporary directory, posts events from two
-# load processes (`load.py`, 8 connections each), and prints VmRSS every 10 s and VmHWM at the end.
+# Starts the server on a fresh embedded store in a temporary directory, posts events from four
+# load processes (`load.py`, 16 connections each: 64 keep-alive connections), and prints VmRSS
+# every 10 s and VmHWM at the end.
 set -euo pipefail
 bin=${1:-target/release/tally}
 secs=${2:-120}
@@ -15,12 +16,13 @@ trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
 pid=$!
 sleep 1
 echo "idle: $(grep VmRSS /proc/$pid/status)"
-python3 "$here/load.py" 18123 8 "$secs" >"$dir/load1" &
-python3 "$here/load.py" 18123 8 "$secs" >"$dir/load2" &
+for n in 1 2 3 4; do
+  python3 "$here/load.py" 18123 16 "$secs" >"$dir/load$n" &
+done
 for i in $(seq 1 $((secs / 10))); do
   sleep 10
   echo "$((i * 10)) s: $(grep VmRSS /proc/$pid/status)"
 done
-wait %2 %3 2>/dev/null || true
+wait %2 %3 %4 %5 2>/dev/null || true
 echo "peak: $(grep VmHWM /proc/$pid/status)"
-cat "$dir/load1" "$dir/load2"
+cat "$dir"/load?

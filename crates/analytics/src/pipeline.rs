@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use model::Table;
@@ -165,6 +165,8 @@ pub struct Pipeline {
     newest_ts: AtomicI64,
     /// Whether a task is writing evicted sessions' items.
     evicting: Arc<AtomicBool>,
+    /// How many sessions the cache holds before it makes room (20,000 unless set).
+    session_limit: AtomicUsize,
     /// Alone, until when (wall clock, ms) a visitor missing from memory may still have a live
     /// session in the table from before this process held the lease, so must be looked up.
     lookups_until: Arc<AtomicI64>,
@@ -220,6 +222,7 @@ impl Pipeline {
             alone: AtomicBool::new(false),
             newest_ts: AtomicI64::new(0),
             evicting: Arc::new(AtomicBool::new(false)),
+            session_limit: AtomicUsize::new(MAX_CACHED_SESSIONS),
             lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
             evicted: Arc::default(),
         }
@@ -242,7 +245,13 @@ impl Pipeline {
         self.writer.counters()
     }
 
-    /// Whether this process ingests alone.
+    /// Caps the sessions kept in memory at `limit` instead of 20,000: for a
+    /// small machine, and for tests of what happens when the cache is full.
+    pub fn set_session_cache_limit(&self, limit: usize) {
+        self.session_limit.store(limit.max(2), Ordering::SeqCst);
+    }
+
+    /// Whether this process ingests alone (see [`Pipeline::set_alone`]).
     pub fn is_alone(&self) -> bool {
         self.alone.load(Ordering::SeqCst)
     }
@@ -522,13 +531,14 @@ impl Pipeline {
 
     fn slot(&self, site_id: &str, visitor: &str) -> Slot {
         let mut sessions = lock(&self.sessions);
-        if sessions.len() >= MAX_CACHED_SESSIONS {
+        let limit = self.session_limit.load(Ordering::Relaxed);
+        if sessions.len() >= limit {
             if self.is_alone() {
                 // Alone, memory is the truth: a live session leaves it only once its item is
                 // written, by a task (the map may pass its bound by what arrives meanwhile).
                 if !self.evicting.swap(true, Ordering::SeqCst) {
                     let horizon = now_ms().min(self.newest_ts.load(Ordering::Relaxed)) - SESSION_TIMEOUT_MS;
-                    let chosen: Vec<((String, String), Slot)> = eviction_candidates(&sessions, now_ms())
+                    let chosen: Vec<((String, String), Slot)> = eviction_candidates(&sessions, now_ms(), limit)
                         .into_iter()
                         .filter_map(|k| sessions.get(&k).map(|s| (k, s.clone())))
                         .collect();
@@ -548,7 +558,7 @@ impl Pipeline {
                     });
                 }
             } else {
-                make_room(&mut sessions, now_ms());
+                make_room(&mut sessions, now_ms(), limit);
             }
         }
         sessions.entry((site_id.to_owned(), visitor.to_owned())).or_default().clone()
@@ -753,14 +763,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The sessions to drop from a full cache: idle ones, and if most are live, the older half.
-fn eviction_candidates(sessions: &Sessions, now: i64) -> Vec<(String, String)> {
+fn eviction_candidates(sessions: &Sessions, now: i64, limit: usize) -> Vec<(String, String)> {
     let cutoff = now - SESSION_TIMEOUT_MS;
     let last_ts = |slot: &Slot| slot.try_lock().ok().map(|c| c.live.as_ref().map(|l| l.state.last_ts));
     let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
     let middle = times.len() / 2;
     let median = if middle > 0 { *times.select_nth_unstable(middle).1 } else { i64::MIN };
-    let bar =
-        if times.iter().filter(|&&t| t >= cutoff).count() >= MAX_CACHED_SESSIONS * 3 / 4 { median } else { cutoff };
+    let bar = if times.iter().filter(|&&t| t >= cutoff).count() >= limit * 3 / 4 { median } else { cutoff };
     sessions
         .iter()
         .filter(|(_, slot)| last_ts(slot).is_some_and(|ts| ts.is_none_or(|ts| ts < bar)))
@@ -768,44 +777,68 @@ fn eviction_candidates(sessions: &Sessions, now: i64) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Writes the items of the chosen sessions still live at `horizon`, in batches, holding each
-/// session until its item is written, then drops each from the cache. Returns the visitors whose
-/// items it wrote. A failed write keeps every chosen session in memory.
+/// How many sessions leaving memory are written at a time: each chunk's items are built, written
+/// and released before the next, so eviction holds a few hundred items and locks, not half the
+/// cache's (about 25 MB at once under sustained load, measured with heaptrack).
+const EVICT_CHUNK: usize = 250;
+
+/// Writes the items of the chosen sessions still live at `horizon`, a chunk at a time, holding
+/// each session until its item is written, then drops each from the cache. Returns the visitors
+/// whose items it wrote. A chunk whose write fails stays in memory, and so does every later one.
 async fn evict(
     table: &Table,
     map: &Mutex<Sessions>,
     chosen: Vec<((String, String), Slot)>,
     horizon: i64,
 ) -> Vec<(String, String)> {
+    let mut written = Vec::new();
+    let mut chosen = chosen.into_iter().peekable();
+    while chosen.peek().is_some() {
+        let chunk: Vec<_> = chosen.by_ref().take(EVICT_CHUNK).collect();
+        match evict_chunk(table, map, chunk, horizon).await {
+            Some(done) => written.extend(done),
+            None => break,
+        }
+    }
+    written
+}
+
+/// One chunk of [`evict`]: `None` when its write failed (the sessions stay in memory).
+async fn evict_chunk(
+    table: &Table,
+    map: &Mutex<Sessions>,
+    chosen: Vec<((String, String), Slot)>,
+    horizon: i64,
+) -> Option<Vec<(String, String)>> {
     let mut held = Vec::with_capacity(chosen.len());
+    let mut writes = Vec::new();
     for (key, slot) in chosen {
         let Ok(guard) = slot.clone().try_lock_owned() else { continue };
-        let write = match guard.live.as_ref().filter(|l| l.state.last_ts >= horizon) {
+        let version = match guard.live.as_ref().filter(|l| l.state.last_ts >= horizon) {
             Some(live) => {
                 let version = guard.head_version.unwrap_or(0) + 1;
                 match head_item_for(&live.last, version) {
-                    Ok(item) => Some((item, version)),
+                    Ok(item) => {
+                        writes.push(model::BatchWrite::put("VisitorSession", item));
+                        Some(version)
+                    }
                     Err(_) => continue,
                 }
             }
             None => None,
         };
-        held.push((key, slot, guard, write));
+        held.push((key, slot, guard, version));
     }
-    let writes: Vec<model::BatchWrite> = held
-        .iter()
-        .filter_map(|(_, _, _, w)| w.as_ref().map(|(item, _)| model::BatchWrite::put("VisitorSession", item.clone())))
-        .collect();
     if !writes.is_empty()
         && let Err(e) = table.batch_write(writes).await
     {
         tracing::warn!(error = %e, "writing sessions leaving memory failed; they stay in memory");
-        return Vec::new();
+        return None;
     }
     let mut written = Vec::new();
     let mut sessions = lock(map);
-    for (key, slot, mut guard, write) in held {
-        if let Some((_, version)) = write {
+    for (key, slot, mut guard, version) in held {
+        if let Some(version) = version {
             guard.head_version = Some(version);
             written.push(key.clone());
         }
@@ -814,7 +847,7 @@ async fn evict(
             sessions.remove(&key);
         }
     }
-    written
+    Some(written)
 }
 
 type Sessions = HashMap<(String, String), Slot>;
@@ -833,11 +866,11 @@ fn visitor_hash(site_id: &str, visitor: &str) -> u64 {
 
 /// Shrinks a full session cache: sessions idle at `now` go first; if most are still live, the
 /// older half of them too. A slot in use (locked) stays, since its task holds it.
-fn make_room(sessions: &mut Sessions, now: i64) {
+fn make_room(sessions: &mut Sessions, now: i64, limit: usize) {
     let cutoff = now - SESSION_TIMEOUT_MS;
     let last_ts = |slot: &Slot| slot.try_lock().map(|c| c.live.as_ref().map(|l| l.state.last_ts)).ok();
     sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts >= cutoff)));
-    if sessions.len() >= MAX_CACHED_SESSIONS * 3 / 4 {
+    if sessions.len() >= limit * 3 / 4 {
         let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
         let middle = times.len() / 2;
         if middle > 0 {

@@ -33,7 +33,7 @@ fn idle_sessions_go_first_and_live_ones_stay_when_that_is_enough() {
         let age = if i % 3 == 0 { SESSION_TIMEOUT_MS + 60_000 + i as i64 } else { i as i64 };
         sessions.insert(key(i), live(NOW - age));
     }
-    make_room(&mut sessions, NOW);
+    make_room(&mut sessions, NOW, MAX_CACHED_SESSIONS);
     let live_count = (0..MAX_CACHED_SESSIONS).filter(|i| i % 3 != 0).count();
     assert_eq!(sessions.len(), live_count, "every idle session dropped, no live one");
     assert!(sessions.keys().all(|(_, v)| v.trim_start_matches("visitor-").parse::<usize>().unwrap() % 3 != 0));
@@ -50,7 +50,7 @@ fn when_most_are_live_the_older_half_goes_and_slots_in_use_stay() {
     let oldest = sessions[&key(MAX_CACHED_SESSIONS - 1)].clone();
     let held = oldest.try_lock().unwrap();
     sessions.insert(key(MAX_CACHED_SESSIONS), Slot::default());
-    make_room(&mut sessions, NOW);
+    make_room(&mut sessions, NOW, MAX_CACHED_SESSIONS);
 
     assert!(sessions.len() <= MAX_CACHED_SESSIONS / 2 + 2, "{} left", sessions.len());
     assert!(sessions.len() >= MAX_CACHED_SESSIONS / 2 - 1, "{} left", sessions.len());

@@ -474,3 +474,35 @@ async fn small_blocks_of_flushed_epochs_are_merged_and_read_as_before() {
     assert_eq!(left, 33);
     a.shutdown().await.unwrap();
 }
+
+/// Alone, a full session cache writes the sessions it lets go (in chunks) and remembers them, so
+/// every visitor's next event continues their visit: one visit per visitor, none lost or split.
+#[tokio::test]
+async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_visits_continue() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    p.set_alone(0);
+    p.set_session_cache_limit(600);
+    let visitors = 1_000u32;
+    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
+    let t = now() - 600_000;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/first", FIREFOX, ip(i), t + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    // Eviction runs in a task: give it time to write what it chose.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/second", FIREFOX, ip(i), t + 300_000 + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    a.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 2 * visitors as usize);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id.clone()).collect();
+    assert_eq!(sessions.len(), visitors as usize, "a visit was split: a session left memory unwritten");
+    // The cache did let sessions go: their items are in the table (more than one chunk's worth).
+    let written = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
+    assert!(written.len() > 250, "only {} sessions were written on leaving memory", written.len());
+}
