@@ -340,16 +340,19 @@ impl Pipeline {
     /// Imports `events` of `site` (each with a caller's label, say its line), `lanes` at a time:
     /// one visitor's events stay in the order given (a visitor's lane is fixed by its key), so
     /// their sessions are as a sequential import makes them, while different visitors' events
-    /// share the event blocks being written. Calls `progress` with the number done, now and then.
-    /// Returns each event's outcome with its label, in no particular order.
+    /// share the event blocks being written. Each lane is a task of its own, so the lanes' work
+    /// (parsing, enrichment, sessions, deltas) runs on every core. Calls `progress` with the number
+    /// done about every 10,000 events. Returns each event's outcome with its label, in no
+    /// particular order.
     pub async fn import_many<L: Send + 'static>(
-        &self,
+        self: &Arc<Self>,
         site: &Site,
         events: Vec<(L, ImportEvent)>,
         lanes: usize,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Vec<(L, IngestResult)> {
         let lanes = lanes.max(1);
+        let total = events.len();
         let mut queues: Vec<Vec<(L, ImportEvent)>> = (0..lanes).map(|_| Vec::new()).collect();
         for (label, event) in events {
             let key = match &event.visitor {
@@ -359,23 +362,41 @@ impl Pipeline {
             };
             queues[(key % lanes as u64) as usize].push((label, event));
         }
-        let done = AtomicU64::new(0);
-        let outcomes = futures::future::join_all(queues.into_iter().map(|queue| {
-            let done = &done;
-            async move {
+        let done = Arc::new(AtomicU64::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for queue in queues.into_iter().filter(|q| !q.is_empty()) {
+            let (pipeline, site, done) = (self.clone(), site.clone(), done.clone());
+            tasks.spawn(async move {
                 let mut out = Vec::with_capacity(queue.len());
                 for (label, event) in queue {
-                    out.push((label, self.import(site, event).await));
-                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n.is_multiple_of(10_000) {
-                        progress(n as usize);
-                    }
+                    out.push((label, pipeline.import(&site, event).await));
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
                 out
+            });
+        }
+        let mut outcomes = Vec::with_capacity(total);
+        let mut ticker = tokio::time::interval(std::time::Duration::from_millis(250));
+        let mut reported = 0;
+        loop {
+            tokio::select! {
+                finished = tasks.join_next() => match finished {
+                    Some(Ok(out)) => outcomes.extend(out),
+                    Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    // Cancelled: only when the runtime shuts down, which ends this import too.
+                    Some(Err(_)) => {}
+                    None => break,
+                },
+                _ = ticker.tick() => {
+                    let n = done.load(Ordering::Relaxed) as usize;
+                    if n >= reported + 10_000 {
+                        reported = n;
+                        progress(n);
+                    }
+                }
             }
-        }))
-        .await;
-        outcomes.into_iter().flatten().collect()
+        }
+        outcomes
     }
 
     fn count(&self, result: &IngestResult) {

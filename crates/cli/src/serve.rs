@@ -430,7 +430,7 @@ pub async fn key_revoke(config: &Config, site: &str, key_id: &str) -> Result<()>
 }
 
 /// How many visitors an import ingests at once.
-const IMPORT_LANES: usize = 256;
+const IMPORT_LANES: usize = 1024;
 
 /// `tally import FILE`: NDJSON or CSV events with timestamps, through the ingestion pipeline,
 /// in time order (the whole file is read first; about 0.5 KB of memory per event).
