@@ -207,6 +207,23 @@ fn threads_cpu() -> Duration {
     Duration::from_nanos(ns)
 }
 
+/// Every item's count and size (DynamoDB's item size) by entity, largest first.
+async fn item_bytes_by_entity(table: &model::Table) -> Result<Vec<(String, (u64, u64))>> {
+    use futures::StreamExt;
+    let mut sizes: std::collections::HashMap<String, (u64, u64)> = std::collections::HashMap::new();
+    let mut pages = table.scan().pages();
+    while let Some(page) = pages.next().await {
+        for record in page?.records {
+            let entry = sizes.entry(record.entity().to_owned()).or_default();
+            entry.0 += 1;
+            entry.1 += store::item_size(record.item()) as u64;
+        }
+    }
+    let mut sizes: Vec<_> = sizes.into_iter().collect();
+    sizes.sort_by_key(|(_, (_, bytes))| std::cmp::Reverse(*bytes));
+    Ok(sizes)
+}
+
 /// Bytes the files under `dir` take on disk (their allocated blocks), or `None` off Unix.
 fn allocated_bytes(dir: &std::path::Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
@@ -357,6 +374,17 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
             bytes as f64 / accepted as f64
         );
     }
+    let by_entity = item_bytes_by_entity(&s.table).await?;
+    let logical: u64 = by_entity.iter().map(|(_, (_, b))| b).sum();
+    println!(
+        "items: {:.0} bytes per event as DynamoDB sizes them ({}), the rest is the engine's pages, indexes and journal",
+        logical as f64 / accepted as f64,
+        by_entity
+            .iter()
+            .map(|(entity, (n, b))| format!("{entity} {n} items {:.0} B/event", *b as f64 / accepted as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
     // A dashboard: a 30-day overview with its daily series and six breakdowns.
     let stats = Arc::new(Stats::new(s.table.clone(), s.sites.clone()));
