@@ -44,6 +44,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
+use store::sync::{lock, read, write};
 
 use async_trait::async_trait;
 use model::Table;
@@ -378,13 +379,11 @@ impl Ticket {
 
     /// Hands in the event as stored: its deltas join this ticket's epoch.
     pub fn commit(self, event: &StoredEvent) {
-        let zone = self.shared.settings.read().ok().and_then(|s| s.get(&event.site_id).map(|s| s.zone.clone()));
+        let zone = read(&self.shared.settings).get(&event.site_id).map(|s| s.zone.clone());
         let minutes_from = minutes_from(&self.shared.config);
         // The deltas go straight into the epoch's map under its lock: looking a key up there
         // allocates nothing, where collecting them apart first and merging costs twice as much.
-        if let Ok(mut epochs) = self.shared.epochs.lock()
-            && let Some(slot) = epochs.slots.get_mut(&self.epoch)
-        {
+        if let Some(slot) = lock(&self.shared.epochs).slots.get_mut(&self.epoch) {
             match &zone {
                 Some(zone) => apply::accumulate_from(&mut slot.acc, event, zone, minutes_from),
                 None => slot.unzoned.push(event.clone()),
@@ -399,9 +398,7 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if let Ok(mut epochs) = self.shared.epochs.lock()
-            && let Some(slot) = epochs.slots.get_mut(&self.epoch)
-        {
+        if let Some(slot) = lock(&self.shared.epochs).slots.get_mut(&self.epoch) {
             slot.open = slot.open.saturating_sub(1);
         }
         self.shared.settled.notify_waiters();
@@ -459,11 +456,12 @@ impl Aggregator {
     /// Takes a slot in the current epoch, before writing an event. Tickets taken after
     /// [`Aggregator::shutdown`] are never flushed; the run's events stay findable for a rebuild.
     pub fn begin(&self) -> Ticket {
-        let mut epoch = 0;
-        if let Ok(mut epochs) = self.shared.epochs.lock() {
-            epoch = epochs.current;
+        let epoch = {
+            let mut epochs = lock(&self.shared.epochs);
+            let epoch = epochs.current;
             epochs.slots.entry(epoch).or_default().open += 1;
-        }
+            epoch
+        };
         Ticket { shared: self.shared.clone(), epoch }
     }
 
@@ -474,7 +472,7 @@ impl Aggregator {
             return Err(AggregateError::Stopped);
         }
         let pair = (site_id.to_owned(), day.to_owned());
-        if self.shared.partitions.lock().is_ok_and(|p| p.contains(&pair)) {
+        if lock(&self.shared.partitions).contains(&pair) {
             return Ok(());
         }
         let partition = AttributeValue::Ss(BTreeSet::from([partition_text(site_id, day)]));
@@ -486,9 +484,7 @@ impl Aggregator {
                 Update::new().add("partitions", partition),
             )
             .await?;
-        if let Ok(mut p) = self.shared.partitions.lock() {
-            p.insert(pair);
-        }
+        lock(&self.shared.partitions).insert(pair);
         self.shared.settings_of(BTreeSet::from([site_id.to_owned()])).await?;
         Ok(())
     }
@@ -510,7 +506,7 @@ impl Aggregator {
             return Ok(());
         }
         let _ = self.stop.send(true);
-        let tasks = self.tasks.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default();
+        let tasks = std::mem::take(&mut *lock(&self.tasks));
         for task in tasks {
             let _ = task.await;
         }
@@ -535,9 +531,7 @@ impl Aggregator {
     #[doc(hidden)]
     pub fn abort(&self) {
         self.shared.stopped.store(true, Ordering::SeqCst);
-        if let Ok(tasks) = self.tasks.lock() {
-            tasks.iter().for_each(JoinHandle::abort);
-        }
+        lock(&self.tasks).iter().for_each(JoinHandle::abort);
     }
 
     /// Looks for dead runs now and recovers them; returns how many. (The heartbeat task does this
@@ -550,7 +544,8 @@ impl Aggregator {
     /// A snapshot of the counters.
     pub fn stats(&self) -> AggregatorStats {
         let mut stats = AggregatorStats::default();
-        if let Ok(epochs) = self.shared.epochs.lock() {
+        {
+            let epochs = lock(&self.shared.epochs);
             stats.current_epoch = epochs.current;
             let now = now_ms();
             for slot in epochs.slots.values() {
@@ -561,7 +556,8 @@ impl Aggregator {
                 }
             }
         }
-        if let Ok(c) = self.shared.counts.lock() {
+        {
+            let c = lock(&self.shared.counts);
             stats.epochs_flushed = c.epochs_flushed;
             stats.items_written = c.items_written;
             stats.items_skipped = c.items_skipped;
@@ -591,14 +587,12 @@ impl Shared {
     async fn settings_of(&self, sites: BTreeSet<String>) -> Result<HashMap<String, SiteSettings>, AggregateError> {
         let mut out = HashMap::new();
         for site in sites {
-            let cached = self.settings.read().ok().and_then(|s| s.get(&site).cloned());
+            let cached = read(&self.settings).get(&site).cloned();
             let settings = match cached {
                 Some(s) => s,
                 None => {
                     let s = self.sites.site_settings(&site).await?.unwrap_or_else(SiteSettings::fallback);
-                    if let Ok(mut cache) = self.settings.write() {
-                        cache.insert(site.clone(), s.clone());
-                    }
+                    write(&self.settings).insert(site.clone(), s.clone());
                     s
                 }
             };
@@ -613,12 +607,12 @@ impl Shared {
             let notified = self.settled.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let open = self.epochs.lock().ok().and_then(|e| e.slots.get(&epoch).map(|s| s.open)).unwrap_or(0);
+            let open = lock(&self.epochs).slots.get(&epoch).map_or(0, |s| s.open);
             if open == 0 {
                 return;
             }
             // A ticket settled between the check and the wait still wakes us: `enable` came first.
-            // The timeout only guards against a poisoned lock hiding a slot.
+            // The timeout is a guard only: a settled ticket always notifies.
             let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
         }
     }
@@ -627,16 +621,13 @@ impl Shared {
     /// cached at commit). The frozen accumulator stays in its slot until the epoch is flushed, so a
     /// failed or abandoned flush loses nothing.
     async fn freeze(&self, epoch: u64) -> Result<Option<Arc<Accumulated>>, AggregateError> {
-        let unzoned_sites: BTreeSet<String> = match self.epochs.lock() {
-            Ok(e) => match e.slots.get(&epoch) {
-                Some(slot) if slot.frozen.is_some() => return Ok(slot.frozen.clone()),
-                Some(slot) => slot.unzoned.iter().map(|e| e.site_id.clone()).collect(),
-                None => return Ok(None),
-            },
-            Err(_) => return Ok(None),
+        let unzoned_sites: BTreeSet<String> = match lock(&self.epochs).slots.get(&epoch) {
+            Some(slot) if slot.frozen.is_some() => return Ok(slot.frozen.clone()),
+            Some(slot) => slot.unzoned.iter().map(|e| e.site_id.clone()).collect(),
+            None => return Ok(None),
         };
         let settings = self.settings_of(unzoned_sites).await?;
-        let Ok(mut epochs) = self.epochs.lock() else { return Ok(None) };
+        let mut epochs = lock(&self.epochs);
         let Some(slot) = epochs.slots.get_mut(&epoch) else { return Ok(None) };
         let mut acc = std::mem::take(&mut slot.acc);
         for event in std::mem::take(&mut slot.unzoned) {
@@ -650,7 +641,8 @@ impl Shared {
 
     async fn flush_now(&self) -> Result<(), AggregateError> {
         let mut cache = self.flush.lock().await;
-        if let Ok(mut epochs) = self.epochs.lock() {
+        {
+            let mut epochs = lock(&self.epochs);
             let current = epochs.current;
             if epochs.slots.get(&current).is_some_and(|s| s.open > 0 || s.events > 0) {
                 if let Some(slot) = epochs.slots.get_mut(&current) {
@@ -660,16 +652,15 @@ impl Shared {
             }
         }
         loop {
-            let next = self.epochs.lock().ok().and_then(|e| e.slots.iter().find(|(_, s)| s.closed).map(|(k, _)| *k));
+            let next = lock(&self.epochs).slots.iter().find(|(_, s)| s.closed).map(|(k, _)| *k);
             let Some(epoch) = next else { return Ok(()) };
             match self.flush_epoch(epoch, &mut cache).await {
                 Ok(()) => {
-                    if let Ok(mut epochs) = self.epochs.lock() {
-                        epochs.slots.remove(&epoch);
-                    }
+                    lock(&self.epochs).slots.remove(&epoch);
                 }
                 Err(e) => {
-                    if let Ok(mut c) = self.counts.lock() {
+                    {
+                        let mut c = lock(&self.counts);
                         c.flush_errors += 1;
                     }
                     // Never swallowed: the epoch is kept and retried, and the cause is logged.
@@ -685,7 +676,7 @@ impl Shared {
         let Some(acc) = self.freeze(epoch).await? else { return Ok(()) };
         let table = self.table.metered();
         let settings = self.settings_of(acc.keys().map(|k| k.site_id.to_owned()).collect()).await?;
-        let finished = self.finished.read().map(|f| f.clone()).unwrap_or_default();
+        let finished = read(&self.finished).clone();
         let writer = apply::Writer {
             table: &table,
             run_id: &self.run_id,
@@ -696,7 +687,8 @@ impl Shared {
             max_attempts: self.config.max_attempts,
         };
         let outcome = writer.apply(&acc, cache).await;
-        if let Ok(mut c) = self.counts.lock() {
+        {
+            let mut c = lock(&self.counts);
             c.items_written += outcome.written;
             c.items_skipped += outcome.skipped;
             c.conflicts += outcome.conflicts;
@@ -712,7 +704,8 @@ impl Shared {
             )
             .await?;
         let units = table.capacity();
-        if let Ok(mut c) = self.counts.lock() {
+        {
+            let mut c = lock(&self.counts);
             c.flushed_epoch = c.flushed_epoch.max(epoch);
             c.epochs_flushed += 1;
             c.last_flush_write_units = units.write_units;
@@ -739,17 +732,13 @@ impl Shared {
         let runs = recovery::list_runs(&self.table).await?;
         let finished: BTreeSet<String> =
             runs.iter().filter(|r| r.state == "done" || r.state == "recovered").map(|r| r.run_id.clone()).collect();
-        if let Ok(mut f) = self.finished.write() {
-            *f = finished;
-        }
+        *write(&self.finished) = finished;
         // Settings change rarely (a zone edit, a retention change); reloading them here keeps the
         // cache fresh without a lookup per event.
-        let sites: Vec<String> = self.settings.read().map(|s| s.keys().cloned().collect()).unwrap_or_default();
+        let sites: Vec<String> = read(&self.settings).keys().cloned().collect();
         for site in sites {
-            if let Some(s) = self.sites.site_settings(&site).await?
-                && let Ok(mut cache) = self.settings.write()
-            {
-                cache.insert(site, s);
+            if let Some(s) = self.sites.site_settings(&site).await? {
+                write(&self.settings).insert(site, s);
             }
         }
         beat.map(|_| ()).map_err(AggregateError::from)

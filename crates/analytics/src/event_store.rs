@@ -28,6 +28,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use store::sync::lock;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use model::expr::{Update, attr};
@@ -166,10 +167,7 @@ impl BlockWriter {
     /// flushed (the background task does it once a partition has gathered enough). Returns how
     /// many blocks were merged away.
     pub async fn compact_now(&self) -> Result<usize, EventStoreError> {
-        let partitions: Vec<(String, String)> = match self.shared.small.lock() {
-            Ok(small) => small.keys().cloned().collect(),
-            Err(_) => Vec::new(),
-        };
+        let partitions: Vec<(String, String)> = lock(&self.shared.small).keys().cloned().collect();
         let mut merged = 0;
         for (site, day) in partitions {
             let next = || self.shared.next_block.fetch_add(1, Ordering::Relaxed);
@@ -240,10 +238,8 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
                     counters.blocks.fetch_add(1, Ordering::Relaxed);
                     counters.events.fetch_add(events.len() as u64, Ordering::Relaxed);
                     counters.bytes.fetch_add(*bytes as u64, Ordering::Relaxed);
-                    if *bytes < SMALL_BLOCK_BYTES
-                        && let Ok(mut small) = shared.small.lock()
-                    {
-                        *small.entry((site.clone(), day.clone())).or_default() += 1;
+                    if *bytes < SMALL_BLOCK_BYTES {
+                        *lock(&shared.small).entry((site.clone(), day.clone())).or_default() += 1;
                     }
                 }
                 Err(e) => {
@@ -263,12 +259,11 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
 /// Counts the small blocks a compaction of `partition` left (merged ones among them), so the
 /// partition is compacted again once it gathers enough, and forgets a partition with none.
 fn remember_left(shared: &Shared, partition: (String, String), left: usize) {
-    if let Ok(mut small) = shared.small.lock() {
-        if left == 0 {
-            small.remove(&partition);
-        } else {
-            small.insert(partition, left);
-        }
+    let mut small = lock(&shared.small);
+    if left == 0 {
+        small.remove(&partition);
+    } else {
+        small.insert(partition, left);
     }
 }
 
@@ -281,10 +276,8 @@ async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on
         if !on.load(Ordering::Relaxed) {
             continue;
         }
-        let due: Vec<(String, String)> = match shared.small.lock() {
-            Ok(small) => small.iter().filter(|(_, n)| **n >= COMPACT_FROM).map(|(k, _)| k.clone()).collect(),
-            Err(_) => continue,
-        };
+        let due: Vec<(String, String)> =
+            lock(&shared.small).iter().filter(|(_, n)| **n >= COMPACT_FROM).map(|(k, _)| k.clone()).collect();
         for (site, day) in due {
             let next = || shared.next_block.fetch_add(1, Ordering::Relaxed);
             match compact(&shared.table, &site, &day, &shared.run_id, flushed(), &next).await {

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use store::sync::lock;
 
 use model::Table;
 use model::expr::attr;
@@ -513,7 +514,7 @@ impl Pipeline {
     }
 
     async fn salt(&self, day: UtcDay, create: bool) -> Result<Option<Salt>, PipelineError> {
-        if let Some(cached) = self.salts.lock().ok().and_then(|m| m.get(&day.days()).cloned())
+        if let Some(cached) = lock(&self.salts).get(&day.days()).cloned()
             && (cached.is_some() || !create)
         {
             return Ok(cached);
@@ -536,14 +537,13 @@ impl Pipeline {
             }
         }
         let Some(record) = found else {
-            if let Ok(mut m) = self.salts.lock() {
-                m.insert(day.days(), None);
-            }
+            lock(&self.salts).insert(day.days(), None);
             return Ok(None);
         };
         let salt = Salt::from_bytes(record.bytes("salt").map_err(|_| PipelineError::BadSalt)?)
             .map_err(|_| PipelineError::BadSalt)?;
-        if let Ok(mut m) = self.salts.lock() {
+        {
+            let mut m = lock(&self.salts);
             m.retain(|d, _| *d >= day.days() - 3);
             m.insert(day.days(), Some(salt.clone()));
         }
@@ -777,10 +777,6 @@ pub(crate) fn head_item_for(last: &StoredEvent, version: i64) -> Result<store::I
         "version" => version,
         "ttl" => now_ms() / 1000 + 2 * 3600,
     })
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The sessions to drop from a full cache: idle ones, and if most are live, the older half.

@@ -167,7 +167,7 @@ fn pattern(text: &str) -> Option<Arc<regex::Regex>> {
     static CACHE: std::sync::OnceLock<std::sync::Mutex<HashMap<String, Arc<regex::Regex>>>> =
         std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    let mut map = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut map = store::sync::lock(cache);
     if let Some(r) = map.get(text) {
         return Some(r.clone());
     }

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use store::sync::lock;
 
 /// Most "not found" answers one cache keeps.
 pub(crate) const NEGATIVE_CAP: usize = 4096;
@@ -82,7 +83,7 @@ impl<T: Clone> Cached<T> {
 
     /// The answer for `key`, if it was read less than the TTL ago.
     pub(crate) fn get(&self, key: &str) -> Option<Option<T>> {
-        let guard = self.inner.lock().ok()?;
+        let guard = lock(&self.inner);
         if let Some((at, value)) = guard.found.get(key) {
             return (at.elapsed() < self.ttl).then(|| Some(value.clone()));
         }
@@ -95,7 +96,8 @@ impl<T: Clone> Cached<T> {
         // A retired generation is dropped after the lock is released: freeing thousands of
         // entries is the only work here that is not O(1).
         let (mut retired_found, mut retired_missing) = (None, None);
-        if let Ok(mut guard) = self.inner.lock() {
+        {
+            let mut guard = lock(&self.inner);
             match value {
                 Some(v) => {
                     guard.missing.remove(key);
@@ -112,7 +114,8 @@ impl<T: Clone> Cached<T> {
 
     /// Forgets the answer for `key`.
     pub(crate) fn remove(&self, key: &str) {
-        if let Ok(mut guard) = self.inner.lock() {
+        {
+            let mut guard = lock(&self.inner);
             guard.found.remove(key);
             guard.missing.remove(key);
         }
@@ -120,19 +123,23 @@ impl<T: Clone> Cached<T> {
 
     /// Forgets every answer.
     pub(crate) fn clear(&self) {
-        let retired = self.inner.lock().ok().map(|mut guard| {
+        let retired = {
+            let mut guard = lock(&self.inner);
             let (found_cap, missing_cap) = (guard.found.cap, guard.missing.cap);
             let found = std::mem::replace(&mut guard.found, Generations::new(found_cap));
             let missing = std::mem::replace(&mut guard.missing, Generations::new(missing_cap));
             (found, missing)
-        });
+        };
         drop(retired);
     }
 
     /// How many answers are kept: (found, not found).
     #[cfg(test)]
     pub(crate) fn len(&self) -> (usize, usize) {
-        self.inner.lock().map(|g| (g.found.len(), g.missing.len())).unwrap_or_default()
+        {
+            let g = lock(&self.inner);
+            (g.found.len(), g.missing.len())
+        }
     }
 }
 

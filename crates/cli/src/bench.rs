@@ -293,7 +293,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         tasks.push(tokio::spawn(async move {
             let (mut accepted, mut other) = (0u64, 0u64);
             loop {
-                let next = queue.lock().ok().and_then(|mut q| q.next());
+                let next = store::sync::lock(&queue).next();
                 let Some(event) = next else { break };
                 match pipeline.ingest(event, SiteSelector::Domain).await {
                     IngestResult::Accepted => accepted += 1,

@@ -81,7 +81,7 @@ pub async fn fill(
         tasks.push(tokio::spawn(async move {
             let mut accepted = 0u64;
             loop {
-                let next = events.lock().ok().and_then(|mut e| e.next());
+                let next = store::sync::lock(&events).next();
                 let Some(raw) = next else { break };
                 match pipeline.import(&site, as_import(raw)).await {
                     IngestResult::Accepted => accepted += 1,

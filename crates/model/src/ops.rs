@@ -33,6 +33,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use store::sync::lock;
 
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use store::{
@@ -185,26 +186,24 @@ impl Table {
 
     /// The capacity consumed so far through this meter.
     pub fn capacity(&self) -> Capacity {
-        self.meter.lock().map(|m| m.clone()).unwrap_or_default()
+        lock(&self.meter).clone()
     }
 
     /// Returns the capacity consumed so far and starts again from zero.
     pub fn reset_capacity(&self) -> Capacity {
-        self.meter.lock().map(|mut m| std::mem::take(&mut *m)).unwrap_or_default()
+        std::mem::take(&mut *lock(&self.meter))
     }
 
     fn record(&self, c: &ConsumedCapacity) {
-        if let Ok(mut m) = self.meter.lock() {
-            m.requests += 1;
-            m.add(c);
-        }
+        let mut m = lock(&self.meter);
+        m.requests += 1;
+        m.add(c);
     }
 
     fn record_all(&self, cs: &[ConsumedCapacity]) {
-        if let Ok(mut m) = self.meter.lock() {
-            m.requests += 1;
-            cs.iter().for_each(|c| m.add(c));
-        }
+        let mut m = lock(&self.meter);
+        m.requests += 1;
+        cs.iter().for_each(|c| m.add(c));
     }
 
     fn now(&self) -> i64 {

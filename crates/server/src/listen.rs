@@ -116,7 +116,7 @@ impl Registry {
     /// Registers a new connection, closing the oldest idle one when `max` are open; `None`
     /// when every open connection is busy.
     fn admit(&self, max: usize) -> Option<(u64, Arc<Conn>)> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = store::sync::lock(&self.open);
         if open.len() >= max {
             let victim = open.iter().find(|(_, c)| c.is_idle()).map(|(id, _)| *id)?;
             if let Some(conn) = open.remove(&victim) {
@@ -135,7 +135,7 @@ impl Registry {
     }
 
     fn remove(&self, id: u64) {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        store::sync::lock(&self.open).remove(&id);
     }
 }
 

@@ -80,6 +80,7 @@ mod url;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use store::sync::lock;
 
 use async_trait::async_trait;
 use aws_config::BehaviorVersion;
@@ -264,7 +265,7 @@ impl DynamoDbStore {
     /// Whether `create_table` found the server unable to enable TTL on `table` (emulators
     /// such as dynalite lack `UpdateTimeToLive`); such a table keeps expired items.
     pub fn ttl_unsupported(&self, table: &str) -> bool {
-        self.ttl_unsupported.lock().map(|s| s.contains(table)).unwrap_or(false)
+        lock(&self.ttl_unsupported).contains(table)
     }
 
     /// Polls `DescribeTable` until the table and its indexes are active, within the table wait.
@@ -326,9 +327,7 @@ impl DynamoDbStore {
             Ok(_) => Ok(()),
             Err(e) if is_unsupported(e.code()) => {
                 tracing::warn!(table, "the DynamoDB server does not support TTL; expired items will stay");
-                if let Ok(mut set) = self.ttl_unsupported.lock() {
-                    set.insert(table.to_string());
-                }
+                lock(&self.ttl_unsupported).insert(table.to_string());
                 Ok(())
             }
             Err(e) => Err(map_sdk_error(e, |_| None)),
@@ -579,9 +578,7 @@ impl Store for DynamoDbStore {
         definition.name = name.to_string();
         // The name is free again once the call returns, as with the embedded engine.
         self.wait_gone(name).await?;
-        if let Ok(mut set) = self.ttl_unsupported.lock() {
-            set.remove(name);
-        }
+        lock(&self.ttl_unsupported).remove(name);
         let mut d = description(definition, &t);
         d.status = TableStatus::Deleting;
         Ok(d)

@@ -104,7 +104,7 @@ impl Disk {
     }
 
     fn lock(&self) -> MutexGuard<'_, DiskState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        store::sync::lock(&self.state)
     }
 
     /// Maybe keeps an image of what a crash right now would leave.
@@ -112,7 +112,7 @@ impl Disk {
         if state.image_every == 0 || state.rng.random_range(0..state.image_every) != 0 {
             return;
         }
-        let acked = self.acked.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let acked = store::sync::lock(&self.acked).len();
         let mut image: Files = Default::default();
         for (i, out) in image.iter_mut().enumerate() {
             *out = state.files[i].durable.clone();

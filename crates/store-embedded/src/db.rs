@@ -41,7 +41,7 @@ pub struct Shared {
 impl Shared {
     /// The committed definition of `table`, or DynamoDB's not-found error.
     pub fn table(&self, table: &str) -> Result<Arc<TableInfo>, StoreError> {
-        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        let tables = store::sync::read(&self.tables);
         tables.get(table).cloned().ok_or_else(|| StoreError::ResourceNotFound("Requested resource not found".into()))
     }
 }

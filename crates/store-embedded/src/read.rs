@@ -473,7 +473,7 @@ pub fn describe(shared: &Shared, name: &str) -> Result<TableDescription> {
 
 /// `ListTables`.
 pub fn list(shared: &Shared) -> Vec<String> {
-    let tables = shared.tables.read().unwrap_or_else(|e| e.into_inner());
+    let tables = store::sync::read(&shared.tables);
     tables.keys().cloned().collect()
 }
 

@@ -126,7 +126,7 @@ pub fn now_secs() -> u64 {
 impl Writer {
     /// A writer over the shared state, appending to `journal` after group `seq`.
     pub fn new(shared: Arc<Shared>, journal: Journal, seq: u64, checkpoint: Checkpoint) -> Self {
-        let defs = shared.tables.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let defs = store::sync::read(&shared.tables).clone();
         Writer {
             shared,
             defs,
@@ -184,7 +184,7 @@ impl Writer {
     }
 
     fn reset_defs(&mut self) {
-        self.defs = self.shared.tables.read().unwrap_or_else(|e| e.into_inner()).clone();
+        self.defs = store::sync::read(&self.shared.tables).clone();
         self.defs_changed = false;
     }
 
@@ -265,7 +265,7 @@ impl Writer {
         }
         self.seq = seq;
         if self.defs_changed {
-            let mut tables = self.shared.tables.write().unwrap_or_else(|e| e.into_inner());
+            let mut tables = store::sync::write(&self.shared.tables);
             *tables = self.defs.clone();
             self.defs_changed = false;
         }

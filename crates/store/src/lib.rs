@@ -29,6 +29,7 @@ mod error;
 pub mod limits;
 mod number;
 mod request;
+pub mod sync;
 mod table;
 mod value;
 

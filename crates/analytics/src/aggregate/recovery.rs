@@ -10,6 +10,7 @@
 //! `recovering`) that the next claimer resumes where it stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
+use store::sync::lock;
 
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -131,9 +132,7 @@ async fn recover_dead_runs_inner(shared: &Shared) -> Result<u64, AggregateError>
         }
         recover_run(shared, run).await?;
         recovered += 1;
-        if let Ok(mut c) = shared.counts.lock() {
-            c.runs_recovered += 1;
-        }
+        lock(&shared.counts).runs_recovered += 1;
     }
     Ok(recovered)
 }
@@ -171,7 +170,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
     let by_epoch = unflushed_events(&shared.table, run, run.flushed_epoch).await?;
     let sites: BTreeSet<String> = by_epoch.values().flatten().map(|e| e.site_id.clone()).collect();
     let settings = shared.settings_of(sites).await?;
-    let finished = shared.finished.read().map(|f| f.clone()).unwrap_or_default();
+    let finished = store::sync::read(&shared.finished).clone();
     let mut cache = ItemCache::default();
     let key = || item! { "run_id" => run.run_id.as_str() };
     let ours = attr("recovered_by").eq(shared.run_id.as_str());
@@ -193,7 +192,8 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
             max_attempts: shared.config.max_attempts,
         };
         let outcome = writer.apply(&acc.finish(), &mut cache).await;
-        if let Ok(mut c) = shared.counts.lock() {
+        {
+            let mut c = lock(&shared.counts);
             c.items_written += outcome.written;
             c.items_skipped += outcome.skipped;
             c.conflicts += outcome.conflicts;

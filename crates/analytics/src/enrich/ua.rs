@@ -128,11 +128,11 @@ impl UserAgentParser {
     pub fn parse(&self, user_agent: &str) -> ClientInfo {
         // A panic elsewhere while the lock was held leaves a map that is still whole, so a
         // poisoned lock is used as it is.
-        if let Some(info) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(user_agent) {
+        if let Some(info) = store::sync::lock(&self.cache).get(user_agent) {
             return info.clone();
         }
         let info = self.parse_uncached(user_agent);
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = store::sync::lock(&self.cache);
         if cache.len() >= Self::CACHE_CAPACITY {
             cache.clear();
         }
