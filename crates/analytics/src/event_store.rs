@@ -645,7 +645,7 @@ const MIGRATED_FROM: u64 = 1_000_000_000;
 /// start; `tally migrate` on demand).
 ///
 /// Safe to interrupt and run again: each (site, day, run)'s items are read, written as blocks
-/// under that run's id, numbered from [`MIGRATED_FROM`] in key order, create-only, and only
+/// under that run's id, numbered from `MIGRATED_FROM` in key order, create-only, and only
 /// then deleted. A rerun after a partial delete finds the blocks already there (the same keys,
 /// holding every event), so it only finishes the deletes. Keeping each event's run and epoch
 /// means a dead run's unflushed events are still found by recovery (`blocks_of_run`).

@@ -1,13 +1,18 @@
-//! Tally's analytics domain: the table schema today; ingestion, enrichment, sessions,
-//! exactly-once aggregation and queries as they land.
+//! Tally's analytics domain: the table's schema ([`schema`]), ingestion ([`pipeline`]: validation
+//! and enrichment in [`event`] and [`enrich`], visitors, sessions), raw events stored as
+//! columnar event blocks ([`block`], [`event_store`]), exactly-once aggregation and rebuilds
+//! ([`aggregate`]), the ingest lease ([`lease`]), queries over aggregates and blocks ([`stats`]),
+//! imported history ([`imported`]), sites, accounts and reports.
 //!
 //! ```
 //! let schema = analytics::schema::tally_schema("tally");
-//! assert!(schema.entity("Event").is_some());
+//! assert!(schema.entity("EventBlock").is_some());
+//! assert!(schema.entity("Aggregate").is_some());
 //! ```
 //!
 //! This crate knows no HTTP (that is the `server` crate's) and formats no key by hand: every
-//! key comes from the templates in [`schema`].
+//! key comes from the templates in [`schema`]. `crates/analytics/DESIGN.md` says why the
+//! pipeline is shaped as it is.
 
 #![deny(missing_docs)]
 

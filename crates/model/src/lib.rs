@@ -39,13 +39,13 @@
 //!
 //! Modules: [`schema`] (definitions and validation), [`key`] (templates and safe segments),
 //! [`pattern`] (time-series, shard, TTL and composite keys), [`expr`] (typed expressions),
-//! [`record`] (records and typed structs), [`ops`] (the operations), [`sample`] (a sample
-//! schema for tests and documents).
+//! [`record`] (records and typed structs), [`ops`] (the operations), [`generate`] (the design
+//! document, CloudFormation and Terraform rendered from a schema), [`error`] (the one error
+//! type), [`sample`] (a sample schema for tests and documents).
 //!
 //! This crate does no I/O of its own: it reaches storage only through
 //! `Arc<dyn store::Store>`, so it runs the same on the embedded engine and on DynamoDB. It
-//! is not an engine, not an object mapper with derives, and it does not generate
-//! documents or infrastructure by itself (that builds on [`schema`] elsewhere).
+//! is not an engine and not an object mapper with derives.
 
 #![deny(missing_docs)]
 

@@ -2,7 +2,9 @@
 //!
 //! Callers send a [`Job`] down a channel and wait for its answer. The writer takes the first
 //! job, drains whatever else is queued, applies each operation in turn inside one redb write
-//! transaction, commits it durably (fsync) and only then answers every caller. Each operation
+//! transaction, makes the group durable — one synced record of its effects in the journal
+//! (`crate::journal`), then a redb commit without an fsync; or, at a checkpoint, a durable redb
+//! commit — and only then answers every caller (DESIGN.md, "The journal"). Each operation
 //! validates and checks its conditions before it writes anything, so an operation that fails
 //! leaves nothing behind and the others in the group are unaffected. If redb itself fails (or
 //! an operation panics), the whole transaction is dropped and the group's operations are

@@ -143,7 +143,7 @@ fn unpack(packed: &[u8]) -> Option<AggKeyRef<'_>> {
 /// One epoch's deltas, summed per item.
 ///
 /// Every event adds about sixty deltas, so this is the hot path of ingestion. The keys are packed
-/// into one inline buffer each ([`pack`]), so confirming a hit compares one contiguous run of
+/// into one inline buffer each (`pack`), so confirming a hit compares one contiguous run of
 /// bytes, where four separately allocated strings cost four cache misses once an epoch holds tens
 /// of thousands of items; the items live in a vector and the hash table holds only their
 /// positions, so growing the table moves four bytes per item rather than the whole item. The hash
