@@ -1,8 +1,8 @@
 //! Tally's developer tasks, run as `cargo xtask <task>`.
 //!
 //! - `cargo xtask test`: the whole test run, exactly what CI runs. It installs what the tests
-//!   need by itself, runs every test of every crate (unit, integration, doc; benches are
-//!   compiled), and fails loudly when anything is missing.
+//!   need by itself (dynalite, moto, Chromium, PostgreSQL), runs every test of every crate
+//!   (unit, integration, doc; benches are compiled), and fails loudly when anything is missing.
 //! - `cargo xtask bench`: the criterion benches, with figures for `BENCHMARKS.md`.
 //!
 //! Tasks are Rust rather than shell scripts so that they run the same everywhere and are
@@ -10,6 +10,7 @@
 
 mod browser;
 mod emulators;
+mod postgres;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -72,6 +73,8 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     // Chromium and playwright-core for the dashboard and tracker tests.
     let mut env = emulators.env();
     env.extend(browser::install(root)?);
+    // PostgreSQL's server binaries for the Umami database import test, which starts its own.
+    env.extend(postgres::install()?);
     cargo_with_env(root, &all, &env)?;
     drop(emulators);
     // Benches are compiled, so they cannot rot, but not run: their figures come from `cargo xtask bench`.
