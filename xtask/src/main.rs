@@ -4,11 +4,13 @@
 //!   need by itself (dynalite, moto, Chromium, PostgreSQL), runs every test of every crate
 //!   (unit, integration, doc; benches are compiled), and fails loudly when anything is missing.
 //! - `cargo xtask bench`: the criterion benches, with figures for `BENCHMARKS.md`.
+//! - `cargo xtask docker`: the container image from the release binary, smoke-tested (`docker`).
 //!
 //! Tasks are Rust rather than shell scripts so that they run the same everywhere and are
 //! reviewed like the rest of the code.
 
 mod browser;
+mod docker;
 mod emulators;
 mod postgres;
 mod tidy;
@@ -25,6 +27,7 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
         Some("emulators") => emulators::run_with(&root, &args[1..]),
+        Some("docker") => docker::run(&root, &args[1..]),
         Some("browser") => {
             for (name, value) in browser::install(&root)? {
                 println!("export {name}={value}");
@@ -37,6 +40,7 @@ fn main() -> Result<()> {
             eprintln!("  bench      run the criterion benches");
             eprintln!("  emulators  run a command (say, cargo test -p store-dynamodb) with dynalite and moto up");
             eprintln!("  browser    install Chromium and playwright-core; print the variables the browser tests read");
+            eprintln!("  docker     build the container image from the release binary with podman and smoke-test it");
             std::process::exit(2);
         }
     }
@@ -47,7 +51,7 @@ fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repository").to_path_buf()
 }
 
-fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+pub(crate) fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     cargo_with_env(root, args, &[])
 }
 
