@@ -12,7 +12,9 @@
 //! the store itself: the event blocks that run wrote hold exactly the events it stored, so each
 //! pending line is matched against them by (timestamp, event name); a line matched is done, the
 //! others are imported. So neither a rerun of the same file, nor `--force` after a crash, nor a
-//! file that repeats part of an earlier one counts a line twice.
+//! file that repeats part of an earlier one counts a line twice. A chunk whose run is still alive
+//! (its heartbeat fresh, its process there) belongs to an import in flight: a second import into
+//! the same site then stops rather than guess.
 
 use std::collections::{HashMap, HashSet};
 
@@ -20,7 +22,7 @@ use analytics::event_store;
 use analytics::pipeline::ImportEvent;
 use analytics::sites::Site;
 use analytics::visitor::UtcDay;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use model::Table;
 use sha2::Digest;
 use store::item;
@@ -31,6 +33,10 @@ pub type LineId = [u8; 16];
 /// Lines ingested between two writes of the ledger: the most a crash can leave in doubt (and
 /// 256 KB of ids to an item, within DynamoDB's 400 KB).
 pub const CHUNK_LINES: usize = 16_384;
+
+/// How old a run's heartbeat may be while it still counts as alive (the aggregator's own
+/// `dead_after`).
+const RUN_DEAD_AFTER_MS: i64 = 30_000;
 
 fn digest(parts: &[&[u8]]) -> LineId {
     let mut h = sha2::Sha256::new();
@@ -126,6 +132,26 @@ impl Ledger {
         lines: &[(LineId, &ImportEvent)],
     ) -> Result<u64> {
         let mut found = 0u64;
+        if self.pending.is_empty() {
+            return Ok(0);
+        }
+        // A chunk whose run is alive is another import in flight, not one in doubt.
+        let runs = analytics::aggregate::recovery::list_runs(table).await.context("reading the runs")?;
+        let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let now = jiff::Timestamp::now().as_millisecond();
+        for p in &self.pending {
+            let Some(run) = runs.iter().find(|r| r.run_id == p.run_id) else { continue };
+            let pid_gone = run.host == here.trim() && !std::path::Path::new(&format!("/proc/{}", run.pid)).exists();
+            if run.state == "live" && now - run.heartbeat_ms < RUN_DEAD_AFTER_MS && !pid_gone {
+                bail!(
+                    "another import (run {}, process {} on {}) is ingesting into this site now; run one import \
+                     per site at a time, and try again when it is done",
+                    run.run_id,
+                    run.pid,
+                    run.host
+                );
+            }
+        }
         for p in std::mem::take(&mut self.pending) {
             let mut stored: HashMap<(i64, String), usize> = HashMap::new();
             let first = UtcDay::from_unix_ms(p.first_ts).previous();
