@@ -106,8 +106,7 @@ enum Command {
     /// Imports a file, its format found from its contents: events with their own timestamps
     /// (Tally's NDJSON, or CSV with `timestamp`, `url`, `name`, `referrer`, props, `visitor` or
     /// `ip` and `user_agent`, `country`, `interactive`, `browser`, `os`, `device`; Umami's CSV of
-    /// `website_event` rows), ingested in
-    /// time order; or history (Plausible's CSV export — its zip, a directory of its `imported_*`
+    /// `website_event` rows), ingested in time order; or history (Plausible's CSV export — its zip, a directory of its `imported_*`
     /// CSVs, or one of them — or Google Analytics data in that shape), stored as imported daily
     /// aggregates before the site's cut-over; or Umami's events read from its PostgreSQL database
     /// (`--umami-postgres`). Every line has an import id: the same file again, a part of it, or
