@@ -42,6 +42,17 @@ fn chromium() -> Result<PathBuf> {
         return Ok(found);
     }
     eprintln!("xtask: installing Debian's chromium for the browser tests");
+    apt_install(&["chromium", "fonts-dejavu-core"])?;
+    known
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .context("chromium was installed but /usr/bin/chromium is missing")
+}
+
+/// `apt-get install` of Debian's `packages` (through `sudo -n` when not root), after an
+/// `apt-get update` when the first try fails (a machine whose package lists are stale or absent).
+pub(crate) fn apt_install(packages: &[&str]) -> Result<()> {
     let root = Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false);
     let apt = |args: &[&str]| {
         let mut c = if root { Command::new("apt-get") } else { Command::new("sudo") };
@@ -51,16 +62,14 @@ fn chromium() -> Result<PathBuf> {
         c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         c
     };
-    let install = ["install", "-y", "--no-install-recommends", "chromium", "fonts-dejavu-core"];
-    if run_quietly(apt(&install), "apt-get install chromium").is_err() {
+    let mut install = vec!["install", "-y", "--no-install-recommends"];
+    install.extend(packages);
+    let what = format!("apt-get install {}", packages.join(" "));
+    if run_quietly(apt(&install), &what).is_err() {
         run_quietly(apt(&["update"]), "apt-get update")?;
-        run_quietly(apt(&install), "apt-get install chromium")?;
+        run_quietly(apt(&install), &what)?;
     }
-    known
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .context("chromium was installed but /usr/bin/chromium is missing")
+    Ok(())
 }
 
 /// `npm install` of the pinned packages into `prefix`, unless a stamp says they are there.

@@ -1,15 +1,18 @@
 //! Tally's developer tasks, run as `cargo xtask <task>`.
 //!
 //! - `cargo xtask test`: the whole test run, exactly what CI runs. It installs what the tests
-//!   need by itself, runs every test of every crate (unit, integration, doc; benches are
-//!   compiled), and fails loudly when anything is missing.
+//!   need by itself (dynalite, moto, Chromium, PostgreSQL), runs every test of every crate
+//!   (unit, integration, doc; benches are compiled), and fails loudly when anything is missing.
 //! - `cargo xtask bench`: the criterion benches, with figures for `BENCHMARKS.md`.
+//! - `cargo xtask docker`: the container image from the release binary, smoke-tested (`docker`).
 //!
 //! Tasks are Rust rather than shell scripts so that they run the same everywhere and are
 //! reviewed like the rest of the code.
 
 mod browser;
+mod docker;
 mod emulators;
+mod postgres;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -24,6 +27,7 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
         Some("emulators") => emulators::run_with(&root, &args[1..]),
+        Some("docker") => docker::run(&root, &args[1..]),
         Some("browser") => {
             for (name, value) in browser::install(&root)? {
                 println!("export {name}={value}");
@@ -36,6 +40,7 @@ fn main() -> Result<()> {
             eprintln!("  bench      run the criterion benches");
             eprintln!("  emulators  run a command (say, cargo test -p store-dynamodb) with dynalite and moto up");
             eprintln!("  browser    install Chromium and playwright-core; print the variables the browser tests read");
+            eprintln!("  docker     build the container image from the release binary with podman and smoke-test it");
             std::process::exit(2);
         }
     }
@@ -46,7 +51,7 @@ fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repository").to_path_buf()
 }
 
-fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+pub(crate) fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     cargo_with_env(root, args, &[])
 }
 
@@ -72,6 +77,8 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     // Chromium and playwright-core for the dashboard and tracker tests.
     let mut env = emulators.env();
     env.extend(browser::install(root)?);
+    // PostgreSQL's server binaries for the Umami database import test, which starts its own.
+    env.extend(postgres::install()?);
     cargo_with_env(root, &all, &env)?;
     drop(emulators);
     // Benches are compiled, so they cannot rot, but not run: their figures come from `cargo xtask bench`.

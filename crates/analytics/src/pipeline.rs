@@ -119,6 +119,42 @@ pub struct ImportEvent {
     pub visitor: Option<String>,
     /// A country to use instead of the one looked up.
     pub country: Option<String>,
+    /// The browser, operating system and device the source system recorded, used instead of
+    /// what the User-Agent says (Umami keeps these, not the User-Agent).
+    pub client: Option<ImportClient>,
+}
+
+/// A client as another tool recorded it; an empty field keeps what the User-Agent says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportClient {
+    /// A browser family name, such as `Chrome`.
+    pub browser: String,
+    /// An operating system name, such as `Linux`.
+    pub os: String,
+    /// A device kind: `desktop` (or `laptop`), `mobile`, `tablet`, `tv`, `console`; anything else is other.
+    pub device: String,
+}
+
+impl ImportClient {
+    fn apply(&self, enrichment: &mut crate::enrich::Enrichment) {
+        use crate::enrich::ua::{Browser, DeviceType, Os};
+        if !self.browser.trim().is_empty() {
+            enrichment.browser = Browser { name: self.browser.trim().to_owned(), version: None };
+        }
+        if !self.os.trim().is_empty() {
+            enrichment.os = Os { name: self.os.trim().to_owned(), version: None };
+        }
+        if !self.device.trim().is_empty() {
+            enrichment.device = match self.device.trim().to_ascii_lowercase().as_str() {
+                "desktop" | "laptop" => DeviceType::Desktop,
+                "mobile" | "phone" => DeviceType::Mobile,
+                "tablet" => DeviceType::Tablet,
+                "tv" | "smarttv" => DeviceType::Tv,
+                "console" => DeviceType::Console,
+                _ => DeviceType::Other,
+            };
+        }
+    }
 }
 
 /// A live session in memory: its latest event (what its next event continues, and what its
@@ -333,7 +369,8 @@ impl Pipeline {
     pub async fn import(&self, site: &Site, event: ImportEvent) -> IngestResult {
         let mut raw = event.raw;
         raw.domain = site.domain.clone();
-        let result = self.ingest_inner(raw, SiteSelector::Domain, Some((event.visitor, event.country))).await;
+        let result =
+            self.ingest_inner(raw, SiteSelector::Domain, Some((event.visitor, event.country, event.client))).await;
         self.count(&result);
         result
     }
@@ -418,7 +455,7 @@ impl Pipeline {
         &self,
         raw: RawEvent,
         selector: SiteSelector,
-        import: Option<(Option<String>, Option<String>)>,
+        import: Option<(Option<String>, Option<String>, Option<ImportClient>)>,
     ) -> IngestResult {
         let event = match Event::parse(raw, &self.limits) {
             Ok(e) => e,
@@ -447,11 +484,11 @@ impl Pipeline {
         &self,
         event: &Event,
         site: &Site,
-        import: Option<&(Option<String>, Option<String>)>,
+        import: Option<&(Option<String>, Option<String>, Option<ImportClient>)>,
     ) -> IngestResult {
         let context = SiteContext { domains: &site.domains, excluded_ips: &site.excluded_ips };
         let enriched = match import {
-            Some((Some(_), _)) => self.enricher.enrich_import(event, &context),
+            Some((Some(_), _, _)) => self.enricher.enrich_import(event, &context),
             _ => self.enricher.enrich(event, &context),
         };
         let mut enrichment = match enriched {
@@ -459,7 +496,10 @@ impl Pipeline {
             Err(reason) => return IngestResult::Dropped(reason),
         };
         let visitors = match import {
-            Some((visitor, country)) => {
+            Some((visitor, country, client)) => {
+                if let Some(client) = client {
+                    client.apply(&mut enrichment);
+                }
                 if let Some(code) = country.as_deref().and_then(crate::enrich::CountryCode::parse) {
                     enrichment.country = Some(code);
                 }

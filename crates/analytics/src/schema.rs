@@ -446,6 +446,23 @@ pub fn tally_schema(name: &str) -> Schema {
                 .timestamps()
                 .key("SITE#{site_id}", "IMPORTFILE#{file_hash}"),
         )
+        .entity(
+            Entity::new("ImportLines")
+                .description(
+                    "The import ids of a chunk of imported lines (16 bytes each, concatenated): a line whose id is \
+                     stored is not imported again, whatever file it comes in. `pending` while the chunk is being \
+                     ingested by run `run_id`; a rerun after a crash finds which of its lines that run stored.",
+                )
+                .attribute(Attribute::string("site_id").required())
+                .attribute(Attribute::string("chunk").required().example("01JDB3Y5C8M9V7T2X4K6P0QWER-000003"))
+                .attribute(Attribute::string("state").required().example("done"))
+                .attribute(Attribute::string("run_id").example("01JDB3Y5C8M9V7T2X4K6P0QWER"))
+                .attribute(Attribute::number("first_ts").example(1_732_262_400_000i64))
+                .attribute(Attribute::number("last_ts").example(1_732_262_460_000i64))
+                .attribute(Attribute::binary("ids").required())
+                .timestamps()
+                .key("SITE#{site_id}", "IMPORTLINES#{chunk}"),
+        )
         .access_pattern(AccessPattern::get("get_site", "A site's settings by id").entity("Site"))
         .access_pattern(
             AccessPattern::query("list_sites", "Every site, for the site picker").entity("Site").index("gsi1"),
@@ -535,6 +552,10 @@ pub fn tally_schema(name: &str) -> Schema {
         )
         .access_pattern(
             AccessPattern::get("import_file", "Whether an events file was imported already").entity("ImportFile"),
+        )
+        .access_pattern(
+            AccessPattern::query("import_lines", "Every line id imported into a site, before an import")
+                .entity("ImportLines"),
         )
         .build()
         .unwrap_or_else(|e| panic!("Tally's schema is valid: {e}"))

@@ -45,7 +45,7 @@ impl Default for DemoOptions {
 /// its address and browser as the visitor.
 fn as_import(raw: analytics::event::RawEvent) -> ImportEvent {
     let country = raw.headers.get(COUNTRY_HEADER).map(str::to_owned);
-    ImportEvent { raw, visitor: None, country }
+    ImportEvent { raw, visitor: None, country, client: None }
 }
 
 /// The demo site, created and filled unless it exists. Returns it and whether it was filled now.

@@ -4,8 +4,9 @@
 //! `--format` overrides it.
 //!
 //! Plausible's tables are read by `analytics::imported` and stored as imported days before the
-//! site's cut-over. Umami's rows become the records `server::import` reads (one NDJSON line per
-//! CSV row, on the same line number), so they are validated and ingested exactly as Tally's own
+//! site's cut-over. Umami's rows (from its CSV here, or from its database in `umami_pg`) become
+//! the records `server::import` reads (one NDJSON line per row, on the same line number), each
+//! with the import id of its `event_id`, so they are validated and ingested exactly as Tally's own
 //! imports: the session id is the visitor, `url_path` and `url_query` on the site's host the URL,
 //! `referrer_domain`, `referrer_path` and `referrer_query` the referrer, `event_type` 2 a custom
 //! event named `event_name`.
@@ -230,9 +231,125 @@ fn umami_time(text: &str) -> Option<i64> {
     civil.to_zoned(jiff::tz::TimeZone::UTC).ok().map(|z| z.timestamp().as_millisecond())
 }
 
-/// Umami's CSV of `website_event` rows as Tally's NDJSON import, each row on its own line
-/// number (earlier lines left empty), so refusals name the CSV's lines.
-pub fn umami_to_ndjson(body: &[u8], site: &Site) -> Result<Vec<u8>> {
+/// Umami's rows as Tally's NDJSON import, with each row's import id (by line number).
+pub struct UmamiRows {
+    /// NDJSON, each row on the line number it had (earlier lines left empty), so refusals name
+    /// the source's lines.
+    pub ndjson: Vec<u8>,
+    /// The import id of each line holding a row with an `event_id`.
+    pub ids: std::collections::HashMap<usize, crate::import_lines::LineId>,
+    line: usize,
+}
+
+impl Default for UmamiRows {
+    fn default() -> Self {
+        UmamiRows::new()
+    }
+}
+
+impl UmamiRows {
+    /// No rows yet.
+    pub fn new() -> Self {
+        // Line 1, a CSV's header, is an empty line here.
+        UmamiRows { ndjson: b"\n".to_vec(), ids: Default::default(), line: 1 }
+    }
+
+    /// Adds the row on line `at` whose column `name` holds `cell(name)` (empty when missing).
+    pub fn push(&mut self, at: usize, site: &Site, cell: &dyn Fn(&str) -> String) {
+        while self.line + 1 < at {
+            self.ndjson.push(b'\n');
+            self.line += 1;
+        }
+        let mut fields = Map::new();
+        // A time that does not read is passed on as it is, for the import to refuse with its line.
+        let when = cell("created_at");
+        fields.insert("timestamp".into(), umami_time(&when).map(|ms| json!(ms)).unwrap_or_else(|| json!(when)));
+        let host = match cell("hostname") {
+            h if h.is_empty() => site.domain.clone(),
+            h => h,
+        };
+        let mut url = format!("https://{host}{}", cell("url_path"));
+        let query = cell("url_query");
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(query.trim_start_matches('?'));
+        }
+        fields.insert("url".into(), json!(url));
+        let ref_host = cell("referrer_domain");
+        if !ref_host.is_empty() {
+            let mut referrer = format!("https://{ref_host}{}", cell("referrer_path"));
+            let q = cell("referrer_query");
+            if !q.is_empty() {
+                referrer.push('?');
+                referrer.push_str(q.trim_start_matches('?'));
+            }
+            fields.insert("referrer".into(), json!(referrer));
+        }
+        // Umami's event types: 1 a page view, 2 a custom event.
+        let name = match cell("event_type").as_str() {
+            "" | "1" => "pageview".to_owned(),
+            "2" => cell("event_name"),
+            other => other.to_owned(),
+        };
+        if name != "pageview" {
+            fields.insert("name".into(), json!(name));
+        }
+        fields.insert("visitor".into(), json!(format!("umami:{}", cell("session_id"))));
+        let c = cell("country");
+        if c.len() == 2 {
+            fields.insert("country".into(), json!(c));
+        }
+        // What Umami's session recorded of the client (a direct read of its database has them).
+        for (column, value) in
+            [("browser", umami_browser(&cell("browser"))), ("os", umami_os(&cell("os"))), ("device", cell("device"))]
+        {
+            if !value.is_empty() {
+                fields.insert(column.into(), json!(value));
+            }
+        }
+        // A custom event's properties, as a JSON object (a database read gathers them from `event_data`).
+        if let Ok(Json::Object(props)) = serde_json::from_str::<Json>(&cell("props")) {
+            fields.insert("props".into(), Json::Object(props));
+        }
+        let event_id = cell("event_id");
+        if !event_id.is_empty() {
+            self.ids.insert(at, crate::import_lines::umami_id(&event_id));
+        }
+        self.ndjson.extend_from_slice(Json::Object(fields).to_string().as_bytes());
+        self.ndjson.push(b'\n');
+        self.line += 1;
+    }
+}
+
+/// Tally's name of a browser Umami recorded (its detector's names: `chrome`, `ios`,
+/// `edge-chromium`…); a name Tally has no other word for is kept.
+fn umami_browser(name: &str) -> String {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "chrome" | "crios" | "chromium-webview" => "Chrome",
+        "firefox" | "fxios" => "Firefox",
+        "safari" | "ios" | "ios-webview" => "Safari",
+        "edge" | "edge-chromium" | "edge-ios" => "Edge",
+        "opera" | "opera-mini" => "Opera",
+        "samsung" => "Samsung Internet",
+        "yandexbrowser" => "Yandex Browser",
+        _ => return name.trim().to_owned(),
+    }
+    .to_owned()
+}
+
+/// Tally's name of an operating system Umami recorded (`Mac OS`, `Windows 10`, `Android OS`…).
+fn umami_os(name: &str) -> String {
+    let name = name.trim();
+    match name {
+        "Mac OS" => "macOS".to_owned(),
+        "Android OS" => "Android".to_owned(),
+        w if w.starts_with("Windows") => "Windows".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// Umami's CSV of `website_event` rows as Tally's NDJSON import.
+pub fn umami_to_ndjson(body: &[u8], site: &Site) -> Result<UmamiRows> {
     let mut reader = csv::ReaderBuilder::new().flexible(false).from_reader(body);
     let header: Vec<String> = reader
         .headers()
@@ -241,24 +358,10 @@ pub fn umami_to_ndjson(body: &[u8], site: &Site) -> Result<Vec<u8>> {
         .map(|h| h.trim().trim_start_matches('\u{feff}').to_owned())
         .collect();
     let col = |name: &str| header.iter().position(|h| h == name);
-    let need = |name: &str| col(name).ok_or_else(|| anyhow!("an Umami website_event export needs a `{name}` column"));
-    let (created, path) = (need("created_at")?, need("url_path")?);
-    let session = need("session_id")?;
-    let [query, ref_domain, ref_path, ref_query, event_type, event_name, hostname, country] = [
-        "url_query",
-        "referrer_domain",
-        "referrer_path",
-        "referrer_query",
-        "event_type",
-        "event_name",
-        "hostname",
-        "country",
-    ]
-    .map(col);
-    // Line 1, the header, is an empty line here; `line` counts the lines written.
-    let mut out = Vec::with_capacity(body.len());
-    out.push(b'\n');
-    let mut line = 1u64;
+    for required in ["created_at", "url_path", "session_id"] {
+        col(required).ok_or_else(|| anyhow!("an Umami website_event export needs a `{required}` column"))?;
+    }
+    let mut rows = UmamiRows::new();
     let mut record = csv::StringRecord::new();
     loop {
         match reader.read_record(&mut record) {
@@ -266,58 +369,11 @@ pub fn umami_to_ndjson(body: &[u8], site: &Site) -> Result<Vec<u8>> {
             Ok(false) => break,
             Err(e) => bail!("line {}: not a CSV row: {e}", reader.position().line()),
         }
-        let at = record.position().map(|p| p.line()).unwrap_or(line + 1);
-        while line + 1 < at {
-            out.push(b'\n');
-            line += 1;
-        }
-        let cell = |c: Option<usize>| c.and_then(|i| record.get(i)).map(str::trim).unwrap_or("");
-        let mut fields = Map::new();
-        // A time that does not read is passed on as it is, for the import to refuse with its line.
-        let when = cell(Some(created));
-        fields.insert("timestamp".into(), umami_time(when).map(|ms| json!(ms)).unwrap_or_else(|| json!(when)));
-        let host = match cell(hostname) {
-            "" => site.domain.as_str(),
-            h => h,
-        };
-        let mut url = format!("https://{host}{}", cell(Some(path)));
-        match cell(query) {
-            "" => {}
-            q => {
-                url.push('?');
-                url.push_str(q.trim_start_matches('?'));
-            }
-        }
-        fields.insert("url".into(), json!(url));
-        let ref_host = cell(ref_domain);
-        if !ref_host.is_empty() {
-            let mut referrer = format!("https://{ref_host}{}", cell(ref_path));
-            let q = cell(ref_query);
-            if !q.is_empty() {
-                referrer.push('?');
-                referrer.push_str(q.trim_start_matches('?'));
-            }
-            fields.insert("referrer".into(), json!(referrer));
-        }
-        // Umami's event types: 1 a page view, 2 a custom event.
-        let name = match cell(event_type) {
-            "" | "1" => "pageview".to_owned(),
-            "2" => cell(event_name).to_owned(),
-            other => other.to_owned(),
-        };
-        if name != "pageview" {
-            fields.insert("name".into(), json!(name));
-        }
-        fields.insert("visitor".into(), json!(format!("umami:{}", cell(Some(session)))));
-        let c = cell(country);
-        if c.len() == 2 {
-            fields.insert("country".into(), json!(c));
-        }
-        out.extend_from_slice(Json::Object(fields).to_string().as_bytes());
-        out.push(b'\n');
-        line += 1;
+        let at = record.position().map(|p| p.line() as usize).unwrap_or(rows.line + 1);
+        let cell = |name: &str| col(name).and_then(|i| record.get(i)).map(str::trim).unwrap_or("").to_owned();
+        rows.push(at, site, &cell);
     }
-    Ok(out)
+    Ok(rows)
 }
 
 /// The import id of a file: the SHA-256 of its bytes, in hex.
@@ -326,19 +382,18 @@ pub fn file_id(body: &[u8]) -> String {
     sha2::Sha256::digest(body).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether the events file `id` was imported into `site` before: `Ok(true)` when it was,
-/// whole; an error when an earlier run stopped partway (its events are stored, a rerun would
-/// count them twice) unless `force`; `Ok(false)` after recording that this run starts.
+/// Whether the events file `id` was imported into `site` whole before (and `force` does not ask
+/// to read it again): then nothing is to be done. Otherwise records that this run starts; a
+/// file an earlier run stopped partway through is read again, and its lines already stored are
+/// skipped by their import ids (`import_lines`).
 pub async fn begin_events_file(table: &Table, site: &Site, id: &str, name: &str, force: bool) -> Result<bool> {
     let key = item! { "site_id" => site.site_id.as_str(), "file_hash" => id };
     if let Some(r) = table.get("ImportFile", key.clone()).await? {
         match r.string("state")? {
-            "done" => return Ok(true),
-            _ if force => {}
-            _ => bail!(
-                "an earlier import of this file (import id {id}) stopped before it finished: the events it ingested \
-                 are stored, and importing the file again would count them twice. Check the site's numbers, then \
-                 import again with --force to import every line anyway"
+            "done" if !force => return Ok(true),
+            "done" => eprintln!("… this file was imported whole before: reading it again, its lines are all skipped"),
+            _ => eprintln!(
+                "… an earlier import of this file stopped before it finished: its lines already stored are skipped"
             ),
         }
     }

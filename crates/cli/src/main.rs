@@ -13,10 +13,12 @@ mod export;
 mod history;
 #[allow(dead_code)]
 mod http;
+mod import_lines;
 mod logging;
 mod notify;
 mod serve;
 mod store;
+mod umami_pg;
 mod users;
 
 use std::path::PathBuf;
@@ -120,13 +122,15 @@ enum Command {
     },
     /// Imports a file, its format found from its contents: events with their own timestamps
     /// (Tally's NDJSON, or CSV with `timestamp`, `url`, `name`, `referrer`, props, `visitor` or
-    /// `ip` and `user_agent`, `country`, `interactive`; Umami's CSV of `website_event` rows), ingested in
-    /// time order; or history (Plausible's CSV export — its zip, a directory of its `imported_*`
+    /// `ip` and `user_agent`, `country`, `interactive`, `browser`, `os`, `device`; Umami's CSV of
+    /// `website_event` rows), ingested in time order; or history (Plausible's CSV export — its zip, a directory of its `imported_*`
     /// CSVs, or one of them — or Google Analytics data in that shape), stored as imported daily
-    /// aggregates before the site's cut-over. The same file imported again changes nothing.
+    /// aggregates before the site's cut-over; or Umami's events read from its PostgreSQL database
+    /// (`--umami-postgres`). Every line has an import id: the same file again, a part of it, or
+    /// a rerun after a crash imports no line twice.
     Import {
-        /// The file (or the directory of a Plausible export).
-        file: PathBuf,
+        /// The file (or the directory of a Plausible export); none with `--umami-postgres`.
+        file: Option<PathBuf>,
         /// The site (domain or id).
         #[arg(long)]
         site: String,
@@ -140,9 +144,17 @@ enum Command {
         /// first day Tally counted, or today]; imported days before it, Tally's own from it on.
         #[arg(long, value_name = "YYYY-MM-DD")]
         cutover: Option<String>,
-        /// Import an events file whose earlier import stopped partway (its lines are counted again).
+        /// Read an events file again although it was imported whole (its lines imported before
+        /// are skipped all the same).
         #[arg(long)]
         force: bool,
+        /// Read Umami's events from its PostgreSQL database at this URL
+        /// (`postgres://user:password@host:5432/umami`; no TLS: a local or tunnelled connection).
+        #[arg(long, value_name = "URL", env = "TALLY_UMAMI_POSTGRES")]
+        umami_postgres: Option<String>,
+        /// The Umami website to read [default: the only one, or the one whose domain is the site's].
+        #[arg(long, value_name = "UUID")]
+        umami_website: Option<String>,
     },
     /// Exports a site's events (in the shape `import` reads) or its daily aggregates, as NDJSON
     /// or CSV.
@@ -521,12 +533,12 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             };
             runtime()?.block_on(export::export(&config, &options))?;
         }
-        Command::Import { file, site, format, source, cutover, force } => {
+        Command::Import { file, site, format, source, cutover, force, umami_postgres, umami_website } => {
             if !matches!(source.as_str(), "plausible" | "ga") {
                 anyhow::bail!("--source must be plausible or ga, not {source:?}");
             }
-            let options = serve::ImportOptions { format, source, cutover, force };
-            runtime()?.block_on(serve::import(&config, &file, &site, &options))?
+            let options = serve::ImportOptions { format, source, cutover, force, umami_postgres, umami_website };
+            runtime()?.block_on(serve::import(&config, file.as_deref(), &site, &options))?
         }
         Command::Aggregate { rebuild: _, range, verify } => {
             let (site, from, to) = (&range.site, range.from.as_deref(), range.to.as_deref());

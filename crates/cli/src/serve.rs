@@ -433,68 +433,141 @@ pub async fn key_revoke(config: &Config, site: &str, key_id: &str) -> Result<()>
 const IMPORT_LANES: usize = 1024;
 
 /// `tally import FILE`: NDJSON or CSV events with timestamps, through the ingestion pipeline,
-/// in time order (the whole file is read first; about 0.5 KB of memory per event).
-pub async fn import(config: &Config, file: &Path, site: &str, options: &ImportOptions) -> Result<()> {
-    let kind = crate::history::detect(file, options.format.as_deref())?;
+/// in time order (the whole file is read first; about 0.5 KB of memory per event); or, with
+/// `--umami-postgres`, Umami's events read from its database.
+pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &ImportOptions) -> Result<()> {
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
     let site = site_named(&sites, site).await?;
-    let (format, body) = match kind {
-        crate::history::Kind::Plausible => {
-            return crate::history::import_plausible(&table, &site, file, &options.source, options.cutover.as_deref())
-                .await;
+    // What to read: NDJSON (or CSV) bytes, the import id of each line read from another tool's
+    // own event id, and the file's id and name (none for a database).
+    let (format, readable, ids, file_record) = match (file, options.umami_postgres.as_deref()) {
+        (Some(_), Some(_)) => bail!("give either a file or --umami-postgres, not both"),
+        (None, None) => bail!("give a file to import, or --umami-postgres URL"),
+        (None, Some(url)) => {
+            let rows = crate::umami_pg::read(url, options.umami_website.as_deref(), &site).await?;
+            (Format::Ndjson, rows.ndjson, rows.ids, None)
         }
-        crate::history::Kind::Umami => {
-            let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-            eprintln!("… {}: Umami website_event rows", file.display());
-            let converted =
-                crate::history::umami_to_ndjson(&body, &site).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
-            (Format::Ndjson, (body, converted))
-        }
-        crate::history::Kind::Events(format) => {
-            let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-            (format, (body, Vec::new()))
+        (Some(file), None) => {
+            let kind = crate::history::detect(file, options.format.as_deref())?;
+            let body = match kind {
+                crate::history::Kind::Plausible => {
+                    return crate::history::import_plausible(
+                        &table,
+                        &site,
+                        file,
+                        &options.source,
+                        options.cutover.as_deref(),
+                    )
+                    .await;
+                }
+                _ => std::fs::read(file).with_context(|| format!("reading {}", file.display()))?,
+            };
+            // An import id per file (the SHA-256 of its bytes) and per line (`import_lines`).
+            let file_id = crate::history::file_id(&body);
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let record = Some((file_id, name));
+            match kind {
+                crate::history::Kind::Umami => {
+                    eprintln!("… {}: Umami website_event rows", file.display());
+                    let rows = crate::history::umami_to_ndjson(&body, &site)
+                        .map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
+                    (Format::Ndjson, rows.ndjson, rows.ids, record)
+                }
+                crate::history::Kind::Events(format) => (format, body, Default::default(), record),
+                crate::history::Kind::Plausible => unreachable!("returned above"),
+            }
         }
     };
-    let (original, converted) = body;
-    // An import id per file (the SHA-256 of its bytes) and line: the same file again changes nothing.
-    let file_id = crate::history::file_id(&original);
-    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let readable = if converted.is_empty() { &original } else { &converted };
-    let parsed =
-        server::import::parse(readable, format, &site).map_err(|e| anyhow!("{}: {e}", file.display()))?.in_time_order();
-    if crate::history::begin_events_file(&table, &site, &file_id, &name, options.force).await? {
+    let what = file.map(|f| f.display().to_string()).unwrap_or_else(|| "the Umami database".to_owned());
+    let parsed = server::import::parse(&readable, format, &site).map_err(|e| anyhow!("{what}: {e}"))?.in_time_order();
+    if let Some((file_id, name)) = &file_record {
         println!("import id: {file_id}");
-        println!("already imported: yes (nothing changed)");
-        println!("imported: 0");
-        println!("dropped: 0");
-        println!("refused: 0");
-        return Ok(());
+        if crate::history::begin_events_file(&table, &site, file_id, name, options.force).await? {
+            println!("already imported: yes (nothing changed)");
+            println!("imported: 0");
+            println!("skipped (imported before): 0");
+            println!("dropped: 0");
+            println!("refused: 0");
+            return Ok(());
+        }
     }
-    drop((original, converted));
+    let line_ids = crate::import_lines::ids_of_lines(&readable);
+    drop(readable);
+    let id_of = |line: usize| ids.get(&line).copied().unwrap_or_else(|| line_ids[line - 1]);
+    let mut ledger = crate::import_lines::Ledger::load(&table, &site).await?;
+    let known = ledger.len();
+    let lines: Vec<(usize, crate::import_lines::LineId, analytics::pipeline::ImportEvent)> =
+        parsed.events.into_iter().map(|(line, event)| (line, id_of(line), event)).collect();
+    let refs: Vec<_> = lines.iter().map(|(_, id, e)| (*id, e)).collect();
+    ledger.resolve_pending(&table, &site, &refs).await?;
+    drop(refs);
+    // Lines imported before, and a line repeated within the source, are skipped.
+    let mut seen = std::collections::HashSet::new();
+    let (mut fresh, mut skipped) = (Vec::with_capacity(lines.len()), 0u64);
+    for (line, id, event) in lines {
+        if ledger.is_done(&id) || !seen.insert(id) {
+            skipped += 1;
+        } else {
+            fresh.push((line, id, event));
+        }
+    }
+    drop(seen);
+    if known > 0 {
+        eprintln!("… {known} lines imported into the site before; {skipped} of these are among them and skipped");
+    }
     let aggregator = start_aggregation(config, &table, &sites).await?;
     let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher(config)?), aggregator.clone()));
     let lease = start_lease(config, &table, &pipeline, &aggregator).await?;
     let mut refused = parsed.errors;
     let (mut imported, mut dropped) = (0u64, 0u64);
-    let total = parsed.events.len();
+    let total = fresh.len();
     let started = std::time::Instant::now();
+    let before = std::sync::atomic::AtomicUsize::new(0);
     let progress = |done: usize| {
+        let done = before.load(Ordering::Relaxed) + done;
         let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
         let eta = (total - done.min(total)) as f64 / rate.max(1.0);
         eprintln!("… {done} of {total} events, {rate:.0} events/s, about {eta:.0} s left");
     };
-    // Many visitors at once, each visitor's events in order: their events share event blocks.
-    let mut outcomes = pipeline.import_many(&site, parsed.events, IMPORT_LANES, &progress).await;
-    outcomes.sort_by_key(|(line, _)| *line);
-    for (line, outcome) in outcomes {
-        match outcome {
-            IngestResult::Accepted => imported += 1,
-            IngestResult::Dropped(_) => dropped += 1,
-            IngestResult::Failed(e) => return Err(anyhow!("line {line}: {e}")),
-            IngestResult::Invalid(e) => refused.push(line, e.to_string()),
-            other => refused.push(line, format!("not imported: {other:?}")),
+    // In chunks, each recorded as pending (with this run's id) before it is ingested and as done
+    // after: a crash leaves one chunk in doubt, which the next import settles from the store.
+    let run_id = aggregator.run_id().to_owned();
+    let mut rest = fresh.into_iter().peekable();
+    let mut chunk_number = 0u32;
+    while rest.peek().is_some() {
+        let chunk: Vec<_> = rest.by_ref().take(crate::import_lines::CHUNK_LINES).collect();
+        let chunk_name = format!("{run_id}-{chunk_number:06}");
+        chunk_number += 1;
+        let chunk_ids: Vec<_> = chunk.iter().map(|(_, id, _)| *id).collect();
+        let first_ts = chunk.iter().map(|(_, _, e)| e.raw.timestamp_ms).min().unwrap_or(0);
+        let last_ts = chunk.iter().map(|(_, _, e)| e.raw.timestamp_ms).max().unwrap_or(0);
+        crate::import_lines::write(
+            &table,
+            &site,
+            &chunk_name,
+            "pending",
+            Some((&run_id, first_ts, last_ts)),
+            &chunk_ids,
+        )
+        .await?;
+        let size = chunk.len();
+        let events = chunk.into_iter().map(|(line, _, event)| (line, event)).collect();
+        // Many visitors at once, each visitor's events in order: their events share event blocks.
+        let mut outcomes = pipeline.import_many(&site, events, IMPORT_LANES, &progress).await;
+        outcomes.sort_by_key(|(line, _)| *line);
+        for (line, outcome) in outcomes {
+            match outcome {
+                IngestResult::Accepted => imported += 1,
+                IngestResult::Dropped(_) => dropped += 1,
+                IngestResult::Failed(e) => return Err(anyhow!("line {line}: {e}")),
+                IngestResult::Invalid(e) => refused.push(line, e.to_string()),
+                other => refused.push(line, format!("not imported: {other:?}")),
+            }
         }
+        // The chunk's events are durable (acknowledged): its lines are done.
+        crate::import_lines::write(&table, &site, &chunk_name, "done", None, &chunk_ids).await?;
+        before.fetch_add(size, Ordering::Relaxed);
     }
     eprintln!("{total} events in {:.1} s", started.elapsed().as_secs_f64());
     lease.stop().await?;
@@ -505,9 +578,11 @@ pub async fn import(config: &Config, file: &Path, site: &str, options: &ImportOp
     if refused.omitted() > 0 {
         eprintln!("… and {} more refused lines", refused.omitted());
     }
-    crate::history::finish_events_file(&table, &site, &file_id, &name, total as u64, imported).await?;
-    println!("import id: {file_id}");
+    if let Some((file_id, name)) = &file_record {
+        crate::history::finish_events_file(&table, &site, file_id, name, total as u64, imported).await?;
+    }
     println!("imported: {imported}");
+    println!("skipped (imported before): {skipped}");
     println!("dropped: {dropped}");
     println!("refused: {}", refused.total());
     Ok(())
@@ -521,8 +596,14 @@ pub struct ImportOptions {
     pub source: String,
     /// `--cutover`: the first day of the site's own data, for its first history import.
     pub cutover: Option<String>,
-    /// `--force`: import an events file an earlier run stopped partway through.
+    /// `--force`: read an events file again although it was imported whole (lines imported
+    /// before are still skipped).
     pub force: bool,
+    /// `--umami-postgres`: read Umami's events from its PostgreSQL database at this URL.
+    pub umami_postgres: Option<String>,
+    /// `--umami-website`: the Umami website to read [default: the only one, or the one whose
+    /// domain is the site's].
+    pub umami_website: Option<String>,
 }
 
 /// `tally aggregate --rebuild`.

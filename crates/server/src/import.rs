@@ -2,8 +2,8 @@
 //! read into [`ImportEvent`]s for `POST /api/import` and `tally import`.
 //!
 //! Both formats carry the same fields: `timestamp` (RFC 3339, or epoch milliseconds), `url`,
-//! and optionally `name`, `referrer`, `user_agent`, `ip`, `visitor`, `country`, `interactive`
-//! and props — an object `props` in NDJSON, one `props.NAME` column per prop in CSV (an empty
+//! and optionally `name`, `referrer`, `user_agent`, `ip`, `visitor`, `country`, `interactive`,
+//! `browser`, `os` and `device` (what another tool recorded, instead of the User-Agent's), and props — an object `props` in NDJSON, one `props.NAME` column per prop in CSV (an empty
 //! cell is no prop). A CSV file starts with a header row naming its columns; a column Tally
 //! does not know is refused up front, so a misspelt header cannot drop a field silently.
 //!
@@ -15,7 +15,7 @@
 //! fields with commas and newlines, CRLF, byte positions for error messages).
 
 use analytics::event::RawEvent;
-use analytics::pipeline::ImportEvent;
+use analytics::pipeline::{ImportClient, ImportEvent};
 use analytics::sites::Site;
 use serde_json::{Map, Value as Json};
 
@@ -118,8 +118,20 @@ impl Parsed {
 }
 
 /// The columns a CSV import may have, besides `props.NAME`.
-const COLUMNS: [&str; 9] =
-    ["timestamp", "url", "name", "referrer", "user_agent", "ip", "visitor", "country", "interactive"];
+const COLUMNS: [&str; 12] = [
+    "timestamp",
+    "url",
+    "name",
+    "referrer",
+    "user_agent",
+    "ip",
+    "visitor",
+    "country",
+    "interactive",
+    "browser",
+    "os",
+    "device",
+];
 const PROP_PREFIX: &str = "props.";
 
 /// Reads `body` as `format`. A body that cannot be read at all (a CSV header naming an unknown
@@ -307,7 +319,13 @@ fn import_object(obj: &Map<String, Json>, site: &Site) -> Result<ImportEvent, St
         }
         Some(_) => return Err("`props` must be an object".into()),
     }
-    Ok(ImportEvent { raw, visitor: text("visitor")?, country: text("country")? })
+    let (browser, os, device) = (text("browser")?, text("os")?, text("device")?);
+    let client = (browser.is_some() || os.is_some() || device.is_some()).then(|| ImportClient {
+        browser: browser.unwrap_or_default(),
+        os: os.unwrap_or_default(),
+        device: device.unwrap_or_default(),
+    });
+    Ok(ImportEvent { raw, visitor: text("visitor")?, country: text("country")?, client })
 }
 
 #[cfg(test)]

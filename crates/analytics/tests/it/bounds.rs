@@ -69,7 +69,7 @@ async fn the_longest_accepted_url_and_prop_value_are_aggregated_and_filterable()
     raw.user_agent = FIREFOX.into();
     raw.timestamp_ms = jiff::Timestamp::now().as_millisecond() - 60_000;
     raw.props.push(("plan".into(), "#".repeat(2000)));
-    let event = ImportEvent { raw, visitor: Some("v".into()), country: None };
+    let event = ImportEvent { raw, visitor: Some("v".into()), country: None, client: None };
     assert!(matches!(w.pipeline.import(&w.site, event).await, IngestResult::Accepted));
     w.aggregator.flush_now().await.expect("the flush writes every item");
     assert_eq!(w.aggregator.stats().flush_item_errors, 0);

@@ -246,7 +246,7 @@ async fn imported_visitors_are_hashed_under_a_secret_salt_of_their_site() {
         async move {
             let mut raw = pageview("https://example.com/", FIREFOX, [0, 0, 0, 0], t + i * 60_000);
             raw.domain = site.domain.clone();
-            let e = ImportEvent { raw, visitor: Some("user-1".into()), country: None };
+            let e = ImportEvent { raw, visitor: Some("user-1".into()), country: None, client: None };
             assert!(matches!(p.import(&site, e).await, IngestResult::Accepted));
         }
     };
@@ -295,7 +295,7 @@ async fn ingested_and_imported_traffic_aggregates_equal_a_rebuild() {
     let day = 86_400_000;
     for i in 0..6i64 {
         let raw = pageview("https://example.com/imported", FIREFOX, [0, 0, 0, 0], t - 3 * day + i * 600_000);
-        let e = ImportEvent { raw, visitor: Some(format!("user-{}", i % 2)), country: Some("DE".into()) };
+        let e = ImportEvent { raw, visitor: Some(format!("user-{}", i % 2)), country: Some("DE".into()), client: None };
         assert!(matches!(p.import(&site, e).await, IngestResult::Accepted));
     }
     a.flush_now().await.unwrap();

@@ -64,7 +64,7 @@ async fn world() -> World {
         raw.user_agent = FIREFOX.into();
         raw.timestamp_ms = midnight + at;
         raw.referrer = referrer.map(str::to_owned);
-        let event = ImportEvent { raw, visitor: Some(visitor.into()), country: None };
+        let event = ImportEvent { raw, visitor: Some(visitor.into()), country: None, client: None };
         assert!(matches!(pipeline.import(&site, event).await, IngestResult::Accepted));
     }
     aggregator.flush_now().await.unwrap();
@@ -476,7 +476,7 @@ async fn recent_sessions_cost_what_they_list_not_the_days_traffic() {
         let mut raw = RawEvent::pageview(&format!("https://busy.example{path}"), "busy.example");
         raw.user_agent = FIREFOX.into();
         raw.timestamp_ms = at;
-        let event = ImportEvent { raw, visitor: Some(visitor), country: None };
+        let event = ImportEvent { raw, visitor: Some(visitor), country: None, client: None };
         assert!(matches!(pipeline.import(&site, event).await, IngestResult::Accepted));
         if n % 50 == 49 {
             aggregator.flush_now().await.unwrap();

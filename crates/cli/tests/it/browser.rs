@@ -3,7 +3,9 @@
 //! navigation, custom events, an outbound click and an engagement event that the Stats API then
 //! reports; the dashboard signs in, shows the Stats API's numbers for its range, filters by a
 //! clicked page, draws its chart (a screenshot that is not blank), fits a phone, and opens from a
-//! shared link.
+//! shared link. A second page set (`../browser/tracker.mjs`) checks the tracker's extensions —
+//! tagged events, form submissions, 404 pages, excluded paths, manual page views — against the
+//! events the server stored.
 //!
 //! `cargo xtask test` installs Chromium and playwright-core and sets `TALLY_CHROMIUM` and
 //! `TALLY_NODE_MODULES`; without them the test is skipped with a message, unless
@@ -89,5 +91,31 @@ fn trackers_and_dashboard_in_headless_chromium() {
     assert!(size > 20_000, "the dashboard screenshot is {size} bytes");
     eprintln!("browser findings: {found}");
     eprintln!("dashboard screenshot: {}", shot.display());
+    server.stop();
+}
+
+#[test]
+fn tracker_extensions_in_headless_chromium() {
+    let Some((chromium, modules)) = browser_env() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let site = add_site(&store, "ext.test", "UTC");
+    let server = Server::start(&store);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/tracker.mjs");
+    let run = Command::new("node")
+        .arg(&script)
+        .env("TALLY_URL", format!("http://{}", server.addr))
+        .env("TALLY_KEY", &site.key)
+        .env("TALLY_METRICS_TOKEN", crate::support::METRICS_TOKEN)
+        .env("TALLY_SITE", &site.domain)
+        .env("TALLY_CHROMIUM", &chromium)
+        .env("TALLY_NODE_MODULES", &modules)
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "the tracker test failed:\n{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let found: serde_json::Value = serde_json::from_str(stdout.trim()).expect("the script's findings as JSON");
+    assert_eq!(found["stored"].as_array().map(Vec::len), Some(13), "{found}");
+    eprintln!("tracker findings: {found}");
     server.stop();
 }

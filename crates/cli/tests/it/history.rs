@@ -249,9 +249,310 @@ fn an_umami_export_imports_as_events_once() {
     assert!(names["results"].as_array().unwrap().iter().any(|r| r["dimensions"][0] == "Signup"), "{names}");
     server.stop();
 
-    // A row whose time does not read is refused by its line; the others are imported.
+    // A row whose time does not read is refused by its line; the others were imported before
+    // (another file, the same rows: their event ids), so nothing changes.
     let broken = w.dir.join("broken.csv");
     std::fs::write(&broken, UMAMI.replace("2026-10-06T08:00:00Z", "yesterday")).unwrap();
     let out = tally(&w.store, &["import", broken.to_str().unwrap(), "--site", "hist.test", "--format", "umami"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 5"), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!((field(&stdout, "imported:"), field(&stdout, "skipped (imported before):")), ("0".into(), "3".into()));
+    let server = Server::start(&w.store);
+    assert_eq!(october(&server, &w.key), json!([2, 3, 4]), "nothing counted twice");
+    server.stop();
+}
+
+/// Page views and events of `hist.test` from 2026-10-05 to 2026-10-11: visitors, page views, events.
+fn october(server: &Server, key: &str) -> Value {
+    query(
+        server,
+        key,
+        json!({ "site_id": "hist.test", "metrics": ["visitors", "pageviews", "events"],
+                "date_range": ["2026-10-05", "2026-10-11"] }),
+    )["results"][0]["metrics"]
+        .clone()
+}
+
+/// `n` NDJSON lines: page views of 10 visitors on 10 October, a second apart.
+fn lines(n: usize) -> Vec<String> {
+    let start = jiff::Timestamp::from_second(1_791_619_200).unwrap(); // 2026-10-10T08:00:00Z
+    (0..n)
+        .map(|i| {
+            let at = start + jiff::SignedDuration::from_secs(i as i64);
+            json!({ "timestamp": at.to_string(), "url": format!("https://hist.test/p{}", i % 7),
+                    "user_agent": UA, "visitor": format!("v{}", i % 10) })
+            .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_part_of_a_file_then_the_whole_then_force_import_each_line_once() {
+    let w = world();
+    let all = lines(40);
+    let part = w.dir.join("part.ndjson");
+    std::fs::write(&part, all[..15].join("\n")).unwrap();
+    let whole = w.dir.join("whole.ndjson");
+    std::fs::write(&whole, all.join("\n") + "\n").unwrap();
+    let out = tally_ok(&w.store, &["import", part.to_str().unwrap(), "--site", "hist.test"]);
+    assert_eq!(field(&out, "imported:"), "15", "{out}");
+    // Another file (another file id) holding those 15 lines and 25 more: only the 25 are new.
+    let out = tally_ok(&w.store, &["import", whole.to_str().unwrap(), "--site", "hist.test"]);
+    assert_eq!((field(&out, "imported:"), field(&out, "skipped (imported before):")), ("25".into(), "15".into()));
+    let again = tally_ok(&w.store, &["import", whole.to_str().unwrap(), "--site", "hist.test"]);
+    assert_eq!(field(&again, "already imported:"), "yes (nothing changed)");
+    // --force reads the file again; every line is known by its id.
+    let forced = tally_ok(&w.store, &["import", whole.to_str().unwrap(), "--site", "hist.test", "--force"]);
+    assert_eq!((field(&forced, "imported:"), field(&forced, "skipped (imported before):")), ("0".into(), "40".into()));
+    let server = Server::start(&w.store);
+    assert_eq!(october(&server, &w.key), json!([10, 40, 40]), "each of the 40 lines counted once");
+    server.stop();
+}
+
+/// Regression: `--force` after an import stopped partway counted the lines it had stored twice.
+/// Now the chunk it was ingesting is settled from the event blocks its run wrote.
+#[test]
+fn an_import_killed_midway_is_finished_by_a_rerun_without_counting_twice() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let w = world();
+    let n = 40_000;
+    let file = w.dir.join("big.ndjson");
+    std::fs::write(&file, lines(n).join("\n")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(["import", file.to_str().unwrap(), "--site", "hist.test", "--store"])
+        .arg(&w.store)
+        .env("TALLY_LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Killed at its first progress line: 10,000 events into its first chunk.
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        let progress = line.contains(" of 40000 events");
+        seen.push(line);
+        if progress {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen.last().is_some_and(|l| l.contains(" of 40000 events")), "no progress before the kill: {seen:?}");
+    let out = tally(&w.store, &["import", file.to_str().unwrap(), "--site", "hist.test", "--force"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let imported: usize = field(&stdout, "imported:").parse().unwrap();
+    let skipped: usize = field(&stdout, "skipped (imported before):").parse().unwrap();
+    assert!(imported > 0 && imported < n, "the kill came midway: {stdout}{stderr}");
+    assert!(stderr.contains("stopped in chunk"), "the chunk in doubt was settled: {stderr}");
+    eprintln!("rerun: {imported} imported, {skipped} skipped");
+    let server = Server::start(&w.store);
+    assert_eq!(october(&server, &w.key), json!([10, n, n]), "every line counted once: {stderr}");
+    server.stop();
+}
+
+/// A PostgreSQL server of its own for one test: `initdb` in a temporary directory, `pg_ctl
+/// start` on a free loopback port (as the `postgres` user when the test runs as root, since
+/// PostgreSQL refuses to), stopped when dropped.
+struct Postgres {
+    bin: std::path::PathBuf,
+    data: std::path::PathBuf,
+    port: u16,
+    user: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Postgres {
+    /// The server, or `None` (the test skipped) when `TALLY_PG_BIN` is not set and
+    /// `TALLY_REQUIRE_POSTGRES=1` does not say it must run.
+    fn start() -> Option<Postgres> {
+        let Ok(bin) = std::env::var("TALLY_PG_BIN") else {
+            let required = std::env::var("TALLY_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+            assert!(!required, "TALLY_REQUIRE_POSTGRES=1 but TALLY_PG_BIN is not set");
+            eprintln!("skipped: set TALLY_PG_BIN to PostgreSQL's bin directory (`cargo xtask test` does)");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::process::Command::new("id").arg("-u").output().unwrap().stdout.starts_with(b"0");
+        let user = root.then(|| "postgres".to_owned());
+        if root {
+            let status = std::process::Command::new("chown").arg("postgres:").arg(dir.path()).status().unwrap();
+            assert!(status.success(), "chown postgres: {} (is Debian's postgresql installed?)", dir.path().display());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let pg = Postgres { bin: bin.into(), data: dir.path().join("pg"), port, user, _dir: dir };
+        pg.run("initdb", &["-D", pg.data.to_str().unwrap(), "-A", "trust", "-U", "umami", "--no-sync"]);
+        let options = format!("-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off", pg.sockets());
+        let log = pg.data.with_file_name("pg.log");
+        pg.run(
+            "pg_ctl",
+            &["-D", pg.data.to_str().unwrap(), "-o", &options, "-l", log.to_str().unwrap(), "-w", "start"],
+        );
+        pg.run("createdb", &["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "umami", "umami"]);
+        Some(pg)
+    }
+
+    fn sockets(&self) -> String {
+        self.data.parent().unwrap().display().to_string()
+    }
+
+    /// Runs one of PostgreSQL's programs (as its user when root), failing the test loudly.
+    fn run(&self, program: &str, args: &[&str]) -> String {
+        let path = self.bin.join(program);
+        let mut command = match &self.user {
+            Some(user) => {
+                let mut c = std::process::Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(&path);
+                c
+            }
+            None => std::process::Command::new(&path),
+        };
+        let out =
+            command.args(args).current_dir(self.data.parent().unwrap()).output().expect("run a PostgreSQL program");
+        let log = std::fs::read_to_string(self.data.with_file_name("pg.log")).unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed: {}{}\n{log}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn sql(&self, script: &str) {
+        let file = self.data.with_file_name("script.sql");
+        std::fs::write(&file, script).unwrap();
+        let port = self.port.to_string();
+        let args = ["-h", "127.0.0.1", "-p", &port, "-U", "umami", "-d", "umami", "-v", "ON_ERROR_STOP=1", "-q", "-f"];
+        let mut args = args.to_vec();
+        args.push(file.to_str().unwrap());
+        self.run("psql", &args);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://umami@127.0.0.1:{}/umami", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let path = self.bin.join("pg_ctl");
+        let mut command = match &self.user {
+            Some(user) => {
+                let mut c = std::process::Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(&path);
+                c
+            }
+            None => std::process::Command::new(&path),
+        };
+        let _ = command.args(["-D", self.data.to_str().unwrap(), "-m", "immediate", "-w", "stop"]).output();
+    }
+}
+
+/// Umami's tables in PostgreSQL, with the columns and types of its published Prisma schema
+/// (`db/postgresql/schema.prisma`, Umami 2), and one website's rows: two sessions, five events
+/// (a custom event with two properties), and another website's event that must not be read.
+const UMAMI_SQL: &str = r#"
+CREATE TABLE website (
+  website_id uuid PRIMARY KEY, name varchar(100) NOT NULL, domain varchar(500), share_id varchar(50) UNIQUE,
+  reset_at timestamptz(6), user_id uuid, team_id uuid, created_by uuid, created_at timestamptz(6) DEFAULT now(),
+  updated_at timestamptz(6), deleted_at timestamptz(6));
+CREATE TABLE session (
+  session_id uuid PRIMARY KEY, website_id uuid NOT NULL, hostname varchar(100), browser varchar(20), os varchar(20),
+  device varchar(20), screen varchar(11), language varchar(35), country char(2), subdivision1 varchar(20),
+  subdivision2 varchar(50), city varchar(50), ip varchar(100), created_at timestamptz(6) DEFAULT now());
+CREATE TABLE website_event (
+  event_id uuid PRIMARY KEY, website_id uuid NOT NULL, session_id uuid NOT NULL, visit_id uuid NOT NULL,
+  created_at timestamptz(6) DEFAULT now(), url_path varchar(500) NOT NULL, url_query varchar(500),
+  referrer_path varchar(500), referrer_query varchar(500), referrer_domain varchar(500), page_title varchar(500),
+  event_type integer NOT NULL DEFAULT 1, event_name varchar(50), tag varchar(50));
+CREATE TABLE event_data (
+  event_data_id uuid PRIMARY KEY, website_id uuid NOT NULL, website_event_id uuid NOT NULL, data_key varchar(500) NOT NULL,
+  string_value varchar(500), number_value decimal(19,4), date_value timestamptz(6), data_type integer NOT NULL,
+  created_at timestamptz(6) DEFAULT now());
+INSERT INTO website (website_id, name, domain) VALUES
+  ('5a1f0000-0000-4000-8000-00000000abcd', 'Hist', 'hist.test'),
+  ('5a1f0000-0000-4000-8000-00000000ffff', 'Other', 'other.test');
+INSERT INTO session (session_id, website_id, hostname, browser, os, device, screen, language, country) VALUES
+  ('7e57a000-0000-4000-8000-000000000001', '5a1f0000-0000-4000-8000-00000000abcd', 'hist.test', 'firefox', 'Linux', 'desktop', '1920x1080', 'de-DE', 'DE'),
+  ('7e57a000-0000-4000-8000-000000000002', '5a1f0000-0000-4000-8000-00000000abcd', 'hist.test', 'ios', 'iOS', 'mobile', '390x844', 'fr-FR', 'FR'),
+  ('7e57a000-0000-4000-8000-000000000009', '5a1f0000-0000-4000-8000-00000000ffff', 'other.test', 'chrome', 'Windows 10', 'desktop', '1920x1080', 'en-US', 'US');
+INSERT INTO website_event (event_id, website_id, session_id, visit_id, created_at, url_path, url_query, referrer_path, referrer_query, referrer_domain, page_title, event_type, event_name) VALUES
+  ('0b1c9f34-0000-4000-8000-000000000001', '5a1f0000-0000-4000-8000-00000000abcd', '7e57a000-0000-4000-8000-000000000001', '9a000000-0000-4000-8000-000000000001', '2026-10-05 10:00:00+00', '/', NULL, '/search', 'q=tally', 'www.google.com', 'Home', 1, NULL),
+  ('0b1c9f34-0000-4000-8000-000000000002', '5a1f0000-0000-4000-8000-00000000abcd', '7e57a000-0000-4000-8000-000000000001', '9a000000-0000-4000-8000-000000000001', '2026-10-05 10:02:00+00', '/pricing', 'plan=pro', NULL, NULL, NULL, 'Pricing', 1, NULL),
+  ('0b1c9f34-0000-4000-8000-000000000003', '5a1f0000-0000-4000-8000-00000000abcd', '7e57a000-0000-4000-8000-000000000001', '9a000000-0000-4000-8000-000000000001', '2026-10-05 12:03:00+02', '/pricing', NULL, NULL, NULL, NULL, 'Pricing', 2, 'Signup'),
+  ('0b1c9f34-0000-4000-8000-000000000004', '5a1f0000-0000-4000-8000-00000000abcd', '7e57a000-0000-4000-8000-000000000002', '9a000000-0000-4000-8000-000000000002', '2026-10-06 08:00:00+00', '/blog', NULL, NULL, NULL, NULL, 'Blog', 1, NULL),
+  ('0b1c9f34-0000-4000-8000-000000000005', '5a1f0000-0000-4000-8000-00000000abcd', '7e57a000-0000-4000-8000-000000000002', '9a000000-0000-4000-8000-000000000002', '2026-10-06 08:01:00+00', '/blog/post', NULL, NULL, NULL, NULL, 'Post', 1, NULL),
+  ('0b1c9f34-0000-4000-8000-000000000009', '5a1f0000-0000-4000-8000-00000000ffff', '7e57a000-0000-4000-8000-000000000009', '9a000000-0000-4000-8000-000000000009', '2026-10-06 09:00:00+00', '/elsewhere', NULL, NULL, NULL, NULL, 'Other', 1, NULL);
+INSERT INTO event_data (event_data_id, website_id, website_event_id, data_key, string_value, number_value, data_type) VALUES
+  ('e0000000-0000-4000-8000-000000000001', '5a1f0000-0000-4000-8000-00000000abcd', '0b1c9f34-0000-4000-8000-000000000003', 'plan', 'pro', NULL, 1),
+  ('e0000000-0000-4000-8000-000000000002', '5a1f0000-0000-4000-8000-00000000abcd', '0b1c9f34-0000-4000-8000-000000000003', 'seats', NULL, 5, 2);
+"#;
+
+#[test]
+fn umami_events_are_read_from_its_postgresql_database_once() {
+    let Some(pg) = Postgres::start() else { return };
+    pg.sql(UMAMI_SQL);
+    let w = world();
+    let url = pg.url();
+    // Two websites: which one must be said, unless one has the site's domain (it has).
+    let out = tally_ok(&w.store, &["import", "--umami-postgres", &url, "--site", "hist.test"]);
+    assert_eq!((field(&out, "imported:"), field(&out, "refused:")), ("5".into(), "0".into()), "{out}");
+    let again = tally_ok(
+        &w.store,
+        &[
+            "import",
+            "--umami-postgres",
+            &url,
+            "--site",
+            "hist.test",
+            "--umami-website",
+            "5A1F0000-0000-4000-8000-00000000ABCD",
+        ],
+    );
+    assert_eq!((field(&again, "imported:"), field(&again, "skipped (imported before):")), ("0".into(), "5".into()));
+    // Umami's CSV export of the same rows: the same event ids, nothing new.
+    let csv = w.dir.join("website_event.csv");
+    std::fs::write(&csv, UMAMI).unwrap();
+    let export = tally_ok(&w.store, &["import", csv.to_str().unwrap(), "--site", "hist.test"]);
+    assert_eq!((field(&export, "imported:"), field(&export, "skipped (imported before):")), ("0".into(), "4".into()));
+
+    let server = Server::start(&w.store);
+    assert_eq!(october(&server, &w.key), json!([2, 4, 5]), "two sessions, four page views, one Signup");
+    let by = |dimension: &str| {
+        let answer = query(
+            &server,
+            &w.key,
+            json!({ "site_id": "hist.test", "metrics": ["visitors"], "dimensions": [dimension],
+                    "date_range": ["2026-10-05", "2026-10-11"], "order_by": [[dimension, "asc"]] }),
+        );
+        answer["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["dimensions"][0].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by("visit:country"), ["DE", "FR"]);
+    assert_eq!(by("visit:browser"), ["Firefox", "Safari"]);
+    assert_eq!(by("visit:os"), ["Linux", "iOS"]);
+    assert_eq!(by("visit:device"), ["Desktop", "Mobile"]);
+    assert_eq!(by("visit:source"), ["Direct / None", "Google"]);
+    let props = query(
+        &server,
+        &w.key,
+        json!({ "site_id": "hist.test", "metrics": ["events"], "dimensions": ["event:props:seats"],
+                "date_range": ["2026-10-05", "2026-10-11"], "filters": [["is", "event:name", ["Signup"]]] }),
+    );
+    assert_eq!(props["results"][0]["dimensions"][0], "5", "{props}");
+    server.stop();
+
+    // A database that cannot be reached is an error naming it.
+    let out =
+        tally(&w.store, &["import", "--umami-postgres", "postgres://umami@127.0.0.1:1/umami", "--site", "hist.test"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect to Umami's database"));
 }

@@ -61,3 +61,17 @@ async fn the_tracker_sends_what_the_event_route_reads_without_a_preflight() {
     assert!(!events[0].0.interactive);
     assert!(events[0].0.props.contains(&("scroll_depth".to_owned(), "80".to_owned())));
 }
+
+#[test]
+fn the_served_tracker_is_the_source_without_comments_or_indentation() {
+    use server::tracker::{SCRIPT, SOURCE};
+    assert!(SCRIPT.len() < SOURCE.len());
+    let kept: Vec<&str> = SOURCE
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| !l.is_empty() && !l.starts_with("//") && !(l.starts_with("/*") && l.ends_with("*/")))
+        .collect();
+    assert_eq!(SCRIPT.lines().collect::<Vec<_>>(), kept);
+    assert!(SOURCE.lines().any(|l| l.trim_start().starts_with("//")), "the source has comments to strip");
+    assert!(!SCRIPT.lines().any(|l| l.starts_with(' ') || l.starts_with("//")));
+}
