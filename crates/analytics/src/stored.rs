@@ -99,11 +99,21 @@ pub struct VisitAttrs {
     pub os: String,
     /// Operating system version.
     pub os_version: String,
+    /// Region: the ISO 3166-2 code of the country's first subdivision (`FR-IDF`); empty unless a
+    /// city database is configured and knows it.
+    pub region: String,
+    /// City name in English; empty unless a city database is configured and knows it.
+    pub city: String,
+    /// Screen size class (`Mobile`, `Tablet`, `Laptop`, `Desktop`) from the window or screen
+    /// width the tracker sent ([`crate::enrich::screen_class`]); empty when none was sent.
+    pub screen: String,
+    /// The browser's language as the tracker sent it (`en-US`); empty when none was sent.
+    pub language: String,
 }
 
 impl VisitAttrs {
     /// The text attributes, in field order (everything but `start_ts`).
-    pub fn texts(&self) -> [&str; 14] {
+    pub fn texts(&self) -> [&str; 18] {
         [
             &self.entry_page,
             &self.source,
@@ -119,6 +129,10 @@ impl VisitAttrs {
             &self.browser_version,
             &self.os,
             &self.os_version,
+            &self.region,
+            &self.city,
+            &self.screen,
+            &self.language,
         ]
     }
 }
@@ -292,7 +306,7 @@ pub const PROPS_PREFIX: &str = "event:props:";
 /// event's time **and** with the visit counters ([`Contribution`]) in the bucket of the session's
 /// start. `visit:exit_page` holds visit counters only (its visitors are reported as its visits,
 /// because a sketch cannot take a visitor out when the exit page moves).
-pub const VISIT_DIMENSIONS: [&str; 15] = [
+pub const VISIT_DIMENSIONS: [&str; 19] = [
     "visit:entry_page",
     "visit:exit_page",
     "visit:source",
@@ -308,6 +322,10 @@ pub const VISIT_DIMENSIONS: [&str; 15] = [
     "visit:browser_version",
     "visit:os",
     "visit:os_version",
+    "visit:region",
+    "visit:city",
+    "visit:screen",
+    "visit:language",
 ];
 
 /// The counters of one aggregate item. Event counters are counted in the bucket of each event's

@@ -20,7 +20,7 @@
   function send(n, o) {
     if (skip()) return;
     o = o || {};
-    var b = { n: n, u: o.u || l.href, d: dom, r: d.referrer || null };
+    var b = { n: n, u: o.u || l.href, d: dom, r: d.referrer || null, w: w.innerWidth };
     if (hash) b.h = 1;
     if (o.props) b.p = o.props;
     if (o.revenue) b.$ = o.revenue;

@@ -49,6 +49,10 @@ pub fn visit_value<'a>(visit: &'a VisitAttrs, dimension: &str) -> Option<&'a str
         "visit:browser_version" => &visit.browser_version,
         "visit:os" => &visit.os,
         "visit:os_version" => &visit.os_version,
+        "visit:region" => &visit.region,
+        "visit:city" => &visit.city,
+        "visit:screen" => &visit.screen,
+        "visit:language" => &visit.language,
         _ => return None,
     })
 }
