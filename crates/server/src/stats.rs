@@ -1033,7 +1033,15 @@ pub async fn session(
         Ok(events) => {
             let list: Vec<Json> = events
                 .iter()
-                .map(|e| json!({ "name": e.name, "timestamp": e.ts, "hostname": e.hostname, "path": e.path, "props": e.props }))
+                .map(|e| {
+                    let mut event =
+                        json!({ "name": e.name, "timestamp": e.ts, "hostname": e.hostname, "path": e.path, "props": e.props });
+                    // Revenue, exact as stored, on the events that carry some.
+                    if let Some((amount, currency)) = &e.revenue {
+                        event["revenue"] = json!({ "amount": amount, "currency": currency });
+                    }
+                    event
+                })
                 .collect();
             json_ok(json!({ "session": reference, "events": list }))
         }

@@ -565,8 +565,6 @@ async function loadPanel(p, seq) {
   const el = document.querySelector(`[data-panel="${p.id}"] .body`);
   if (!el) return;
   let dim = S.tabs[p.id] || p.tabs[0][0];
-  // The map reads the country breakdown, every country of it to shade the map.
-  const asked = dim === "map" ? "visit:country" : dim;
   if (dim === "props") {
     let keys;
     try { keys = await propertyKeys(seq); } catch (e) { if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message)); return; }
@@ -576,6 +574,8 @@ async function loadPanel(p, seq) {
     document.getElementById("prop-key")?.replaceChildren(...keys.map((k) => h("option", { value: k, selected: k === S.prop }, k)));
     dim = `event:props:${S.prop}`;
   }
+  // The map reads the country breakdown, every country of it to shade the map.
+  const asked = dim === "map" ? "visit:country" : dim;
   // Top pages also show engagement (scroll depth, time on page), except over the last 30 minutes;
   // goals show revenue when the site has a revenue goal (not in realtime, which keeps no revenue).
   const revenue = p.id === "goals" && !isRealtime() && (S.site.goals || []).some((g) => g.currency);
@@ -615,7 +615,10 @@ function worldMap(results) {
     if (n) path.addEventListener("click", () => addFilter("visit:country", code));
     svg.append(path);
   }
-  return h("div", { class: "map-wrap" }, svg, rowsTable("visit:country", ["visitors", "visits"], results.slice(0, 10)));
+  // The list beside the map keeps the visitors (and their change) only, so country names fit.
+  const first = (r) => ({ ...r, metrics: r.metrics.slice(0, 1),
+    comparison: r.comparison && { ...r.comparison, metrics: r.comparison.metrics.slice(0, 1), change: r.comparison.change.slice(0, 1) } });
+  return h("div", { class: "map-wrap" }, svg, rowsTable("visit:country", ["visitors"], results.slice(0, 10).map(first)));
 }
 
 function countryName(code) {
