@@ -649,6 +649,15 @@ impl Stats {
             (Some(b), _) => (b.clone(), true),
             (None, _) => (TOTAL.to_owned(), true),
         };
+        // Region, city, screen size and language keep no item for visits without a value, which
+        // a negated filter on them must count: the raw events have them.
+        if q.filters
+            .iter()
+            .any(|f| f.op.is_negated() && crate::stored::SPARSE_VISIT_DIMENSIONS.contains(&f.dimension.as_str()))
+        {
+            source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
+            raw = true;
+        }
         if session_metrics && source.starts_with("event:") {
             return Err(StatsError::Invalid(format!(
                 "session metrics cannot be combined with an event dimension ({source}) as the breakdown"

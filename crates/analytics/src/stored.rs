@@ -328,6 +328,20 @@ pub const VISIT_DIMENSIONS: [&str; 19] = [
     "visit:language",
 ];
 
+/// The visit dimensions that keep no aggregate item for the empty value: a visit without a
+/// region, city, screen size or language adds nothing to them. Most visits have no region or
+/// city (no city database) and Plausible's tracker sends no language, so empty items would cost
+/// writes for nothing a breakdown shows (breakdowns list no empty value); and the aggregates of
+/// events stored before these dimensions existed stay equal to a rebuild. A negated filter on one
+/// of them (`is_not`, which must count the visits without a value) is answered from the event
+/// blocks ([`crate::stats`]).
+pub const SPARSE_VISIT_DIMENSIONS: [&str; 4] = ["visit:region", "visit:city", "visit:screen", "visit:language"];
+
+/// Whether `dimension` keeps no item for `value` ([`SPARSE_VISIT_DIMENSIONS`]).
+pub fn skips_value(dimension: &str, value: &str) -> bool {
+    value.is_empty() && SPARSE_VISIT_DIMENSIONS.contains(&dimension)
+}
+
 /// The counters of one aggregate item. Event counters are counted in the bucket of each event's
 /// time; visit counters in the bucket of each session's start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

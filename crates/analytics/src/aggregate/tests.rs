@@ -97,17 +97,13 @@ fn a_first_page_view() {
             day total="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:browser="Firefox" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:browser_version="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            day visit:city="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:country="DE" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:device="Desktop" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:entry_page="/" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:exit_page="/" @2026-11-22: visits=1 bounces=1 vpv=1
-            day visit:language="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:os="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:os_version="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:referrer="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            day visit:region="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            day visit:screen="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:source="Google" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:utm_campaign="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             day visit:utm_content="" @2026-11-22: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
@@ -120,17 +116,13 @@ fn a_first_page_view() {
             week total="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:browser="Firefox" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:browser_version="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            week visit:city="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:country="DE" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:device="Desktop" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:entry_page="/" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:exit_page="/" @2026-W47: visits=1 bounces=1 vpv=1
-            week visit:language="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:os="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:os_version="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:referrer="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            week visit:region="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            week visit:screen="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:source="Google" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:utm_campaign="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             week visit:utm_content="" @2026-W47: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
@@ -143,17 +135,13 @@ fn a_first_page_view() {
             month total="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:browser="Firefox" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:browser_version="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            month visit:city="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:country="DE" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:device="Desktop" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:entry_page="/" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:exit_page="/" @2026-11: visits=1 bounces=1 vpv=1
-            month visit:language="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:os="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:os_version="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:referrer="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            month visit:region="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
-            month visit:screen="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:source="Google" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:utm_campaign="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff
             month visit:utm_content="" @2026-11: pv=1 ev=1 visits=1 bounces=1 vpv=1 visitor=ff

@@ -635,6 +635,20 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
         false,
     );
 
+    // A negated filter counts the visits with no value too (L1 sent no language), as the raw
+    // events tell: no aggregate item holds an empty language.
+    stats.check(
+        "is_not visit:language de-DE",
+        &a.key,
+        {
+            let mut body = query(&a.domain, all, &["visitors", "visits", "pageviews"], &[]);
+            body["filters"] = json!([["is_not", "visit:language", ["de-DE"]]]);
+            body
+        },
+        &[row(&[], &[4.0, 4.0, 5.0])], // bob (2 page views), carol, L1, L2.
+        true,
+    );
+
     // Revenue: the Signup goal counts EUR; alice's 19.99 EUR counts, dave's USD does not.
     // `Visit /product/*` is no revenue goal: null.
     stats.check_json(

@@ -586,7 +586,10 @@ async function loadPanel(p, seq) {
     if (seq !== S.seq) return;
     // Page views are not custom events, and engagement is part of a visit, not an event.
     const results = dim === "event:name" ? res.results.filter((r) => !["pageview", "engagement"].includes(r.dimensions[0])) : res.results;
-    el.replaceChildren(dim === "map" ? worldMap(results) : rowsTable(dim, metrics, results));
+    // Regions and cities come from a city database, which Tally does not ship: say so.
+    const noPlaces = !results.length && (dim === "visit:region" || dim === "visit:city");
+    el.replaceChildren(noPlaces ? h("p", { class: "empty" }, "None in this range. Regions and cities need a city database (mmdb in tally.toml).")
+      : dim === "map" ? worldMap(results) : rowsTable(dim, metrics, results));
   } catch (e) {
     if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message));
   }
