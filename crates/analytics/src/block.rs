@@ -28,7 +28,9 @@ use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
 
 /// The format's magic and version.
 const MAGIC: &[u8; 3] = b"TEB";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The versions [`decode`] reads: version 1 lacks the [`SINCE_V2`] columns.
+const READABLE: [u8; 2] = [1, 2];
 
 /// A column is compressed when it is at least this long and lz4 makes it smaller.
 const COMPRESS_FROM: usize = 64;
@@ -86,13 +88,22 @@ pub enum Col {
     VisitBrowserVersion = 28,
     VisitOs = 29,
     VisitOsVersion = 30,
+    /// Per session, from version 2 on (a version 1 block reads them as empty).
+    VisitRegion = 31,
+    VisitCity = 32,
+    VisitScreen = 33,
+    VisitLanguage = 34,
 }
 
 /// How many column ids there are.
-const COLUMNS: u8 = 31;
+const COLUMNS: u8 = 35;
+
+/// The visit columns a version 1 block does not have: [`decode`] gives them one empty value per
+/// session, as a version 2 block of the same events would hold.
+const SINCE_V2: [Col; 4] = [Col::VisitRegion, Col::VisitCity, Col::VisitScreen, Col::VisitLanguage];
 
 /// The visit-attribute text columns, in [`VisitAttrs`] field order after `start_ts`.
-pub const VISIT_TEXT: [Col; 14] = [
+pub const VISIT_TEXT: [Col; 18] = [
     Col::VisitEntry,
     Col::VisitSource,
     Col::VisitReferrer,
@@ -107,6 +118,10 @@ pub const VISIT_TEXT: [Col; 14] = [
     Col::VisitBrowserVersion,
     Col::VisitOs,
     Col::VisitOsVersion,
+    Col::VisitRegion,
+    Col::VisitCity,
+    Col::VisitScreen,
+    Col::VisitLanguage,
 ];
 
 impl Col {
@@ -147,6 +162,10 @@ const ALL_COLS: [Col; COLUMNS as usize] = [
     Col::VisitBrowserVersion,
     Col::VisitOs,
     Col::VisitOsVersion,
+    Col::VisitRegion,
+    Col::VisitCity,
+    Col::VisitScreen,
+    Col::VisitLanguage,
 ];
 
 /// A set of columns.
@@ -206,6 +225,12 @@ impl Dict {
     /// The distinct values, in first-seen order.
     pub fn values(&self) -> impl ExactSizeIterator<Item = &str> {
         (0..self.ends.len()).map(|v| self.value(v))
+    }
+
+    /// `rows` rows of the empty value (no value when there are no rows, as [`dict`] writes it).
+    fn empty_values(rows: usize) -> Dict {
+        let ends = if rows == 0 { Vec::new() } else { vec![0] };
+        Dict { text: String::new(), ends, rows: vec![0; rows] }
     }
 
     /// For each distinct value, whether `f` holds: evaluated once per value, then looked up by
@@ -317,7 +342,7 @@ pub struct Block {
     /// Per session: visit start, epoch ms.
     pub visit_start: Vec<i64>,
     /// Per session: the visit text attributes, in [`VISIT_TEXT`] order.
-    pub visit: [Dict; 14],
+    pub visit: [Dict; 18],
 }
 
 impl Block {
@@ -483,7 +508,8 @@ pub fn decode(bytes: &[u8], want: Cols) -> Result<Block, BlockError> {
     if r.take(3)? != MAGIC {
         return Err(BlockError::Corrupt("not an event block"));
     }
-    if r.byte()? != VERSION {
+    let version = r.byte()?;
+    if !READABLE.contains(&version) {
         return Err(BlockError::Corrupt("unknown block version"));
     }
     let site_id = r.string()?;
@@ -527,6 +553,12 @@ pub fn decode(bytes: &[u8], want: Cols) -> Result<Block, BlockError> {
     }
     if r.at != bytes.len() {
         return Err(BlockError::Corrupt("trailing bytes"));
+    }
+    if version == 1 {
+        for col in SINCE_V2.into_iter().filter(|c| want.has(*c)) {
+            let i = VISIT_TEXT.iter().position(|v| *v == col).ok_or(BlockError::Corrupt("column"))?;
+            block.visit[i] = Dict::empty_values(n_sessions);
+        }
     }
     check_shapes(&block, want, n_sessions)?;
     Ok(block)
@@ -685,6 +717,10 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
                 browser_version: t(11),
                 os: t(12),
                 os_version: t(13),
+                region: t(14),
+                city: t(15),
+                screen: t(16),
+                language: t(17),
             }
         })
         .collect();

@@ -120,6 +120,10 @@ pub struct RawEvent {
     pub interactive: bool,
     /// Hash-based routing (Plausible's `h`): the URL fragment is part of the page path.
     pub hash_mode: bool,
+    /// The window's (Plausible's `w`) or screen's (Umami's `screen`) width in CSS pixels, if sent.
+    pub screen_width: Option<u32>,
+    /// The browser's language (Umami's `language`), if sent.
+    pub language: Option<String>,
     /// When the event happened, in milliseconds since the Unix epoch (the receive time, or the
     /// explicit time of an imported event).
     pub timestamp_ms: i64,
@@ -144,6 +148,8 @@ impl RawEvent {
             revenue: None,
             interactive: true,
             hash_mode: false,
+            screen_width: None,
+            language: None,
             timestamp_ms: 0,
             user_agent: String::new(),
             peer_ip: IpAddr::from([0, 0, 0, 0]),
@@ -685,6 +691,10 @@ pub struct Event {
     pub revenue: Option<Revenue>,
     /// Whether the event counts against bounces.
     pub interactive: bool,
+    /// The window or screen width sent, in CSS pixels.
+    pub screen_width: Option<u32>,
+    /// The browser's language sent, when it reads as a language tag ([`language_tag`]).
+    pub language: Option<String>,
     /// Milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
     /// The User-Agent, cut to the limit; empty when absent.
@@ -752,12 +762,43 @@ impl Event {
             props,
             revenue,
             interactive: raw.interactive,
+            // A width no screen has (over 100,000 pixels) is no width rather than a refusal: the
+            // event still counts.
+            screen_width: raw.screen_width.filter(|w| *w <= 100_000),
+            language: raw.language.as_deref().and_then(language_tag),
             timestamp_ms: raw.timestamp_ms,
             user_agent,
             peer_ip: raw.peer_ip,
             headers: raw.headers,
         })
     }
+}
+
+/// A browser language as a tag of letters, digits and hyphens (`en-US`, `zh-Hant-TW`): at most
+/// 35 bytes (BCP 47's longest common tags), `_` read as `-`, the primary subtag lower-case and a
+/// two-letter region upper-case, as browsers report them. Anything else is no language: the event
+/// still counts.
+pub fn language_tag(text: &str) -> Option<String> {
+    let text = text.trim();
+    if text.is_empty() || text.len() > 35 || !text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    for (i, part) in text.split(['-', '_']).enumerate() {
+        if part.is_empty() {
+            return None;
+        }
+        if i > 0 {
+            out.push('-');
+        }
+        match (i, part.len()) {
+            (0, _) => out.push_str(&part.to_ascii_lowercase()),
+            (_, 2) => out.push_str(&part.to_ascii_uppercase()),
+            _ => out.push_str(part),
+        }
+    }
+    Some(out)
 }
 
 fn parse_domains(text: &str, limits: &Limits) -> Result<Vec<Hostname>, EventError> {

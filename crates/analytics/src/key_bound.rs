@@ -139,6 +139,10 @@ pub fn bound_event(event: &StoredEvent) -> Cow<'_, StoredEvent> {
         &mut v.browser_version,
         &mut v.os,
         &mut v.os_version,
+        &mut v.region,
+        &mut v.city,
+        &mut v.screen,
+        &mut v.language,
     ] {
         fix(s);
     }
@@ -207,6 +211,10 @@ mod tests {
                 browser_version: text(1024),
                 os: text(1024),
                 os_version: text(1024),
+                region: text(32),
+                city: text(200),
+                screen: "Desktop".into(),
+                language: text(35),
             },
             prev: crate::stored::PrevState {
                 events: 2,

@@ -966,6 +966,10 @@ fn new_session(ts: i64, event: &Event, e: &Enrichment) -> NewSession {
             browser_version: text(&e.browser.version),
             os: e.os.name.clone(),
             os_version: text(&e.os.version),
+            region: text(&e.region),
+            city: text(&e.city),
+            screen: event.screen_width.map(|w| crate::enrich::screen_class(w).to_owned()).unwrap_or_default(),
+            language: text(&event.language),
         },
     }
 }

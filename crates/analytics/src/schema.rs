@@ -86,6 +86,7 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("page_path"))
                 .attribute(Attribute::string("event_name").example("Signup"))
                 .attribute(Attribute::string("display_name"))
+                .attribute(Attribute::string("currency").example("USD"))
                 .timestamps()
                 .key("SITE#{site_id}", "GOAL#{goal_id}"),
         )
@@ -230,6 +231,10 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string("browser_version").example("132"))
                 .attribute(Attribute::string("os").example("Linux"))
                 .attribute(Attribute::string("os_version"))
+                .attribute(Attribute::string("region").example("DE-BE"))
+                .attribute(Attribute::string("city").example("Berlin"))
+                .attribute(Attribute::string("screen").example("Laptop"))
+                .attribute(Attribute::string("language").example("de-DE"))
                 .attribute(Attribute::number("prev_events").default_value(0))
                 .attribute(Attribute::number("prev_pageviews").default_value(0))
                 .attribute(Attribute::number("prev_interactive").default_value(0))

@@ -72,6 +72,9 @@ pub enum SitesError {
     /// A funnel or a segment is not valid.
     #[error("{0}")]
     InvalidFunnel(String),
+    /// A revenue goal's currency is not three letters.
+    #[error("a revenue goal's currency is an ISO 4217 code of three letters, not {0:?}")]
+    InvalidCurrency(String),
     /// No key of the site has this id.
     #[error("the site has no API key {0:?}")]
     NoSuchKey(String),
@@ -145,6 +148,9 @@ pub struct SiteGoal {
     pub goal_id: String,
     /// The goal.
     pub goal: Goal,
+    /// For a revenue goal, the ISO 4217 currency its revenue is counted in (upper-case); events
+    /// completing it with revenue in another currency add none (Tally converts no currencies).
+    pub currency: Option<String>,
 }
 
 /// A saved funnel of a site.
@@ -369,7 +375,8 @@ impl Sites {
                 "page" => Goal::page(g.string("page_path").map_err(corrupt("Goal"))?)?,
                 _ => Goal::event(g.string("event_name").map_err(corrupt("Goal"))?)?,
             };
-            goals.push(SiteGoal { goal_id, goal });
+            let currency = g.opt_string("currency").map_err(corrupt("Goal"))?.map(str::to_owned);
+            goals.push(SiteGoal { goal_id, goal, currency });
         }
         let mut funnels = Vec::new();
         for f in records.iter().filter(|r| r.entity() == "Funnel") {
@@ -513,6 +520,21 @@ impl Sites {
 
     /// Adds a goal to a site.
     pub async fn add_goal(&self, site_id: &str, goal: Goal) -> Result<SiteGoal, SitesError> {
+        self.add_goal_with_currency(site_id, goal, None).await
+    }
+
+    /// Adds a goal to a site; with a currency (three letters, ISO 4217), a revenue goal.
+    pub async fn add_goal_with_currency(
+        &self,
+        site_id: &str,
+        goal: Goal,
+        currency: Option<&str>,
+    ) -> Result<SiteGoal, SitesError> {
+        let currency = match currency.map(str::trim) {
+            None => None,
+            Some(c) if c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()) => Some(c.to_ascii_uppercase()),
+            Some(c) => return Err(SitesError::InvalidCurrency(c.to_owned())),
+        };
         if self.load(site_id).await?.is_none() {
             return Err(SitesError::NoSuchSite(site_id.to_owned()));
         }
@@ -532,9 +554,12 @@ impl Sites {
                 fields.insert("event_name".into(), name.as_str().into());
             }
         }
+        if let Some(c) = &currency {
+            fields.insert("currency".into(), c.as_str().into());
+        }
         self.table.create("Goal", fields).await?;
         self.by_id.remove(site_id);
-        Ok(SiteGoal { goal_id, goal })
+        Ok(SiteGoal { goal_id, goal, currency })
     }
 
     /// Adds another domain to a site: its events are taken, and its referrers are self-referrals.

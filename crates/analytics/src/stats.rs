@@ -27,6 +27,7 @@ mod compare;
 mod engagement;
 mod journeys;
 mod props;
+mod revenue;
 mod scan;
 #[cfg(test)]
 mod tests;
@@ -35,6 +36,7 @@ pub use compare::{Compared, Comparison, ComparisonMode, change};
 pub use engagement::Engagement;
 pub use journeys::{ENTRANCE, EXIT, Journeys, MAX_JOURNEY_ROWS};
 pub use props::MAX_PROPERTY_KEYS;
+pub use revenue::{GoalRevenue, RevenueGoal, mean_to_cents};
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};
@@ -647,6 +649,15 @@ impl Stats {
             (Some(b), _) => (b.clone(), true),
             (None, _) => (TOTAL.to_owned(), true),
         };
+        // Region, city, screen size and language keep no item for visits without a value, which
+        // a negated filter on them must count: the raw events have them.
+        if q.filters
+            .iter()
+            .any(|f| f.op.is_negated() && crate::stored::SPARSE_VISIT_DIMENSIONS.contains(&f.dimension.as_str()))
+        {
+            source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
+            raw = true;
+        }
         if session_metrics && source.starts_with("event:") {
             return Err(StatsError::Invalid(format!(
                 "session metrics cannot be combined with an event dimension ({source}) as the breakdown"

@@ -99,11 +99,21 @@ pub struct VisitAttrs {
     pub os: String,
     /// Operating system version.
     pub os_version: String,
+    /// Region: the ISO 3166-2 code of the country's first subdivision (`FR-IDF`); empty unless a
+    /// city database is configured and knows it.
+    pub region: String,
+    /// City name in English; empty unless a city database is configured and knows it.
+    pub city: String,
+    /// Screen size class (`Mobile`, `Tablet`, `Laptop`, `Desktop`) from the window or screen
+    /// width the tracker sent ([`crate::enrich::screen_class`]); empty when none was sent.
+    pub screen: String,
+    /// The browser's language as the tracker sent it (`en-US`); empty when none was sent.
+    pub language: String,
 }
 
 impl VisitAttrs {
     /// The text attributes, in field order (everything but `start_ts`).
-    pub fn texts(&self) -> [&str; 14] {
+    pub fn texts(&self) -> [&str; 18] {
         [
             &self.entry_page,
             &self.source,
@@ -119,6 +129,10 @@ impl VisitAttrs {
             &self.browser_version,
             &self.os,
             &self.os_version,
+            &self.region,
+            &self.city,
+            &self.screen,
+            &self.language,
         ]
     }
 }
@@ -292,7 +306,7 @@ pub const PROPS_PREFIX: &str = "event:props:";
 /// event's time **and** with the visit counters ([`Contribution`]) in the bucket of the session's
 /// start. `visit:exit_page` holds visit counters only (its visitors are reported as its visits,
 /// because a sketch cannot take a visitor out when the exit page moves).
-pub const VISIT_DIMENSIONS: [&str; 15] = [
+pub const VISIT_DIMENSIONS: [&str; 19] = [
     "visit:entry_page",
     "visit:exit_page",
     "visit:source",
@@ -308,7 +322,25 @@ pub const VISIT_DIMENSIONS: [&str; 15] = [
     "visit:browser_version",
     "visit:os",
     "visit:os_version",
+    "visit:region",
+    "visit:city",
+    "visit:screen",
+    "visit:language",
 ];
+
+/// The visit dimensions that keep no aggregate item for the empty value: a visit without a
+/// region, city, screen size or language adds nothing to them. Most visits have no region or
+/// city (no city database) and Plausible's tracker sends no language, so empty items would cost
+/// writes for nothing a breakdown shows (breakdowns list no empty value); and the aggregates of
+/// events stored before these dimensions existed stay equal to a rebuild. A negated filter on one
+/// of them (`is_not`, which must count the visits without a value) is answered from the event
+/// blocks ([`crate::stats`]).
+pub const SPARSE_VISIT_DIMENSIONS: [&str; 4] = ["visit:region", "visit:city", "visit:screen", "visit:language"];
+
+/// Whether `dimension` keeps no item for `value` ([`SPARSE_VISIT_DIMENSIONS`]).
+pub fn skips_value(dimension: &str, value: &str) -> bool {
+    value.is_empty() && SPARSE_VISIT_DIMENSIONS.contains(&dimension)
+}
 
 /// The counters of one aggregate item. Event counters are counted in the bucket of each event's
 /// time; visit counters in the bucket of each session's start.

@@ -36,6 +36,11 @@ const DAY_MS: i64 = 86_400_000;
 /// The CDN country header the generator sends; configure it as a trusted country header.
 pub const COUNTRY_HEADER: &str = "cf-ipcountry";
 
+/// The price of a pro plan's first month, sent as revenue with its signups.
+pub const PRO_PRICE: &str = "19.00";
+/// The currency of the synthetic revenue.
+pub const CURRENCY: &str = "EUR";
+
 /// The custom event names the generator sends, so a demo can define goals for them.
 pub const EVENT_NAMES: [&str; 3] = ["Signup", "File Download", "Outbound Link: Click"];
 
@@ -82,6 +87,8 @@ struct Visitor {
     ip: IpAddr,
     user_agent: &'static str,
     country: &'static str,
+    screen_width: u32,
+    language: &'static str,
 }
 
 impl Synth {
@@ -126,11 +133,32 @@ impl Synth {
         // Public-looking IPv4 addresses: the first octet avoids 0, 10, 127 and everything from 224.
         let first = [23u8, 31, 45, 62, 81, 88, 93, 104, 151, 176, 185, 193, 203, 212][self.rng.random_range(0..14)];
         let ip = IpAddr::V4(Ipv4Addr::new(first, self.rng.random(), self.rng.random(), self.rng.random_range(1..255)));
-        let visitor = Visitor {
-            ip,
-            user_agent: USER_AGENTS[pick_weighted(&mut self.rng, &USER_AGENT_WEIGHTS)].1,
-            country: COUNTRIES[pick_weighted(&mut self.rng, &COUNTRY_WEIGHTS)].0,
+        let user_agent = USER_AGENTS[pick_weighted(&mut self.rng, &USER_AGENT_WEIGHTS)].1;
+        let country = COUNTRIES[pick_weighted(&mut self.rng, &COUNTRY_WEIGHTS)].0;
+        // Widths that fit the device the User-Agent names, so the screen sizes agree with the devices.
+        let widths: &[u32] = if user_agent.contains("iPad") || user_agent.contains("Tablet") {
+            &[768, 820, 1024]
+        } else if user_agent.contains("Mobile") {
+            &[360, 390, 412, 430]
+        } else {
+            &[1280, 1366, 1440, 1536, 1920, 2560]
         };
+        let screen_width = widths[self.rng.random_range(0..widths.len())];
+        let language = match country {
+            "DE" => "de-DE",
+            "GB" => "en-GB",
+            "FR" => "fr-FR",
+            "IN" => "en-IN",
+            "NL" => "nl-NL",
+            "CA" => "en-CA",
+            "BR" => "pt-BR",
+            "JP" => "ja-JP",
+            "PL" => "pl-PL",
+            "SE" => "sv-SE",
+            "AU" => "en-AU",
+            _ => "en-US",
+        };
+        let visitor = Visitor { ip, user_agent, country, screen_width, language };
         if self.visitors.len() < 100_000 {
             self.visitors.push(visitor.clone());
         }
@@ -157,7 +185,13 @@ impl Synth {
             out.push(event("pageview", url, &domain, referrer, Vec::new(), at, &visitor));
             if let Some(custom) = self.custom_event(path) {
                 let (name, props) = custom;
-                out.push(event(name, page_url.clone(), &domain, None, props, at.saturating_add(2_000), &visitor));
+                // A pro plan's signup pays for its first month: revenue for a revenue goal.
+                let paid = name == EVENT_NAMES[0] && props.iter().any(|(k, v)| k == "plan" && v == "pro");
+                let mut e = event(name, page_url.clone(), &domain, None, props, at.saturating_add(2_000), &visitor);
+                if paid {
+                    e.revenue = Some(crate::event::RawRevenue { amount: PRO_PRICE.into(), currency: CURRENCY.into() });
+                }
+                out.push(e);
             }
             previous = Some(page_url);
             // Think time: mostly tens of seconds, sometimes minutes; always under the 30-minute gap.
@@ -250,6 +284,8 @@ fn event(
         revenue: None,
         interactive: true,
         hash_mode: false,
+        screen_width: Some(visitor.screen_width),
+        language: Some(visitor.language.to_owned()),
         timestamp_ms,
         user_agent: visitor.user_agent.to_owned(),
         peer_ip: visitor.ip,

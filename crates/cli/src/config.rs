@@ -91,7 +91,8 @@ pub struct Config {
     pub store: StoreSpec,
     /// The table's name (a `dynamodb://` store names its own).
     pub table: String,
-    /// An MMDB country database.
+    /// An MMDB country or city database (GeoLite2, DB-IP Lite, ip-location-db); without one,
+    /// countries come from the database compiled into tally, and regions and cities are not known.
     pub mmdb: Option<PathBuf>,
     /// Proxies (addresses or CIDR ranges) whose forwarding headers are believed.
     pub trusted_proxies: Vec<String>,
@@ -161,7 +162,7 @@ pub struct Layer {
     /// The table's name [default: tally].
     #[arg(long, global = true)]
     pub table: Option<String>,
-    /// An MMDB country database file.
+    /// An MMDB country or city database file [default: the country database compiled in].
     #[arg(long, global = true)]
     pub mmdb: Option<PathBuf>,
     /// A proxy address or CIDR range whose forwarding headers are believed (repeatable).

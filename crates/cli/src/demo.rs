@@ -60,7 +60,9 @@ pub async fn fill(
         return Ok((site, false));
     }
     let site = sites.add(DEMO_DOMAIN, "Europe/Berlin").await.context("adding the demo site")?;
-    for goal in [Goal::event(EVENT_NAMES[0])?, Goal::event(EVENT_NAMES[1])?, Goal::page(SIGNUP_PAGE)?] {
+    // Signups are a revenue goal: the synthetic pro signups pay in its currency.
+    sites.add_goal_with_currency(&site.site_id, Goal::event(EVENT_NAMES[0])?, Some(analytics::synth::CURRENCY)).await?;
+    for goal in [Goal::event(EVENT_NAMES[1])?, Goal::page(SIGNUP_PAGE)?] {
         sites.add_goal(&site.site_id, goal).await?;
     }
     let funnel =

@@ -130,6 +130,12 @@ fn event_record(e: &StoredEvent) -> Map<String, Json> {
     if !e.props.is_empty() {
         record.insert("props".into(), json!(e.props));
     }
+    if first && !v.language.is_empty() {
+        record.insert("language".into(), json!(v.language));
+    }
+    if let Some((amount, currency)) = &e.revenue {
+        record.insert("revenue".into(), json!({ "amount": amount, "currency": currency }));
+    }
     record
 }
 

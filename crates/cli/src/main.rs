@@ -332,6 +332,9 @@ enum GoalCommand {
         /// A custom event name.
         #[arg(long)]
         event: Option<String>,
+        /// Makes it a revenue goal counting revenue in this currency (`USD`, `EUR`…).
+        #[arg(long)]
+        currency: Option<String>,
     },
 }
 
@@ -494,8 +497,14 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 SiteCommand::Remove { site } => serve::site_remove(&config, &site).await,
             }
         })?,
-        Command::Goal { what: GoalCommand::Add { site, page, event } } => {
-            runtime()?.block_on(serve::goal_add(&config, &site, page.as_deref(), event.as_deref()))?;
+        Command::Goal { what: GoalCommand::Add { site, page, event, currency } } => {
+            runtime()?.block_on(serve::goal_add(
+                &config,
+                &site,
+                page.as_deref(),
+                event.as_deref(),
+                currency.as_deref(),
+            ))?;
         }
         Command::Key { what } => runtime()?.block_on(async {
             match what {

@@ -367,7 +367,13 @@ pub async fn site_remove(config: &Config, name: &str) -> Result<()> {
 }
 
 /// `tally goal add`.
-pub async fn goal_add(config: &Config, site: &str, page: Option<&str>, event: Option<&str>) -> Result<()> {
+pub async fn goal_add(
+    config: &Config,
+    site: &str,
+    page: Option<&str>,
+    event: Option<&str>,
+    currency: Option<&str>,
+) -> Result<()> {
     let goal = match (page, event) {
         (Some(p), None) => Goal::page(p)?,
         (None, Some(e)) => Goal::event(e)?,
@@ -375,9 +381,12 @@ pub async fn goal_add(config: &Config, site: &str, page: Option<&str>, event: Op
     };
     let sites = Sites::new(crate::store::open(config).await?);
     let site = site_named(&sites, site).await?;
-    let added = sites.add_goal(&site.site_id, goal).await?;
+    let added = sites.add_goal_with_currency(&site.site_id, goal, currency).await?;
     println!("goal id: {}", added.goal_id);
     println!("goal: {}", added.goal.display_name());
+    if let Some(c) = &added.currency {
+        println!("revenue in: {c}");
+    }
     Ok(())
 }
 

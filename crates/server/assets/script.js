@@ -19,7 +19,7 @@
   }
   function send(n, o) {
     o = o || {};
-    var b = { n: n, u: o.u || l.href, d: dom, r: d.referrer || null };
+    var b = { n: n, u: o.u || l.href, d: dom, r: d.referrer || null, w: w.innerWidth };
     if (skip(b.u)) return;
     if (hash) b.h = 1;
     if (o.props) b.p = o.props;

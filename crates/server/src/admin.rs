@@ -7,7 +7,7 @@
 //! | `PATCH /api/sites/{site} {timezone, retention_*_days, excluded_ip_ranges}` | users | changes settings |
 //! | `DELETE /api/sites/{site}` | users | removes a site |
 //! | `POST /api/sites/{site}/domains {domain}`, `DELETE …/domains/{domain}` | users | more domains of a site |
-//! | `POST /api/sites/{site}/goals {event_name \| page_path}`, `DELETE …/goals/{id}` | users | goals |
+//! | `POST /api/sites/{site}/goals {event_name \| page_path, currency?}` (a currency makes a revenue goal), `DELETE …/goals/{id}` | users | goals |
 //! | `POST /api/sites/{site}/funnels {name, steps: [{page} \| {event}]}`, `DELETE …/funnels/{id}` | users | saved funnels |
 //! | `GET /api/sites/{site}/segments` | anyone who may read the site's statistics | saved segments: `{segments: [{segment_id, name, filters}]}` |
 //! | `POST /api/sites/{site}/segments {name, filters}`, `DELETE …/segments/{id}` | users | saved segments; the Stats API takes `["is", "segment", [id]]` |
@@ -51,7 +51,10 @@ fn site_json(site: &Site, full: bool) -> Json {
                 Goal::Page(p) => ("page", p.as_str().to_owned()),
                 Goal::Event(name) => ("event", name.clone()),
             };
-            json!({ "goal_id": g.goal_id, "kind": kind, "target": target, "display_name": g.goal.display_name() })
+            json!({
+                "goal_id": g.goal_id, "kind": kind, "target": target, "display_name": g.goal.display_name(),
+                "currency": g.currency,
+            })
         })
         .collect();
     v["funnels"] = site
@@ -86,7 +89,8 @@ fn sites_error(e: SitesError) -> Response {
         | SitesError::InvalidIpRange(_)
         | SitesError::TooManyIpRanges(_)
         | SitesError::Goal(_)
-        | SitesError::InvalidFunnel(_)) => bad(e.to_string()),
+        | SitesError::InvalidFunnel(_)
+        | SitesError::InvalidCurrency(_)) => bad(e.to_string()),
         e @ SitesError::DomainTaken(_) => error(StatusCode::CONFLICT, e.to_string()),
         e @ (SitesError::NoSuchSite(_) | SitesError::NoSuchKey(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
         e => internal(e),
@@ -250,8 +254,12 @@ pub async fn add_goal(
         Ok(g) => g,
         Err(e) => return bad(e.to_string()),
     };
-    match r.sites.add_goal(&site.site_id, goal).await {
-        Ok(g) => (StatusCode::CREATED, json_ok(json!({ "goal_id": g.goal_id, "display_name": g.goal.display_name() })))
+    let currency = tri!(optional_field(&map, "currency"));
+    match r.sites.add_goal_with_currency(&site.site_id, goal, currency).await {
+        Ok(g) => (
+            StatusCode::CREATED,
+            json_ok(json!({ "goal_id": g.goal_id, "display_name": g.goal.display_name(), "currency": g.currency })),
+        )
             .into_response(),
         Err(e) => sites_error(e),
     }

@@ -24,6 +24,8 @@ pub const INDEX: &str = include_str!("../assets/dashboard/index.html");
 pub const APP_JS: &str = include_str!("../assets/dashboard/app.js");
 /// The page's stylesheet.
 pub const APP_CSS: &str = include_str!("../assets/dashboard/app.css");
+/// The world map's country outlines (`cargo xtask world-map` writes it from Natural Earth's data).
+pub const WORLD_JS: &str = include_str!("../assets/dashboard/world.js");
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
                    connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
@@ -48,6 +50,10 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/assets/app.css",
             get(|h: HeaderMap| async move { asset(&h, &APP_CSS_ASSET, "text/css; charset=utf-8") }),
+        )
+        .route(
+            "/assets/world.js",
+            get(|h: HeaderMap| async move { asset(&h, &WORLD_JS_ASSET, "application/javascript; charset=utf-8") }),
         )
 }
 
@@ -116,6 +122,7 @@ impl Asset {
 
 static APP_JS_ASSET: Asset = Asset::new(APP_JS);
 static APP_CSS_ASSET: Asset = Asset::new(APP_CSS);
+static WORLD_JS_ASSET: Asset = Asset::new(WORLD_JS);
 
 /// Answers `asset` as `content_type`, or `304` when the browser's copy (`If-None-Match`) is
 /// current. `extra` headers are added to both.

@@ -118,7 +118,7 @@ impl Parsed {
 }
 
 /// The columns a CSV import may have, besides `props.NAME`.
-const COLUMNS: [&str; 12] = [
+const COLUMNS: [&str; 16] = [
     "timestamp",
     "url",
     "name",
@@ -131,6 +131,10 @@ const COLUMNS: [&str; 12] = [
     "browser",
     "os",
     "device",
+    "screen_width",
+    "language",
+    "revenue_amount",
+    "revenue_currency",
 ];
 const PROP_PREFIX: &str = "props.";
 
@@ -253,11 +257,18 @@ fn csv_object(names: &[&str], record: &csv::ByteRecord) -> Result<Map<String, Js
             }
             _ => Json::String(text.to_owned()),
         };
-        match name.strip_prefix(PROP_PREFIX) {
-            Some(prop) => {
+        match (name.strip_prefix(PROP_PREFIX), *name) {
+            (Some(prop), _) => {
                 props.insert(prop.to_owned(), value);
             }
-            None => {
+            // Two columns make the `revenue` object an NDJSON line has.
+            (None, "revenue_amount" | "revenue_currency") => {
+                let revenue = object.entry("revenue").or_insert_with(|| Json::Object(Map::new()));
+                if let Json::Object(r) = revenue {
+                    r.insert(name.trim_start_matches("revenue_").to_owned(), value);
+                }
+            }
+            (None, _) => {
                 object.insert((*name).to_owned(), value);
             }
         }
@@ -305,6 +316,15 @@ fn import_object(obj: &Map<String, Json>, site: &Site) -> Result<ImportEvent, St
         Some(Json::Bool(b)) => raw.interactive = *b,
         Some(_) => return Err("`interactive` must be true or false".into()),
     }
+    let width_error = || "`screen_width` must be a whole number of pixels up to 100000".to_owned();
+    raw.screen_width = match obj.get("screen_width") {
+        None | Some(Json::Null) => None,
+        Some(Json::Number(n)) => Some(n.as_u64().filter(|w| *w <= 100_000).ok_or_else(width_error)? as u32),
+        Some(Json::String(s)) => Some(s.trim().parse::<u32>().ok().filter(|w| *w <= 100_000).ok_or_else(width_error)?),
+        Some(_) => return Err(width_error()),
+    };
+    raw.language = text("language")?;
+    raw.revenue = crate::wire::revenue(obj.get("revenue"), "revenue").map_err(|e| e.to_string())?;
     match obj.get("props") {
         None | Some(Json::Null) => {}
         Some(Json::Object(props)) => {

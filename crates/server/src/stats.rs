@@ -437,6 +437,165 @@ async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String
     Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })))
 }
 
+/// The metrics read from revenue goals' events rather than the query engine (`stats::revenue`).
+const REVENUE_METRICS: [&str; 2] = ["total_revenue", "average_revenue"];
+
+/// A money value as Plausible's Stats API gives one (`value`, `currency`), with the exact
+/// decimal beside it (`amount`): `value` is a JSON number for Plausible's clients, `amount` is
+/// the sum as Tally counted it, to the last digit.
+fn money(amount: &analytics::stats::GoalRevenue, metric: &str) -> Json {
+    let value = if metric == "total_revenue" { Some(amount.total.clone()) } else { amount.average() };
+    match value {
+        Some(v) => json!({ "value": v.to_f64(), "amount": v.to_string(), "currency": amount.currency }),
+        None => Json::Null,
+    }
+}
+
+/// A query naming `total_revenue` or `average_revenue`: by goal (`event:goal`), each revenue
+/// goal's in its currency and `null` for other goals, or with no dimension the revenue goals'
+/// (those an `event:goal` `is` filter names, when there is one) when they share one currency,
+/// else `null`, as Plausible answers a mix of currencies. The other metrics are the query
+/// engine's; comparisons compare both. Answers are not ordered by revenue.
+async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, Response> {
+    if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
+        return Err(bad("total_revenue and average_revenue are not measured over the last 30 minutes"));
+    }
+    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    if !(dimensions.is_empty() || dimensions == ["event:goal"]) {
+        return Err(bad("total_revenue and average_revenue take no dimension or event:goal"));
+    }
+    if let Some(Json::Array(list)) = body.get("order_by")
+        && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| REVENUE_METRICS.contains(&n)))
+    {
+        return Err(bad("answers cannot be ordered by total_revenue or average_revenue"));
+    }
+    if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
+        return Err(bad("revenue and engagement metrics are asked for in separate queries"));
+    }
+    let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !REVENUE_METRICS.contains(m)).collect();
+    if others.is_empty() {
+        others.push("visitors");
+    }
+    let mut inner = body.clone();
+    inner["metrics"] = json!(others);
+    let q = parse_query(&inner, site)?;
+    let goals: Vec<analytics::stats::RevenueGoal> = site
+        .goals
+        .iter()
+        .filter_map(|g| {
+            let currency = g.currency.clone()?;
+            Some(analytics::stats::RevenueGoal { goal: g.goal.display_name(), currency })
+        })
+        .collect();
+    let sums = r.stats.revenue(&site.site_id, &q.range, &q.filters, &goals).await.map_err(stats_error)?;
+    // With no dimension: the goals an `event:goal is` filter names, else every revenue goal.
+    let named: Vec<&String> = q
+        .filters
+        .iter()
+        .filter(|f| f.dimension == "event:goal" && f.op == FilterOp::Is)
+        .flat_map(|f| &f.values)
+        .collect();
+    let chosen: Vec<&analytics::stats::GoalRevenue> =
+        sums.iter().filter(|s| named.is_empty() || named.contains(&&s.goal)).collect();
+    let combined = analytics::stats::GoalRevenue::combined(&chosen).map_err(stats_error)?;
+    let pick =
+        |sums: &[analytics::stats::GoalRevenue], combined: Option<analytics::stats::GoalRevenue>, dims: &[String]| {
+            if dimensions.is_empty() { combined } else { sums.iter().find(|s| Some(&s.goal) == dims.first()).cloned() }
+        };
+    // The answer's metrics in the asked order: the engine's in turn, revenue's looked up.
+    let merge = |values: &[Value], revenue: Option<&analytics::stats::GoalRevenue>| -> Vec<Json> {
+        let mut engine = values.iter();
+        asked
+            .iter()
+            .map(|m| {
+                if REVENUE_METRICS.contains(&m.as_str()) {
+                    revenue.map_or(Json::Null, |s| money(s, m))
+                } else {
+                    match engine.next() {
+                        Some(Value::Int(i)) => json!(i),
+                        Some(Value::Float(f)) => json!(f),
+                        None => Json::Null,
+                    }
+                }
+            })
+            .collect()
+    };
+    let mut echo_range = None;
+    let results: Vec<Json> = match parse_include(body, site)? {
+        None => r
+            .stats
+            .query(&q)
+            .await
+            .map_err(stats_error)?
+            .iter()
+            .map(|row| {
+                let revenue = pick(&sums, combined.clone(), &row.dimensions);
+                json!({ "metrics": merge(&row.metrics, revenue.as_ref()), "dimensions": row.dimensions })
+            })
+            .collect(),
+        Some(mode) => {
+            let compared = r.stats.query_compared(&q, mode).await.map_err(stats_error)?;
+            let before =
+                r.stats.revenue(&site.site_id, &compared.range, &q.filters, &goals).await.map_err(stats_error)?;
+            let chosen_before: Vec<&analytics::stats::GoalRevenue> =
+                before.iter().filter(|s| named.is_empty() || named.contains(&&s.goal)).collect();
+            let combined_before = analytics::stats::GoalRevenue::combined(&chosen_before).map_err(stats_error)?;
+            echo_range = Some(json!([compared.range.first().to_string(), compared.range.last().to_string()]));
+            compared
+                .rows
+                .iter()
+                .map(|(row, c)| {
+                    let now = pick(&sums, combined.clone(), &row.dimensions);
+                    let then = pick(&before, combined_before.clone(), &c.dimensions);
+                    let mut engine_change = c.change.iter();
+                    let change: Vec<Json> = asked
+                        .iter()
+                        .map(|m| {
+                            if !REVENUE_METRICS.contains(&m.as_str()) {
+                                return json!(engine_change.next().copied().flatten());
+                            }
+                            let value = |s: &Option<analytics::stats::GoalRevenue>| {
+                                s.as_ref().and_then(|s| if m == "total_revenue" { Some(s.total.clone()) } else { s.average() })
+                            };
+                            match (value(&now), value(&then)) {
+                                // A percentage for display; the amounts themselves stay exact.
+                                (Some(a), Some(b)) => json!(analytics::stats::change(
+                                    Metric::Visitors,
+                                    Value::Float(a.to_f64()),
+                                    Value::Float(b.to_f64())
+                                )),
+                                _ => Json::Null,
+                            }
+                        })
+                        .collect();
+                    json!({
+                        "metrics": merge(&row.metrics, now.as_ref()),
+                        "dimensions": row.dimensions,
+                        "comparison": { "metrics": merge(&c.metrics, then.as_ref()), "dimensions": c.dimensions, "change": change },
+                    })
+                })
+                .collect()
+        }
+    };
+    let echo = json!({
+        "site_id": body.get("site_id"),
+        "metrics": asked,
+        "date_range": [q.range.first().to_string(), q.range.last().to_string()],
+        "dimensions": q.dimensions,
+        "filters": body.get("filters").cloned().unwrap_or(json!([])),
+        "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
+        "pagination": { "limit": q.limit, "offset": q.offset },
+    });
+    let mut echo = echo;
+    if let Some(range) = echo_range {
+        echo["comparison_date_range"] = range;
+    }
+    if let Some(include) = body.get("include") {
+        echo["include"] = include.clone();
+    }
+    Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })))
+}
+
 /// `POST /api/journeys {site_id, date_range, page, filters}`: within the visits the filters
 /// select, the pages viewed just before `page` and just after it, and the most common paths of
 /// 2 to 4 pages from it, in visitors: `{page, before: [{page, visitors}], after: [...],
@@ -494,6 +653,9 @@ pub async fn query(
     let asked = tri!(strings(body.get("metrics"), "metrics"));
     if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
         return tri!(engagement_query(r, &body, &site, &asked).await);
+    }
+    if asked.iter().any(|m| REVENUE_METRICS.contains(&m.as_str())) {
+        return tri!(revenue_query(r, &body, &site, &asked).await);
     }
     // `30m` (or `realtime`): the last 30 minutes, read from their event blocks.
     let realtime = matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime"));
@@ -871,7 +1033,15 @@ pub async fn session(
         Ok(events) => {
             let list: Vec<Json> = events
                 .iter()
-                .map(|e| json!({ "name": e.name, "timestamp": e.ts, "hostname": e.hostname, "path": e.path, "props": e.props }))
+                .map(|e| {
+                    let mut event =
+                        json!({ "name": e.name, "timestamp": e.ts, "hostname": e.hostname, "path": e.path, "props": e.props });
+                    // Revenue, exact as stored, on the events that carry some.
+                    if let Some((amount, currency)) = &e.revenue {
+                        event["revenue"] = json!({ "amount": amount, "currency": currency });
+                    }
+                    event
+                })
                 .collect();
             json_ok(json!({ "session": reference, "events": list }))
         }

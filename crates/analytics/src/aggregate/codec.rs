@@ -46,6 +46,10 @@ pub fn event_item(e: &StoredEvent) -> Item {
         ("browser_version", &v.browser_version),
         ("os", &v.os),
         ("os_version", &v.os_version),
+        ("region", &v.region),
+        ("city", &v.city),
+        ("screen", &v.screen),
+        ("language", &v.language),
         ("prev_exit_page", &e.prev.exit_page),
         ("run", &e.run),
     ] {
@@ -150,6 +154,10 @@ pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
             browser_version: text(r, "browser_version")?,
             os: text(r, "os")?,
             os_version: text(r, "os_version")?,
+            region: text(r, "region")?,
+            city: text(r, "city")?,
+            screen: text(r, "screen")?,
+            language: text(r, "language")?,
         },
         prev: PrevState {
             events: number(r, "prev_events")?,

@@ -49,6 +49,10 @@ pub fn visit_value<'a>(visit: &'a VisitAttrs, dimension: &str) -> Option<&'a str
         "visit:browser_version" => &visit.browser_version,
         "visit:os" => &visit.os,
         "visit:os_version" => &visit.os_version,
+        "visit:region" => &visit.region,
+        "visit:city" => &visit.city,
+        "visit:screen" => &visit.screen,
+        "visit:language" => &visit.language,
         _ => return None,
     })
 }
@@ -194,7 +198,9 @@ fn each_delta(
                 add(dimension, value, counted);
             }
             for dimension in VISIT_DIMENSIONS {
-                if let Some(value) = visit_value(&event.visit, dimension) {
+                if let Some(value) = visit_value(&event.visit, dimension)
+                    && !crate::stored::skips_value(dimension, value)
+                {
                     add(dimension, value, plus(counted, visit_change));
                 }
             }
@@ -209,6 +215,7 @@ fn each_delta(
                 continue;
             }
             match visit_value(&event.visit, dimension) {
+                Some(value) if crate::stored::skips_value(dimension, value) => {}
                 Some(value) => {
                     if !same && !change.counters.is_zero() {
                         f(key(dimension, value), change);

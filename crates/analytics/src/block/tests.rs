@@ -19,7 +19,7 @@ fn text() -> impl Strategy<Value = String> {
 }
 
 fn visit() -> impl Strategy<Value = VisitAttrs> {
-    (any::<i32>(), prop::collection::vec(text(), 14)).prop_map(|(start, t)| VisitAttrs {
+    (any::<i32>(), prop::collection::vec(text(), 18)).prop_map(|(start, t)| VisitAttrs {
         start_ts: 1_700_000_000_000 + i64::from(start),
         entry_page: t[0].clone(),
         source: t[1].clone(),
@@ -35,6 +35,10 @@ fn visit() -> impl Strategy<Value = VisitAttrs> {
         browser_version: t[11].clone(),
         os: t[12].clone(),
         os_version: t[13].clone(),
+        region: t[14].clone(),
+        city: t[15].clone(),
+        screen: t[16].clone(),
+        language: t[17].clone(),
     })
 }
 
@@ -129,6 +133,29 @@ proptest! {
         }
     }
 
+    /// Blocks written before region, city, screen and language were stored (version 1) still
+    /// decode, those attributes empty: the version 2 reader reads a version 1 block as the same
+    /// events with no such values.
+    #[test]
+    fn version_1_blocks_decode_with_the_new_visit_attributes_empty(events in events()) {
+        let events: Vec<StoredEvent> = events
+            .into_iter()
+            .map(|mut e| {
+                e.visit.region.clear();
+                e.visit.city.clear();
+                e.visit.screen.clear();
+                e.visit.language.clear();
+                e
+            })
+            .collect();
+        let v2 = encode("site-1", "2026-11-22", &events).expect("encodes");
+        let v1 = as_version_1(&v2);
+        prop_assert_eq!(decode_events(&v1).expect("a version 1 block decodes"), events);
+        let part = read(&v1, Cols::NONE.with(Col::VisitScreen).with(Col::VisitCountry)).expect("decodes");
+        let whole = read(&v2, Cols::NONE.with(Col::VisitScreen).with(Col::VisitCountry)).expect("decodes");
+        prop_assert_eq!(part.visit_col(Col::VisitScreen), whole.visit_col(Col::VisitScreen));
+    }
+
     /// Damaged bytes (truncated, or a byte changed) give an error or some block, never a panic
     /// or an unbounded allocation.
     #[test]
@@ -202,6 +229,50 @@ fn repetitive_events_are_compact() {
     let per_event = bytes.len() as f64 / events.len() as f64;
     assert!(per_event < 40.0, "{per_event:.1} bytes an event");
     assert_eq!(decode_events(&bytes).unwrap(), events);
+}
+
+/// A version 2 block rewritten as version 1 wrote it: the version byte 1 and no [`SINCE_V2`]
+/// column.
+fn as_version_1(v2: &[u8]) -> Vec<u8> {
+    let mut r = Reader { bytes: v2, at: 4 };
+    let site = r.string().unwrap();
+    let day = r.string().unwrap();
+    let (len, sessions, columns) = (r.uvar().unwrap(), r.uvar().unwrap(), r.uvar().unwrap());
+    let mut kept = Vec::new();
+    for _ in 0..columns {
+        let start = r.at;
+        let id = r.byte().unwrap();
+        let _flags = r.byte().unwrap();
+        let size = r.uvar().unwrap() as usize;
+        r.take(size).unwrap();
+        if !SINCE_V2.iter().any(|c| *c as u8 == id) {
+            kept.push(&v2[start..r.at]);
+        }
+    }
+    let mut out = b"TEB\x01".to_vec();
+    put_str(&mut out, &site);
+    put_str(&mut out, &day);
+    put_uvar(&mut out, len);
+    put_uvar(&mut out, sessions);
+    put_uvar(&mut out, kept.len() as u64);
+    kept.iter().for_each(|c| out.extend_from_slice(c));
+    out
+}
+
+#[test]
+fn a_version_1_block_is_not_read_as_version_2() {
+    // The same bytes with version 2 lack columns a version 2 block always has.
+    let mut e = one();
+    e.visit.screen = "Laptop".into();
+    let v2 = encode("site-1", "2026-11-22", &[e.clone()]).unwrap();
+    let v1 = as_version_1(&v2);
+    e.visit.screen.clear();
+    assert_eq!(decode_events(&v1).unwrap(), vec![e]);
+    let mut wrong = v1.clone();
+    wrong[3] = 2;
+    assert!(decode_events(&wrong).is_err(), "a block claiming version 2 without the new columns is damaged");
+    wrong[3] = 3;
+    assert!(decode_events(&wrong).is_err(), "an unknown version is refused");
 }
 
 fn one() -> StoredEvent {

@@ -27,9 +27,10 @@ pub mod ua;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use bot::{BotDetector, DropReason};
-pub use geo::{CountryCode, CountryResolver, GeoDb};
+pub use geo::{CountryCode, CountryResolver, GeoDb, Place};
 pub use ip::{IpRanges, client_ip};
 pub use referrer::{Attribution, ReferrerDb};
 pub use ua::{Browser, DeviceType, Os, UserAgentParser};
@@ -39,7 +40,8 @@ use crate::event::{Event, Hostname};
 /// Process-wide enrichment settings, from Tally's configuration.
 #[derive(Debug, Clone, Default)]
 pub struct EnricherConfig {
-    /// An MMDB country database to read at start-up.
+    /// An MMDB country or city database to read at start-up; `None` uses the bundled country
+    /// database ([`GeoDb::bundled`]).
     pub mmdb_path: Option<PathBuf>,
     /// CDN country headers to trust (lower-case names, see [`geo::CDN_COUNTRY_HEADERS`]); empty
     /// to ignore them.
@@ -89,6 +91,21 @@ pub struct Enrichment {
     pub referrer: Option<String>,
     /// The country, when known.
     pub country: Option<CountryCode>,
+    /// The region, when a city database knows it.
+    pub region: Option<String>,
+    /// The city, when a city database knows it.
+    pub city: Option<String>,
+}
+
+/// The screen size class of a window or screen `width` wide, by Plausible's bounds: `Mobile`
+/// below 576 pixels, `Tablet` below 992, `Laptop` below 1440, `Desktop` from 1440.
+pub fn screen_class(width: u32) -> &'static str {
+    match width {
+        0..576 => "Mobile",
+        576..992 => "Tablet",
+        992..1440 => "Laptop",
+        _ => "Desktop",
+    }
 }
 
 /// Everything enrichment loads once per process; share it behind an `Arc`.
@@ -104,19 +121,28 @@ pub struct Enricher {
 impl Enricher {
     /// Loads the embedded lists and the configured MMDB file.
     pub fn new(config: EnricherConfig) -> Result<Self, EnrichError> {
-        let db = config.mmdb_path.as_deref().map(GeoDb::open).transpose()?;
+        let db = match config.mmdb_path.as_deref() {
+            Some(path) => Arc::new(GeoDb::open(path)?),
+            None => GeoDb::bundled(),
+        };
         Ok(Enricher {
             user_agents: UserAgentParser::new()?,
             bots: BotDetector::new(),
             referrers: ReferrerDb::new()?,
-            countries: CountryResolver { db, headers: config.country_headers },
+            countries: CountryResolver { db: Some(db), headers: config.country_headers },
             trusted_proxies: config.trusted_proxies,
         })
     }
 
     /// Uses an MMDB database already loaded, in place of the configured file.
     pub fn with_geo(mut self, db: GeoDb) -> Self {
-        self.countries.db = Some(db);
+        self.countries.db = Some(Arc::new(db));
+        self
+    }
+
+    /// Knows no place but what CDN headers say (tests that want no country from addresses).
+    pub fn without_geo(mut self) -> Self {
+        self.countries.db = None;
         self
     }
 
@@ -152,6 +178,7 @@ impl Enricher {
             return Err(DropReason::Bot);
         }
         let attribution = self.referrers.attribute(&event.query, event.referrer.as_ref(), site.domains);
+        let place = self.countries.place(client_ip, &event.headers);
         Ok(Enrichment {
             client_ip,
             browser: client.browser,
@@ -159,7 +186,9 @@ impl Enricher {
             device: client.device,
             source: attribution.source,
             referrer: attribution.referrer,
-            country: self.countries.country(client_ip, &event.headers),
+            country: place.country,
+            region: place.region,
+            city: place.city,
         })
     }
 

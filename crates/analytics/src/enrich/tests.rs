@@ -303,6 +303,51 @@ fn countries_from_headers_and_mmdb() {
 }
 
 #[test]
+fn regions_and_cities_from_a_city_database() {
+    let place = |peer: &str, headers: &[(&str, &str)]| {
+        let headers: RequestHeaders = headers.iter().copied().collect();
+        let p = ENRICHER.countries.place(ip(peer), &headers);
+        format!(
+            "{} {} {}",
+            p.country.map(|c| c.to_string()).unwrap_or_default(),
+            p.region.unwrap_or_default(),
+            p.city.unwrap_or_default()
+        )
+    };
+    assert_eq!(place("100.64.0.9", &[]), "DE DE-BE Berlin");
+    assert_eq!(place("100.64.1.9", &[]), "FR Île-de-France Paris");
+    // A country database knows countries only.
+    assert_eq!(place("192.0.2.77", &[]), "DE  ");
+    // A CDN that agrees keeps the region and city; one that does not leaves them out.
+    assert_eq!(place("100.64.0.9", &[("CF-IPCountry", "DE")]), "DE DE-BE Berlin");
+    assert_eq!(place("100.64.0.9", &[("CF-IPCountry", "AT")]), "AT  ");
+}
+
+/// With no database configured, countries come from the one compiled in.
+#[test]
+fn the_bundled_database_knows_countries_with_no_setup() {
+    let db = GeoDb::bundled();
+    assert_eq!(db.country(ip("8.8.8.8")).map(|c| c.to_string()).as_deref(), Some("US"));
+    assert_eq!(db.country(ip("193.0.6.139")).map(|c| c.to_string()).as_deref(), Some("NL"));
+    assert_eq!(db.country(ip("2001:4860:4860::8888")).map(|c| c.to_string()).as_deref(), Some("US"));
+    assert_eq!(db.country(ip("127.0.0.1")), None);
+    assert_eq!(db.place(ip("8.8.8.8")).city, None, "a country database names no city");
+    let enricher = Enricher::new(EnricherConfig::default()).unwrap();
+    let headers = RequestHeaders::new();
+    assert_eq!(enricher.countries.country(ip("8.8.8.8"), &headers).map(|c| c.to_string()).as_deref(), Some("US"));
+    assert_eq!(
+        Enricher::new(EnricherConfig::default()).unwrap().without_geo().countries.country(ip("8.8.8.8"), &headers),
+        None
+    );
+}
+
+#[test]
+fn screen_classes_follow_plausible_bounds() {
+    let classes: Vec<&str> = [0, 375, 575, 576, 991, 992, 1439, 1440, 3840].into_iter().map(screen_class).collect();
+    assert_eq!(classes, ["Mobile", "Mobile", "Mobile", "Tablet", "Tablet", "Laptop", "Laptop", "Desktop", "Desktop"]);
+}
+
+#[test]
 fn enrich_drops_and_enriches() {
     let domains = [Hostname::parse("example.com").unwrap()];
     let excluded = IpRanges::parse(["198.51.100.0/24"]).unwrap();
@@ -371,6 +416,23 @@ mod mmdb {
         data.extend(map(&[("country_code", string("FR"))]));
         let jp = data.len();
         data.extend(map(&[("country", map(&[("iso_code", string("JP"))]))]));
+        // A city database's record, as GeoLite2-City writes one.
+        let berlin = data.len();
+        data.extend(map(&[
+            ("city", map(&[("names", map(&[("de", string("Berlin")), ("en", string("Berlin"))]))])),
+            ("country", map(&[("iso_code", string("DE"))])),
+            (
+                "subdivisions",
+                array(&[map(&[("iso_code", string("BE")), ("names", map(&[("en", string("Land Berlin"))]))])]),
+            ),
+        ]));
+        // DB-IP's Lite city shape: subdivisions named, with no code.
+        let paris = data.len();
+        data.extend(map(&[
+            ("city", map(&[("names", map(&[("en", string("Paris"))]))])),
+            ("country", map(&[("iso_code", string("FR"))])),
+            ("subdivisions", array(&[map(&[("names", map(&[("en", string("Île-de-France"))]))])])),
+        ]));
 
         let mut nodes: Vec<[Rec; 2]> = vec![[Rec::Empty, Rec::Empty]];
         let v4 = |a: [u8; 4]| {
@@ -380,6 +442,8 @@ mod mmdb {
         };
         insert(&mut nodes, v4([192, 0, 2, 0]), 96 + 24, de);
         insert(&mut nodes, v4([198, 51, 100, 0]), 96 + 24, fr);
+        insert(&mut nodes, v4([100, 64, 0, 0]), 96 + 24, berlin);
+        insert(&mut nodes, v4([100, 64, 1, 0]), 96 + 24, paris);
         let jp_net: std::net::Ipv6Addr = "2001:db8::".parse().unwrap();
         insert(&mut nodes, jp_net.octets(), 32, jp);
 

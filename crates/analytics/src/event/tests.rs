@@ -282,6 +282,8 @@ proptest! {
             revenue: revenue.map(|(amount, currency)| RawRevenue { amount, currency }),
             interactive: true,
             hash_mode,
+            screen_width: None,
+            language: None,
             timestamp_ms,
             user_agent,
             peer_ip: IpAddr::from([127, 0, 0, 1]),
@@ -295,4 +297,22 @@ proptest! {
             prop_assert!(event.props.len() <= 30);
         }
     }
+}
+
+#[test]
+fn languages_read_as_tags_or_not_at_all() {
+    for (sent, kept) in [
+        ("en-US", Some("en-US")),
+        ("EN_us", Some("en-US")),
+        ("zh-Hant-TW", Some("zh-Hant-TW")),
+        ("de", Some("de")),
+        (" fr-CA ", Some("fr-CA")),
+        ("", None),
+        ("en--US", None),
+        ("<script>", None),
+        ("en US", None),
+    ] {
+        assert_eq!(language_tag(sent).as_deref(), kept, "{sent:?}");
+    }
+    assert_eq!(language_tag(&"a".repeat(36)), None);
 }

@@ -123,6 +123,10 @@ fn visit_col(dimension: &str) -> Option<usize> {
         "visit:browser_version" => Col::VisitBrowserVersion,
         "visit:os" => Col::VisitOs,
         "visit:os_version" => Col::VisitOsVersion,
+        "visit:region" => Col::VisitRegion,
+        "visit:city" => Col::VisitCity,
+        "visit:screen" => Col::VisitScreen,
+        "visit:language" => Col::VisitLanguage,
         _ => return None,
     };
     VISIT_TEXT.iter().position(|c| *c == col)
@@ -460,9 +464,10 @@ fn selected_sessions(
     blocks: &[StoredBlock],
     (start, end): (i64, i64),
     filters: &[Filter],
+    extra: Cols,
 ) -> Result<(Vec<Block>, Vec<SessionEvents>), StatsError> {
     let spec = Spec { filters, dimension: crate::stored::TOTAL, visits: false, buckets: &[] };
-    let cols = columns(&spec).with(Col::Seq);
+    let cols = columns(&spec).with(Col::Seq).union(extra);
     let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
     let by = Filters::new(filters);
     let prepared: Vec<BlockFilters> = decoded.iter().map(|b| by.prepare(b)).collect();
@@ -527,7 +532,7 @@ pub(super) fn funnel_day(
     range: (i64, i64),
     filters: &[Filter],
 ) -> Result<Vec<std::collections::HashSet<u64>>, StatsError> {
-    let (decoded, sessions) = selected_sessions(blocks, range, filters)?;
+    let (decoded, sessions) = selected_sessions(blocks, range, filters, Cols::NONE)?;
     // Per block, per step: which rows complete it, decided once per name and path value.
     let done_by: Vec<Vec<Vec<bool>>> = decoded
         .iter()
@@ -575,7 +580,7 @@ pub(super) fn page_sequences(
     range: (i64, i64),
     filters: &[Filter],
 ) -> Result<Vec<(u64, Vec<String>)>, StatsError> {
-    let (decoded, sessions) = selected_sessions(blocks, range, filters)?;
+    let (decoded, sessions) = selected_sessions(blocks, range, filters, Cols::NONE)?;
     let mut out = Vec::with_capacity(sessions.len());
     for (key, events) in sessions {
         let mut pages: Vec<String> = Vec::new();
@@ -593,4 +598,36 @@ pub(super) fn page_sequences(
         }
     }
     Ok(out)
+}
+
+/// For revenue goals: per goal of `goals` (display name → its index and currency), the revenue
+/// summed and the number of events counted, over the events in `start..end` of the sessions
+/// `filters` select that completed the goal with revenue in its currency.
+pub(super) fn goal_revenue_day(
+    blocks: &[StoredBlock],
+    range: (i64, i64),
+    filters: &[Filter],
+    goals: &std::collections::HashMap<String, (usize, String)>,
+) -> Result<Vec<(store::Number, u64)>, StatsError> {
+    let extra = Cols::NONE.with(Col::Goals).with(Col::Revenue);
+    let (decoded, sessions) = selected_sessions(blocks, range, filters, extra)?;
+    let mut sums = vec![(store::Number::zero(), 0u64); goals.len()];
+    for (_, events) in sessions {
+        for (b, i) in events {
+            let block = &decoded[b];
+            let Some((amount, currency)) = &block.revenue[i] else { continue };
+            for (goal, _) in block.goals.row(i) {
+                let Some((g, want)) = goals.get(goal) else { continue };
+                if currency != want {
+                    continue;
+                }
+                // Stored amounts were parsed as exact decimals at ingestion.
+                let Ok(amount) = amount.parse::<store::Number>() else { continue };
+                let sum = &mut sums[*g];
+                sum.0 = sum.0.checked_add(&amount).map_err(|e| StatsError::Corrupt(format!("revenue sum: {e}")))?;
+                sum.1 += 1;
+            }
+        }
+    }
+    Ok(sums)
 }

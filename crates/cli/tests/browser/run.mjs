@@ -39,7 +39,7 @@ const umamiPage = `<!doctype html><html><head><meta charset="utf-8"><title>Umami
 <script defer src="/vendor/umami.js" data-website-id="${env("TALLY_UMAMI_ID")}" data-host-url="${TALLY}"></script></head>
 <body><button id="newsletter" onclick="umami.track('Newsletter', { list: 'weekly' })">Subscribe</button></body></html>`;
 const sitePage = (PORT) => `<!doctype html><html><head><meta charset="utf-8"><title>Shop</title>
-<script>window.tally=window.tally||function(){(tally.q=tally.q||[]).push(arguments)};tally("Signup",{props:{plan:"pro"}});</script>
+<script>window.tally=window.tally||function(){(tally.q=tally.q||[]).push(arguments)};tally("Signup",{props:{plan:"pro"},revenue:{currency:"EUR",amount:"49.90"}});</script>
 <script defer data-domain="${SITE}" src="${TALLY}/js/script.js"></script></head>
 <body style="height:3000px"><h1>Shop</h1>
 <a id="spa" href="/pricing" onclick="event.preventDefault();history.pushState({}, '', '/pricing');document.querySelector('h1').textContent='Pricing'">Pricing</a>
@@ -47,7 +47,7 @@ const sitePage = (PORT) => `<!doctype html><html><head><meta charset="utf-8"><ti
 const plausiblePage = `<!doctype html><html><head><meta charset="utf-8"><title>Plausible tracker</title>
 <script type="module">import { init, track } from "/vendor/plausible.js";
 init({ domain: "${SITE}", endpoint: "${TALLY}/api/event", logging: false });
-track("Purchase", { props: { via: "plausible" } });</script></head><body>Bought</body></html>`;
+track("Purchase", { props: { via: "plausible" }, revenue: { amount: 12.34, currency: "USD" } });</script></head><body>Bought</body></html>`;
 const pages = createServer((req, res) => {
   const path = new URL(req.url, "http://x").pathname;
   if (path === "/vendor/plausible.js") { res.writeHead(200, { "content-type": "text/javascript" }); return res.end(plausibleJs); }
@@ -112,7 +112,9 @@ try {
   // ---- 1. the trackers ----
   // Beacons' bodies are not visible to the browser's request events, so each step waits for the
   // number of requests, and the contents are checked in what Tally stored.
-  const site = await browser.newContext();
+  // The visitor's address as a proxy forwards it: a public resolver's, which the country
+  // database compiled into tally places in the US with no setup.
+  const site = await browser.newContext({ extraHTTPHeaders: { "x-forwarded-for": "8.8.8.8" } });
   let sent = 0;
   site.on("request", (r) => { if (r.url().startsWith(`${TALLY}/api/event`)) sent++; });
   const page = await site.newPage();
@@ -130,15 +132,19 @@ try {
   // Umami's tracker posts JSON to /api/send (with a CORS preflight) from its own script. Its
   // posts are counted once answered: closing the context below cancels a request still in
   // flight, and the event would then never reach Tally.
+  // Another visitor (another address: Google's other resolver, also in the US), so that Umami's
+  // page view starts a visit of its own, whose language is the one Umami's tracker sends.
   let umamiSent = 0;
-  site.on("requestfinished", (r) => { if (r.url().startsWith(`${TALLY}/api/send`) && r.method() === "POST") umamiSent++; });
-  const umami = await site.newPage();
+  const umamiSite = await browser.newContext({ extraHTTPHeaders: { "x-forwarded-for": "8.8.4.4" } });
+  umamiSite.on("requestfinished", (r) => { if (r.url().startsWith(`${TALLY}/api/send`) && r.method() === "POST") umamiSent++; });
+  const umami = await umamiSite.newPage();
   await umami.goto(`http://shop.test:${port}/umami.html`);
   await until("Umami's tracker sends its page view", async () => ({ ok: umamiSent >= 1, umamiSent }));
   await umami.click("#newsletter");
   await until("Umami's tracker sends its event", async () => ({ ok: umamiSent >= 2, umamiSent }));
   found.tracker_requests = sent;
   await site.close();
+  await umamiSite.close();
 
   const range = { date_range: "day" };
   const pagesSeen = await until("the Stats API reports every page", async () => {
@@ -181,6 +187,35 @@ try {
   const ep = Object.fromEntries(Array.isArray(engagement.e.props) ? engagement.e.props : Object.entries(engagement.e.props || {}));
   assert.ok(Number(ep.engaged_ms) > 1000, `engaged time: ${JSON.stringify(ep)}`);
   assert.ok(Number(ep.scroll_depth) > 0, `scroll depth: ${JSON.stringify(ep)}`);
+
+  // Geography and devices with no setup: the bundled country database, the window width the
+  // trackers send (every page ran in a 1280-pixel-wide window: a Laptop, by Plausible's
+  // classes), Umami's language.
+  // (Requests the browser makes under CORS may leave the extra header out: a visit without it
+  // has no country, since loopback is nowhere.)
+  const countries = rows(await stats({ ...range, metrics: ["visitors", "visits"], dimensions: ["visit:country"] }));
+  assert.deepEqual(Object.keys(countries), ["US"], `countries from the bundled database: ${JSON.stringify(countries)}`);
+  const visits = (await stats({ ...range, metrics: ["visits"] })).results[0].metrics[0];
+  const screens = rows(await stats({ ...range, metrics: ["visitors", "visits"], dimensions: ["visit:screen"] }));
+  assert.deepEqual(Object.keys(screens), ["Laptop"], `screen sizes: ${JSON.stringify(screens)}`);
+  assert.equal(screens.Laptop[1], visits, "every visit has its screen size");
+  const languages = rows(await stats({ ...range, metrics: ["visitors"], dimensions: ["visit:language"] }));
+  assert.ok(languages["en-US"]?.[0] >= 1, `Umami's language: ${JSON.stringify(languages)}`);
+  found.devices = { countries, screens, languages, visits };
+  // Revenue: Tally's tracker sent the Signup's (a revenue goal in EUR); Plausible's tracker the
+  // Purchase's, kept on its event.
+  const revenue = await stats({ ...range, metrics: ["visitors", "total_revenue", "average_revenue"], dimensions: ["event:goal"] });
+  const signupRevenue = revenue.results.find((r) => r.dimensions[0] === "Signup")?.metrics;
+  assert.deepEqual(signupRevenue?.[1], { value: 49.9, amount: "49.9", currency: "EUR" }, `Signup revenue: ${JSON.stringify(revenue)}`);
+  assert.deepEqual(signupRevenue?.[2], { value: 49.9, amount: "49.9", currency: "EUR" }, "average revenue");
+  const purchase = engagement.e && (await (async () => {
+    for (const s of (await get(`/api/sessions?site_id=${SITE}`)).sessions) {
+      const e = ((await get(`/api/sessions/${s.session}?site_id=${SITE}`)).events || []).find((x) => x.name === "Purchase");
+      if (e) return e;
+    }
+  })());
+  assert.deepEqual(purchase?.revenue, { amount: "12.34", currency: "USD" }, `Plausible's revenue: ${JSON.stringify(purchase)}`);
+  found.revenue = signupRevenue;
 
   // ---- 2. the dashboard ----
   const desk = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
@@ -251,6 +286,38 @@ try {
   assert.equal(steps.length, replayed.length, `the session's events: ${JSON.stringify(steps)}`);
   replayed.forEach((e, i) => assert.ok(steps[i].includes(`${e.name} ${e.path}`), `step ${i}: ${steps[i]} is not ${e.name} ${e.path}`));
   found.dashboard_session = steps;
+  // Locations: the world map shades the countries the Stats API counts, the country list beside
+  // it; devices in full, each tab the Stats API's breakdown; goals with their revenue.
+  const mapCountries = rows(await stats({ date_range: [from, to], metrics: ["visitors"], dimensions: ["visit:country"] }));
+  await dash.waitForSelector('[data-panel="locations"] svg.world path.seen');
+  assert.deepEqual(await dash.locator('[data-panel="locations"] svg.world path.seen').evaluateAll((ps) => ps.map((p) => p.dataset.country)),
+    Object.keys(mapCountries), "the shaded countries");
+  assert.ok(await dash.locator('[data-panel="locations"] svg.world path[data-country]').count() > 150, "the map draws the world");
+  assert.equal((await dash.textContent('[data-panel="locations"] tr.row[data-value="US"] td:nth-child(2)')).trim(), String(mapCountries.US[0]), "the list beside the map");
+  for (const [tab, dimension] of [["visit:screen", "visit:screen"], ["visit:language", "visit:language"], ["visit:browser_version", "visit:browser_version"], ["visit:os_version", "visit:os_version"]]) {
+    await dash.click(`[data-panel="devices"] [data-tab="${tab}"]`);
+    // Loaded: the tab's table, or its empty note (Linux gives no OS version).
+    await dash.waitForFunction((d) => document.querySelector(`[data-panel="devices"] table[data-dimension="${d}"]`)
+      || document.querySelector('[data-panel="devices"] .body')?.textContent === "No data yet", dimension);
+    const want = rows(await stats({ date_range: [from, to], metrics: ["visitors", "visits"], dimensions: [dimension] }));
+    const shownRows = await dash.locator('[data-panel="devices"] tr.row').evaluateAll((trs) => trs.map((tr) => [tr.dataset.value, tr.children[1].textContent]));
+    assert.deepEqual(shownRows, Object.entries(want).map(([v, [n]]) => [v, String(n)]), `the ${tab} tab`);
+  }
+  await dash.waitForSelector('[data-panel="goals"] tr.row[data-value="Signup"]');
+  const goalsApi = await stats({ date_range: [from, to], metrics: ["visitors", "events", "conversion_rate", "total_revenue", "average_revenue"], dimensions: ["event:goal"] });
+  const signupApi = goalsApi.results.find((r) => r.dimensions[0] === "Signup").metrics;
+  assert.deepEqual([signupApi[3].amount, signupApi[3].currency], ["49.9", "EUR"], `the Signup goal's revenue: ${JSON.stringify(signupApi)}`);
+  assert.equal((await dash.textContent('[data-panel="goals"] tr.row[data-value="Signup"] td:nth-child(5)')).trim(), "49.90 EUR", "the Signup goal's revenue");
+  assert.equal((await dash.textContent('[data-panel="goals"] tr.row[data-value="Signup"] td:nth-child(6)')).trim(), "49.90 EUR", "the Signup goal's average revenue");
+  await dash.screenshot({ path: join(OUT, "dashboard-map.png"), fullPage: true });
+  // A click on a country filters by it.
+  await dash.click('[data-panel="locations"] svg.world path[data-country="US"]');
+  await dash.waitForSelector('#filters .chip[data-dimension="visit:country"]');
+  assert.match(dash.url(), /f=is%7Cvisit%3Acountry%7CUS/);
+  await dash.goto(`${TALLY}/?site=${SITE}&period=30d`);
+  await dash.waitForSelector("#top-stats[data-range]");
+  await dash.waitForSelector("#chart path.comparison");
+  await dash.waitForSelector('[data-panel="pages"] tr.row[data-value="/pricing"]');
   const shot = join(OUT, "dashboard.png");
   await dash.screenshot({ path: shot, fullPage: true });
   const chartPng = await dash.locator("#chart").screenshot();
@@ -489,7 +556,9 @@ try {
   await shared.waitForSelector("#chart path.line");
   assert.equal(await shared.inputValue("#interval"), "hour", "hourly under any filter");
   const hourly = (await stats({ date_range: "day", metrics: ["visitors"], dimensions: ["time:hour"], filters: [["is", "visit:device", ["Desktop"]]] })).results;
-  assert.ok(hourly.length >= 1 && hourly.every((r) => r.metrics[0] === 1), `one Desktop visitor in each hour they came: ${JSON.stringify(hourly)}`);
+  // The site page's visitor and Umami's page's (another address) are both on a desktop.
+  assert.ok(hourly.length >= 1 && hourly.every((r) => r.metrics[0] >= 1 && r.metrics[0] <= 2) && hourly.reduce((n, r) => n + r.metrics[0], 0) >= 2,
+    `the two Desktop visitors in the hours they came: ${JSON.stringify(hourly)}`);
   // Embedding: another site frames the embeddable link (dark) and cannot frame the other one.
   const host = await guest.newPage();
   const embedUrl = `${embedLink}?embed=true&theme=dark&period=day`;

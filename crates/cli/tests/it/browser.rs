@@ -54,7 +54,7 @@ fn trackers_and_dashboard_in_headless_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("data");
     let site = add_site(&store, "shop.test", "UTC");
-    tally_ok(&store, &["goal", "add", "shop.test", "--event", "Signup"]);
+    tally_ok(&store, &["goal", "add", "shop.test", "--event", "Signup", "--currency", "EUR"]);
     // One visit to /pricing 35 days ago: in the previous period of the dashboard's 30 days, so
     // the comparisons it shows are more than zeros.
     let then = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(35 * 24);

@@ -124,6 +124,24 @@ impl Stats {
         }
     }
 
+    /// Like [`Stats::check`] for answers whose metrics are not all numbers (revenue): the
+    /// results, rows sorted by their dimensions, must equal `expected` exactly.
+    fn check_json(&mut self, what: &str, key: &str, body: Value, expected: Value) {
+        self.asked.push((key.to_owned(), body.clone()));
+        let sorted = |v: &Value| {
+            let mut rows: Vec<Value> = v.as_array().cloned().unwrap_or_default();
+            rows.sort_by_key(|r| r["dimensions"].to_string());
+            rows
+        };
+        match Stats::post(self.addr, key, &body) {
+            Ok(answer) if sorted(&answer["results"]) == sorted(&expected) => {}
+            Ok(answer) => self
+                .failures
+                .push(format!("{what}: expected {expected}\n     got {}\n     query {body}", answer["results"])),
+            Err(why) => self.failures.push(format!("{what}: {why}\n     query {body}")),
+        }
+    }
+
     /// The answers to every query asked so far, rows in a canonical order.
     fn snapshot(&self) -> Vec<String> {
         self.asked
@@ -197,7 +215,7 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
     let a = add_site(&store, "shop.example", "Europe/Berlin");
     let b = add_site(&store, "blog.example", "UTC");
     tally_ok(&store, &["goal", "add", "shop.example", "--page", "/product/*"]);
-    tally_ok(&store, &["goal", "add", "shop.example", "--event", "Signup"]);
+    tally_ok(&store, &["goal", "add", "shop.example", "--event", "Signup", "--currency", "EUR"]);
 
     let berlin = TimeZone::get("Europe/Berlin").expect("the Berlin zone");
     let utc = TimeZone::UTC;
@@ -214,26 +232,32 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
     let carol = |ms: i64| Timestamp::from_millisecond(ms).expect("a timestamp").to_string();
     let mut lines = vec![
         json!({"timestamp": alice(at(&berlin, d, 10, 0)), "name": "pageview", "url": url("/"),
-               "referrer": "https://www.google.com/", "visitor": "alice", "user_agent": ua::CHROME_WINDOWS, "country": "DE"}),
+               "referrer": "https://www.google.com/", "visitor": "alice", "user_agent": ua::CHROME_WINDOWS, "country": "DE",
+               "screen_width": 1280, "language": "de-DE"}),
         json!({"timestamp": alice(at(&berlin, d, 10, 5)), "name": "pageview", "url": url("/product/1"),
                "referrer": "https://www.google.com/", "visitor": "alice", "user_agent": ua::CHROME_WINDOWS, "country": "DE"}),
         json!({"timestamp": alice(at(&berlin, d, 10, 6)), "name": "Signup", "url": url("/product/1"),
-               "props": {"plan": "pro"}, "visitor": "alice", "user_agent": ua::CHROME_WINDOWS, "country": "DE"}),
+               "props": {"plan": "pro"}, "visitor": "alice", "user_agent": ua::CHROME_WINDOWS, "country": "DE",
+               "revenue": {"currency": "EUR", "amount": "19.99"}}),
         json!({"timestamp": alice(at(&berlin, d, 10, 37)), "name": "pageview", "url": url("/pricing"),
-               "visitor": "alice", "user_agent": ua::CHROME_WINDOWS, "country": "DE"}),
+               "visitor": "alice", "user_agent": ua::CHROME_WINDOWS, "country": "DE", "screen_width": "1280", "language": "de_de"}),
         json!({"timestamp": at(&berlin, d, 23, 50), "name": "pageview",
                "url": url("/blog/post?utm_source=newsletter&utm_medium=email&utm_campaign=launch&utm_content=hero&utm_term=analytics"),
-               "visitor": "bob", "user_agent": ua::SAFARI_MAC, "country": "FR"}),
+               "visitor": "bob", "user_agent": ua::SAFARI_MAC, "country": "FR", "screen_width": 1920, "language": "fr-FR"}),
         json!({"timestamp": at(&berlin, d1, 0, 10), "name": "pageview", "url": url("/product/2"),
                "visitor": "bob", "user_agent": ua::SAFARI_MAC, "country": "FR"}),
         json!({"timestamp": carol(at(&berlin, d, 12, 0)), "name": "pageview", "url": url("/"),
-               "referrer": "https://t.co/abc123", "visitor": "carol", "user_agent": ua::SAFARI_IPHONE, "country": "US"}),
+               "referrer": "https://t.co/abc123", "visitor": "carol", "user_agent": ua::SAFARI_IPHONE, "country": "US",
+               "screen_width": 390, "language": "en-US"}),
         json!({"timestamp": carol(at(&berlin, d, 12, 2)), "name": "Scroll", "url": url("/"), "props": {"depth": "50"},
                "interactive": false, "visitor": "carol", "user_agent": ua::SAFARI_IPHONE, "country": "US"}),
         json!({"timestamp": at(&berlin, d1, 9, 0), "name": "pageview", "url": url("/pricing"),
-               "referrer": "https://shop.example/pricing", "visitor": "dave", "user_agent": ua::CHROME_ANDROID, "country": "DE"}),
+               "referrer": "https://shop.example/pricing", "visitor": "dave", "user_agent": ua::CHROME_ANDROID, "country": "DE",
+               "screen_width": 412, "language": "de-DE"}),
+        // Revenue in another currency than the goal's: not counted in its revenue.
         json!({"timestamp": at(&berlin, d1, 9, 1), "name": "Signup", "url": url("/pricing"), "props": {"plan": "free"},
-               "visitor": "dave", "user_agent": ua::CHROME_ANDROID, "country": "DE"}),
+               "visitor": "dave", "user_agent": ua::CHROME_ANDROID, "country": "DE",
+               "revenue": {"currency": "USD", "amount": 5.02}}),
         json!({"timestamp": at(&berlin, d, 11, 0), "name": "pageview", "url": url("/"),
                "visitor": "crawler", "user_agent": ua::GOOGLEBOT}),
     ];
@@ -266,7 +290,7 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
 
     // Live traffic, now: L1 through the Plausible tracker's endpoint, L2 through Umami's.
     let bots_before = server.metric("tally_events_dropped_total{reason=\"bot\"}");
-    let body = json!({"n": "pageview", "u": "https://shop.example/product/9", "d": "shop.example", "r": "https://duckduckgo.com/"});
+    let body = json!({"n": "pageview", "u": "https://shop.example/product/9", "d": "shop.example", "r": "https://duckduckgo.com/", "w": 820});
     assert_eq!(plausible(&mut client, &body, ua::SAFARI_IPAD, "203.0.113.10", "JP"), 202);
     let umami = json!({"type": "event", "payload": {"website": a.umami_id, "hostname": "shop.example",
         "screen": "1920x1080", "language": "en-GB", "title": "Pricing", "url": "/pricing", "referrer": ""}});
@@ -542,6 +566,109 @@ fn scripted_traffic_gives_hand_computed_numbers_and_survives_a_rebuild() {
             row(&["Android"], &[1.0, 1.0, 1.0, 0.0, 60.0]),          // dave.
         ],
         false,
+    );
+
+    // Devices in full. Screen sizes are Plausible's classes of the width sent: alice 1280
+    // (Laptop), bob 1920 and L2's Umami screen 1920x1080 (Desktop), carol 390 and dave 412
+    // (Mobile), L1's Plausible window width 820 (Tablet).
+    stats.check(
+        "visit:screen",
+        &a.key,
+        query(&a.domain, all, &VISIT, &["visit:screen"]),
+        &[
+            row(&["Laptop"], &[1.0, 2.0, 3.0, 50.0, 180.0]), // alice S1 (360 s) and S2 (a bounce).
+            row(&["Desktop"], &[2.0, 2.0, 3.0, 50.0, 600.0]), // bob (1200 s), L2.
+            row(&["Mobile"], &[2.0, 2.0, 2.0, 50.0, 90.0]),  // carol (a bounce of 120 s), dave (60 s).
+            row(&["Tablet"], &[1.0, 1.0, 1.0, 100.0, 0.0]),  // L1.
+        ],
+        false,
+    );
+    // Languages as sent (alice's second visit sent `de_de`, read as de-DE); L1's Plausible
+    // tracker sends none, and a breakdown lists no empty value.
+    stats.check(
+        "visit:language",
+        &a.key,
+        query(&a.domain, all, &VISIT, &["visit:language"]),
+        &[
+            row(&["de-DE"], &[2.0, 3.0, 4.0, 100.0 / 3.0, 140.0]), // alice S1 S2, dave.
+            row(&["fr-FR"], &[1.0, 1.0, 2.0, 0.0, 1200.0]),
+            row(&["en-US"], &[1.0, 1.0, 1.0, 100.0, 120.0]),
+            row(&["en-GB"], &[1.0, 1.0, 1.0, 100.0, 0.0]), // L2, from Umami.
+        ],
+        false,
+    );
+    // Browser versions, major and minor: Chrome/131.0.… and Edg/131.0.… are 131.0; Safari's
+    // Version/ tokens are 18.2 (bob), 18.1 (carol) and 17.7 (L1).
+    stats.check(
+        "visit:browser_version",
+        &a.key,
+        query(&a.domain, all, &["visitors", "visits"], &["visit:browser_version"]),
+        &[
+            row(&["131.0"], &[3.0, 4.0]), // alice S1 S2, dave (Chrome), L2 (Edge).
+            row(&["18.2"], &[1.0, 1.0]),
+            row(&["18.1"], &[1.0, 1.0]),
+            row(&["17.7"], &[1.0, 1.0]),
+        ],
+        false,
+    );
+    // No city database is configured: no region or city is made up (a breakdown lists no
+    // empty value, so none at all).
+    for dimension in ["visit:region", "visit:city"] {
+        stats.check(
+            dimension,
+            &a.key,
+            query(&a.domain, all, &["visitors", "visits", "pageviews"], &[dimension]),
+            &[],
+            false,
+        );
+    }
+    // A filter on a new dimension reads event blocks (the screen size of visits by country).
+    stats.check(
+        "visit:country of Mobile screens",
+        &a.key,
+        {
+            let mut body = query(&a.domain, all, &["visitors", "visits"], &["visit:country"]);
+            body["filters"] = json!([["is", "visit:screen", ["Mobile"]]]);
+            body
+        },
+        &[row(&["US"], &[1.0, 1.0]), row(&["DE"], &[1.0, 1.0])],
+        false,
+    );
+
+    // A negated filter counts the visits with no value too (L1 sent no language), as the raw
+    // events tell: no aggregate item holds an empty language.
+    stats.check(
+        "is_not visit:language de-DE",
+        &a.key,
+        {
+            let mut body = query(&a.domain, all, &["visitors", "visits", "pageviews"], &[]);
+            body["filters"] = json!([["is_not", "visit:language", ["de-DE"]]]);
+            body
+        },
+        &[row(&[], &[4.0, 4.0, 5.0])], // bob (2 page views), carol, L1, L2.
+        true,
+    );
+
+    // Revenue: the Signup goal counts EUR; alice's 19.99 EUR counts, dave's USD does not.
+    // `Visit /product/*` is no revenue goal: null.
+    stats.check_json(
+        "total_revenue and average_revenue by goal",
+        &a.key,
+        query(&a.domain, all, &["visitors", "total_revenue", "average_revenue"], &["event:goal"]),
+        json!([
+            {"dimensions": ["Signup"], "metrics": [2,
+                {"value": 19.99, "amount": "19.99", "currency": "EUR"},
+                {"value": 19.99, "amount": "19.99", "currency": "EUR"}]},
+            {"dimensions": ["Visit /product/*"], "metrics": [3, null, null]},
+        ]),
+    );
+    stats.check_json(
+        "total_revenue of the site",
+        &a.key,
+        query(&a.domain, all, &["total_revenue", "average_revenue", "events"], &[]),
+        json!([{"dimensions": [], "metrics": [
+            {"value": 19.99, "amount": "19.99", "currency": "EUR"},
+            {"value": 19.99, "amount": "19.99", "currency": "EUR"}, 12]}]),
     );
 
     // Time dimensions, in Berlin time: bob's 23:50 is day D and his 00:10 day D+1 (in UTC both

@@ -15,6 +15,7 @@ const FILTER_DIMENSIONS = [["event:page", "Page"], ["visit:entry_page", "Entry p
   ["visit:utm_medium", "UTM medium"], ["visit:utm_campaign", "UTM campaign"], ["visit:utm_content", "UTM content"],
   ["visit:utm_term", "UTM term"], ["visit:country", "Country"], ["visit:device", "Device"], ["visit:browser", "Browser"],
   ["visit:browser_version", "Browser version"], ["visit:os", "Operating system"], ["visit:os_version", "OS version"],
+  ["visit:region", "Region"], ["visit:city", "City"], ["visit:screen", "Screen size"], ["visit:language", "Language"],
   ["event:goal", "Goal"], ["event:name", "Event name"], ["props", "Property…"]];
 const escapeValue = (v) => v.replace(/%/g, "%25").replace(/\|/g, "%7C");
 function unescapeValue(v) { try { return decodeURIComponent(v); } catch (_) { return v; } }
@@ -25,8 +26,9 @@ const PANELS = [
   { id: "pages", title: "Pages", tabs: [["event:page", "Top pages"], ["visit:entry_page", "Entry pages"], ["visit:exit_page", "Exit pages"]] },
   { id: "sources", title: "Sources", tabs: [["visit:source", "Sources"], ["visit:referrer", "Referrers"], ["visit:utm_source", "UTM source"],
     ["visit:utm_medium", "UTM medium"], ["visit:utm_campaign", "UTM campaign"]] },
-  { id: "locations", title: "Locations", tabs: [["visit:country", "Countries"]] },
-  { id: "devices", title: "Devices", tabs: [["visit:device", "Devices"], ["visit:browser", "Browsers"], ["visit:os", "Operating systems"]] },
+  { id: "locations", title: "Locations", tabs: [["map", "Map"], ["visit:country", "Countries"], ["visit:region", "Regions"], ["visit:city", "Cities"]] },
+  { id: "devices", title: "Devices", tabs: [["visit:device", "Devices"], ["visit:browser", "Browser"], ["visit:browser_version", "Browser version"],
+    ["visit:os", "OS"], ["visit:os_version", "OS version"], ["visit:screen", "Size"], ["visit:language", "Language"]] },
   { id: "goals", title: "Goals", tabs: [["event:goal", "Goals"]], metrics: ["visitors", "events", "conversion_rate"] },
   { id: "events", title: "Custom events", tabs: [["event:name", "Events"], ["props", "Properties"]], metrics: ["visitors", "events"] },
 ];
@@ -67,7 +69,9 @@ async function api(method, path, body) {
 // zip) and hand the file to the browser as a download.
 const EXPORTS = { "event:page": "pages", "visit:entry_page": "entry_pages", "visit:exit_page": "exit_pages", "visit:source": "sources",
   "visit:referrer": "referrers", "visit:utm_source": "utm_sources", "visit:utm_medium": "utm_mediums", "visit:utm_campaign": "utm_campaigns",
-  "visit:country": "countries", "visit:device": "devices", "visit:browser": "browsers", "visit:os": "operating_systems",
+  "visit:country": "countries", "map": "countries", "visit:region": "regions", "visit:city": "cities", "visit:device": "devices",
+  "visit:browser": "browsers", "visit:browser_version": "browser_versions", "visit:os": "operating_systems",
+  "visit:os_version": "operating_system_versions", "visit:screen": "screen_sizes", "visit:language": "languages",
   "event:goal": "conversions", "event:name": "custom_events" };
 async function download(panel) {
   const headers = { "Content-Type": "application/json" };
@@ -96,6 +100,13 @@ function duration(sec) {
   return m >= 60 ? `${Math.floor(m / 60)}h ${m % 60}m` : m ? `${m}m ${r}s` : `${r}s`;
 }
 function fmt(metric, v) {
+  // Revenue: the exact amount the API counted, in its currency.
+  if (metric === "total_revenue" || metric === "average_revenue") {
+    if (!v) return "–";
+    const [int, frac] = v.amount.replace("-", "").split(".");
+    const cents = ((frac || "") + "00").slice(0, Math.max(2, (frac || "").length));
+    return `${v.amount.startsWith("-") ? "-" : ""}${int.replace(/\B(?=(\d{3})+(?!\d))/g, ",")}.${cents} ${v.currency}`;
+  }
   if ((metric === "scroll_depth" || metric === "time_on_page") && (v === null || v === undefined)) return "–";
   if (metric === "scroll_depth") return `${v}%`;
   if (metric === "time_on_page") return duration(v);
@@ -563,15 +574,22 @@ async function loadPanel(p, seq) {
     document.getElementById("prop-key")?.replaceChildren(...keys.map((k) => h("option", { value: k, selected: k === S.prop }, k)));
     dim = `event:props:${S.prop}`;
   }
-  // Top pages also show engagement (scroll depth, time on page), except over the last 30 minutes.
-  const metrics = p.metrics || (dim === "event:page" && !isRealtime() ? ["visitors", "pageviews", "scroll_depth", "time_on_page"]
+  // The map reads the country breakdown, every country of it to shade the map.
+  const asked = dim === "map" ? "visit:country" : dim;
+  // Top pages also show engagement (scroll depth, time on page), except over the last 30 minutes;
+  // goals show revenue when the site has a revenue goal (not in realtime, which keeps no revenue).
+  const revenue = p.id === "goals" && !isRealtime() && (S.site.goals || []).some((g) => g.currency);
+  const metrics = revenue ? [...p.metrics, "total_revenue", "average_revenue"] : p.metrics || (dim === "event:page" && !isRealtime() ? ["visitors", "pageviews", "scroll_depth", "time_on_page"]
     : ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"]);
   try {
-    const res = await query({ metrics, dimensions: [dim], order_by: [[metrics[0], "desc"]], pagination: { limit: 10 }, ...compared() });
+    const res = await query({ metrics, dimensions: [asked], order_by: [[metrics[0], "desc"]], pagination: { limit: dim === "map" ? 300 : 10 }, ...compared() });
     if (seq !== S.seq) return;
     // Page views are not custom events, and engagement is part of a visit, not an event.
     const results = dim === "event:name" ? res.results.filter((r) => !["pageview", "engagement"].includes(r.dimensions[0])) : res.results;
-    el.replaceChildren(rowsTable(dim, metrics, results));
+    // Regions and cities come from a city database, which Tally does not ship: say so.
+    const noPlaces = !results.length && (dim === "visit:region" || dim === "visit:city");
+    el.replaceChildren(noPlaces ? h("p", { class: "empty" }, "None in this range. Regions and cities need a city database (mmdb in tally.toml).")
+      : dim === "map" ? worldMap(results) : rowsTable(dim, metrics, results));
   } catch (e) {
     if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message));
   }
@@ -586,6 +604,26 @@ function propertyKeys(seq) {
   return keys;
 }
 
+// The Locations panel's map: every country of WORLD (world.js) shaded by its share of the top
+// country's visitors, the country list beside it; a click on either filters by the country.
+function worldMap(results) {
+  const visitors = Object.fromEntries(results.map((r) => [r.dimensions[0], r.metrics[0] || 0]));
+  const max = Math.max(1, ...Object.values(visitors));
+  const svg = s("svg", { class: "world", viewBox: `0 0 ${WORLD.width} ${WORLD.height}`, role: "img", "aria-label": "Visitors by country" });
+  for (const d of WORLD.unnamed) svg.append(s("path", { d, class: "land" }));
+  for (const [code, d] of Object.entries(WORLD.countries)) {
+    const n = visitors[code] || 0;
+    const path = s("path", { d, class: n ? "land seen" : "land", "data-country": code,
+      style: n ? `fill-opacity:${(0.2 + 0.8 * n / max).toFixed(2)}` : "" }, s("title", {}, `${countryName(code)}: ${compact(n)} visitors`));
+    if (n) path.addEventListener("click", () => addFilter("visit:country", code));
+    svg.append(path);
+  }
+  // The list beside the map keeps the visitors (and their change) only, so country names fit.
+  const first = (r) => ({ ...r, metrics: r.metrics.slice(0, 1),
+    comparison: r.comparison && { ...r.comparison, metrics: r.comparison.metrics.slice(0, 1), change: r.comparison.change.slice(0, 1) } });
+  return h("div", { class: "map-wrap" }, svg, rowsTable("visit:country", ["visitors"], results.slice(0, 10).map(first)));
+}
+
 function countryName(code) {
   try { return `${new Intl.DisplayNames(["en"], { type: "region" }).of(code)} (${code})`; } catch (_) { return code; }
 }
@@ -594,13 +632,13 @@ function rowsTable(dim, metrics, rows) {
   if (!rows.length) return h("p", { class: "empty" }, "No data yet");
   const max = Math.max(1, ...rows.map((r) => r.metrics[0] || 0));
   const heads = { visitors: "Visitors", visits: "Visits", pageviews: "Pageviews", events: "Events", conversion_rate: "CR",
-    scroll_depth: "Scroll", time_on_page: "Time" };
+    scroll_depth: "Scroll", time_on_page: "Time", total_revenue: "Revenue", average_revenue: "Average" };
   return h("table", { class: "rows", "data-dimension": dim },
     h("tr", {}, h("th", {}, dim.replace(/^(event|visit):/, "").replace("props:", "")), metrics.map((m) => h("th", { class: "num" }, heads[m] || m)),
       rows.some((r) => r.comparison) ? h("th", { class: "num" }, "Change") : null),
     rows.map((r) => {
       const value = String(r.dimensions[0] ?? "");
-      const label = dim === "visit:country" ? countryName(value) : value;
+      const label = dim === "visit:country" || dim === "map" ? countryName(value) : value;
       return h("tr", { class: "row", "data-value": value, title: `Filter by ${label}`, onclick: () => addFilter(dim, value) },
         h("td", { class: "name" }, h("div", { class: "bar", style: `width:${(100 * (r.metrics[0] || 0)) / max}%` }), h("span", {}, label || "(none)")),
         r.metrics.map((v, i) => h("td", { class: "num" }, fmt(metrics[i], v))),
@@ -864,15 +902,19 @@ async function settingsPage() {
     } }, domainInput, h("button", {}, "Add domain"), domainMsg)));
 
   const goalInput = h("input", { id: "goal-input", placeholder: "Signup  or  /pricing*" });
+  // A currency makes a revenue goal: the revenue its events carry in that currency is summed.
+  const goalCurrency = h("input", { id: "goal-currency", placeholder: "Currency (revenue goals)", maxlength: "3", size: "8" });
   const goalMsg = h("span");
   out.append(h("section", { class: "card" }, h("h2", {}, "Goals"),
-    h("table", { class: "rows", id: "goals" }, site.goals.map((g) => h("tr", {}, h("td", {}, g.display_name), h("td", { class: "note" }, g.kind),
+    h("table", { class: "rows", id: "goals" }, site.goals.map((g) => h("tr", {}, h("td", {}, g.display_name),
+      h("td", { class: "note" }, g.currency ? `${g.kind}, revenue in ${g.currency}` : g.kind),
       h("td", { class: "num" }, h("button", { class: "link", onclick: async () => { await api("DELETE", `/api/sites/${site.site_id}/goals/${g.goal_id}`); location.reload(); } }, "Remove"))))),
     h("form", { class: "row", id: "add-goal", onsubmit: async (ev) => {
       ev.preventDefault();
-      const v = goalInput.value.trim();
-      try { await api("POST", `/api/sites/${site.site_id}/goals`, v.startsWith("/") ? { page_path: v } : { event_name: v }); location.reload(); } catch (e) { msg(goalMsg, e.message, "error"); }
-    } }, goalInput, h("button", {}, "Add goal"), h("span", { class: "note" }, "A custom event name, or a page path (with * wildcards)."), goalMsg)));
+      const v = goalInput.value.trim(), currency = goalCurrency.value.trim() || undefined;
+      const goal = v.startsWith("/") ? { page_path: v, currency } : { event_name: v, currency };
+      try { await api("POST", `/api/sites/${site.site_id}/goals`, goal); location.reload(); } catch (e) { msg(goalMsg, e.message, "error"); }
+    } }, goalInput, goalCurrency, h("button", {}, "Add goal"), h("span", { class: "note" }, "A custom event name, or a page path (with * wildcards)."), goalMsg)));
 
   // Funnel steps, one per line: a page path (with * wildcards) or a custom event name.
   const funnelName = h("input", { id: "funnel-name", placeholder: "Funnel name" });

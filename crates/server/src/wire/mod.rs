@@ -146,7 +146,7 @@ fn scalar_text(value: &Value) -> Option<String> {
 
 /// Revenue `{currency, amount}`, the amount a number or decimal text; a JSON-encoded string of
 /// that object is read too. Absent and `null` are `None`.
-fn revenue(value: Option<&Value>, field: &'static str) -> Result<Option<RawRevenue>, WireError> {
+pub(crate) fn revenue(value: Option<&Value>, field: &'static str) -> Result<Option<RawRevenue>, WireError> {
     const EXPECTED: &str = "an object with currency and amount";
     let decoded;
     let object = match value {

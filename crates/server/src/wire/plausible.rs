@@ -13,6 +13,7 @@
 //! | hash routing | `h`, `hashMode` | `1` or `true` turns it on |
 //! | interactive | `i`, `interactive` | `false` marks a non-interactive event |
 //! | revenue | `$`, `revenue` | `{currency, amount}`, amount a number or a string |
+//! | window width | `w` | number of CSS pixels; anything else is ignored |
 //!
 //! As Plausible does, property values that are `null`, empty, arrays or objects are left out
 //! rather than refused, properties that are neither an object nor a string holding one are
@@ -73,6 +74,12 @@ pub fn parse(body: &[u8], meta: RequestMeta) -> Result<RawEvent, WireError> {
     raw.hash_mode = hash_mode;
     raw.interactive = interactive;
     raw.revenue = revenue;
+    // Plausible's tracker sends `window.innerWidth`, which Plausible turns into a screen size class.
+    raw.screen_width = map
+        .get("w")
+        .and_then(Value::as_f64)
+        .filter(|w| w.is_finite() && *w >= 0.0 && *w <= 100_000.0)
+        .map(|w| w as u32);
     Ok(raw)
 }
 

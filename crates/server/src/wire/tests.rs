@@ -23,6 +23,12 @@ fn render(raw: &RawEvent) -> String {
     if raw.hash_mode {
         out += " hash";
     }
+    if let Some(w) = raw.screen_width {
+        out += &format!(" width={w}");
+    }
+    if let Some(l) = &raw.language {
+        out += &format!(" language={l:?}");
+    }
     out
 }
 
@@ -105,6 +111,26 @@ fn plausible_props() {
 }
 
 #[test]
+fn plausible_window_width() {
+    check(
+        r#"{"n":"pageview","u":"https://a.com/","d":"a.com","w":1280}"#,
+        expect![[r#"pageview https://a.com/ domain="a.com" width=1280"#]],
+    );
+    check(
+        r#"{"n":"pageview","u":"https://a.com/","d":"a.com","w":390.5}"#,
+        expect![[r#"pageview https://a.com/ domain="a.com" width=390"#]],
+    );
+    check(
+        r#"{"n":"pageview","u":"https://a.com/","d":"a.com","w":"wide"}"#,
+        expect![[r#"pageview https://a.com/ domain="a.com""#]],
+    );
+    check(
+        r#"{"n":"pageview","u":"https://a.com/","d":"a.com","w":-3}"#,
+        expect![[r#"pageview https://a.com/ domain="a.com""#]],
+    );
+}
+
+#[test]
 fn plausible_flags_and_revenue() {
     check(
         r#"{"n":"pageview","u":"https://a.com/#/x","d":"a.com","h":1,"i":false}"#,
@@ -171,7 +197,7 @@ fn umami_events() {
             r#"{{"type":"event","payload":{{"website":"{SITE}","hostname":"example.com","screen":"1920x1080","language":"en-US","title":"Home","url":"/pricing?utm_source=x","referrer":"https://news.ycombinator.com/"}}}}"#
         ),
         expect![[
-            r#"c37edc28-ee5f-4c62-9ce3-377fa6f600a8 pageview https://example.com/pricing?utm_source=x domain="example.com" referrer="https://news.ycombinator.com/""#
+            r#"c37edc28-ee5f-4c62-9ce3-377fa6f600a8 pageview https://example.com/pricing?utm_source=x domain="example.com" referrer="https://news.ycombinator.com/" width=1920 language="en-US""#
         ]],
     );
     check_umami(

@@ -120,6 +120,14 @@ fn event(payload: &Map<String, Value>, meta: RequestMeta) -> Result<RawEvent, Wi
     let mut raw = meta.event(name, url.into(), domain);
     raw.referrer = referrer;
     raw.props = props;
+    // `screen` is `WIDTHxHEIGHT`; `language` is `navigator.language`. Either, unreadable, is left
+    // out rather than refused, as Umami does.
+    raw.screen_width = payload
+        .get("screen")
+        .and_then(Value::as_str)
+        .and_then(|s| s.split_once('x'))
+        .and_then(|(w, _)| w.trim().parse::<u32>().ok());
+    raw.language = payload.get("language").and_then(Value::as_str).map(str::to_owned);
     Ok(raw)
 }
 
