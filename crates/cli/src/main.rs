@@ -47,13 +47,20 @@ fn small_pages() {
     let _ = rustix::thread::disable_transparent_huge_pages(true);
 }
 
-/// Makes mimalloc give freed memory back to the kernel at once rather than 10 ms later (100 ms
-/// for its arenas). Under sustained ingestion the delayed purges let short-lived buffers (request
-/// bodies, block encodings, batches of items) stay resident: `serve-memory.sh` peaked at 161 MB
-/// with the default and 144 MB without the delay, and `tally bench` showed no CPU difference
-/// (BENCHMARKS.md, "third session").
+/// How long mimalloc keeps freed memory before giving it back to the kernel, in milliseconds,
+/// unless `MIMALLOC_PURGE_DELAY` says otherwise.
+const PURGE_DELAY_MS: std::ffi::c_long = 10;
+
+/// Shortens mimalloc's purge delay (a second in the mimalloc v3 the `mimalloc` crate builds) to
+/// [`PURGE_DELAY_MS`]. Under sustained ingestion the delayed purges let short-lived buffers
+/// (request bodies, block encodings, batches of items) stay resident; purging sooner costs
+/// system time in allocation-heavy work such as `tally import`. BENCHMARKS.md ("third session")
+/// has both sides. An operator's `MIMALLOC_PURGE_DELAY` is left as it is.
 #[allow(unsafe_code)]
 fn prompt_purge() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
     // `mi_option_purge_delay` is the sixteenth option (index 15) of `mi_option_t` in the
     // mimalloc v2 and v3 headers the `mimalloc` crate builds; the `mimalloc` crate does not name it.
     const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
@@ -61,7 +68,7 @@ fn prompt_purge() {
         fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
     }
     // SAFETY: mimalloc's option setter takes any option index and value at any time.
-    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
 }
 
 /// Privacy-first web analytics on a DynamoDB single-table design.
