@@ -491,8 +491,17 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
         let raw = pageview("https://example.com/first", FIREFOX, ip(i), t + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
-    // Eviction runs in a task: give it time to write what it chose.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Eviction runs in a task: wait until it has written more than one chunk (not a fixed time,
+    // which a busy machine could outrun).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let written = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap().len();
+        if written > 250 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "eviction wrote only {written} sessions in 60 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for i in 0..visitors {
         let raw = pageview("https://example.com/second", FIREFOX, ip(i), t + 300_000 + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
