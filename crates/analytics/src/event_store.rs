@@ -82,7 +82,8 @@ impl EventStoreError {
 
 struct Pending {
     event: StoredEvent,
-    done: oneshot::Sender<Result<(), String>>,
+    /// Gets the event back once its block is durable (so nobody copies it to keep it), or why not.
+    done: oneshot::Sender<Result<StoredEvent, String>>,
 }
 
 /// Writes events in blocks: see the module documentation.
@@ -185,12 +186,12 @@ impl BlockWriter {
         self.compact.store(on, Ordering::Relaxed);
     }
 
-    /// Writes `event` in a block; returns once that block is durable.
-    pub async fn append(&self, event: StoredEvent) -> Result<(), EventStoreError> {
+    /// Writes `event` in a block; returns it once that block is durable.
+    pub async fn append(&self, event: StoredEvent) -> Result<StoredEvent, EventStoreError> {
         let (done, wait) = oneshot::channel();
         self.tx.send(Pending { event, done }).map_err(|_| EventStoreError::Stopped)?;
         match wait.await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(event)) => Ok(event),
             Ok(Err(e)) => Err(EventStoreError::Write(e)),
             Err(_) => Err(EventStoreError::Stopped),
         }
@@ -230,7 +231,7 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
         }
         let shared = &shared;
         futures::future::join_all(writes.into_iter().map(|(site, day, number, chunk)| async move {
-            let events: Vec<StoredEvent> = chunk.iter().map(|p| p.event.clone()).collect();
+            let (events, dones): (Vec<StoredEvent>, Vec<_>) = chunk.into_iter().map(|p| (p.event, p.done)).unzip();
             let result = write_block(&shared.table, &shared.run_id, number, &site, &day, &events, &[]).await;
             let counters = &shared.counters;
             match &result {
@@ -247,9 +248,18 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
                     tracing::warn!(site = %site, day = %day, error = %e, "writing an event block failed");
                 }
             }
-            let outcome = result.map(|_| ()).map_err(|e| e.to_string());
-            for p in chunk {
-                let _ = p.done.send(outcome.clone());
+            match result {
+                Ok(_) => {
+                    for (event, done) in events.into_iter().zip(dones) {
+                        let _ = done.send(Ok(event));
+                    }
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    for done in dones {
+                        let _ = done.send(Err(e.clone()));
+                    }
+                }
             }
         }))
         .await;

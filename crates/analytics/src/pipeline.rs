@@ -782,22 +782,26 @@ impl Pipeline {
                     }
                 }
             }
-            if let Err(e) = self.writer.append(stored.clone()).await {
-                // Not stored: give the slot back (the item still names our claim, so a later
-                // event reads it back and continues from the state before this event).
-                drop(ticket);
-                if head_version != guard.head_version
-                    && let Some(previous) = guard.live.as_ref()
-                {
-                    let condition = attr("version").eq(head_version.unwrap_or(0));
-                    let next = head_version.unwrap_or(0) + 1;
-                    if let Ok(item) = head_item_for(&previous.last, next) {
-                        let _ = self.table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await;
+            let stored = match self.writer.append(stored).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    // Not stored: give the slot back (the item still names our claim, so a later
+                    // event reads it back and continues from the state before this event).
+                    drop(ticket);
+                    if head_version != guard.head_version
+                        && let Some(previous) = guard.live.as_ref()
+                    {
+                        let condition = attr("version").eq(head_version.unwrap_or(0));
+                        let next = head_version.unwrap_or(0) + 1;
+                        if let Ok(item) = head_item_for(&previous.last, next) {
+                            let _ =
+                                self.table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await;
+                        }
                     }
+                    *guard = Cached::default();
+                    return Err(e.into());
                 }
-                *guard = Cached::default();
-                return Err(e.into());
-            }
+            };
             ticket.commit(&stored);
             *guard = Cached { live: Some(Live { state: stored.next(), last: stored }), head_version };
             return Ok(());
