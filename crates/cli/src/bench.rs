@@ -42,6 +42,11 @@ pub struct BenchOptions {
     pub flush_interval: Duration,
     /// Whether small event blocks are merged (the configuration's `compact_event_blocks`).
     pub compact_event_blocks: bool,
+    /// Ingesting processes sharing the table: 1, or 2 to measure the shared path.
+    pub ingesters: usize,
+    /// Days the synthetic traffic spans, ending yesterday; at 365 or more the questions no
+    /// aggregate holds are also asked over the last 12 months.
+    pub days: u32,
 }
 
 const DOMAINS: [&str; 3] = ["bench.example", "docs.bench.example", "shop.bench.example"];
@@ -54,9 +59,23 @@ struct Setup {
     pipeline: Arc<Pipeline>,
     /// Holds the ingest lease: the bench ingests alone, as one `tally serve` does.
     _lease: analytics::lease::IngestLease,
+    /// With `--ingesters 2`, a second process's pipeline on the same table: both then ingest in
+    /// shared mode, as two `tally serve` processes on one DynamoDB table do.
+    second: Option<Ingester>,
+}
+
+/// What one ingesting process holds: its aggregator, its pipeline and its hold on the lease.
+struct Ingester {
+    aggregator: Arc<Aggregator>,
+    pipeline: Arc<Pipeline>,
+    _lease: analytics::lease::IngestLease,
 }
 
 async fn setup(flush_interval: Duration, compact: bool) -> Result<Setup> {
+    setup_ingesters(flush_interval, compact, 1).await
+}
+
+async fn setup_ingesters(flush_interval: Duration, compact: bool, ingesters: usize) -> Result<Setup> {
     let dir = tempfile::tempdir().context("a temporary directory")?;
     let store: Arc<dyn Store> = Arc::new(store_embedded::EmbeddedStore::open(dir.path())?);
     let table = Table::new(store, analytics::schema::tally_schema(analytics::schema::TABLE_NAME)).metered();
@@ -68,6 +87,35 @@ async fn setup(flush_interval: Duration, compact: bool) -> Result<Setup> {
         sites.add_goal_with_currency(&site.site_id, signup, Some(analytics::synth::CURRENCY)).await?;
         sites.add_goal(&site.site_id, analytics::goal::Goal::page("/pricing")?).await?;
     }
+    let first = ingester(&table, sites.clone(), flush_interval, compact, "bench").await?;
+    let second = match ingesters {
+        0 | 1 => None,
+        2 => {
+            // Its own site cache, aggregator (a run of its own) and pipeline: everything a
+            // second process would hold. Joining the lease makes both shared.
+            let sites = Arc::new(Sites::new(table.clone()));
+            Some(ingester(&table, sites, flush_interval, compact, "bench-second").await?)
+        }
+        n => bail!("--ingesters {n}: the bench runs one or two"),
+    };
+    Ok(Setup {
+        _dir: dir,
+        table,
+        sites,
+        aggregator: first.aggregator,
+        pipeline: first.pipeline,
+        _lease: first._lease,
+        second,
+    })
+}
+
+async fn ingester(
+    table: &Table,
+    sites: Arc<Sites>,
+    flush_interval: Duration,
+    compact: bool,
+    host: &str,
+) -> Result<Ingester> {
     let config = AggregatorConfig { flush_interval, ..AggregatorConfig::default() };
     let aggregator = Aggregator::start(table.clone(), sites.clone(), config).await?;
     let enricher = Enricher::new(EnricherConfig {
@@ -75,28 +123,28 @@ async fn setup(flush_interval: Duration, compact: bool) -> Result<Setup> {
         country_headers: vec![analytics::synth::COUNTRY_HEADER.to_owned()],
         trusted_proxies: IpRanges::parse(["127.0.0.1/32", "::1/128"]).map_err(|e| anyhow::anyhow!("{e}"))?,
     })?;
-    let pipeline = Arc::new(Pipeline::new(table.clone(), sites.clone(), Arc::new(enricher), aggregator.clone()));
+    let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher), aggregator.clone()));
     pipeline.set_block_compaction(compact);
     let lease = analytics::lease::IngestLease::start(
         table.clone(),
         pipeline.clone(),
         aggregator.run_id(),
-        "bench",
+        host,
         std::process::id(),
     )
     .await?;
-    Ok(Setup { _dir: dir, table, sites, aggregator, pipeline, _lease: lease })
+    Ok(Ingester { aggregator, pipeline, _lease: lease })
 }
 
-fn synth(events: u64) -> Synth {
+fn synth(events: u64, days: u32) -> Synth {
     let now = jiff::Timestamp::now().as_millisecond();
-    let days = 30;
+    let days = days.max(1);
     let start = now - now.rem_euclid(86_400_000) - i64::from(days) * 86_400_000;
     let per_day = events as f64 / f64::from(days);
     Synth::new(SynthConfig::new(42, DOMAINS.iter().map(|d| (*d).to_owned()).collect(), start, days, per_day))
 }
 
-/// The questions no aggregate holds, over the 30 days: a filtered breakdown (one country's
+/// The questions no aggregate holds, over `range` (named `span` in the output): a filtered breakdown (one country's
 /// sources), the same with a regular expression, and a four-step funnel, each timed alone
 /// (median of 5 of wall time and of the process's CPU time), read from the event blocks. Then
 /// the scan rate: the range's events per CPU second of the filtered breakdown, next to a plain
@@ -106,6 +154,7 @@ async fn raw_queries(
     table: &Table,
     site: &analytics::sites::Site,
     range: analytics::period::DateRange,
+    span: &str,
 ) -> Result<()> {
     use analytics::stats::{Filter, FilterOp};
     let filter =
@@ -127,7 +176,7 @@ async fn raw_queries(
         if n == 0 {
             breakdown_cpu = cpu;
         }
-        println!("  {name}, 30 days: {:.1} ms, {:.1} ms CPU (medians of 5)", ms(wall), ms(cpu));
+        println!("  {name}, {span}: {:.1} ms, {:.1} ms CPU (medians of 5)", ms(wall), ms(cpu));
     }
     let steps = vec![
         analytics::goal::Goal::page("/")?,
@@ -136,7 +185,7 @@ async fn raw_queries(
         analytics::goal::Goal::event("Signup")?,
     ];
     let (wall, cpu) = timed(5, || stats.funnel(&site.site_id, &range, &steps)).await?;
-    println!("  4-step funnel, 30 days: {:.1} ms, {:.1} ms CPU (medians of 5)", ms(wall), ms(cpu));
+    println!("  4-step funnel, {span}: {:.1} ms, {:.1} ms CPU (medians of 5)", ms(wall), ms(cpu));
 
     // The scan rate against the plain loop over the same decoded columns.
     use analytics::block::{Col, Cols};
@@ -267,10 +316,15 @@ fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: D
 
 /// Runs the bench and prints its figures.
 pub async fn run(options: &BenchOptions) -> Result<()> {
-    let s = setup(options.flush_interval, options.compact_event_blocks).await?;
-    eprintln!("tally bench: {} synthetic events, {} at a time", options.events, options.concurrency);
+    let s = setup_ingesters(options.flush_interval, options.compact_event_blocks, options.ingesters).await?;
+    eprintln!(
+        "tally bench: {} synthetic events, {} at a time, {} ingesting process(es)",
+        options.events,
+        options.concurrency,
+        options.ingesters.max(1)
+    );
     // In process: the pipeline directly, events drawn from one generator by many tasks.
-    let events: Vec<_> = synth(options.events).take(options.events as usize).collect();
+    let events: Vec<_> = synth(options.events, options.days).take(options.events as usize).collect();
     let total = events.len() as u64;
     let queue = Arc::new(std::sync::Mutex::new(events.into_iter()));
     s.table.reset_capacity();
@@ -289,8 +343,14 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         })
     };
     let mut tasks = Vec::new();
-    for _ in 0..options.concurrency.max(1) {
-        let (queue, pipeline) = (queue.clone(), s.pipeline.clone());
+    for n in 0..options.concurrency.max(1) {
+        // With two ingesters, every other task sends to the second: a load balancer in front
+        // of two processes, so one visitor's events reach both.
+        let pipeline = match &s.second {
+            Some(second) if n % 2 == 1 => second.pipeline.clone(),
+            _ => s.pipeline.clone(),
+        };
+        let queue = queue.clone();
         tasks.push(tokio::spawn(async move {
             let (mut accepted, mut other) = (0u64, 0u64);
             loop {
@@ -318,6 +378,9 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     let cpu = cpu_line("CPU while ingesting", "event", cpu_before, accepted, ingest_elapsed);
     sampler.abort();
     s.aggregator.flush_now().await?;
+    if let Some(second) = &s.second {
+        second.aggregator.flush_now().await?;
+    }
     let all_elapsed = started.elapsed();
     let ingest_capacity = s.table.reset_capacity();
     // As a running server's would be by now: the small blocks merged (when compaction is on).
@@ -329,7 +392,13 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     }
     // Flushes measure their own units on a meter of their own; the table's meter saw the rest
     // (raw events, runs, salts, session and site lookups).
-    let a = s.aggregator.stats();
+    let mut a = s.aggregator.stats();
+    if let Some(second) = &s.second {
+        let b = second.aggregator.stats();
+        a.flush_write_units += b.flush_write_units;
+        a.items_written += b.items_written;
+        a.epochs_flushed += b.epochs_flushed;
+    }
     let write_per_event = (ingest_capacity.write_units + a.flush_write_units) / accepted as f64;
     let read_per_event = ingest_capacity.read_units / accepted as f64;
     println!("events: {total} generated, {accepted} accepted, {dropped} dropped (bots)");
@@ -359,14 +428,18 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     );
     println!("read units per event: {read_per_event:.3} (session and salt lookups missing the cache)");
     let blocks = s.pipeline.block_counters();
-    let (n_blocks, block_bytes) = (blocks.blocks.load(Ordering::Relaxed), blocks.bytes.load(Ordering::Relaxed));
+    let seconds = s.second.as_ref().map(|second| second.pipeline.block_counters());
+    let sum = |f: fn(&analytics::event_store::WriterCounters) -> &std::sync::atomic::AtomicU64| {
+        f(blocks).load(Ordering::Relaxed) + seconds.map_or(0, |c| f(c).load(Ordering::Relaxed))
+    };
+    let (n_blocks, block_bytes) = (sum(|c| &c.blocks), sum(|c| &c.bytes));
     println!(
         "event blocks: {n_blocks} written, {:.0} events and {:.1} KB each, {:.1} bytes per event encoded; {} merged \
          away",
-        blocks.events.load(Ordering::Relaxed) as f64 / n_blocks.max(1) as f64,
+        sum(|c| &c.events) as f64 / n_blocks.max(1) as f64,
         block_bytes as f64 / n_blocks.max(1) as f64 / 1024.0,
         block_bytes as f64 / accepted as f64,
-        blocks.compacted.load(Ordering::Relaxed).max(compacted as u64)
+        sum(|c| &c.compacted).max(compacted as u64)
     );
     if let Some(bytes) = allocated_bytes(s._dir.path()) {
         println!(
@@ -510,7 +583,11 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         latencies.push(t.elapsed());
     }
     let dashboard_capacity = s.table.reset_capacity();
-    raw_queries(&stats, &s.table, &site, range).await?;
+    raw_queries(&stats, &s.table, &site, range, "30 days").await?;
+    if options.days >= 365 {
+        let year = analytics::period::RangeSpec::TwelveMonths.resolve(today, None)?;
+        raw_queries(&stats, &s.table, &site, year, "12 months").await?;
+    }
     let read_per_dashboard = dashboard_capacity.read_units / options.dashboards.max(1) as f64;
     println!(
         "dashboard (30-day overview, daily series, six breakdowns): p50 {:.2} ms, p99 {:.2} ms, {read_per_dashboard:.1} read units",
@@ -524,8 +601,10 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(server::serve(listener, server::router(state)));
-        let requests: Vec<_> =
-            synth(options.events).take(options.events as usize).map(|e| load::plausible_request(&e)).collect();
+        let requests: Vec<_> = synth(options.events, options.days)
+            .take(options.events as usize)
+            .map(|e| load::plausible_request(&e))
+            .collect();
         let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(|n| eprintln!("… {n} requests"));
         let cpu_before = process_cpu_seconds();
         let result = load::post_all(addr, requests, options.concurrency, progress).await?;
@@ -549,6 +628,9 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         h.aggregator.shutdown().await?;
     }
     s.aggregator.shutdown().await?;
+    if let Some(second) = &s.second {
+        second.aggregator.shutdown().await?;
+    }
 
     if let Some(path) = &options.output {
         let costs = Costs {

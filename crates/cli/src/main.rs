@@ -210,6 +210,14 @@ enum Command {
         /// Writes the measured costs as JSON, for `tally capacity --from-bench`.
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Days the synthetic traffic spans, ending yesterday (at 365 or more, the questions
+        /// read from event blocks are also timed over 12 months).
+        #[arg(long, default_value_t = 30)]
+        days: u32,
+        /// Ingesting processes on the one table: 2 runs a second pipeline and aggregator that
+        /// shares it, as two `tally serve` processes on one DynamoDB table do.
+        #[arg(long, default_value_t = 1)]
+        ingesters: usize,
     },
     /// Writes a consistent copy of the embedded store into DIR (new or empty), while `tally
     /// serve` keeps running (it takes the copy, asked over `tally.sock` in the store's directory)
@@ -563,7 +571,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 return Ok(std::process::ExitCode::FAILURE);
             }
         }
-        Command::Bench { events, http, concurrency, dashboards, per_query, output } => {
+        Command::Bench { events, http, concurrency, dashboards, per_query, output, days, ingesters } => {
             let options = bench::BenchOptions {
                 events,
                 http,
@@ -573,6 +581,8 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 output,
                 flush_interval: config.flush_interval,
                 compact_event_blocks: config.compact_event_blocks,
+                days,
+                ingesters,
             };
             runtime()?.block_on(bench::run(&options))?;
         }
