@@ -56,7 +56,7 @@ use tokio::task::JoinHandle;
 pub(crate) use self::codec::StoredAggregate;
 pub use self::codec::{event_from_record, event_item};
 pub use self::deltas::{
-    Delta, bucket_label, deltas, for_each_delta, for_each_delta_of_periods, period_keeps, visit_value, visitor_u64,
+    Delta, bucket_label, deltas, for_each_delta, for_each_delta_of_periods, period_keeps, visitor_u64,
 };
 pub use self::rebuild::{Difference, RebuildMode, RebuildRange, RebuildReport, rebuild};
 

@@ -19,6 +19,7 @@
 pub mod accounts;
 pub mod aggregate;
 pub mod block;
+pub mod dimension;
 pub mod enrich;
 pub mod event;
 pub mod event_store;

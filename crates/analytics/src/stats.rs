@@ -41,9 +41,7 @@ pub use revenue::{GoalRevenue, RevenueGoal, mean_to_cents};
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};
 use crate::sketch::VisitorSketch;
-use crate::stored::{
-    Counters, EVENT_DIMENSIONS, HOUR_DIMENSIONS, PROPS_PREFIX, Period, TOTAL, VISIT_DIMENSIONS, minute_label,
-};
+use crate::stored::{Counters, EVENT_DIMENSIONS, HOUR_DIMENSIONS, Period, TOTAL, VISIT_DIMENSIONS, minute_label};
 
 /// A metric of the Stats API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -290,13 +288,7 @@ pub struct Row {
 }
 
 fn is_aggregate_dimension(d: &str) -> bool {
-    d == TOTAL
-        || EVENT_DIMENSIONS.contains(&d)
-        || VISIT_DIMENSIONS.contains(&d)
-        || (d.starts_with(PROPS_PREFIX)
-            && d.len() > PROPS_PREFIX.len()
-            && d.len() <= PROPS_PREFIX.len() + 300
-            && !d.chars().any(char::is_control))
+    crate::dimension::Dimension::parse(d).is_some_and(|d| d.is_aggregated())
 }
 
 /// The years a query's date range may cover: wide enough for any real site, narrow enough that
@@ -372,7 +364,10 @@ pub fn check_filters(filters: &[Filter]) -> Result<(), StatsError> {
 }
 
 fn time_unit(d: &str) -> Option<Unit> {
-    d.strip_prefix("time:").and_then(Unit::parse)
+    match crate::dimension::Dimension::parse(d) {
+        Some(crate::dimension::Dimension::Time(unit)) => Some(unit),
+        _ => None,
+    }
 }
 
 impl Query {
@@ -977,8 +972,11 @@ fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
         "event:name" => one(&e.name),
         "event:goal" => e.goals.iter().map(|g| crate::key_bound::bound_value(g).into_owned()).collect(),
         "visit:exit_page" => one(&e.next().exit_page),
-        d if d.starts_with(PROPS_PREFIX) => e.props.get(&d[PROPS_PREFIX.len()..]).map(|v| one(v)).unwrap_or_default(),
-        d => crate::aggregate::visit_value(&e.visit, d)
+        d if let Some(key) = d.strip_prefix(crate::stored::PROPS_PREFIX) => {
+            e.props.get(key).map(|v| one(v)).unwrap_or_default()
+        }
+        d => crate::dimension::VisitDimension::parse(d)
+            .and_then(|visit| visit.value(&e.visit))
             .map(|v| one(&display_value(d, v).unwrap_or_default()))
             .unwrap_or_default(),
     }

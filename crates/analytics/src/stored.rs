@@ -306,27 +306,16 @@ pub const PROPS_PREFIX: &str = "event:props:";
 /// event's time **and** with the visit counters ([`Contribution`]) in the bucket of the session's
 /// start. `visit:exit_page` holds visit counters only (its visitors are reported as its visits,
 /// because a sketch cannot take a visitor out when the exit page moves).
-pub const VISIT_DIMENSIONS: [&str; 19] = [
-    "visit:entry_page",
-    "visit:exit_page",
-    "visit:source",
-    "visit:referrer",
-    "visit:utm_source",
-    "visit:utm_medium",
-    "visit:utm_campaign",
-    "visit:utm_content",
-    "visit:utm_term",
-    "visit:country",
-    "visit:device",
-    "visit:browser",
-    "visit:browser_version",
-    "visit:os",
-    "visit:os_version",
-    "visit:region",
-    "visit:city",
-    "visit:screen",
-    "visit:language",
-];
+pub const VISIT_DIMENSIONS: [&str; 19] = {
+    let all = crate::dimension::VisitDimension::ALL;
+    let mut names = [""; 19];
+    let mut i = 0;
+    while i < all.len() {
+        names[i] = all[i].as_str();
+        i += 1;
+    }
+    names
+};
 
 /// The visit dimensions that keep no aggregate item for the empty value: a visit without a
 /// region, city, screen size or language adds nothing to them. Most visits have no region or
@@ -339,7 +328,7 @@ pub const SPARSE_VISIT_DIMENSIONS: [&str; 4] = ["visit:region", "visit:city", "v
 
 /// Whether `dimension` keeps no item for `value` ([`SPARSE_VISIT_DIMENSIONS`]).
 pub fn skips_value(dimension: &str, value: &str) -> bool {
-    value.is_empty() && SPARSE_VISIT_DIMENSIONS.contains(&dimension)
+    value.is_empty() && crate::dimension::VisitDimension::parse(dimension).is_some_and(|d| d.is_sparse())
 }
 
 /// The counters of one aggregate item. Event counters are counted in the bucket of each event's

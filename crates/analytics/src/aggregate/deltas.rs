@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::dimension::VisitDimension;
 use crate::period::{PeriodError, SiteZone};
 use crate::stored::{
     AggKey, AggKeyRef, Contribution, Counters, HOUR_DIMENSIONS, MINUTE_DIMENSIONS, PROPS_PREFIX, Period, StoredEvent,
-    TOTAL, VISIT_DIMENSIONS, VisitAttrs, minute_label,
+    TOTAL, minute_label,
 };
 
 /// What one event adds to one aggregate item.
@@ -28,32 +29,6 @@ pub struct Delta {
 pub fn visitor_u64(visitor_id: &str) -> u64 {
     u64::from_str_radix(visitor_id, 16).unwrap_or_else(|_| {
         visitor_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-    })
-}
-
-/// The value of a visit dimension in a session's attributes; `None` for `visit:exit_page`, which
-/// is not a visit attribute but the session's current exit page.
-pub fn visit_value<'a>(visit: &'a VisitAttrs, dimension: &str) -> Option<&'a str> {
-    Some(match dimension {
-        "visit:entry_page" => &visit.entry_page,
-        "visit:source" => &visit.source,
-        "visit:referrer" => &visit.referrer,
-        "visit:utm_source" => &visit.utm_source,
-        "visit:utm_medium" => &visit.utm_medium,
-        "visit:utm_campaign" => &visit.utm_campaign,
-        "visit:utm_content" => &visit.utm_content,
-        "visit:utm_term" => &visit.utm_term,
-        "visit:country" => &visit.country,
-        "visit:device" => &visit.device,
-        "visit:browser" => &visit.browser,
-        "visit:browser_version" => &visit.browser_version,
-        "visit:os" => &visit.os,
-        "visit:os_version" => &visit.os_version,
-        "visit:region" => &visit.region,
-        "visit:city" => &visit.city,
-        "visit:screen" => &visit.screen,
-        "visit:language" => &visit.language,
-        _ => return None,
     })
 }
 
@@ -197,11 +172,11 @@ fn each_delta(
             for (dimension, value) in &props {
                 add(dimension, value, counted);
             }
-            for dimension in VISIT_DIMENSIONS {
-                if let Some(value) = visit_value(&event.visit, dimension)
-                    && !crate::stored::skips_value(dimension, value)
+            for dimension in VisitDimension::ALL {
+                if let Some(value) = dimension.value(&event.visit)
+                    && !(dimension.is_sparse() && value.is_empty())
                 {
-                    add(dimension, value, plus(counted, visit_change));
+                    add(dimension.as_str(), value, plus(counted, visit_change));
                 }
             }
         }
@@ -210,12 +185,13 @@ fn each_delta(
         if !same && keeps(period, TOTAL) && !change.counters.is_zero() {
             f(key(TOTAL, ""), change);
         }
-        for dimension in VISIT_DIMENSIONS {
+        for visit_dimension in VisitDimension::ALL {
+            let dimension = visit_dimension.as_str();
             if !keeps(period, dimension) {
                 continue;
             }
-            match visit_value(&event.visit, dimension) {
-                Some(value) if crate::stored::skips_value(dimension, value) => {}
+            match visit_dimension.value(&event.visit) {
+                Some(value) if visit_dimension.is_sparse() && value.is_empty() => {}
                 Some(value) => {
                     if !same && !change.counters.is_zero() {
                         f(key(dimension, value), change);

@@ -25,6 +25,7 @@ use std::borrow::Cow;
 use hashbrown::HashMap;
 
 use crate::block::{Block, Col, Cols, SessionKey, VISIT_TEXT};
+use crate::dimension::VisitDimension;
 use crate::event_store::StoredBlock;
 use crate::stored::{Counters, ENGAGEMENT, PROPS_PREFIX, PrevState};
 
@@ -94,40 +95,43 @@ enum Source<'a> {
 }
 
 fn source(dimension: &str) -> Source<'_> {
-    match dimension {
-        crate::stored::TOTAL => Source::Total,
-        "event:page" => Source::Page,
-        "event:hostname" => Source::Hostname,
-        "event:name" => Source::Name,
-        "event:goal" => Source::Goal,
-        "visit:exit_page" => Source::ExitPage,
-        d if d.starts_with(PROPS_PREFIX) => Source::Prop(&d[PROPS_PREFIX.len()..]),
-        d => visit_col(d).map_or(Source::None, Source::Visit),
+    use crate::dimension::{Dimension, EventDimension};
+    match Dimension::parse(dimension) {
+        Some(Dimension::Total) => Source::Total,
+        Some(Dimension::Event(EventDimension::Page)) => Source::Page,
+        Some(Dimension::Event(EventDimension::Hostname)) => Source::Hostname,
+        Some(Dimension::Event(EventDimension::Name)) => Source::Name,
+        Some(Dimension::Event(EventDimension::Goal)) => Source::Goal,
+        Some(Dimension::Visit(VisitDimension::ExitPage)) => Source::ExitPage,
+        Some(Dimension::Visit(d)) => visit_col(d).map_or(Source::None, Source::Visit),
+        Some(Dimension::Prop(_)) => Source::Prop(&dimension[PROPS_PREFIX.len()..]),
+        Some(Dimension::Time(_)) | None => Source::None,
     }
 }
 
-/// The index in [`VISIT_TEXT`] of a visit dimension's column.
-fn visit_col(dimension: &str) -> Option<usize> {
+/// The index in [`VISIT_TEXT`] of a visit dimension's column (the exit page has none: it is
+/// the session's state, read from the previous states).
+fn visit_col(dimension: VisitDimension) -> Option<usize> {
     let col = match dimension {
-        "visit:entry_page" => Col::VisitEntry,
-        "visit:source" => Col::VisitSource,
-        "visit:referrer" => Col::VisitReferrer,
-        "visit:utm_source" => Col::VisitUtmSource,
-        "visit:utm_medium" => Col::VisitUtmMedium,
-        "visit:utm_campaign" => Col::VisitUtmCampaign,
-        "visit:utm_content" => Col::VisitUtmContent,
-        "visit:utm_term" => Col::VisitUtmTerm,
-        "visit:country" => Col::VisitCountry,
-        "visit:device" => Col::VisitDevice,
-        "visit:browser" => Col::VisitBrowser,
-        "visit:browser_version" => Col::VisitBrowserVersion,
-        "visit:os" => Col::VisitOs,
-        "visit:os_version" => Col::VisitOsVersion,
-        "visit:region" => Col::VisitRegion,
-        "visit:city" => Col::VisitCity,
-        "visit:screen" => Col::VisitScreen,
-        "visit:language" => Col::VisitLanguage,
-        _ => return None,
+        VisitDimension::ExitPage => return None,
+        VisitDimension::EntryPage => Col::VisitEntry,
+        VisitDimension::Source => Col::VisitSource,
+        VisitDimension::Referrer => Col::VisitReferrer,
+        VisitDimension::UtmSource => Col::VisitUtmSource,
+        VisitDimension::UtmMedium => Col::VisitUtmMedium,
+        VisitDimension::UtmCampaign => Col::VisitUtmCampaign,
+        VisitDimension::UtmContent => Col::VisitUtmContent,
+        VisitDimension::UtmTerm => Col::VisitUtmTerm,
+        VisitDimension::Country => Col::VisitCountry,
+        VisitDimension::Device => Col::VisitDevice,
+        VisitDimension::Browser => Col::VisitBrowser,
+        VisitDimension::BrowserVersion => Col::VisitBrowserVersion,
+        VisitDimension::Os => Col::VisitOs,
+        VisitDimension::OsVersion => Col::VisitOsVersion,
+        VisitDimension::Region => Col::VisitRegion,
+        VisitDimension::City => Col::VisitCity,
+        VisitDimension::Screen => Col::VisitScreen,
+        VisitDimension::Language => Col::VisitLanguage,
     };
     VISIT_TEXT.iter().position(|c| *c == col)
 }
