@@ -62,3 +62,37 @@ fn bench_prints_every_figure_and_capacity_prices_them() {
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(entries, ["costs.json"], "the bench's store was temporary");
 }
+
+/// Two pipelines sharing the table (`--ingesters 2`) over a year of traffic (`--days 365`): every
+/// event is accepted, the shared path's write units are reported, and the questions read from
+/// event blocks are timed over 12 months as well as 30 days.
+#[test]
+fn bench_measures_two_ingesters_and_a_year_of_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(["bench", "--events", "1500", "--dashboards", "1", "--concurrency", "8", "--days", "365"])
+        .args(["--ingesters", "2"])
+        .current_dir(dir.path())
+        .env("TALLY_LOG_LEVEL", "warn")
+        .output()
+        .expect("run tally");
+    let out = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{out}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("2 ingesting process(es)"), "{out}");
+    let generated = figure(&out, "events:", "events:");
+    let accepted = figure(&out, "events:", "generated,");
+    assert!(generated > 1000.0 && accepted == generated, "{out}");
+    let units = figure(&out, "write units per event:", "write units per event:");
+    assert!((1.0..100.0).contains(&units), "shared, every event claims its session's item: {units}");
+    for span in ["30 days", "12 months"] {
+        let line = format!("  filtered breakdown (country is DE, by source), {span}:");
+        assert!(figure(&out, &line, &format!("{span}:")) > 0.0, "{out}");
+    }
+    let refused = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(["bench", "--events", "10", "--ingesters", "3"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run tally");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("one or two"));
+}
