@@ -324,27 +324,30 @@ impl Pipeline {
     /// ingests (switching to shared, stopping alone). Returns how many.
     pub async fn write_heads(&self, since_ts: Option<i64>) -> Result<usize, PipelineError> {
         let slots: Vec<Slot> = lock(&self.sessions).values().cloned().collect();
-        // Each session is held (after its in-flight event, if any) until its item is written.
+        // Each session is held (after its in-flight event, if any) until every item is written.
         let mut held = Vec::new();
         for slot in slots {
             let guard = slot.lock_owned().await;
-            let Some(live) = guard.live.as_ref() else { continue };
-            if since_ts.is_some_and(|t| live.last.ts < t) {
-                continue;
+            if guard.live.as_ref().is_some_and(|live| since_ts.is_none_or(|t| live.last.ts >= t)) {
+                held.push(guard);
             }
-            let version = guard.head_version.unwrap_or(0) + 1;
-            let item = head_item_for(&live.last, version)?;
-            held.push((guard, item, version));
         }
-        let writes: Vec<model::BatchWrite> =
-            held.iter().map(|(_, item, _)| model::BatchWrite::put("VisitorSession", item.clone())).collect();
-        if !writes.is_empty() {
+        // The items are built and written a chunk at a time: a process holding a full session
+        // cache would otherwise build tens of megabytes of items at once when it stops.
+        for chunk in held.chunks_mut(EVICT_CHUNK) {
+            let mut writes = Vec::with_capacity(chunk.len());
+            for guard in chunk.iter() {
+                if let Some(live) = guard.live.as_ref() {
+                    let item = head_item_for(&live.last, guard.head_version.unwrap_or(0) + 1)?;
+                    writes.push(model::BatchWrite::put("VisitorSession", item));
+                }
+            }
             self.table.batch_write(writes).await?;
+            for guard in chunk.iter_mut() {
+                guard.head_version = Some(guard.head_version.unwrap_or(0) + 1);
+            }
         }
         let written = held.len();
-        for (mut guard, _, version) in held {
-            guard.head_version = Some(version);
-        }
         Ok(written)
     }
 
