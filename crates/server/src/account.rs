@@ -33,16 +33,17 @@ use analytics::accounts::{AccountsError, LOGIN_LIFETIME, SHARE_UNLOCK_LIFETIME};
 use analytics::two_factor::Login;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 use serde_json::{Map, Value as Json, json};
 
-use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, error, internal, set_cookie};
+use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, set_cookie};
+use crate::error::ServerError;
 use crate::routes::{AppState, Peer};
-use crate::stats::{bad, json_ok, reading};
+use crate::stats::{json_ok, reading};
 
 /// Sign-in and unlock attempts allowed per minute (after a burst of as many), per client address
 /// and per account or link, unless configured otherwise.
@@ -117,60 +118,39 @@ fn loggable(account: &str) -> String {
 }
 
 /// `429` with `Retry-After`.
-fn throttled(wait: Duration) -> Response {
-    let secs = wait.as_secs().max(1);
-    let mut r = error(StatusCode::TOO_MANY_REQUESTS, format!("too many attempts; try again in {secs} s"));
-    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    r
+fn throttled(wait: Duration) -> ServerError {
+    ServerError::TooManyRequests { retry_after_secs: wait.as_secs().max(1) }
 }
 
 /// The body of a JSON POST as an object, or the 400/415 to answer.
-pub(crate) fn json_object(headers: &HeaderMap, body: &[u8]) -> Result<Map<String, Json>, Response> {
+pub(crate) fn json_object(headers: &HeaderMap, body: &[u8]) -> Result<Map<String, Json>, ServerError> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if !content_type.to_ascii_lowercase().starts_with("application/json") {
-        return Err(error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the body as application/json"));
+        return Err(ServerError::UnsupportedMediaType);
     }
     match serde_json::from_slice::<Json>(body) {
         Ok(Json::Object(map)) => Ok(map),
-        Ok(_) => Err(bad("the body must be a JSON object")),
-        Err(e) => Err(bad(format!("the body is not JSON: {e}"))),
+        Ok(_) => Err(ServerError::bad_request("the body must be a JSON object")),
+        Err(e) => Err(ServerError::bad_request(format!("the body is not JSON: {e}"))),
     }
 }
 
 /// A required string field.
-pub(crate) fn field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<&'a str, Response> {
+pub(crate) fn field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<&'a str, ServerError> {
     match map.get(name) {
         Some(Json::String(s)) => Ok(s),
-        Some(_) => Err(bad(format!("`{name}` must be a string"))),
-        None => Err(bad(format!("`{name}` is required"))),
+        Some(_) => Err(ServerError::bad_request(format!("`{name}` must be a string"))),
+        None => Err(ServerError::bad_request(format!("`{name}` is required"))),
     }
 }
 
 /// An optional string field (absent, `null` and `""` are `None`).
-pub(crate) fn optional_field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<Option<&'a str>, Response> {
+pub(crate) fn optional_field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<Option<&'a str>, ServerError> {
     match map.get(name) {
         None | Some(Json::Null) => Ok(None),
         Some(Json::String(s)) if s.is_empty() => Ok(None),
         Some(Json::String(s)) => Ok(Some(s)),
-        Some(_) => Err(bad(format!("`{name}` must be a string"))),
-    }
-}
-
-pub(crate) fn accounts_error(e: AccountsError) -> Response {
-    match e {
-        e @ (AccountsError::InvalidEmail(_) | AccountsError::InvalidPassword) => bad(e.to_string()),
-        e @ (AccountsError::EmailTaken(_) | AccountsError::SetupDone) => error(StatusCode::CONFLICT, e.to_string()),
-        e @ (AccountsError::InvalidRole(_) | AccountsError::NoPendingTwoFactor | AccountsError::WrongCode) => {
-            bad(e.to_string())
-        }
-        e @ AccountsError::NoSuchInvitation => error(StatusCode::NOT_FOUND, e.to_string()),
-        e @ AccountsError::WrongPassword(_) => error(StatusCode::UNAUTHORIZED, e.to_string()),
-        e @ AccountsError::Busy => {
-            let mut r = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-            r
-        }
-        e => internal(e),
+        Some(_) => Err(ServerError::bad_request(format!("`{name}` must be a string"))),
     }
 }
 
@@ -184,110 +164,93 @@ fn signed_in(secure: bool, token: &str, email: &str) -> Response {
 }
 
 /// `GET /api/auth`.
-pub async fn state(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+pub async fn state(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
     let user = match auth::cookie(&headers, SESSION_COOKIE) {
-        Some(token) => match r.accounts.session(token).await {
-            Ok(user) => user.map(|u| (u, csrf_token(token))),
-            Err(e) => return internal(e),
-        },
+        Some(token) => r.accounts.session(token).await.map_err(ServerError::backend)?.map(|u| (u, csrf_token(token))),
         None => None,
     };
-    let setup_required = match r.accounts.has_users().await {
-        Ok(has) => !has,
-        Err(e) => return internal(e),
-    };
-    match user {
+    let setup_required = !r.accounts.has_users().await.map_err(ServerError::backend)?;
+    Ok(match user {
         Some((u, csrf)) => {
             json_ok(json!({ "signed_in": true, "email": u.email, "csrf": csrf, "setup_required": false }))
         }
         None => json_ok(json!({ "signed_in": false, "setup_required": setup_required })),
-    }
+    })
 }
 
 /// `POST /api/login`.
-pub async fn login(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let map = match json_object(&headers, &body) {
-        Ok(m) => m,
-        Err(resp) => return resp,
-    };
-    let (email, password) = match (field(&map, "email"), field(&map, "password")) {
-        (Ok(e), Ok(p)) => (e, p),
-        (Err(resp), _) | (_, Err(resp)) => return resp,
-    };
+pub async fn login(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let map = json_object(&headers, &body)?;
+    let (email, password) = (field(&map, "email")?, field(&map, "password")?);
     let client = auth::client_addr(&state, &headers, peer);
     if let Err(wait) = state.attempts.check(client, email) {
         tracing::warn!("authentication throttled; client={client} kind=login account={:?}", loggable(email));
-        return throttled(wait);
+        return Err(throttled(wait));
     }
-    let code = match optional_field(&map, "code") {
-        Ok(c) => c,
-        Err(resp) => return resp,
-    };
-    match r.accounts.login_with_code(email, password, code).await {
-        Ok(Login::SignedIn(token, user)) => {
+    let code = optional_field(&map, "code")?;
+    match r.accounts.login_with_code(email, password, code).await? {
+        Login::SignedIn(token, user) => {
             tracing::info!(email = %user.email, %client, "signed in");
-            signed_in(auth::is_https(&state, &headers, peer), &token, &user.email)
+            Ok(signed_in(auth::is_https(&state, &headers, peer), &token, &user.email))
         }
         // The password was right: the page asks for the code (the attempt still counted).
-        Ok(Login::CodeRequired) => (
+        Login::CodeRequired => Ok((
             StatusCode::UNAUTHORIZED,
             [(header::CONTENT_TYPE, "application/json")],
             json!({ "error": "enter the code from your authenticator app, or a recovery code", "two_factor": true })
                 .to_string(),
         )
-            .into_response(),
-        Ok(_) => {
+            .into_response()),
+        _ => {
             tracing::warn!("authentication failure; client={client} kind=login account={:?}", loggable(email));
-            error(StatusCode::UNAUTHORIZED, "wrong e-mail, password or code")
+            Err(ServerError::WrongCredentials { message: "wrong e-mail, password or code".into() })
         }
-        Err(e) => accounts_error(e),
     }
 }
 
 /// The signed-in account of a request, or the 401.
-async fn signed_in_user(r: &crate::stats::Reading, headers: &HeaderMap) -> Result<analytics::accounts::User, Response> {
+async fn signed_in_user(
+    r: &crate::stats::Reading,
+    headers: &HeaderMap,
+) -> Result<analytics::accounts::User, ServerError> {
     match auth::principal(r, headers).await? {
         auth::Principal::User(user) => Ok(user),
-        _ => Err(auth::unauthorized()),
+        _ => Err(ServerError::Unauthorized),
     }
 }
 
 /// `POST /api/2fa/setup`: a new secret for the signed-in account's authenticator app, pending
 /// until confirmed.
-pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let r = tri!(reading(&state));
-    let user = tri!(signed_in_user(r, &headers).await);
-    match r.accounts.totp_begin(&user.email).await {
-        Ok((secret, url)) => json_ok(json!({ "secret": secret, "otpauth_url": url })),
-        Err(e) => accounts_error(e),
-    }
+pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let user = signed_in_user(r, &headers).await?;
+    let (secret, url) = r.accounts.totp_begin(&user.email).await?;
+    Ok(json_ok(json!({ "secret": secret, "otpauth_url": url })))
 }
 
 /// `POST /api/2fa/enable` `{code}`: confirms the pending secret; answers the recovery codes, once.
-pub async fn two_factor_enable(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
-    let r = tri!(reading(&state));
-    let user = tri!(signed_in_user(r, &headers).await);
-    let map = tri!(json_object(&headers, &body));
-    let code = tri!(field(&map, "code"));
+pub async fn two_factor_enable(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let user = signed_in_user(r, &headers).await?;
+    let map = json_object(&headers, &body)?;
+    let code = field(&map, "code")?;
     let client = auth::client_addr(&state, &headers, peer);
-    if let Err(wait) = state.attempts.check(client, &user.email) {
-        return throttled(wait);
-    }
-    match r.accounts.totp_enable(&user.email, code).await {
-        Ok(codes) => {
-            tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
-            json_ok(json!({ "enabled": true, "recovery_codes": codes }))
-        }
-        Err(e) => accounts_error(e),
-    }
+    state.attempts.check(client, &user.email).map_err(throttled)?;
+    let codes = r.accounts.totp_enable(&user.email, code).await?;
+    tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
+    Ok(json_ok(json!({ "enabled": true, "recovery_codes": codes })))
 }
 
 /// `POST /api/2fa/disable` `{password}`: turns two-factor sign-in off, given the password.
@@ -296,45 +259,32 @@ pub async fn two_factor_disable(
     peer: Peer,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let r = tri!(reading(&state));
-    let user = tri!(signed_in_user(r, &headers).await);
-    let map = tri!(json_object(&headers, &body));
-    let password = tri!(field(&map, "password"));
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let user = signed_in_user(r, &headers).await?;
+    let map = json_object(&headers, &body)?;
+    let password = field(&map, "password")?;
     let client = auth::client_addr(&state, &headers, peer);
-    if let Err(wait) = state.attempts.check(client, &user.email) {
-        return throttled(wait);
+    state.attempts.check(client, &user.email).map_err(throttled)?;
+    if !r.accounts.password_matches(&user.email, password).await? {
+        tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
+        return Err(ServerError::WrongCredentials { message: "the password is wrong".into() });
     }
-    match r.accounts.password_matches(&user.email, password).await {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
-            return error(StatusCode::UNAUTHORIZED, "the password is wrong");
-        }
-        Err(e) => return accounts_error(e),
-    }
-    match r.accounts.totp_disable(&user.email).await {
-        Ok(()) => json_ok(json!({ "enabled": false })),
-        Err(e) => accounts_error(e),
-    }
+    r.accounts.totp_disable(&user.email).await?;
+    Ok(json_ok(json!({ "enabled": false })))
 }
 
 /// `POST /api/logout`.
-pub async fn logout(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+pub async fn logout(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
     if let Some(token) = auth::cookie(&headers, SESSION_COOKIE) {
         let sent = headers.get(auth::CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
         if sent != csrf_token(token) {
-            return auth::unauthorized();
+            return Err(ServerError::Unauthorized);
         }
-        if let Err(e) = r.accounts.logout(token).await {
-            return internal(e);
-        }
+        r.accounts.logout(token).await.map_err(ServerError::backend)?;
     }
-    signed_out(auth::is_https(&state, &headers, peer))
+    Ok(signed_out(auth::is_https(&state, &headers, peer)))
 }
 
 fn signed_out(secure: bool) -> Response {
@@ -345,85 +295,72 @@ fn signed_out(secure: bool) -> Response {
 
 /// `POST /api/logout/everywhere`: ends every login of the signed-in account (cookie and CSRF
 /// header), on every browser, this one included.
-pub async fn logout_everywhere(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Response {
-    let r = tri!(reading(&state));
-    let user = match tri!(auth::principal(r, &headers).await) {
-        auth::Principal::User(user) => user,
-        _ => return auth::unauthorized(),
-    };
-    if let Err(e) = r.accounts.sign_out_everywhere(&user.email).await {
-        return accounts_error(e);
-    }
+pub async fn logout_everywhere(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let user = signed_in_user(r, &headers).await?;
+    r.accounts.sign_out_everywhere(&user.email).await?;
     tracing::info!(email = %user.email, "signed out everywhere");
-    signed_out(auth::is_https(&state, &headers, peer))
+    Ok(signed_out(auth::is_https(&state, &headers, peer)))
 }
 
 /// `POST /api/password {current_password, new_password}`: changes the signed-in account's
 /// password, which ends its logins everywhere, and signs this browser in again (a new cookie and
 /// CSRF token). The current password is checked under the same limits as a sign-in.
-pub async fn change_password(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
-    let r = tri!(reading(&state));
-    let user = match tri!(auth::principal(r, &headers).await) {
-        auth::Principal::User(user) => user,
-        _ => return auth::unauthorized(),
-    };
-    let map = tri!(json_object(&headers, &body));
-    let (current, new) = (tri!(field(&map, "current_password")), tri!(field(&map, "new_password")));
+pub async fn change_password(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let user = signed_in_user(r, &headers).await?;
+    let map = json_object(&headers, &body)?;
+    let (current, new) = (field(&map, "current_password")?, field(&map, "new_password")?);
     let client = auth::client_addr(&state, &headers, peer);
     if let Err(wait) = state.attempts.check(client, &user.email) {
         tracing::warn!("authentication throttled; client={client} kind=password account={:?}", loggable(&user.email));
-        return throttled(wait);
+        return Err(throttled(wait));
     }
-    match r.accounts.login(&user.email, current).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
-            return error(StatusCode::UNAUTHORIZED, "the current password is wrong");
-        }
-        Err(e) => return accounts_error(e),
+    if r.accounts.login(&user.email, current).await?.is_none() {
+        tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
+        return Err(ServerError::WrongCredentials { message: "the current password is wrong".into() });
     }
-    if let Err(e) = r.accounts.set_password(&user.email, new).await {
-        return accounts_error(e);
-    }
+    r.accounts.set_password(&user.email, new).await?;
     tracing::info!(email = %user.email, %client, "password changed; signed out everywhere");
-    match r.accounts.login(&user.email, new).await {
-        Ok(Some((token, user))) => signed_in(auth::is_https(&state, &headers, peer), &token, &user.email),
-        Ok(None) => internal("an account could not sign in with its new password"),
-        Err(e) => accounts_error(e),
-    }
+    let Some((token, user)) = r.accounts.login(&user.email, new).await? else {
+        return Err(ServerError::backend("an account could not sign in with its new password"));
+    };
+    Ok(signed_in(auth::is_https(&state, &headers, peer), &token, &user.email))
 }
 
 /// `POST /api/setup`.
-pub async fn setup(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let map = match json_object(&headers, &body) {
-        Ok(m) => m,
-        Err(resp) => return resp,
-    };
-    let (token, email, password) = match (field(&map, "token"), field(&map, "email"), field(&map, "password")) {
-        (Ok(t), Ok(e), Ok(p)) => (t, e, p),
-        (Err(resp), _, _) | (_, Err(resp), _) | (_, _, Err(resp)) => return resp,
-    };
+pub async fn setup(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let map = json_object(&headers, &body)?;
+    let (token, email, password) = (field(&map, "token")?, field(&map, "email")?, field(&map, "password")?);
     let expected = r.setup_token.as_deref().unwrap_or_default();
     if expected.is_empty() || !constant_time_eq(token.as_bytes(), expected.as_bytes()) {
         let client = auth::client_addr(&state, &headers, peer);
         tracing::warn!("authentication failure; client={client} kind=setup account={:?}", loggable(email));
-        return error(StatusCode::FORBIDDEN, "this setup link is not valid; use the one `tally serve` printed");
+        return Err(ServerError::Forbidden {
+            message: "this setup link is not valid; use the one `tally serve` printed".into(),
+        });
     }
-    if let Err(e) = r.accounts.add_first_user(email, password).await {
-        return accounts_error(e);
-    }
-    match r.accounts.login(email, password).await {
-        Ok(Some((token, user))) => {
-            tracing::info!(email = %user.email, "first account created");
-            signed_in(auth::is_https(&state, &headers, peer), &token, &user.email)
-        }
-        Ok(None) => internal("a new account could not sign in"),
-        Err(e) => accounts_error(e),
-    }
+    r.accounts.add_first_user(email, password).await?;
+    let Some((token, user)) = r.accounts.login(email, password).await? else {
+        return Err(ServerError::backend("a new account could not sign in"));
+    };
+    tracing::info!(email = %user.email, "first account created");
+    Ok(signed_in(auth::is_https(&state, &headers, peer), &token, &user.email))
 }
 
 /// Whether `a` equals `b`, in a time that does not depend on where they differ.
@@ -431,35 +368,33 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The answer to a shared link that does not exist (or no longer shows a site).
+fn no_such_link() -> ServerError {
+    ServerError::not_found("this shared link does not exist or was revoked")
+}
+
 /// `GET /api/share/{token}`.
-pub async fn share(State(state): State<AppState>, headers: HeaderMap, Path(token): Path<String>) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let share = match r.accounts.share(&token).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return error(StatusCode::NOT_FOUND, "this shared link does not exist or was revoked"),
-        Err(e) => return internal(e),
-    };
-    let site = match r.sites.get(&share.site_id).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return error(StatusCode::NOT_FOUND, "this shared link does not exist or was revoked"),
-        Err(e) => return internal(e),
-    };
+pub async fn share(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(token): Path<String>,
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let share = r.accounts.share(&token).await.map_err(ServerError::backend)?.ok_or_else(no_such_link)?;
+    let site = r.sites.get(&share.site_id).await.map_err(ServerError::backend)?.ok_or_else(no_such_link)?;
     let unlocked = !share.has_password
         || match auth::cookie(&headers, SHARE_COOKIE) {
             Some(grant) => r.accounts.share_unlocked(grant, &share.share_id).await.unwrap_or(false),
             None => false,
         };
-    json_ok(json!({
+    Ok(json_ok(json!({
         "site_id": site.site_id,
         "domain": site.domain,
         "timezone": site.zone.name(),
         "name": share.name,
         "password_required": share.has_password,
         "unlocked": unlocked,
-    }))
+    })))
 }
 
 /// `POST /api/share/{token}/unlock`.
@@ -469,42 +404,25 @@ pub async fn unlock(
     headers: HeaderMap,
     Path(token): Path<String>,
     body: Bytes,
-) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let map = match json_object(&headers, &body) {
-        Ok(m) => m,
-        Err(resp) => return resp,
-    };
-    let password = match field(&map, "password") {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    let map = json_object(&headers, &body)?;
+    let password = field(&map, "password")?;
     let client = auth::client_addr(&state, &headers, peer);
     // The link's account key is a digest of its token, so the limiter never holds a live token.
     let link = format!("share:{}", auth::csrf_token(&token));
     if let Err(wait) = state.attempts.check(client, &link) {
         tracing::warn!("authentication throttled; client={client} kind=unlock account={link:?}");
-        return throttled(wait);
+        return Err(throttled(wait));
     }
-    match r.accounts.unlock_share(&token, password).await {
-        Ok(Some(grant)) => {
-            let secure = auth::is_https(&state, &headers, peer);
-            let cookie = set_cookie(secure, SHARE_COOKIE, Some(&grant), SHARE_UNLOCK_LIFETIME.as_secs());
-            (
-                [(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())],
-                r#"{"unlocked":true}"#,
-            )
-                .into_response()
-        }
-        Ok(None) => {
-            tracing::warn!("authentication failure; client={client} kind=unlock account={link:?}");
-            error(StatusCode::UNAUTHORIZED, "wrong password")
-        }
-        Err(e) => accounts_error(e),
-    }
+    let Some(grant) = r.accounts.unlock_share(&token, password).await? else {
+        tracing::warn!("authentication failure; client={client} kind=unlock account={link:?}");
+        return Err(ServerError::WrongCredentials { message: "wrong password".into() });
+    };
+    let secure = auth::is_https(&state, &headers, peer);
+    let cookie = set_cookie(secure, SHARE_COOKIE, Some(&grant), SHARE_UNLOCK_LIFETIME.as_secs());
+    Ok(([(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())], r#"{"unlocked":true}"#)
+        .into_response())
 }
 
 /// The page of an invitation link: a plain form (no script), posted back to the same address.
@@ -540,21 +458,18 @@ fn invitation_page(status: StatusCode, message: &str, form: Option<(&str, &str)>
         .into_response()
 }
 
+/// What an invitation page says of an invitation that cannot be used.
+const INVITATION_GONE: &str = "This invitation is not valid: used, expired or revoked.";
+
 /// `GET /invite/{token}`: the invitation's form, or why it cannot be used.
-pub async fn invitation(State(state): State<AppState>, Path(token): Path<String>) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    match r.accounts.invitation(&token).await {
-        Ok(Some((_, email))) => {
+pub async fn invitation(State(state): State<AppState>, Path(token): Path<String>) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
+    Ok(match r.accounts.invitation(&token).await.map_err(ServerError::backend)? {
+        Some((_, email)) => {
             invitation_page(StatusCode::OK, "You are invited to a site's analytics.", Some((&email, &token)))
         }
-        Ok(None) => {
-            invitation_page(StatusCode::NOT_FOUND, "This invitation is not valid: used, expired or revoked.", None)
-        }
-        Err(e) => internal(e),
-    }
+        None => invitation_page(StatusCode::NOT_FOUND, INVITATION_GONE, None),
+    })
 }
 
 /// `POST /invite/{token}` (a form with `password`): accepts the invitation, then sends the
@@ -565,35 +480,30 @@ pub async fn accept_invitation(
     headers: HeaderMap,
     Path(token): Path<String>,
     body: Bytes,
-) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+) -> Result<Response, ServerError> {
+    let r = reading(&state)?;
     let password = url::form_urlencoded::parse(&body).find(|(k, _)| k == "password").map(|(_, v)| v.into_owned());
     let Some(password) = password else {
-        return invitation_page(StatusCode::BAD_REQUEST, "The form needs a password.", None);
+        return Ok(invitation_page(StatusCode::BAD_REQUEST, "The form needs a password.", None));
     };
     let client = auth::client_addr(&state, &headers, peer);
     let limited: String = token.chars().take(64).collect();
     if let Err(wait) = state.attempts.check(client, &limited) {
         tracing::warn!("authentication throttled; client={client} kind=invitation account=\"\"");
-        return throttled(wait);
+        return Err(throttled(wait));
     }
     match r.accounts.accept_invitation(&token, &password).await {
         Ok((user, site)) => {
             tracing::info!(email = %user.email, site = %site, %client, "invitation accepted");
-            (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")], "").into_response()
+            Ok((StatusCode::SEE_OTHER, [(header::LOCATION, "/login")], "").into_response())
         }
         Err(e @ (AccountsError::InvalidPassword | AccountsError::WrongPassword(_))) => {
             tracing::warn!("authentication failure; client={client} kind=invitation account=\"\"");
             let email = r.accounts.invitation(&token).await.ok().flatten().map(|(_, e)| e).unwrap_or_default();
-            invitation_page(StatusCode::BAD_REQUEST, &e.to_string(), Some((&email, &token)))
+            Ok(invitation_page(StatusCode::BAD_REQUEST, &e.to_string(), Some((&email, &token))))
         }
-        Err(AccountsError::NoSuchInvitation) => {
-            invitation_page(StatusCode::NOT_FOUND, "This invitation is not valid: used, expired or revoked.", None)
-        }
-        Err(e) => accounts_error(e),
+        Err(AccountsError::NoSuchInvitation) => Ok(invitation_page(StatusCode::NOT_FOUND, INVITATION_GONE, None)),
+        Err(e) => Err(e.into()),
     }
 }
 

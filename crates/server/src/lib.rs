@@ -30,20 +30,6 @@
 //! (configuration, the store and the pipeline are wired in the `tally` binary).
 
 #![deny(missing_docs)]
-// Helpers of the handlers return the `Response` to answer as their error: it is built once, on
-// the refused path, and moving it is cheaper than boxing every early return.
-#![allow(clippy::result_large_err)]
-
-/// The value of an `Ok`, or an early return of the `Err` answer: a handler's steps each end in
-/// either a value or the response refusing the request.
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(resp) => return resp,
-        }
-    };
-}
 
 pub mod account;
 pub mod admin;

@@ -21,6 +21,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::error::ServerError;
 use crate::routes::AppState;
 
 /// The figures `/metrics` reports, read at the moment of the request.
@@ -68,8 +69,12 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// `GET /metrics`: the figures of the configured source, or 404 when the server has none. With
 /// a token configured ([`AppState::with_metrics_token`]), only a request carrying it as
 /// `Authorization: Bearer TOKEN` is answered; any other gets the one 401 of every refusal.
-pub(crate) async fn handler(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
-    let Some(source) = &state.metrics else { return StatusCode::NOT_FOUND.into_response() };
+pub(crate) async fn handler(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ServerError> {
+    // A bare 404, as for a route that does not exist.
+    let Some(source) = &state.metrics else { return Ok(StatusCode::NOT_FOUND.into_response()) };
     if let Some(token) = &state.metrics_token {
         let sent = headers
             .get(header::AUTHORIZATION)
@@ -78,10 +83,10 @@ pub(crate) async fn handler(State(state): State<AppState>, headers: axum::http::
             .map(str::trim)
             .unwrap_or_default();
         if !crate::account::constant_time_eq(sent.as_bytes(), token.as_bytes()) {
-            return crate::auth::unauthorized();
+            return Err(ServerError::Unauthorized);
         }
     }
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&source.snapshot())).into_response()
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&source.snapshot())).into_response())
 }
 
 /// Renders `snapshot` in the Prometheus text format, one `# HELP` and `# TYPE` per family.
