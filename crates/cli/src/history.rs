@@ -34,7 +34,7 @@ const MAX_ENTRY_BYTES: u64 = 1 << 30;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// Tally's own NDJSON or CSV events.
-    Events(server::import::Format),
+    Events(server::wire::import::Format),
     /// Umami's CSV of `website_event` rows.
     Umami,
     /// Plausible's CSV export: a zip, a directory, or one `imported_*` CSV.
@@ -49,7 +49,7 @@ pub fn detect(path: &Path, forced: Option<&str>) -> Result<Kind> {
         return match name.to_ascii_lowercase().as_str() {
             "umami" => Ok(Kind::Umami),
             "plausible" | "ga" => Ok(Kind::Plausible),
-            other => server::import::Format::parse(other)
+            other => server::wire::import::Format::parse(other)
                 .map(Kind::Events)
                 .ok_or_else(|| anyhow!("--format must be ndjson, csv, umami or plausible, not {name:?}")),
         };
@@ -78,7 +78,7 @@ pub fn detect(path: &Path, forced: Option<&str>) -> Result<Kind> {
     if imported::table_of_header(&columns).is_some() && !columns.contains(&"timestamp") {
         return Ok(Kind::Plausible);
     }
-    Ok(Kind::Events(server::import::Format::detect(&name)))
+    Ok(Kind::Events(server::wire::import::Format::detect(&name)))
 }
 
 /// The CSV files of a Plausible export at `path`, with their names.

@@ -16,10 +16,10 @@ use analytics::sites::{Scope, Site, SiteChanges, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
 use model::Table;
-use server::import::Format;
 use server::metrics::MetricsSnapshot;
 use server::pipeline::PipelineIngest;
 use server::stats::Reading;
+use server::wire::import::Format;
 
 use crate::config::Config;
 use crate::demo::DemoOptions;
@@ -489,7 +489,8 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
         }
     };
     let what = file.map(|f| f.display().to_string()).unwrap_or_else(|| "the Umami database".to_owned());
-    let parsed = server::import::parse(&readable, format, &site).map_err(|e| anyhow!("{what}: {e}"))?.in_time_order();
+    let parsed =
+        server::wire::import::parse(&readable, format, &site).map_err(|e| anyhow!("{what}: {e}"))?.in_time_order();
     if let Some((file_id, name)) = &file_record {
         println!("import id: {file_id}");
         if crate::history::begin_events_file(&table, &site, file_id, name, options.force).await? {

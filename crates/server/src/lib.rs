@@ -39,7 +39,6 @@ pub mod error;
 pub mod export;
 #[doc(hidden)]
 pub mod fuzz;
-pub mod import;
 pub mod ingest;
 pub mod listen;
 pub mod metrics;

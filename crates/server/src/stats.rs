@@ -22,8 +22,8 @@ use serde_json::{Value as Json, json};
 
 use crate::auth::{Need, authorize};
 use crate::error::ServerError;
-use crate::import::Format;
 use crate::routes::AppState;
+use crate::wire::import::Format;
 
 /// What the reading routes need.
 #[derive(Debug, Clone)]
@@ -861,7 +861,7 @@ const IMPORT_LANES: usize = 64;
 /// `POST /api/import`: events with their own timestamps for the key's site, NDJSON lines or CSV
 /// records (`Content-Type: text/csv`, or `?format=csv`; see [`crate::import`]), ingested in time
 /// order; answers `{imported, dropped, errors: [{line, error}], errors_total, errors_omitted}`
-/// with the first [`crate::import::MAX_REPORTED_ERRORS`] refused lines; a bad line does not stop
+/// with the first [`crate::wire::import::MAX_REPORTED_ERRORS`] refused lines; a bad line does not stop
 /// the others, a CSV header naming an unknown column stops all (`400`).
 ///
 /// The caller is authorized before a byte of the body is read, so an upload without a key costs
@@ -896,7 +896,7 @@ pub async fn import(
         }
         Err(e) => return Err(ServerError::bad_request(format!("could not read the body: {e}"))),
     };
-    let parsed = match crate::import::parse(&body, format, &site) {
+    let parsed = match crate::wire::import::parse(&body, format, &site) {
         Ok(p) => p.in_time_order(),
         Err(message) => return Err(ServerError::bad_request(message)),
     };

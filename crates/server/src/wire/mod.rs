@@ -1,5 +1,5 @@
-//! The ingestion wire formats: request bodies as the official trackers send them, read into
-//! [`analytics::event::RawEvent`]. Nothing here validates the event's content (lengths, URLs,
+//! The wire formats: request bodies as the official trackers send them, read into
+//! [`analytics::event::RawEvent`], and Tally's import format ([`import`]), read and written. Nothing here validates the event's content (lengths, URLs,
 //! domains): [`analytics::event::Event::parse`] does that later. This layer only refuses bodies
 //! whose shape it cannot read, and says what is wrong with them.
 //!
@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use analytics::event::{RawEvent, RawRevenue, RequestHeaders};
 use serde_json::{Map, Value};
 
+pub mod import;
 pub mod plausible;
 pub mod umami;
 
