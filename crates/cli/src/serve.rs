@@ -16,9 +16,8 @@ use analytics::sites::{Scope, Site, SiteChanges, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
 use model::Table;
+use server::Reading;
 use server::metrics::MetricsSnapshot;
-use server::pipeline::PipelineIngest;
-use server::stats::Reading;
 use server::wire::import::Format;
 
 use crate::config::Config;
@@ -166,7 +165,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     };
     let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))
         .map_err(|e| anyhow!("trusted proxies: {e}"))?;
-    let state = server::AppState::new(Arc::new(PipelineIngest(pipeline)))
+    let state = server::AppState::new(pipeline)
         .with_reading(reading)
         .with_health(Arc::new(StoreHealth(sites.clone())))
         .with_trusted_proxies(trusted)

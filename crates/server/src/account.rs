@@ -14,7 +14,7 @@
 //! Every POST here takes `application/json` only: a form on another site cannot send that
 //! without a CORS preflight, which these routes do not answer, so none can be forged.
 //!
-//! Sign-in and unlock attempts are limited ([`Attempts`]): per client address (the address as
+//! Sign-in and unlock attempts are limited ([`crate::attempts::Attempts`]): per client address (the address as
 //! [`crate::auth::client_addr`] finds it behind trusted proxies; IPv6 by /64) and per account
 //! or shared link, each to a burst of N and then N a minute; past it, `429` with `Retry-After`.
 //! Every failed or refused attempt is logged as one line a fail2ban filter can match before any
@@ -25,8 +25,6 @@
 //! WARN server::account: authentication throttled; client=203.0.113.7 kind=unlock account="01J…"
 //! ```
 
-use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use analytics::accounts::{AccountsError, LOGIN_LIFETIME, SHARE_UNLOCK_LIFETIME};
@@ -35,81 +33,13 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use governor::clock::{Clock, DefaultClock};
-use governor::state::keyed::DefaultKeyedStateStore;
-use governor::{Quota, RateLimiter};
-use serde_json::{Map, Value as Json, json};
+use serde_json::json;
 
 use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, set_cookie};
 use crate::error::ServerError;
-use crate::routes::{AppState, Peer};
-use crate::stats::{json_ok, reading};
-
-/// Sign-in and unlock attempts allowed per minute (after a burst of as many), per client address
-/// and per account or link, unless configured otherwise.
-pub const DEFAULT_ATTEMPTS_PER_MINUTE: u32 = 10;
-
-/// A limiter keeps the keys it saw within about a minute; past this many it forgets the idle ones
-/// at once, so a flood of addresses costs time, not memory.
-const TIDY_ABOVE_KEYS: usize = 10_000;
-
-type Keyed<K> = RateLimiter<K, DefaultKeyedStateStore<K>, DefaultClock>;
-
-/// The sign-in and unlock rate limits: GCRA buckets from `governor`, one per client address and
-/// one per account (or shared link).
-pub struct Attempts {
-    per_client: Keyed<IpAddr>,
-    per_account: Keyed<String>,
-    clock: DefaultClock,
-}
-
-impl std::fmt::Debug for Attempts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Attempts").field("clients", &self.per_client.len()).finish_non_exhaustive()
-    }
-}
-
-impl Attempts {
-    /// Limits of `per_minute` attempts a minute, after a burst of as many.
-    pub fn new(per_minute: u32) -> Attempts {
-        let n = NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN);
-        Attempts {
-            per_client: RateLimiter::keyed(Quota::per_minute(n)),
-            per_account: RateLimiter::keyed(Quota::per_minute(n)),
-            clock: DefaultClock::default(),
-        }
-    }
-
-    /// Takes one attempt from `client` on `account`: `Err` with how long to wait when either is
-    /// out of attempts. A client that is refused takes nothing from the account, so one client
-    /// cannot lock an account by itself.
-    pub fn check(&self, client: IpAddr, account: &str) -> Result<(), Duration> {
-        if self.per_client.len() > TIDY_ABOVE_KEYS {
-            self.per_client.retain_recent();
-            self.per_client.shrink_to_fit();
-        }
-        if self.per_account.len() > TIDY_ABOVE_KEYS {
-            self.per_account.retain_recent();
-            self.per_account.shrink_to_fit();
-        }
-        let now = self.clock.now();
-        self.per_client.check_key(&client_bucket(client)).map_err(|n| n.wait_time_from(now))?;
-        let account: String = account.chars().take(256).collect();
-        self.per_account.check_key(&account.to_lowercase()).map_err(|n| n.wait_time_from(now))
-    }
-}
-
-/// The bucket of a client address: itself for IPv4, its /64 for IPv6 (one subscriber's prefix).
-fn client_bucket(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => {
-            let mut segments = v6.segments();
-            segments[4..].fill(0);
-            IpAddr::V6(segments.into())
-        }
-    }
-}
+use crate::extract::{Peer, field, json_object, optional_field};
+use crate::state::AppState;
+use crate::wire::json_ok;
 
 /// What a client sent as the account, made safe for one log line: at most 254 characters,
 /// printed with `{:?}` (quoted, control characters escaped) after the address.
@@ -120,38 +50,6 @@ fn loggable(account: &str) -> String {
 /// `429` with `Retry-After`.
 fn throttled(wait: Duration) -> ServerError {
     ServerError::TooManyRequests { retry_after_secs: wait.as_secs().max(1) }
-}
-
-/// The body of a JSON POST as an object, or the 400/415 to answer.
-pub(crate) fn json_object(headers: &HeaderMap, body: &[u8]) -> Result<Map<String, Json>, ServerError> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if !content_type.to_ascii_lowercase().starts_with("application/json") {
-        return Err(ServerError::UnsupportedMediaType);
-    }
-    match serde_json::from_slice::<Json>(body) {
-        Ok(Json::Object(map)) => Ok(map),
-        Ok(_) => Err(ServerError::bad_request("the body must be a JSON object")),
-        Err(e) => Err(ServerError::bad_request(format!("the body is not JSON: {e}"))),
-    }
-}
-
-/// A required string field.
-pub(crate) fn field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<&'a str, ServerError> {
-    match map.get(name) {
-        Some(Json::String(s)) => Ok(s),
-        Some(_) => Err(ServerError::bad_request(format!("`{name}` must be a string"))),
-        None => Err(ServerError::bad_request(format!("`{name}` is required"))),
-    }
-}
-
-/// An optional string field (absent, `null` and `""` are `None`).
-pub(crate) fn optional_field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<Option<&'a str>, ServerError> {
-    match map.get(name) {
-        None | Some(Json::Null) => Ok(None),
-        Some(Json::String(s)) if s.is_empty() => Ok(None),
-        Some(Json::String(s)) => Ok(Some(s)),
-        Some(_) => Err(ServerError::bad_request(format!("`{name}` must be a string"))),
-    }
 }
 
 fn signed_in(secure: bool, token: &str, email: &str) -> Response {
@@ -165,7 +63,7 @@ fn signed_in(secure: bool, token: &str, email: &str) -> Response {
 
 /// `GET /api/auth`.
 pub async fn state(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let user = match auth::cookie(&headers, SESSION_COOKIE) {
         Some(token) => r.accounts.session(token).await.map_err(ServerError::backend)?.map(|u| (u, csrf_token(token))),
         None => None,
@@ -186,7 +84,7 @@ pub async fn login(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let map = json_object(&headers, &body)?;
     let (email, password) = (field(&map, "email")?, field(&map, "password")?);
     let client = auth::client_addr(&state, &headers, peer);
@@ -217,7 +115,7 @@ pub async fn login(
 
 /// The signed-in account of a request, or the 401.
 async fn signed_in_user(
-    r: &crate::stats::Reading,
+    r: &crate::state::Reading,
     headers: &HeaderMap,
 ) -> Result<analytics::accounts::User, ServerError> {
     match auth::principal(r, headers).await? {
@@ -229,7 +127,7 @@ async fn signed_in_user(
 /// `POST /api/2fa/setup`: a new secret for the signed-in account's authenticator app, pending
 /// until confirmed.
 pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let user = signed_in_user(r, &headers).await?;
     let (secret, url) = r.accounts.totp_begin(&user.email).await?;
     Ok(json_ok(json!({ "secret": secret, "otpauth_url": url })))
@@ -242,7 +140,7 @@ pub async fn two_factor_enable(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let user = signed_in_user(r, &headers).await?;
     let map = json_object(&headers, &body)?;
     let code = field(&map, "code")?;
@@ -260,7 +158,7 @@ pub async fn two_factor_disable(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let user = signed_in_user(r, &headers).await?;
     let map = json_object(&headers, &body)?;
     let password = field(&map, "password")?;
@@ -276,7 +174,7 @@ pub async fn two_factor_disable(
 
 /// `POST /api/logout`.
 pub async fn logout(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     if let Some(token) = auth::cookie(&headers, SESSION_COOKIE) {
         let sent = headers.get(auth::CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
         if sent != csrf_token(token) {
@@ -300,7 +198,7 @@ pub async fn logout_everywhere(
     peer: Peer,
     headers: HeaderMap,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let user = signed_in_user(r, &headers).await?;
     r.accounts.sign_out_everywhere(&user.email).await?;
     tracing::info!(email = %user.email, "signed out everywhere");
@@ -316,7 +214,7 @@ pub async fn change_password(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let user = signed_in_user(r, &headers).await?;
     let map = json_object(&headers, &body)?;
     let (current, new) = (field(&map, "current_password")?, field(&map, "new_password")?);
@@ -344,7 +242,7 @@ pub async fn setup(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let map = json_object(&headers, &body)?;
     let (token, email, password) = (field(&map, "token")?, field(&map, "email")?, field(&map, "password")?);
     let expected = r.setup_token.as_deref().unwrap_or_default();
@@ -379,7 +277,7 @@ pub async fn share(
     headers: HeaderMap,
     Path(token): Path<String>,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let share = r.accounts.share(&token).await.map_err(ServerError::backend)?.ok_or_else(no_such_link)?;
     let site = r.sites.get(&share.site_id).await.map_err(ServerError::backend)?.ok_or_else(no_such_link)?;
     let unlocked = !share.has_password
@@ -405,7 +303,7 @@ pub async fn unlock(
     Path(token): Path<String>,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let map = json_object(&headers, &body)?;
     let password = field(&map, "password")?;
     let client = auth::client_addr(&state, &headers, peer);
@@ -463,7 +361,7 @@ const INVITATION_GONE: &str = "This invitation is not valid: used, expired or re
 
 /// `GET /invite/{token}`: the invitation's form, or why it cannot be used.
 pub async fn invitation(State(state): State<AppState>, Path(token): Path<String>) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     Ok(match r.accounts.invitation(&token).await.map_err(ServerError::backend)? {
         Some((_, email)) => {
             invitation_page(StatusCode::OK, "You are invited to a site's analytics.", Some((&email, &token)))
@@ -481,7 +379,7 @@ pub async fn accept_invitation(
     Path(token): Path<String>,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let password = url::form_urlencoded::parse(&body).find(|(k, _)| k == "password").map(|(_, v)| v.into_owned());
     let Some(password) = password else {
         return Ok(invitation_page(StatusCode::BAD_REQUEST, "The form needs a password.", None));
@@ -504,29 +402,5 @@ pub async fn accept_invitation(
         }
         Err(AccountsError::NoSuchInvitation) => Ok(invitation_page(StatusCode::NOT_FOUND, INVITATION_GONE, None)),
         Err(e) => Err(e.into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attempts_are_limited_per_client_and_per_account() {
-        let a = Attempts::new(2);
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(a.check(ip("192.0.2.1"), "x@example.com").is_ok());
-        assert!(a.check(ip("192.0.2.1"), "y@example.com").is_ok());
-        let wait = a.check(ip("192.0.2.1"), "z@example.com").unwrap_err();
-        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(30), "{wait:?}");
-        // A refused client took nothing from z's account.
-        assert!(a.check(ip("192.0.2.2"), "Z@example.com").is_ok());
-        assert!(a.check(ip("192.0.2.3"), "z@example.com").is_ok());
-        assert!(a.check(ip("192.0.2.4"), "z@example.com").is_err(), "the account's own limit, any case");
-        // One IPv6 subscriber is one /64.
-        assert!(a.check(ip("2001:db8:1:2::1"), "v6a@example.com").is_ok());
-        assert!(a.check(ip("2001:db8:1:2:ffff::9"), "v6b@example.com").is_ok());
-        assert!(a.check(ip("2001:db8:1:2:abcd::7"), "v6c@example.com").is_err());
-        assert!(a.check(ip("2001:db8:1:3::1"), "v6c@example.com").is_ok());
     }
 }

@@ -28,11 +28,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as Json, json};
 
-use crate::account::{field, json_object, optional_field};
 use crate::auth::{Need, Principal, authorize, principal};
 use crate::error::ServerError;
-use crate::routes::AppState;
-use crate::stats::{Reading, json_ok, reading};
+use crate::extract::{field, json_object, optional_field};
+use crate::state::{AppState, Reading};
+use crate::wire::json_ok;
 
 fn site_json(site: &Site, full: bool) -> Json {
     let mut v = json!({ "site_id": site.site_id, "domain": site.domain, "timezone": site.zone.name() });
@@ -94,7 +94,7 @@ async fn authorized(
     site: &str,
     need: Need,
 ) -> Result<(Reading, Site), ServerError> {
-    let r = reading(state)?.clone();
+    let r = state.reading()?.clone();
     let (_, site) = authorize(&r, headers, Some(site), need).await?;
     Ok((r, site))
 }
@@ -106,7 +106,7 @@ fn created(body: Json) -> Response {
 
 /// `GET /api/sites`.
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let who = principal(r, &headers).await?;
     let full = matches!(who, Principal::User(_));
     let sites = match (&who, who.site_id()) {
@@ -133,7 +133,7 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<R
 
 /// `POST /api/sites`.
 pub async fn add(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let who = principal(r, &headers).await?;
     // Adding a site is the instance administrators' (an invited account has roles on sites only).
     if !matches!(&who, Principal::User(u) if u.is_instance_admin()) {

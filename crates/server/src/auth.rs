@@ -28,8 +28,7 @@ use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 
 use crate::error::ServerError;
-use crate::routes::AppState;
-use crate::stats::Reading;
+use crate::state::{AppState, Reading};
 
 /// The login cookie.
 pub const SESSION_COOKIE: &str = "tally_session";
@@ -283,8 +282,12 @@ mod tests {
 
     #[async_trait::async_trait]
     impl crate::Ingest for Nothing {
-        async fn ingest(&self, _: analytics::event::RawEvent, _: crate::SiteRef) -> crate::IngestOutcome {
-            crate::IngestOutcome::Accepted
+        async fn ingest(
+            &self,
+            _: analytics::event::RawEvent,
+            _: analytics::pipeline::SiteSelector,
+        ) -> analytics::pipeline::IngestResult {
+            analytics::pipeline::IngestResult::Accepted
         }
     }
 

@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value as Json;
 
 use crate::error::ServerError;
-use crate::routes::AppState;
+use crate::state::AppState;
 use crate::stats::{json_request, parse_filters, parse_range};
 
 /// One file of an export: its name (without `.csv`), the dimension it breaks down by (`None`
@@ -86,7 +86,7 @@ fn cell(v: &Value) -> String {
 
 /// One panel's CSV.
 async fn panel_csv(
-    r: &crate::stats::Reading,
+    r: &crate::state::Reading,
     site: &analytics::sites::Site,
     range: analytics::period::DateRange,
     filters: &[analytics::stats::Filter],

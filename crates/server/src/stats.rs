@@ -1,19 +1,17 @@
 //! The reading routes, every one behind a site API key: `POST /api/v2/query` in the shape of
 //! Plausible's Stats API v2, `POST /api/funnel`, `GET /api/realtime`,
-//! `GET /api/v1/stats/realtime/visitors` (a bare number, as Plausible answers), the session and
-//! visitor routes, and the backfill route `POST /api/import` (NDJSON lines or CSV records of
+//! `GET /api/v1/stats/realtime/visitors` (a bare number, as Plausible answers), and the backfill
+//! route `POST /api/import` (NDJSON lines or CSV records of
 //! events with their own timestamps).
 //!
 //! A missing, unknown, revoked or other site's key gets `401` with the same message, so a caller
 //! learns nothing about which sites exist.
 
-use std::sync::Arc;
-
 use analytics::goal::Goal;
 use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
-use analytics::pipeline::{IngestResult, Pipeline};
-use analytics::sites::{Site, Sites};
-use analytics::stats::{ComparisonMode, Filter, FilterOp, Metric, Query, Stats, Value};
+use analytics::pipeline::IngestResult;
+use analytics::sites::Site;
+use analytics::stats::{ComparisonMode, Filter, FilterOp, Metric, Query, Value};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -22,45 +20,13 @@ use serde_json::{Value as Json, json};
 
 use crate::auth::{Need, authorize};
 use crate::error::ServerError;
-use crate::routes::AppState;
+use crate::extract::UrlQuery;
+use crate::state::{AppState, Reading};
 use crate::wire::import::Format;
-
-/// What the reading routes need.
-#[derive(Debug, Clone)]
-pub struct Reading {
-    /// Queries.
-    pub stats: Arc<Stats>,
-    /// Sites and keys.
-    pub sites: Arc<Sites>,
-    /// The pipeline, for imports.
-    pub pipeline: Arc<Pipeline>,
-    /// Accounts, logins and shared links.
-    pub accounts: Arc<analytics::accounts::Accounts>,
-    /// The one-time token of the first-run setup link, while no account exists.
-    pub setup_token: Option<String>,
-}
-
-/// `axum`'s `Query`, answering a query string that does not read (`limit=many`) with a JSON
-/// `400` like every other client error here, rather than axum's plain-text one.
-pub struct UrlQuery<T>(pub T);
-
-impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for UrlQuery<T> {
-    type Rejection = ServerError;
-
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ServerError> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(value)) => Ok(UrlQuery(value)),
-            Err(rejection) => Err(ServerError::bad_request(rejection.body_text())),
-        }
-    }
-}
+use crate::wire::json_ok;
 
 /// Largest import body accepted.
 pub const MAX_IMPORT_BYTES: usize = 10 * 1024 * 1024;
-
-pub(crate) fn reading(state: &AppState) -> Result<&Reading, ServerError> {
-    state.reading.as_deref().ok_or_else(|| ServerError::not_found("not found"))
-}
 
 fn strings(v: Option<&Json>, field: &str) -> Result<Vec<String>, ServerError> {
     match v {
@@ -244,11 +210,11 @@ pub(crate) async fn json_request<'a>(
     headers: &HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<(&'a Reading, Json, Site), ServerError> {
-    let r = reading(state)?;
+    let r = state.reading()?;
     let body = match body {
         Ok(b) => b,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return Err(ServerError::BodyTooLarge { limit: crate::routes::MAX_BODY_BYTES });
+            return Err(ServerError::BodyTooLarge { limit: crate::extract::MAX_BODY_BYTES });
         }
         Err(rejection) => return Err(ServerError::bad_request(format!("could not read the body: {rejection}"))),
     };
@@ -806,7 +772,7 @@ async fn realtime_of(
     headers: &HeaderMap,
     p: SiteParam,
 ) -> Result<analytics::stats::Realtime, ServerError> {
-    let r = reading(state)?;
+    let r = state.reading()?;
     let Some(name) = p.site_id else { return Err(ServerError::bad_request("`site_id` is required")) };
     let (_, site) = authorize(r, headers, Some(&name), Need::Stats).await?;
     let filters = match &p.filters {
@@ -873,7 +839,7 @@ pub async fn import(
     UrlQuery(params): UrlQuery<ImportParams>,
     body: axum::body::Body,
 ) -> Result<Response, ServerError> {
-    let r = reading(&state)?;
+    let r = state.reading()?;
     let (_, site) = authorize(r, &headers, params.site_id.as_deref(), Need::Import).await?;
     let format = match params.format.as_deref() {
         Some(name) => match Format::parse(name) {
@@ -946,162 +912,4 @@ fn is_too_large(e: &axum::Error) -> bool {
 pub struct ImportParams {
     site_id: Option<String>,
     format: Option<String>,
-}
-
-/// The parameters of the session routes.
-#[derive(Debug, serde::Deserialize)]
-pub struct SessionParams {
-    site_id: Option<String>,
-    date: Option<String>,
-    limit: Option<usize>,
-}
-
-/// `{"sessions": [...]}`: the answer of the routes that list sessions.
-fn sessions_answer(list: &[analytics::stats::SessionSummary]) -> Result<Response, ServerError> {
-    Ok(json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() })))
-}
-
-fn session_json(s: &analytics::stats::SessionSummary) -> Json {
-    json!({
-        "session": s.session_ref,
-        "visitor_id": s.visitor_id,
-        "started_at": s.started_at,
-        "last_seen_at": s.last_seen_at,
-        "events": s.events,
-        "pageviews": s.pageviews,
-        "entry_page": s.entry_page,
-        "exit_page": s.exit_page,
-        "source": s.visit.source,
-        "country": s.visit.country,
-        "device": s.visit.device,
-        "browser": s.visit.browser,
-        "os": s.visit.os,
-    })
-}
-
-pub(crate) fn json_ok(body: Json) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
-}
-
-async fn session_site(
-    state: &AppState,
-    headers: &HeaderMap,
-    p: &SessionParams,
-) -> Result<(Reading, Site), ServerError> {
-    let r = reading(state)?.clone();
-    let name = p.site_id.as_deref().ok_or_else(|| ServerError::bad_request("`site_id` is required"))?;
-    let (_, site) = authorize(&r, headers, Some(name), Need::Visitors).await?;
-    Ok((r, site))
-}
-
-/// The site (authorized) and the UTC day (`date`, today by default) of a session route.
-async fn session_day(
-    state: &AppState,
-    headers: &HeaderMap,
-    p: &SessionParams,
-) -> Result<(Reading, Site, String), ServerError> {
-    let (r, site) = session_site(state, headers, p).await?;
-    let day = day_param(p, &site)?;
-    Ok((r, site, day))
-}
-
-fn day_param(p: &SessionParams, site: &Site) -> Result<String, ServerError> {
-    match &p.date {
-        Some(d) => parse_date(d).map(|d| d.to_string()).map_err(|e| ServerError::bad_request(format!("`date`: {e}"))),
-        None => {
-            let _ = site;
-            Ok(jiff::Timestamp::now().strftime("%Y-%m-%d").to_string())
-        }
-    }
-}
-
-/// `GET /api/sessions?site_id=&date=&limit=`: the sessions active on a UTC day (today by
-/// default), latest activity first; 50 by default, at most 1,000.
-pub async fn recent_sessions(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Result<Response, ServerError> {
-    let (r, site, day) = session_day(&state, &headers, &p).await?;
-    sessions_answer(&r.stats.recent_sessions(&site.site_id, &day, p.limit.unwrap_or(50).min(1000)).await?)
-}
-
-/// `GET /api/sessions/{session}?site_id=`: one session's events in order.
-pub async fn session(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    axum::extract::Path(reference): axum::extract::Path<String>,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Result<Response, ServerError> {
-    let (r, site) = session_site(&state, &headers, &p).await?;
-    let events = r.stats.session_events(&site.site_id, &reference).await?;
-    if events.is_empty() {
-        return Err(ServerError::not_found("no such session"));
-    }
-    let list: Vec<Json> = events
-        .iter()
-        .map(|e| {
-            let mut event =
-                json!({ "name": e.name, "timestamp": e.ts, "hostname": e.hostname, "path": e.path, "props": e.props });
-            // Revenue, exact as stored, on the events that carry some.
-            if let Some((amount, currency)) = &e.revenue {
-                event["revenue"] = json!({ "amount": amount, "currency": currency });
-            }
-            event
-        })
-        .collect();
-    Ok(json_ok(json!({ "session": reference, "events": list })))
-}
-
-/// `GET /api/visitors/{visitor}/sessions?site_id=&date=`: a visitor's sessions of a UTC day.
-pub async fn visitor_sessions(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    axum::extract::Path(visitor): axum::extract::Path<String>,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Result<Response, ServerError> {
-    let (r, site, day) = session_day(&state, &headers, &p).await?;
-    sessions_answer(&r.stats.visitor_sessions(&site.site_id, &day, &visitor).await?)
-}
-
-/// `GET /api/visitors/{visitor}/events?site_id=&date=`: everything stored about a visitor's
-/// sessions of a UTC day, event by event (a GDPR access request; `DELETE` erases it).
-pub async fn visitor_export(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    axum::extract::Path(visitor): axum::extract::Path<String>,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Result<Response, ServerError> {
-    let (r, site, day) = session_day(&state, &headers, &p).await?;
-    let events = r.stats.visitor_events(&site.site_id, &day, &visitor).await?;
-    let list: Vec<Json> = events
-        .iter()
-        .map(|e| {
-            let v = &e.visit;
-            json!({
-                "session": analytics::stats::session_ref(e),
-                "timestamp": e.ts, "name": e.name, "hostname": e.hostname, "path": e.path,
-                "props": e.props, "interactive": e.interactive, "goals": e.goals,
-                "revenue": e.revenue.as_ref().map(|(amount, currency)| json!({ "amount": amount, "currency": currency })),
-                "entry_page": v.entry_page, "source": v.source, "referrer": v.referrer,
-                "utm_source": v.utm_source, "utm_medium": v.utm_medium, "utm_campaign": v.utm_campaign,
-                "utm_content": v.utm_content, "utm_term": v.utm_term, "country": v.country,
-                "device": v.device, "browser": v.browser, "browser_version": v.browser_version,
-                "os": v.os, "os_version": v.os_version,
-            })
-        })
-        .collect();
-    Ok(json_ok(json!({ "visitor_id": visitor.to_ascii_lowercase(), "date": day, "events": list })))
-}
-
-/// `DELETE /api/visitors/{visitor}?site_id=&date=`: erases a visitor's events of a UTC day.
-pub async fn delete_visitor(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    axum::extract::Path(visitor): axum::extract::Path<String>,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Result<Response, ServerError> {
-    let (r, site, day) = session_day(&state, &headers, &p).await?;
-    let n = r.stats.delete_visitor(&site.site_id, &day, &visitor).await?;
-    Ok(json_ok(json!({ "deleted_events": n })))
 }

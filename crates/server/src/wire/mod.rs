@@ -15,6 +15,12 @@ pub mod import;
 pub mod plausible;
 pub mod umami;
 
+/// A `200` answer with `body` as JSON.
+pub(crate) fn json_ok(body: serde_json::Value) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
 /// What the server knows about a request besides its body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestMeta {
