@@ -39,6 +39,7 @@ use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, set_cookie};
 use crate::error::ServerError;
 use crate::extract::{Peer, field, json_object, optional_field};
 use crate::state::AppState;
+use crate::wire::accounts::{AuthView, SharedSite, TwoFactorSetup, TwoFactorState};
 use crate::wire::json_ok;
 
 /// What a client sent as the account, made safe for one log line: at most 254 characters,
@@ -56,7 +57,13 @@ fn signed_in(secure: bool, token: &str, email: &str) -> Response {
     let cookie = set_cookie(secure, SESSION_COOKIE, Some(token), LOGIN_LIFETIME.as_secs());
     (
         [(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())],
-        json!({ "signed_in": true, "email": email, "csrf": csrf_token(token) }).to_string(),
+        serde_json::to_string(&AuthView {
+            signed_in: true,
+            email: Some(email),
+            csrf: Some(csrf_token(token)),
+            setup_required: None,
+        })
+        .unwrap_or_default(),
     )
         .into_response()
 }
@@ -71,9 +78,9 @@ pub async fn state(State(state): State<AppState>, headers: HeaderMap) -> Result<
     let setup_required = !r.accounts.has_users().await.map_err(ServerError::backend)?;
     Ok(match user {
         Some((u, csrf)) => {
-            json_ok(json!({ "signed_in": true, "email": u.email, "csrf": csrf, "setup_required": false }))
+            json_ok(AuthView { signed_in: true, email: Some(&u.email), csrf: Some(csrf), setup_required: Some(false) })
         }
-        None => json_ok(json!({ "signed_in": false, "setup_required": setup_required })),
+        None => json_ok(AuthView { signed_in: false, email: None, csrf: None, setup_required: Some(setup_required) }),
     })
 }
 
@@ -130,7 +137,7 @@ pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap)
     let r = state.reading()?;
     let user = signed_in_user(r, &headers).await?;
     let (secret, url) = r.accounts.totp_begin(&user.email).await?;
-    Ok(json_ok(json!({ "secret": secret, "otpauth_url": url })))
+    Ok(json_ok(TwoFactorSetup { secret: &secret, otpauth_url: &url }))
 }
 
 /// `POST /api/2fa/enable` `{code}`: confirms the pending secret; answers the recovery codes, once.
@@ -148,7 +155,7 @@ pub async fn two_factor_enable(
     state.attempts.check(client, &user.email).map_err(throttled)?;
     let codes = r.accounts.totp_enable(&user.email, code).await?;
     tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
-    Ok(json_ok(json!({ "enabled": true, "recovery_codes": codes })))
+    Ok(json_ok(TwoFactorState { enabled: true, recovery_codes: Some(&codes) }))
 }
 
 /// `POST /api/2fa/disable` `{password}`: turns two-factor sign-in off, given the password.
@@ -169,7 +176,7 @@ pub async fn two_factor_disable(
         return Err(ServerError::WrongCredentials { message: "the password is wrong".into() });
     }
     r.accounts.totp_disable(&user.email).await?;
-    Ok(json_ok(json!({ "enabled": false })))
+    Ok(json_ok(TwoFactorState { enabled: false, recovery_codes: None }))
 }
 
 /// `POST /api/logout`.
@@ -285,14 +292,7 @@ pub async fn share(
             Some(grant) => r.accounts.share_unlocked(grant, &share.share_id).await.unwrap_or(false),
             None => false,
         };
-    Ok(json_ok(json!({
-        "site_id": site.site_id,
-        "domain": site.domain,
-        "timezone": site.zone.name(),
-        "name": share.name,
-        "password_required": share.has_password,
-        "unlocked": unlocked,
-    })))
+    Ok(json_ok(SharedSite::new(&site, &share, unlocked)))
 }
 
 /// `POST /api/share/{token}/unlock`.

@@ -19,7 +19,7 @@
 //! `{site}` is a site id or domain. Bodies are `application/json`; answers are JSON, errors
 //! `{"error": …}`.
 
-use analytics::accounts::{AccountsError, Member, Role};
+use analytics::accounts::{AccountsError, Role};
 use analytics::goal::Goal;
 use analytics::sites::{Scope, Site, SiteChanges, SitesError};
 use axum::body::Bytes;
@@ -32,55 +32,11 @@ use crate::auth::{Need, Principal, authorize, principal};
 use crate::error::ServerError;
 use crate::extract::{field, json_object, optional_field};
 use crate::state::{AppState, Reading};
+use crate::wire::admin::{
+    FunnelAdded, GoalAdded, Invited, KeyCreated, KeyView, MemberView, PrincipalView, Removed, Revoked, SegmentView,
+    ShareCreated, ShareEmbed, ShareView, SiteList, SiteView,
+};
 use crate::wire::json_ok;
-
-fn site_json(site: &Site, full: bool) -> Json {
-    let mut v = json!({ "site_id": site.site_id, "domain": site.domain, "timezone": site.zone.name() });
-    if full {
-        v["umami_id"] = json!(site.umami_id);
-        v["domains"] = site.domains.iter().map(|d| json!(d.as_str())).collect();
-        v["retention_event_days"] = json!(site.retention_event_days);
-        v["retention_hourly_days"] = json!(site.retention_hourly_days);
-        v["retention_daily_days"] = json!(site.retention_daily_days);
-        v["excluded_ip_ranges"] = json!(site.excluded_ips.texts());
-    }
-    v["goals"] = site
-        .goals
-        .iter()
-        .map(|g| {
-            let (kind, target) = match &g.goal {
-                Goal::Page(p) => ("page", p.as_str().to_owned()),
-                Goal::Event(name) => ("event", name.clone()),
-            };
-            json!({
-                "goal_id": g.goal_id, "kind": kind, "target": target, "display_name": g.goal.display_name(),
-                "currency": g.currency,
-            })
-        })
-        .collect();
-    v["funnels"] = site
-        .funnels
-        .iter()
-        .map(|f| {
-            let steps: Vec<Json> = f
-                .steps
-                .iter()
-                .map(|step| match step {
-                    Goal::Page(p) => json!({ "page": p.as_str() }),
-                    Goal::Event(name) => json!({ "event": name }),
-                })
-                .collect();
-            json!({ "funnel_id": f.funnel_id, "name": f.name, "steps": steps })
-        })
-        .collect();
-    v["segments"] = site.segments.iter().map(segment_json).collect();
-    v
-}
-
-fn segment_json(s: &analytics::sites::SiteSegment) -> Json {
-    let filters: Vec<Json> = s.filters.iter().map(|f| json!([f.op.name(), f.dimension, f.values])).collect();
-    json!({ "segment_id": s.segment_id, "name": s.name, "filters": filters })
-}
 
 /// The site named in a settings route's path, if the caller may manage it.
 async fn manage(state: &AppState, headers: &HeaderMap, site: &str) -> Result<(Reading, Site), ServerError> {
@@ -100,7 +56,7 @@ async fn authorized(
 }
 
 /// A `201 Created` JSON answer.
-fn created(body: Json) -> Response {
+fn created(body: impl serde::Serialize) -> Response {
     (StatusCode::CREATED, json_ok(body)).into_response()
 }
 
@@ -123,12 +79,12 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<R
         }
         (_, None) => r.sites.list().await.map_err(ServerError::backend)?,
     };
-    let who_json = match &who {
-        Principal::User(u) => json!({ "kind": "user", "email": u.email, "instance_admin": u.is_instance_admin() }),
-        Principal::Key(_) => json!({ "kind": "key" }),
-        Principal::Share(s) => json!({ "kind": "share", "name": s.name }),
+    let principal = match &who {
+        Principal::User(u) => PrincipalView::User { email: &u.email, instance_admin: u.is_instance_admin() },
+        Principal::Key(_) => PrincipalView::Key,
+        Principal::Share(s) => PrincipalView::Share { name: &s.name },
     };
-    Ok(json_ok(json!({ "sites": sites.iter().map(|s| site_json(s, full)).collect::<Vec<_>>(), "principal": who_json })))
+    Ok(json_ok(SiteList { sites: sites.iter().map(|s| SiteView::new(s, full)).collect(), principal }))
 }
 
 /// `POST /api/sites`.
@@ -143,7 +99,7 @@ pub async fn add(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
     let domain = field(&map, "domain")?;
     let timezone = optional_field(&map, "timezone")?.unwrap_or("UTC");
     let site = r.sites.add(domain, timezone).await?;
-    Ok(created(site_json(&site, true)))
+    Ok(created(SiteView::new(&site, true)))
 }
 
 fn days(map: &Map<String, Json>, name: &str) -> Result<Option<u32>, ServerError> {
@@ -185,7 +141,7 @@ pub async fn update(
         excluded_ip_ranges: text_list(&map, "excluded_ip_ranges")?,
     };
     let site = r.sites.update(&site.site_id, &changes).await?;
-    Ok(json_ok(site_json(&site, true)))
+    Ok(json_ok(SiteView::new(&site, true)))
 }
 
 /// `DELETE /api/sites/{site}`.
@@ -196,7 +152,7 @@ pub async fn remove(
 ) -> Result<Response, ServerError> {
     let (r, site) = authorized(&state, &headers, &site, Need::Own).await?;
     r.sites.remove(&site.site_id).await?;
-    Ok(json_ok(json!({ "removed": site.site_id })))
+    Ok(json_ok(Removed { removed: &site.site_id }))
 }
 
 /// `POST /api/sites/{site}/domains`.
@@ -210,7 +166,7 @@ pub async fn add_domain(
     let map = json_object(&headers, &body)?;
     let domain = field(&map, "domain")?;
     let site = r.sites.add_domain(&site.site_id, domain).await?;
-    Ok(created(site_json(&site, true)))
+    Ok(created(SiteView::new(&site, true)))
 }
 
 /// `DELETE /api/sites/{site}/domains/{domain}`.
@@ -221,7 +177,7 @@ pub async fn remove_domain(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     let site = r.sites.remove_domain(&site.site_id, &domain).await?;
-    Ok(json_ok(site_json(&site, true)))
+    Ok(json_ok(SiteView::new(&site, true)))
 }
 
 /// `POST /api/sites/{site}/goals`.
@@ -241,7 +197,7 @@ pub async fn add_goal(
     let goal = goal.map_err(|e| ServerError::bad_request(e.to_string()))?;
     let currency = optional_field(&map, "currency")?;
     let g = r.sites.add_goal_with_currency(&site.site_id, goal, currency).await?;
-    Ok(created(json!({ "goal_id": g.goal_id, "display_name": g.goal.display_name(), "currency": g.currency })))
+    Ok(created(GoalAdded::new(&g)))
 }
 
 /// `DELETE /api/sites/{site}/goals/{goal}`.
@@ -256,7 +212,7 @@ pub async fn remove_goal(
 
 /// The answer to removing `id`: what was removed, or 404 when there was no such `what`.
 fn removed(result: Result<bool, SitesError>, what: &str, id: &str) -> Result<Response, ServerError> {
-    if result? { Ok(json_ok(json!({ "removed": id }))) } else { Err(ServerError::not_found(format!("no such {what}"))) }
+    if result? { Ok(json_ok(Removed { removed: id })) } else { Err(ServerError::not_found(format!("no such {what}"))) }
 }
 
 /// `POST /api/sites/{site}/funnels`.
@@ -271,7 +227,7 @@ pub async fn add_funnel(
     let name = field(&map, "name")?;
     let steps = crate::stats::funnel_steps(map.get("steps"))?;
     let f = r.sites.add_funnel(&site.site_id, name, steps).await?;
-    Ok(created(json!({ "funnel_id": f.funnel_id, "name": f.name })))
+    Ok(created(FunnelAdded { funnel_id: &f.funnel_id, name: &f.name }))
 }
 
 /// `GET /api/sites/{site}/segments`.
@@ -281,7 +237,7 @@ pub async fn segments(
     Path(site): Path<String>,
 ) -> Result<Response, ServerError> {
     let (_, site) = authorized(&state, &headers, &site, Need::Stats).await?;
-    Ok(json_ok(json!({ "segments": site.segments.iter().map(segment_json).collect::<Vec<_>>() })))
+    Ok(json_ok(json!({ "segments": site.segments.iter().map(SegmentView::new).collect::<Vec<_>>() })))
 }
 
 /// `POST /api/sites/{site}/segments {name, filters}`: filters as the Stats API takes them,
@@ -304,7 +260,7 @@ pub async fn add_segment(
     }
     analytics::stats::check_filters(&filters).map_err(|e| ServerError::bad_request(e.to_string()))?;
     let s = r.sites.add_segment(&site.site_id, name, filters).await?;
-    Ok(created(segment_json(&s)))
+    Ok(created(SegmentView::new(&s)))
 }
 
 /// `DELETE /api/sites/{site}/segments/{segment}`.
@@ -335,12 +291,7 @@ pub async fn keys(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     let keys = r.sites.keys(&site.site_id).await?;
-    Ok(json_ok(json!({
-        "keys": keys.iter().map(|k| json!({
-            "key_id": k.key_id, "name": k.name, "revoked": k.revoked,
-            "scopes": k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(), "legacy": k.legacy,
-        })).collect::<Vec<_>>()
-    })))
+    Ok(json_ok(json!({ "keys": keys.iter().map(KeyView::new).collect::<Vec<_>>() })))
 }
 
 /// A name for a new key or link: at most 200 bytes.
@@ -372,8 +323,8 @@ pub async fn create_key(
         scopes.push(scope);
     }
     let (key, info) = r.sites.create_key(&site.site_id, name, &scopes).await?;
-    let scopes: Vec<&str> = info.scopes.iter().map(|s| s.as_str()).collect();
-    Ok(created(json!({ "key": key, "key_id": info.key_id, "name": info.name, "scopes": scopes })))
+    let scopes = info.scopes.iter().map(|s| s.as_str()).collect();
+    Ok(created(KeyCreated { key: &key, key_id: &info.key_id, name: &info.name, scopes }))
 }
 
 /// `DELETE /api/sites/{site}/keys/{key}`.
@@ -384,7 +335,7 @@ pub async fn revoke_key(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     r.sites.revoke_key(&site.site_id, &key).await?;
-    Ok(json_ok(json!({ "revoked": key })))
+    Ok(json_ok(Revoked { revoked: &key }))
 }
 
 /// `GET /api/sites/{site}/shares`.
@@ -395,12 +346,7 @@ pub async fn shares(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     let list = r.accounts.shares(&site.site_id).await.map_err(ServerError::backend)?;
-    Ok(json_ok(json!({
-        "shares": list.iter().map(|s| json!({
-            "share_id": s.share_id, "name": s.name, "has_password": s.has_password, "revoked": s.revoked,
-            "embed": s.embed,
-        })).collect::<Vec<_>>()
-    })))
+    Ok(json_ok(json!({ "shares": list.iter().map(ShareView::new).collect::<Vec<_>>() })))
 }
 
 /// `POST /api/sites/{site}/shares`: the new link's path, shown this once.
@@ -425,10 +371,14 @@ pub async fn create_share(
     if embed == Some(true) {
         r.accounts.set_share_embed(&site.site_id, &info.share_id, true).await.map_err(ServerError::backend)?;
     }
-    Ok(created(json!({
-        "share_id": info.share_id, "name": info.name, "has_password": info.has_password,
-        "embed": embed == Some(true), "token": token, "path": format!("/share/{token}"),
-    })))
+    Ok(created(ShareCreated {
+        share_id: &info.share_id,
+        name: &info.name,
+        has_password: info.has_password,
+        embed: embed == Some(true),
+        token: &token,
+        path: format!("/share/{token}"),
+    }))
 }
 
 /// Why a password-protected link cannot be embedded.
@@ -472,7 +422,7 @@ pub async fn update_share(
         }
     }
     r.accounts.set_share_embed(&site.site_id, &share, embed).await.map_err(share_error)?;
-    Ok(json_ok(json!({ "share_id": share, "embed": embed })))
+    Ok(json_ok(ShareEmbed { share_id: &share, embed }))
 }
 
 /// `DELETE /api/sites/{site}/shares/{share}`.
@@ -483,11 +433,7 @@ pub async fn revoke_share(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     r.accounts.revoke_share(&site.site_id, &share).await.map_err(share_error)?;
-    Ok(json_ok(json!({ "revoked": share })))
-}
-
-fn member_json(m: &Member) -> Json {
-    json!({ "email": m.email, "role": m.role.as_str(), "visitors": m.visitors })
+    Ok(json_ok(Revoked { revoked: &share }))
 }
 
 fn role_of(map: &Map<String, Json>) -> Result<(Role, bool), ServerError> {
@@ -508,7 +454,7 @@ pub async fn members(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     let list = r.accounts.members(&site.site_id).await.map_err(ServerError::backend)?;
-    Ok(json_ok(json!({ "members": list.iter().map(member_json).collect::<Vec<_>>() })))
+    Ok(json_ok(json!({ "members": list.iter().map(MemberView::new).collect::<Vec<_>>() })))
 }
 
 /// `POST /api/sites/{site}/invitations` `{email, role, visitors}`: an invitation link, shown once.
@@ -523,7 +469,7 @@ pub async fn invite(
     let email = field(&map, "email")?;
     let (role, visitors) = role_of(&map)?;
     let token = r.accounts.invite(&site.site_id, email, role, visitors).await?;
-    Ok(created(json!({ "link": format!("/invite/{token}"), "token": token, "role": role.as_str() })))
+    Ok(created(Invited { link: format!("/invite/{token}"), token: &token, role: role.as_str() }))
 }
 
 /// `PUT /api/sites/{site}/members/{email}` `{role, visitors}`: changes a person's role.
@@ -540,7 +486,7 @@ pub async fn set_member(
         e @ AccountsError::NoSuchUser(_) => ServerError::not_found(e.to_string()),
         e => ServerError::from(e),
     })?;
-    Ok(json_ok(json!({ "email": email, "role": role.as_str(), "visitors": visitors })))
+    Ok(json_ok(MemberView { email: &email, role: role.as_str(), visitors }))
 }
 
 /// `DELETE /api/sites/{site}/members/{email}`: takes a person's role away.
@@ -553,5 +499,5 @@ pub async fn remove_member(
     if !r.accounts.remove_member(&site.site_id, &email).await.map_err(ServerError::backend)? {
         return Err(ServerError::not_found("no such member"));
     }
-    Ok(json_ok(json!({ "removed": email })))
+    Ok(json_ok(Removed { removed: &email }))
 }

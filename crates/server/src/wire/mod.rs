@@ -11,14 +11,17 @@ use std::net::{IpAddr, Ipv4Addr};
 use analytics::event::{RawEvent, RawRevenue, RequestHeaders};
 use serde_json::{Map, Value};
 
+pub mod accounts;
+pub mod admin;
 pub mod import;
 pub mod plausible;
 pub mod umami;
 
 /// A `200` answer with `body` as JSON.
-pub(crate) fn json_ok(body: serde_json::Value) -> axum::response::Response {
+pub(crate) fn json_ok(body: impl serde::Serialize) -> axum::response::Response {
     use axum::response::IntoResponse;
-    ([(axum::http::header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    let text = serde_json::to_string(&body).unwrap_or_default();
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
 /// What the server knows about a request besides its body.
