@@ -5,7 +5,7 @@
 //!
 //! Plausible's tables are read by `analytics::imported` and stored as imported days before the
 //! site's cut-over. Umami's rows (from its CSV here, or from its database in `umami_pg`) become
-//! the records `server::import` reads (one NDJSON line per row, on the same line number), each
+//! the records `server::wire::import` reads (one NDJSON line per row, on the same line number), each
 //! with the import id of its `event_id`, so they are validated and ingested exactly as Tally's own
 //! imports: the session id is the visitor, `url_path` and `url_query` on the site's host the URL,
 //! `referrer_domain`, `referrer_path` and `referrer_query` the referrer, `event_type` 2 a custom

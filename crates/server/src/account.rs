@@ -131,6 +131,24 @@ async fn signed_in_user(
     }
 }
 
+/// A signed-in account's attempt at a two-factor change: the account, the string field `name` of
+/// the JSON body and the client's address, once the attempt is within the limits.
+async fn signed_in_attempt<'a>(
+    state: &'a AppState,
+    peer: Peer,
+    headers: &HeaderMap,
+    body: &[u8],
+    name: &str,
+) -> Result<(&'a crate::state::Reading, analytics::accounts::User, String, std::net::IpAddr), ServerError> {
+    let r = state.reading()?;
+    let user = signed_in_user(r, headers).await?;
+    let map = json_object(headers, body)?;
+    let value = field(&map, name)?.to_owned();
+    let client = auth::client_addr(state, headers, peer);
+    state.attempts.check(client, &user.email).map_err(throttled)?;
+    Ok((r, user, value, client))
+}
+
 /// `POST /api/2fa/setup`: a new secret for the signed-in account's authenticator app, pending
 /// until confirmed.
 pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
@@ -147,13 +165,8 @@ pub async fn two_factor_enable(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = state.reading()?;
-    let user = signed_in_user(r, &headers).await?;
-    let map = json_object(&headers, &body)?;
-    let code = field(&map, "code")?;
-    let client = auth::client_addr(&state, &headers, peer);
-    state.attempts.check(client, &user.email).map_err(throttled)?;
-    let codes = r.accounts.totp_enable(&user.email, code).await?;
+    let (r, user, code, client) = signed_in_attempt(&state, peer, &headers, &body, "code").await?;
+    let codes = r.accounts.totp_enable(&user.email, &code).await?;
     tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
     Ok(json_ok(TwoFactorState { enabled: true, recovery_codes: Some(&codes) }))
 }
@@ -165,13 +178,8 @@ pub async fn two_factor_disable(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let r = state.reading()?;
-    let user = signed_in_user(r, &headers).await?;
-    let map = json_object(&headers, &body)?;
-    let password = field(&map, "password")?;
-    let client = auth::client_addr(&state, &headers, peer);
-    state.attempts.check(client, &user.email).map_err(throttled)?;
-    if !r.accounts.password_matches(&user.email, password).await? {
+    let (r, user, password, client) = signed_in_attempt(&state, peer, &headers, &body, "password").await?;
+    if !r.accounts.password_matches(&user.email, &password).await? {
         tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
         return Err(ServerError::WrongCredentials { message: "the password is wrong".into() });
     }

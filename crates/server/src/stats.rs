@@ -825,7 +825,7 @@ pub async fn realtime_visitors(
 const IMPORT_LANES: usize = 64;
 
 /// `POST /api/import`: events with their own timestamps for the key's site, NDJSON lines or CSV
-/// records (`Content-Type: text/csv`, or `?format=csv`; see [`crate::import`]), ingested in time
+/// records (`Content-Type: text/csv`, or `?format=csv`; see [`crate::wire::import`]), ingested in time
 /// order; answers `{imported, dropped, errors: [{line, error}], errors_total, errors_omitted}`
 /// with the first [`crate::wire::import::MAX_REPORTED_ERRORS`] refused lines; a bad line does not stop
 /// the others, a CSV header naming an unknown column stops all (`400`).
