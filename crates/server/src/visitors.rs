@@ -8,13 +8,14 @@ use analytics::sites::Site;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use serde_json::{Value as Json, json};
+use serde_json::json;
 
 use crate::auth::{Need, authorize};
 use crate::error::ServerError;
 use crate::extract::UrlQuery;
 use crate::state::{AppState, Reading};
 use crate::wire::json_ok;
+use crate::wire::visitors::{SessionEventView, SessionEvents, SessionView, VisitorEventView, VisitorEvents};
 
 /// The parameters of the session routes.
 #[derive(Debug, serde::Deserialize)]
@@ -26,25 +27,7 @@ pub struct SessionParams {
 
 /// `{"sessions": [...]}`: the answer of the routes that list sessions.
 fn sessions_answer(list: &[analytics::stats::SessionSummary]) -> Result<Response, ServerError> {
-    Ok(json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() })))
-}
-
-fn session_json(s: &analytics::stats::SessionSummary) -> Json {
-    json!({
-        "session": s.session_ref,
-        "visitor_id": s.visitor_id,
-        "started_at": s.started_at,
-        "last_seen_at": s.last_seen_at,
-        "events": s.events,
-        "pageviews": s.pageviews,
-        "entry_page": s.entry_page,
-        "exit_page": s.exit_page,
-        "source": s.visit.source,
-        "country": s.visit.country,
-        "device": s.visit.device,
-        "browser": s.visit.browser,
-        "os": s.visit.os,
-    })
+    Ok(json_ok(json!({ "sessions": list.iter().map(SessionView::new).collect::<Vec<_>>() })))
 }
 
 async fn session_site(
@@ -102,19 +85,7 @@ pub async fn session(
     if events.is_empty() {
         return Err(ServerError::not_found("no such session"));
     }
-    let list: Vec<Json> = events
-        .iter()
-        .map(|e| {
-            let mut event =
-                json!({ "name": e.name, "timestamp": e.ts, "hostname": e.hostname, "path": e.path, "props": e.props });
-            // Revenue, exact as stored, on the events that carry some.
-            if let Some((amount, currency)) = &e.revenue {
-                event["revenue"] = json!({ "amount": amount, "currency": currency });
-            }
-            event
-        })
-        .collect();
-    Ok(json_ok(json!({ "session": reference, "events": list })))
+    Ok(json_ok(SessionEvents { session: &reference, events: events.iter().map(SessionEventView::new).collect() }))
 }
 
 /// `GET /api/visitors/{visitor}/sessions?site_id=&date=`: a visitor's sessions of a UTC day.
@@ -138,24 +109,11 @@ pub async fn visitor_export(
 ) -> Result<Response, ServerError> {
     let (r, site, day) = session_day(&state, &headers, &p).await?;
     let events = r.stats.visitor_events(&site.site_id, &day, &visitor).await?;
-    let list: Vec<Json> = events
-        .iter()
-        .map(|e| {
-            let v = &e.visit;
-            json!({
-                "session": analytics::stats::session_ref(e),
-                "timestamp": e.ts, "name": e.name, "hostname": e.hostname, "path": e.path,
-                "props": e.props, "interactive": e.interactive, "goals": e.goals,
-                "revenue": e.revenue.as_ref().map(|(amount, currency)| json!({ "amount": amount, "currency": currency })),
-                "entry_page": v.entry_page, "source": v.source, "referrer": v.referrer,
-                "utm_source": v.utm_source, "utm_medium": v.utm_medium, "utm_campaign": v.utm_campaign,
-                "utm_content": v.utm_content, "utm_term": v.utm_term, "country": v.country,
-                "device": v.device, "browser": v.browser, "browser_version": v.browser_version,
-                "os": v.os, "os_version": v.os_version,
-            })
-        })
-        .collect();
-    Ok(json_ok(json!({ "visitor_id": visitor.to_ascii_lowercase(), "date": day, "events": list })))
+    Ok(json_ok(VisitorEvents {
+        visitor_id: visitor.to_ascii_lowercase(),
+        date: &day,
+        events: events.iter().map(VisitorEventView::new).collect(),
+    }))
 }
 
 /// `DELETE /api/visitors/{visitor}?site_id=&date=`: erases a visitor's events of a UTC day.

@@ -16,6 +16,7 @@ pub mod admin;
 pub mod import;
 pub mod plausible;
 pub mod umami;
+pub mod visitors;
 
 /// A `200` answer with `body` as JSON.
 pub(crate) fn json_ok(body: impl serde::Serialize) -> axum::response::Response {
