@@ -24,6 +24,7 @@ use crate::extract::UrlQuery;
 use crate::state::{AppState, Reading};
 use crate::wire::import::Format;
 use crate::wire::json_ok;
+use crate::wire::stats::{FunnelStepView, ImportReport, JourneysView, KeyEvents, RealtimeView};
 
 /// Largest import body accepted.
 pub const MAX_IMPORT_BYTES: usize = 10 * 1024 * 1024;
@@ -267,19 +268,7 @@ pub async fn funnel(
     let result = r.stats.funnel_filtered(&site.site_id, &range, &steps, &filters).await?;
     // Per step, also as Plausible's funnels report it: the conversion from the step before and
     // the share of its visitors lost (from the first step's visitors for the first step).
-    let mut previous = result.first().map_or(0, |s| s.visitors);
-    let steps: Vec<Json> = result
-        .iter()
-        .map(|s| {
-            let step = analytics::goal::conversion_rate(s.visitors, previous).percent(2);
-            let lost = analytics::goal::conversion_rate(s.dropoff, previous).percent(2);
-            previous = s.visitors;
-            json!({
-                "step": s.name, "visitors": s.visitors, "conversion_rate": s.conversion_rate,
-                "conversion_rate_step": step, "dropoff": s.dropoff, "dropoff_percentage": lost,
-            })
-        })
-        .collect();
+    let steps = FunnelStepView::steps(&result);
     let query =
         json!({ "site_id": body.get("site_id"), "date_range": [range.first().to_string(), range.last().to_string()] });
     Ok(json_ok(json!({ "steps": steps, "query": query })))
@@ -583,11 +572,7 @@ pub async fn journeys(
         _ => return Err(ServerError::bad_request("`page` is required: a page path such as \"/pricing\"")),
     };
     let j = r.stats.journeys(&site.site_id, &range, page, &filters).await?;
-    let list = |rows: &[(String, u64)]| -> Vec<Json> {
-        rows.iter().map(|(p, v)| json!({ "page": p, "visitors": v })).collect()
-    };
-    let paths: Vec<Json> = j.paths.iter().map(|(p, v)| json!({ "pages": p, "visitors": v })).collect();
-    Ok(json_ok(json!({ "page": page, "before": list(&j.before), "after": list(&j.after), "paths": paths })))
+    Ok(json_ok(JourneysView::new(page, &j)))
 }
 
 /// `POST /api/properties {site_id, date_range}`: the custom property keys of the site's events
@@ -600,7 +585,7 @@ pub async fn property_keys(
     let (r, body, site) = json_request(&state, &headers, body).await?;
     let range = parse_range(&body, &site.zone)?;
     let keys = r.stats.property_keys(&site.site_id, &range).await?;
-    let keys: Vec<Json> = keys.iter().map(|(key, events)| json!({ "key": key, "events": events })).collect();
+    let keys: Vec<KeyEvents> = keys.iter().map(|(key, events)| KeyEvents { key, events: *events }).collect();
     Ok(json_ok(json!({ "keys": keys })))
 }
 
@@ -798,17 +783,7 @@ pub async fn realtime(
     UrlQuery(p): UrlQuery<SiteParam>,
 ) -> Result<Response, ServerError> {
     let rt = realtime_of(&state, &headers, p).await?;
-    let minutes: Vec<Json> = rt
-        .pageviews_per_minute
-        .iter()
-        .map(|(ms, n)| {
-            let at = jiff::Timestamp::from_millisecond(*ms).map(|t| t.to_string()).unwrap_or_default();
-            json!({ "minute": at, "pageviews": n })
-        })
-        .collect();
-    let pages: Vec<Json> =
-        rt.top_pages.iter().map(|(p, v, n)| json!({ "page": p, "visitors": v, "pageviews": n })).collect();
-    Ok(json_ok(json!({ "current_visitors": rt.current_visitors, "pageviews_per_minute": minutes, "top_pages": pages })))
+    Ok(json_ok(RealtimeView::new(&rt)))
 }
 
 /// `GET /api/v1/stats/realtime/visitors?site_id=…`: the current visitors as a bare number.
@@ -881,15 +856,7 @@ pub async fn import(
             _ => errors.push(line, "not imported"),
         }
     }
-    let list: Vec<Json> =
-        errors.reported().iter().map(|(line, error)| json!({ "line": line, "error": error })).collect();
-    Ok(json_ok(json!({
-        "imported": imported,
-        "dropped": dropped,
-        "errors": list,
-        "errors_total": errors.total(),
-        "errors_omitted": errors.omitted(),
-    })))
+    Ok(json_ok(ImportReport::new(imported, dropped, &errors)))
 }
 
 /// Most imports read and ingested at once (each holds its body, up to [`MAX_IMPORT_BYTES`]).
