@@ -597,7 +597,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
 
     if options.http {
         let h = setup(options.flush_interval, options.compact_event_blocks).await?;
-        let state = server::AppState::new(Arc::new(server::pipeline::PipelineIngest(h.pipeline.clone())));
+        let state = server::AppState::new(h.pipeline.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(server::serve(listener, server::router(state)));

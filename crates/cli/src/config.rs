@@ -142,7 +142,7 @@ impl Default for Config {
             limits: server::listen::Limits::default(),
             metrics_token: None,
             metrics_listen: None,
-            auth_attempts_per_minute: server::account::DEFAULT_ATTEMPTS_PER_MINUTE,
+            auth_attempts_per_minute: server::attempts::DEFAULT_ATTEMPTS_PER_MINUTE,
             compact_event_blocks: true,
             notify: crate::notify::Settings::default(),
         }

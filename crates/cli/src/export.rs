@@ -1,6 +1,7 @@
 //! `tally export`: a site's events or its daily aggregates, as NDJSON or CSV.
 //!
-//! Events come out in the shape `tally import` reads (`timestamp`, `url`, `name`, `referrer`,
+//! Events come out in the shape `tally import` reads (written by `server::wire::import`, next to
+//! its reader) (`timestamp`, `url`, `name`, `referrer`,
 //! `visitor`, `country`, `interactive`, props), so an export moves a site to another Tally, or
 //! back after a reset, and visits, sources and campaigns come out the same: a visit's first event
 //! carries its referrer and its `utm_*` parameters in the URL. What Tally never keeps (addresses,
@@ -13,9 +14,10 @@ use std::sync::Arc;
 
 use analytics::sites::Sites;
 use analytics::stats::{DayItem, Stats, StatsError};
-use analytics::stored::StoredEvent;
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value as Json, json};
+
+use server::wire::import::{EventRecord, write_csv};
 
 use crate::config::Config;
 
@@ -63,7 +65,7 @@ pub async fn export(config: &Config, options: &ExportOptions<'_>) -> Result<()> 
         let mut rows = Vec::new();
         let n = stats
             .export_events(&site.site_id, &range, |e| {
-                rows.push(event_record(e));
+                rows.push(EventRecord::from_stored(e));
                 Ok(())
             })
             .await?;
@@ -73,7 +75,7 @@ pub async fn export(config: &Config, options: &ExportOptions<'_>) -> Result<()> 
         let mut failed = None;
         let n = stats
             .export_events(&site.site_id, &range, |e| {
-                writeln!(out, "{}", Json::Object(event_record(e))).map_err(|err| {
+                writeln!(out, "{}", EventRecord::from_stored(e).to_line()).map_err(|err| {
                     failed = Some(err.to_string());
                     StatsError::Invalid("the output cannot be written".into())
                 })
@@ -87,84 +89,6 @@ pub async fn export(config: &Config, options: &ExportOptions<'_>) -> Result<()> 
     out.flush().context("writing the export")?;
     let what = if options.aggregates { "daily aggregate items" } else { "events" };
     eprintln!("exported {count} {what} of {} from {first} to {last}", site.domain);
-    Ok(())
-}
-
-/// An event as `tally import` reads it.
-fn event_record(e: &StoredEvent) -> Map<String, Json> {
-    let v = &e.visit;
-    let mut url = format!("https://{}{}", e.hostname, e.path);
-    let first = e.seq == 0;
-    if first {
-        let utm: Vec<(&str, &str)> = [
-            ("utm_source", &v.utm_source),
-            ("utm_medium", &v.utm_medium),
-            ("utm_campaign", &v.utm_campaign),
-            ("utm_content", &v.utm_content),
-            ("utm_term", &v.utm_term),
-        ]
-        .into_iter()
-        .filter(|(_, value)| !value.is_empty())
-        .map(|(k, value)| (k, value.as_str()))
-        .collect();
-        if !utm.is_empty() {
-            let query: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(utm).finish();
-            url = format!("{url}?{query}");
-        }
-    }
-    let mut record = Map::new();
-    let timestamp = jiff::Timestamp::from_millisecond(e.ts).map(|t| t.to_string()).unwrap_or_default();
-    record.insert("timestamp".into(), json!(timestamp));
-    record.insert("url".into(), json!(url));
-    record.insert("name".into(), json!(e.name));
-    if first && !v.referrer.is_empty() {
-        record.insert("referrer".into(), json!(format!("https://{}", v.referrer)));
-    }
-    record.insert("visitor".into(), json!(e.visitor_id));
-    if !v.country.is_empty() {
-        record.insert("country".into(), json!(v.country));
-    }
-    if !e.interactive {
-        record.insert("interactive".into(), json!(false));
-    }
-    if !e.props.is_empty() {
-        record.insert("props".into(), json!(e.props));
-    }
-    if first && !v.language.is_empty() {
-        record.insert("language".into(), json!(v.language));
-    }
-    if let Some((amount, currency)) = &e.revenue {
-        record.insert("revenue".into(), json!({ "amount": amount, "currency": currency }));
-    }
-    record
-}
-
-fn write_csv(out: &mut dyn Write, rows: &[Map<String, Json>]) -> Result<()> {
-    const COLUMNS: [&str; 7] = ["timestamp", "url", "name", "referrer", "visitor", "country", "interactive"];
-    let mut props: Vec<&str> = rows
-        .iter()
-        .filter_map(|r| r.get("props").and_then(Json::as_object))
-        .flat_map(|p| p.keys().map(String::as_str))
-        .collect();
-    props.sort_unstable();
-    props.dedup();
-    let mut w = csv::Writer::from_writer(out);
-    let header: Vec<String> =
-        COLUMNS.iter().map(|c| (*c).to_owned()).chain(props.iter().map(|p| format!("props.{p}"))).collect();
-    w.write_record(&header)?;
-    let text = |v: Option<&Json>| match v {
-        Some(Json::String(s)) => s.clone(),
-        Some(Json::Bool(b)) => b.to_string(),
-        _ => String::new(),
-    };
-    for row in rows {
-        let cells = COLUMNS
-            .iter()
-            .map(|c| text(row.get(*c)))
-            .chain(props.iter().map(|p| text(row.get("props").and_then(Json::as_object).and_then(|m| m.get(*p)))));
-        w.write_record(cells.collect::<Vec<_>>())?;
-    }
-    w.flush()?;
     Ok(())
 }
 

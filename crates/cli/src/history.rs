@@ -5,7 +5,7 @@
 //!
 //! Plausible's tables are read by `analytics::imported` and stored as imported days before the
 //! site's cut-over. Umami's rows (from its CSV here, or from its database in `umami_pg`) become
-//! the records `server::import` reads (one NDJSON line per row, on the same line number), each
+//! the records `server::wire::import` reads (one NDJSON line per row, on the same line number), each
 //! with the import id of its `event_id`, so they are validated and ingested exactly as Tally's own
 //! imports: the session id is the visitor, `url_path` and `url_query` on the site's host the URL,
 //! `referrer_domain`, `referrer_path` and `referrer_query` the referrer, `event_type` 2 a custom
@@ -34,7 +34,7 @@ const MAX_ENTRY_BYTES: u64 = 1 << 30;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// Tally's own NDJSON or CSV events.
-    Events(server::import::Format),
+    Events(server::wire::import::Format),
     /// Umami's CSV of `website_event` rows.
     Umami,
     /// Plausible's CSV export: a zip, a directory, or one `imported_*` CSV.
@@ -49,7 +49,7 @@ pub fn detect(path: &Path, forced: Option<&str>) -> Result<Kind> {
         return match name.to_ascii_lowercase().as_str() {
             "umami" => Ok(Kind::Umami),
             "plausible" | "ga" => Ok(Kind::Plausible),
-            other => server::import::Format::parse(other)
+            other => server::wire::import::Format::parse(other)
                 .map(Kind::Events)
                 .ok_or_else(|| anyhow!("--format must be ndjson, csv, umami or plausible, not {name:?}")),
         };
@@ -78,7 +78,7 @@ pub fn detect(path: &Path, forced: Option<&str>) -> Result<Kind> {
     if imported::table_of_header(&columns).is_some() && !columns.contains(&"timestamp") {
         return Ok(Kind::Plausible);
     }
-    Ok(Kind::Events(server::import::Format::detect(&name)))
+    Ok(Kind::Events(server::wire::import::Format::detect(&name)))
 }
 
 /// The CSV files of a Plausible export at `path`, with their names.

@@ -16,10 +16,9 @@ use analytics::sites::{Scope, Site, SiteChanges, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
 use model::Table;
-use server::import::Format;
+use server::Reading;
 use server::metrics::MetricsSnapshot;
-use server::pipeline::PipelineIngest;
-use server::stats::Reading;
+use server::wire::import::Format;
 
 use crate::config::Config;
 use crate::demo::DemoOptions;
@@ -166,7 +165,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     };
     let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))
         .map_err(|e| anyhow!("trusted proxies: {e}"))?;
-    let state = server::AppState::new(Arc::new(PipelineIngest(pipeline)))
+    let state = server::AppState::new(pipeline)
         .with_reading(reading)
         .with_health(Arc::new(StoreHealth(sites.clone())))
         .with_trusted_proxies(trusted)
@@ -489,7 +488,8 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
         }
     };
     let what = file.map(|f| f.display().to_string()).unwrap_or_else(|| "the Umami database".to_owned());
-    let parsed = server::import::parse(&readable, format, &site).map_err(|e| anyhow!("{what}: {e}"))?.in_time_order();
+    let parsed =
+        server::wire::import::parse(&readable, format, &site).map_err(|e| anyhow!("{what}: {e}"))?.in_time_order();
     if let Some((file_id, name)) = &file_record {
         println!("import id: {file_id}");
         if crate::history::begin_events_file(&table, &site, file_id, name, options.force).await? {

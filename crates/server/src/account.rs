@@ -14,7 +14,7 @@
 //! Every POST here takes `application/json` only: a form on another site cannot send that
 //! without a CORS preflight, which these routes do not answer, so none can be forged.
 //!
-//! Sign-in and unlock attempts are limited ([`Attempts`]): per client address (the address as
+//! Sign-in and unlock attempts are limited ([`crate::attempts::Attempts`]): per client address (the address as
 //! [`crate::auth::client_addr`] finds it behind trusted proxies; IPv6 by /64) and per account
 //! or shared link, each to a burst of N and then N a minute; past it, `429` with `Retry-After`.
 //! Every failed or refused attempt is logged as one line a fail2ban filter can match before any
@@ -25,90 +25,22 @@
 //! WARN server::account: authentication throttled; client=203.0.113.7 kind=unlock account="01J…"
 //! ```
 
-use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use analytics::accounts::{AccountsError, LOGIN_LIFETIME, SHARE_UNLOCK_LIFETIME};
 use analytics::two_factor::Login;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use governor::clock::{Clock, DefaultClock};
-use governor::state::keyed::DefaultKeyedStateStore;
-use governor::{Quota, RateLimiter};
-use serde_json::{Map, Value as Json, json};
+use serde_json::json;
 
-use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, error, internal, set_cookie};
-use crate::routes::{AppState, Peer};
-use crate::stats::{bad, json_ok, reading};
-
-/// Sign-in and unlock attempts allowed per minute (after a burst of as many), per client address
-/// and per account or link, unless configured otherwise.
-pub const DEFAULT_ATTEMPTS_PER_MINUTE: u32 = 10;
-
-/// A limiter keeps the keys it saw within about a minute; past this many it forgets the idle ones
-/// at once, so a flood of addresses costs time, not memory.
-const TIDY_ABOVE_KEYS: usize = 10_000;
-
-type Keyed<K> = RateLimiter<K, DefaultKeyedStateStore<K>, DefaultClock>;
-
-/// The sign-in and unlock rate limits: GCRA buckets from `governor`, one per client address and
-/// one per account (or shared link).
-pub struct Attempts {
-    per_client: Keyed<IpAddr>,
-    per_account: Keyed<String>,
-    clock: DefaultClock,
-}
-
-impl std::fmt::Debug for Attempts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Attempts").field("clients", &self.per_client.len()).finish_non_exhaustive()
-    }
-}
-
-impl Attempts {
-    /// Limits of `per_minute` attempts a minute, after a burst of as many.
-    pub fn new(per_minute: u32) -> Attempts {
-        let n = NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN);
-        Attempts {
-            per_client: RateLimiter::keyed(Quota::per_minute(n)),
-            per_account: RateLimiter::keyed(Quota::per_minute(n)),
-            clock: DefaultClock::default(),
-        }
-    }
-
-    /// Takes one attempt from `client` on `account`: `Err` with how long to wait when either is
-    /// out of attempts. A client that is refused takes nothing from the account, so one client
-    /// cannot lock an account by itself.
-    pub fn check(&self, client: IpAddr, account: &str) -> Result<(), Duration> {
-        if self.per_client.len() > TIDY_ABOVE_KEYS {
-            self.per_client.retain_recent();
-            self.per_client.shrink_to_fit();
-        }
-        if self.per_account.len() > TIDY_ABOVE_KEYS {
-            self.per_account.retain_recent();
-            self.per_account.shrink_to_fit();
-        }
-        let now = self.clock.now();
-        self.per_client.check_key(&client_bucket(client)).map_err(|n| n.wait_time_from(now))?;
-        let account: String = account.chars().take(256).collect();
-        self.per_account.check_key(&account.to_lowercase()).map_err(|n| n.wait_time_from(now))
-    }
-}
-
-/// The bucket of a client address: itself for IPv4, its /64 for IPv6 (one subscriber's prefix).
-fn client_bucket(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => {
-            let mut segments = v6.segments();
-            segments[4..].fill(0);
-            IpAddr::V6(segments.into())
-        }
-    }
-}
+use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, set_cookie};
+use crate::error::ServerError;
+use crate::extract::{Peer, field, json_object, optional_field};
+use crate::state::AppState;
+use crate::wire::accounts::{AuthView, SharedSite, TwoFactorSetup, TwoFactorState};
+use crate::wire::json_ok;
 
 /// What a client sent as the account, made safe for one log line: at most 254 characters,
 /// printed with `{:?}` (quoted, control characters escaped) after the address.
@@ -117,177 +49,126 @@ fn loggable(account: &str) -> String {
 }
 
 /// `429` with `Retry-After`.
-fn throttled(wait: Duration) -> Response {
-    let secs = wait.as_secs().max(1);
-    let mut r = error(StatusCode::TOO_MANY_REQUESTS, format!("too many attempts; try again in {secs} s"));
-    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    r
-}
-
-/// The body of a JSON POST as an object, or the 400/415 to answer.
-pub(crate) fn json_object(headers: &HeaderMap, body: &[u8]) -> Result<Map<String, Json>, Response> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if !content_type.to_ascii_lowercase().starts_with("application/json") {
-        return Err(error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the body as application/json"));
-    }
-    match serde_json::from_slice::<Json>(body) {
-        Ok(Json::Object(map)) => Ok(map),
-        Ok(_) => Err(bad("the body must be a JSON object")),
-        Err(e) => Err(bad(format!("the body is not JSON: {e}"))),
-    }
-}
-
-/// A required string field.
-pub(crate) fn field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<&'a str, Response> {
-    match map.get(name) {
-        Some(Json::String(s)) => Ok(s),
-        Some(_) => Err(bad(format!("`{name}` must be a string"))),
-        None => Err(bad(format!("`{name}` is required"))),
-    }
-}
-
-/// An optional string field (absent, `null` and `""` are `None`).
-pub(crate) fn optional_field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<Option<&'a str>, Response> {
-    match map.get(name) {
-        None | Some(Json::Null) => Ok(None),
-        Some(Json::String(s)) if s.is_empty() => Ok(None),
-        Some(Json::String(s)) => Ok(Some(s)),
-        Some(_) => Err(bad(format!("`{name}` must be a string"))),
-    }
-}
-
-pub(crate) fn accounts_error(e: AccountsError) -> Response {
-    match e {
-        e @ (AccountsError::InvalidEmail(_) | AccountsError::InvalidPassword) => bad(e.to_string()),
-        e @ (AccountsError::EmailTaken(_) | AccountsError::SetupDone) => error(StatusCode::CONFLICT, e.to_string()),
-        e @ (AccountsError::InvalidRole(_) | AccountsError::NoPendingTwoFactor | AccountsError::WrongCode) => {
-            bad(e.to_string())
-        }
-        e @ AccountsError::NoSuchInvitation => error(StatusCode::NOT_FOUND, e.to_string()),
-        e @ AccountsError::WrongPassword(_) => error(StatusCode::UNAUTHORIZED, e.to_string()),
-        e @ AccountsError::Busy => {
-            let mut r = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-            r
-        }
-        e => internal(e),
-    }
+fn throttled(wait: Duration) -> ServerError {
+    ServerError::TooManyRequests { retry_after_secs: wait.as_secs().max(1) }
 }
 
 fn signed_in(secure: bool, token: &str, email: &str) -> Response {
     let cookie = set_cookie(secure, SESSION_COOKIE, Some(token), LOGIN_LIFETIME.as_secs());
     (
         [(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())],
-        json!({ "signed_in": true, "email": email, "csrf": csrf_token(token) }).to_string(),
+        serde_json::to_string(&AuthView {
+            signed_in: true,
+            email: Some(email),
+            csrf: Some(csrf_token(token)),
+            setup_required: None,
+        })
+        .unwrap_or_default(),
     )
         .into_response()
 }
 
 /// `GET /api/auth`.
-pub async fn state(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+pub async fn state(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
+    let r = state.reading()?;
     let user = match auth::cookie(&headers, SESSION_COOKIE) {
-        Some(token) => match r.accounts.session(token).await {
-            Ok(user) => user.map(|u| (u, csrf_token(token))),
-            Err(e) => return internal(e),
-        },
+        Some(token) => r.accounts.session(token).await.map_err(ServerError::backend)?.map(|u| (u, csrf_token(token))),
         None => None,
     };
-    let setup_required = match r.accounts.has_users().await {
-        Ok(has) => !has,
-        Err(e) => return internal(e),
-    };
-    match user {
+    let setup_required = !r.accounts.has_users().await.map_err(ServerError::backend)?;
+    Ok(match user {
         Some((u, csrf)) => {
-            json_ok(json!({ "signed_in": true, "email": u.email, "csrf": csrf, "setup_required": false }))
+            json_ok(AuthView { signed_in: true, email: Some(&u.email), csrf: Some(csrf), setup_required: Some(false) })
         }
-        None => json_ok(json!({ "signed_in": false, "setup_required": setup_required })),
-    }
+        None => json_ok(AuthView { signed_in: false, email: None, csrf: None, setup_required: Some(setup_required) }),
+    })
 }
 
 /// `POST /api/login`.
-pub async fn login(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let map = match json_object(&headers, &body) {
-        Ok(m) => m,
-        Err(resp) => return resp,
-    };
-    let (email, password) = match (field(&map, "email"), field(&map, "password")) {
-        (Ok(e), Ok(p)) => (e, p),
-        (Err(resp), _) | (_, Err(resp)) => return resp,
-    };
+pub async fn login(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let map = json_object(&headers, &body)?;
+    let (email, password) = (field(&map, "email")?, field(&map, "password")?);
     let client = auth::client_addr(&state, &headers, peer);
     if let Err(wait) = state.attempts.check(client, email) {
         tracing::warn!("authentication throttled; client={client} kind=login account={:?}", loggable(email));
-        return throttled(wait);
+        return Err(throttled(wait));
     }
-    let code = match optional_field(&map, "code") {
-        Ok(c) => c,
-        Err(resp) => return resp,
-    };
-    match r.accounts.login_with_code(email, password, code).await {
-        Ok(Login::SignedIn(token, user)) => {
+    let code = optional_field(&map, "code")?;
+    match r.accounts.login_with_code(email, password, code).await? {
+        Login::SignedIn(token, user) => {
             tracing::info!(email = %user.email, %client, "signed in");
-            signed_in(auth::is_https(&state, &headers, peer), &token, &user.email)
+            Ok(signed_in(auth::is_https(&state, &headers, peer), &token, &user.email))
         }
         // The password was right: the page asks for the code (the attempt still counted).
-        Ok(Login::CodeRequired) => (
+        Login::CodeRequired => Ok((
             StatusCode::UNAUTHORIZED,
             [(header::CONTENT_TYPE, "application/json")],
             json!({ "error": "enter the code from your authenticator app, or a recovery code", "two_factor": true })
                 .to_string(),
         )
-            .into_response(),
-        Ok(_) => {
+            .into_response()),
+        _ => {
             tracing::warn!("authentication failure; client={client} kind=login account={:?}", loggable(email));
-            error(StatusCode::UNAUTHORIZED, "wrong e-mail, password or code")
+            Err(ServerError::WrongCredentials { message: "wrong e-mail, password or code".into() })
         }
-        Err(e) => accounts_error(e),
     }
 }
 
 /// The signed-in account of a request, or the 401.
-async fn signed_in_user(r: &crate::stats::Reading, headers: &HeaderMap) -> Result<analytics::accounts::User, Response> {
+async fn signed_in_user(
+    r: &crate::state::Reading,
+    headers: &HeaderMap,
+) -> Result<analytics::accounts::User, ServerError> {
     match auth::principal(r, headers).await? {
         auth::Principal::User(user) => Ok(user),
-        _ => Err(auth::unauthorized()),
+        _ => Err(ServerError::Unauthorized),
     }
+}
+
+/// A signed-in account's attempt at a two-factor change: the account, the string field `name` of
+/// the JSON body and the client's address, once the attempt is within the limits.
+async fn signed_in_attempt<'a>(
+    state: &'a AppState,
+    peer: Peer,
+    headers: &HeaderMap,
+    body: &[u8],
+    name: &str,
+) -> Result<(&'a crate::state::Reading, analytics::accounts::User, String, std::net::IpAddr), ServerError> {
+    let r = state.reading()?;
+    let user = signed_in_user(r, headers).await?;
+    let map = json_object(headers, body)?;
+    let value = field(&map, name)?.to_owned();
+    let client = auth::client_addr(state, headers, peer);
+    state.attempts.check(client, &user.email).map_err(throttled)?;
+    Ok((r, user, value, client))
 }
 
 /// `POST /api/2fa/setup`: a new secret for the signed-in account's authenticator app, pending
 /// until confirmed.
-pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let r = tri!(reading(&state));
-    let user = tri!(signed_in_user(r, &headers).await);
-    match r.accounts.totp_begin(&user.email).await {
-        Ok((secret, url)) => json_ok(json!({ "secret": secret, "otpauth_url": url })),
-        Err(e) => accounts_error(e),
-    }
+pub async fn two_factor_setup(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let user = signed_in_user(r, &headers).await?;
+    let (secret, url) = r.accounts.totp_begin(&user.email).await?;
+    Ok(json_ok(TwoFactorSetup { secret: &secret, otpauth_url: &url }))
 }
 
 /// `POST /api/2fa/enable` `{code}`: confirms the pending secret; answers the recovery codes, once.
-pub async fn two_factor_enable(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
-    let r = tri!(reading(&state));
-    let user = tri!(signed_in_user(r, &headers).await);
-    let map = tri!(json_object(&headers, &body));
-    let code = tri!(field(&map, "code"));
-    let client = auth::client_addr(&state, &headers, peer);
-    if let Err(wait) = state.attempts.check(client, &user.email) {
-        return throttled(wait);
-    }
-    match r.accounts.totp_enable(&user.email, code).await {
-        Ok(codes) => {
-            tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
-            json_ok(json!({ "enabled": true, "recovery_codes": codes }))
-        }
-        Err(e) => accounts_error(e),
-    }
+pub async fn two_factor_enable(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServerError> {
+    let (r, user, code, client) = signed_in_attempt(&state, peer, &headers, &body, "code").await?;
+    let codes = r.accounts.totp_enable(&user.email, &code).await?;
+    tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
+    Ok(json_ok(TwoFactorState { enabled: true, recovery_codes: Some(&codes) }))
 }
 
 /// `POST /api/2fa/disable` `{password}`: turns two-factor sign-in off, given the password.
@@ -296,45 +177,27 @@ pub async fn two_factor_disable(
     peer: Peer,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let r = tri!(reading(&state));
-    let user = tri!(signed_in_user(r, &headers).await);
-    let map = tri!(json_object(&headers, &body));
-    let password = tri!(field(&map, "password"));
-    let client = auth::client_addr(&state, &headers, peer);
-    if let Err(wait) = state.attempts.check(client, &user.email) {
-        return throttled(wait);
+) -> Result<Response, ServerError> {
+    let (r, user, password, client) = signed_in_attempt(&state, peer, &headers, &body, "password").await?;
+    if !r.accounts.password_matches(&user.email, &password).await? {
+        tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
+        return Err(ServerError::WrongCredentials { message: "the password is wrong".into() });
     }
-    match r.accounts.password_matches(&user.email, password).await {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
-            return error(StatusCode::UNAUTHORIZED, "the password is wrong");
-        }
-        Err(e) => return accounts_error(e),
-    }
-    match r.accounts.totp_disable(&user.email).await {
-        Ok(()) => json_ok(json!({ "enabled": false })),
-        Err(e) => accounts_error(e),
-    }
+    r.accounts.totp_disable(&user.email).await?;
+    Ok(json_ok(TwoFactorState { enabled: false, recovery_codes: None }))
 }
 
 /// `POST /api/logout`.
-pub async fn logout(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+pub async fn logout(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Result<Response, ServerError> {
+    let r = state.reading()?;
     if let Some(token) = auth::cookie(&headers, SESSION_COOKIE) {
         let sent = headers.get(auth::CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
         if sent != csrf_token(token) {
-            return auth::unauthorized();
+            return Err(ServerError::Unauthorized);
         }
-        if let Err(e) = r.accounts.logout(token).await {
-            return internal(e);
-        }
+        r.accounts.logout(token).await.map_err(ServerError::backend)?;
     }
-    signed_out(auth::is_https(&state, &headers, peer))
+    Ok(signed_out(auth::is_https(&state, &headers, peer)))
 }
 
 fn signed_out(secure: bool) -> Response {
@@ -345,85 +208,72 @@ fn signed_out(secure: bool) -> Response {
 
 /// `POST /api/logout/everywhere`: ends every login of the signed-in account (cookie and CSRF
 /// header), on every browser, this one included.
-pub async fn logout_everywhere(State(state): State<AppState>, peer: Peer, headers: HeaderMap) -> Response {
-    let r = tri!(reading(&state));
-    let user = match tri!(auth::principal(r, &headers).await) {
-        auth::Principal::User(user) => user,
-        _ => return auth::unauthorized(),
-    };
-    if let Err(e) = r.accounts.sign_out_everywhere(&user.email).await {
-        return accounts_error(e);
-    }
+pub async fn logout_everywhere(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let user = signed_in_user(r, &headers).await?;
+    r.accounts.sign_out_everywhere(&user.email).await?;
     tracing::info!(email = %user.email, "signed out everywhere");
-    signed_out(auth::is_https(&state, &headers, peer))
+    Ok(signed_out(auth::is_https(&state, &headers, peer)))
 }
 
 /// `POST /api/password {current_password, new_password}`: changes the signed-in account's
 /// password, which ends its logins everywhere, and signs this browser in again (a new cookie and
 /// CSRF token). The current password is checked under the same limits as a sign-in.
-pub async fn change_password(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
-    let r = tri!(reading(&state));
-    let user = match tri!(auth::principal(r, &headers).await) {
-        auth::Principal::User(user) => user,
-        _ => return auth::unauthorized(),
-    };
-    let map = tri!(json_object(&headers, &body));
-    let (current, new) = (tri!(field(&map, "current_password")), tri!(field(&map, "new_password")));
+pub async fn change_password(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let user = signed_in_user(r, &headers).await?;
+    let map = json_object(&headers, &body)?;
+    let (current, new) = (field(&map, "current_password")?, field(&map, "new_password")?);
     let client = auth::client_addr(&state, &headers, peer);
     if let Err(wait) = state.attempts.check(client, &user.email) {
         tracing::warn!("authentication throttled; client={client} kind=password account={:?}", loggable(&user.email));
-        return throttled(wait);
+        return Err(throttled(wait));
     }
-    match r.accounts.login(&user.email, current).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
-            return error(StatusCode::UNAUTHORIZED, "the current password is wrong");
-        }
-        Err(e) => return accounts_error(e),
+    if r.accounts.login(&user.email, current).await?.is_none() {
+        tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
+        return Err(ServerError::WrongCredentials { message: "the current password is wrong".into() });
     }
-    if let Err(e) = r.accounts.set_password(&user.email, new).await {
-        return accounts_error(e);
-    }
+    r.accounts.set_password(&user.email, new).await?;
     tracing::info!(email = %user.email, %client, "password changed; signed out everywhere");
-    match r.accounts.login(&user.email, new).await {
-        Ok(Some((token, user))) => signed_in(auth::is_https(&state, &headers, peer), &token, &user.email),
-        Ok(None) => internal("an account could not sign in with its new password"),
-        Err(e) => accounts_error(e),
-    }
+    let Some((token, user)) = r.accounts.login(&user.email, new).await? else {
+        return Err(ServerError::backend("an account could not sign in with its new password"));
+    };
+    Ok(signed_in(auth::is_https(&state, &headers, peer), &token, &user.email))
 }
 
 /// `POST /api/setup`.
-pub async fn setup(State(state): State<AppState>, peer: Peer, headers: HeaderMap, body: Bytes) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let map = match json_object(&headers, &body) {
-        Ok(m) => m,
-        Err(resp) => return resp,
-    };
-    let (token, email, password) = match (field(&map, "token"), field(&map, "email"), field(&map, "password")) {
-        (Ok(t), Ok(e), Ok(p)) => (t, e, p),
-        (Err(resp), _, _) | (_, Err(resp), _) | (_, _, Err(resp)) => return resp,
-    };
+pub async fn setup(
+    State(state): State<AppState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let map = json_object(&headers, &body)?;
+    let (token, email, password) = (field(&map, "token")?, field(&map, "email")?, field(&map, "password")?);
     let expected = r.setup_token.as_deref().unwrap_or_default();
     if expected.is_empty() || !constant_time_eq(token.as_bytes(), expected.as_bytes()) {
         let client = auth::client_addr(&state, &headers, peer);
         tracing::warn!("authentication failure; client={client} kind=setup account={:?}", loggable(email));
-        return error(StatusCode::FORBIDDEN, "this setup link is not valid; use the one `tally serve` printed");
+        return Err(ServerError::Forbidden {
+            message: "this setup link is not valid; use the one `tally serve` printed".into(),
+        });
     }
-    if let Err(e) = r.accounts.add_first_user(email, password).await {
-        return accounts_error(e);
-    }
-    match r.accounts.login(email, password).await {
-        Ok(Some((token, user))) => {
-            tracing::info!(email = %user.email, "first account created");
-            signed_in(auth::is_https(&state, &headers, peer), &token, &user.email)
-        }
-        Ok(None) => internal("a new account could not sign in"),
-        Err(e) => accounts_error(e),
-    }
+    r.accounts.add_first_user(email, password).await?;
+    let Some((token, user)) = r.accounts.login(email, password).await? else {
+        return Err(ServerError::backend("a new account could not sign in"));
+    };
+    tracing::info!(email = %user.email, "first account created");
+    Ok(signed_in(auth::is_https(&state, &headers, peer), &token, &user.email))
 }
 
 /// Whether `a` equals `b`, in a time that does not depend on where they differ.
@@ -431,35 +281,26 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The answer to a shared link that does not exist (or no longer shows a site).
+fn no_such_link() -> ServerError {
+    ServerError::not_found("this shared link does not exist or was revoked")
+}
+
 /// `GET /api/share/{token}`.
-pub async fn share(State(state): State<AppState>, headers: HeaderMap, Path(token): Path<String>) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let share = match r.accounts.share(&token).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return error(StatusCode::NOT_FOUND, "this shared link does not exist or was revoked"),
-        Err(e) => return internal(e),
-    };
-    let site = match r.sites.get(&share.site_id).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return error(StatusCode::NOT_FOUND, "this shared link does not exist or was revoked"),
-        Err(e) => return internal(e),
-    };
+pub async fn share(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(token): Path<String>,
+) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let share = r.accounts.share(&token).await.map_err(ServerError::backend)?.ok_or_else(no_such_link)?;
+    let site = r.sites.get(&share.site_id).await.map_err(ServerError::backend)?.ok_or_else(no_such_link)?;
     let unlocked = !share.has_password
         || match auth::cookie(&headers, SHARE_COOKIE) {
             Some(grant) => r.accounts.share_unlocked(grant, &share.share_id).await.unwrap_or(false),
             None => false,
         };
-    json_ok(json!({
-        "site_id": site.site_id,
-        "domain": site.domain,
-        "timezone": site.zone.name(),
-        "name": share.name,
-        "password_required": share.has_password,
-        "unlocked": unlocked,
-    }))
+    Ok(json_ok(SharedSite::new(&site, &share, unlocked)))
 }
 
 /// `POST /api/share/{token}/unlock`.
@@ -469,42 +310,25 @@ pub async fn unlock(
     headers: HeaderMap,
     Path(token): Path<String>,
     body: Bytes,
-) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let map = match json_object(&headers, &body) {
-        Ok(m) => m,
-        Err(resp) => return resp,
-    };
-    let password = match field(&map, "password") {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
+) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let map = json_object(&headers, &body)?;
+    let password = field(&map, "password")?;
     let client = auth::client_addr(&state, &headers, peer);
     // The link's account key is a digest of its token, so the limiter never holds a live token.
     let link = format!("share:{}", auth::csrf_token(&token));
     if let Err(wait) = state.attempts.check(client, &link) {
         tracing::warn!("authentication throttled; client={client} kind=unlock account={link:?}");
-        return throttled(wait);
+        return Err(throttled(wait));
     }
-    match r.accounts.unlock_share(&token, password).await {
-        Ok(Some(grant)) => {
-            let secure = auth::is_https(&state, &headers, peer);
-            let cookie = set_cookie(secure, SHARE_COOKIE, Some(&grant), SHARE_UNLOCK_LIFETIME.as_secs());
-            (
-                [(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())],
-                r#"{"unlocked":true}"#,
-            )
-                .into_response()
-        }
-        Ok(None) => {
-            tracing::warn!("authentication failure; client={client} kind=unlock account={link:?}");
-            error(StatusCode::UNAUTHORIZED, "wrong password")
-        }
-        Err(e) => accounts_error(e),
-    }
+    let Some(grant) = r.accounts.unlock_share(&token, password).await? else {
+        tracing::warn!("authentication failure; client={client} kind=unlock account={link:?}");
+        return Err(ServerError::WrongCredentials { message: "wrong password".into() });
+    };
+    let secure = auth::is_https(&state, &headers, peer);
+    let cookie = set_cookie(secure, SHARE_COOKIE, Some(&grant), SHARE_UNLOCK_LIFETIME.as_secs());
+    Ok(([(header::SET_COOKIE, cookie), (header::CONTENT_TYPE, "application/json".to_owned())], r#"{"unlocked":true}"#)
+        .into_response())
 }
 
 /// The page of an invitation link: a plain form (no script), posted back to the same address.
@@ -540,21 +364,18 @@ fn invitation_page(status: StatusCode, message: &str, form: Option<(&str, &str)>
         .into_response()
 }
 
+/// What an invitation page says of an invitation that cannot be used.
+const INVITATION_GONE: &str = "This invitation is not valid: used, expired or revoked.";
+
 /// `GET /invite/{token}`: the invitation's form, or why it cannot be used.
-pub async fn invitation(State(state): State<AppState>, Path(token): Path<String>) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    match r.accounts.invitation(&token).await {
-        Ok(Some((_, email))) => {
+pub async fn invitation(State(state): State<AppState>, Path(token): Path<String>) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    Ok(match r.accounts.invitation(&token).await.map_err(ServerError::backend)? {
+        Some((_, email)) => {
             invitation_page(StatusCode::OK, "You are invited to a site's analytics.", Some((&email, &token)))
         }
-        Ok(None) => {
-            invitation_page(StatusCode::NOT_FOUND, "This invitation is not valid: used, expired or revoked.", None)
-        }
-        Err(e) => internal(e),
-    }
+        None => invitation_page(StatusCode::NOT_FOUND, INVITATION_GONE, None),
+    })
 }
 
 /// `POST /invite/{token}` (a form with `password`): accepts the invitation, then sends the
@@ -565,58 +386,29 @@ pub async fn accept_invitation(
     headers: HeaderMap,
     Path(token): Path<String>,
     body: Bytes,
-) -> Response {
-    let r = match reading(&state) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
+) -> Result<Response, ServerError> {
+    let r = state.reading()?;
     let password = url::form_urlencoded::parse(&body).find(|(k, _)| k == "password").map(|(_, v)| v.into_owned());
     let Some(password) = password else {
-        return invitation_page(StatusCode::BAD_REQUEST, "The form needs a password.", None);
+        return Ok(invitation_page(StatusCode::BAD_REQUEST, "The form needs a password.", None));
     };
     let client = auth::client_addr(&state, &headers, peer);
     let limited: String = token.chars().take(64).collect();
     if let Err(wait) = state.attempts.check(client, &limited) {
         tracing::warn!("authentication throttled; client={client} kind=invitation account=\"\"");
-        return throttled(wait);
+        return Err(throttled(wait));
     }
     match r.accounts.accept_invitation(&token, &password).await {
         Ok((user, site)) => {
             tracing::info!(email = %user.email, site = %site, %client, "invitation accepted");
-            (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")], "").into_response()
+            Ok((StatusCode::SEE_OTHER, [(header::LOCATION, "/login")], "").into_response())
         }
         Err(e @ (AccountsError::InvalidPassword | AccountsError::WrongPassword(_))) => {
             tracing::warn!("authentication failure; client={client} kind=invitation account=\"\"");
             let email = r.accounts.invitation(&token).await.ok().flatten().map(|(_, e)| e).unwrap_or_default();
-            invitation_page(StatusCode::BAD_REQUEST, &e.to_string(), Some((&email, &token)))
+            Ok(invitation_page(StatusCode::BAD_REQUEST, &e.to_string(), Some((&email, &token))))
         }
-        Err(AccountsError::NoSuchInvitation) => {
-            invitation_page(StatusCode::NOT_FOUND, "This invitation is not valid: used, expired or revoked.", None)
-        }
-        Err(e) => accounts_error(e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attempts_are_limited_per_client_and_per_account() {
-        let a = Attempts::new(2);
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert!(a.check(ip("192.0.2.1"), "x@example.com").is_ok());
-        assert!(a.check(ip("192.0.2.1"), "y@example.com").is_ok());
-        let wait = a.check(ip("192.0.2.1"), "z@example.com").unwrap_err();
-        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(30), "{wait:?}");
-        // A refused client took nothing from z's account.
-        assert!(a.check(ip("192.0.2.2"), "Z@example.com").is_ok());
-        assert!(a.check(ip("192.0.2.3"), "z@example.com").is_ok());
-        assert!(a.check(ip("192.0.2.4"), "z@example.com").is_err(), "the account's own limit, any case");
-        // One IPv6 subscriber is one /64.
-        assert!(a.check(ip("2001:db8:1:2::1"), "v6a@example.com").is_ok());
-        assert!(a.check(ip("2001:db8:1:2:ffff::9"), "v6b@example.com").is_ok());
-        assert!(a.check(ip("2001:db8:1:2:abcd::7"), "v6c@example.com").is_err());
-        assert!(a.check(ip("2001:db8:1:3::1"), "v6c@example.com").is_ok());
+        Err(AccountsError::NoSuchInvitation) => Ok(invitation_page(StatusCode::NOT_FOUND, INVITATION_GONE, None)),
+        Err(e) => Err(e.into()),
     }
 }

@@ -19,7 +19,7 @@
 //! `{site}` is a site id or domain. Bodies are `application/json`; answers are JSON, errors
 //! `{"error": …}`.
 
-use analytics::accounts::{AccountsError, Member, Role};
+use analytics::accounts::{AccountsError, Role};
 use analytics::goal::Goal;
 use analytics::sites::{Scope, Site, SiteChanges, SitesError};
 use axum::body::Bytes;
@@ -28,144 +28,93 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as Json, json};
 
-use crate::account::{field, json_object, optional_field};
-use crate::auth::{Need, Principal, authorize, error, internal, principal};
-use crate::routes::AppState;
-use crate::stats::{Reading, bad, json_ok, reading};
+use crate::auth::{Need, Principal, authorize, principal};
+use crate::error::ServerError;
+use crate::extract::{field, json_object, optional_field};
+use crate::state::{AppState, Reading};
+use crate::wire::admin::{
+    FunnelAdded, GoalAdded, Invited, KeyCreated, KeyView, MemberView, PrincipalView, Removed, Revoked, SegmentView,
+    ShareCreated, ShareEmbed, ShareView, SiteList, SiteView,
+};
+use crate::wire::json_ok;
 
-fn site_json(site: &Site, full: bool) -> Json {
-    let mut v = json!({ "site_id": site.site_id, "domain": site.domain, "timezone": site.zone.name() });
-    if full {
-        v["umami_id"] = json!(site.umami_id);
-        v["domains"] = site.domains.iter().map(|d| json!(d.as_str())).collect();
-        v["retention_event_days"] = json!(site.retention_event_days);
-        v["retention_hourly_days"] = json!(site.retention_hourly_days);
-        v["retention_daily_days"] = json!(site.retention_daily_days);
-        v["excluded_ip_ranges"] = json!(site.excluded_ips.texts());
-    }
-    v["goals"] = site
-        .goals
-        .iter()
-        .map(|g| {
-            let (kind, target) = match &g.goal {
-                Goal::Page(p) => ("page", p.as_str().to_owned()),
-                Goal::Event(name) => ("event", name.clone()),
-            };
-            json!({
-                "goal_id": g.goal_id, "kind": kind, "target": target, "display_name": g.goal.display_name(),
-                "currency": g.currency,
-            })
-        })
-        .collect();
-    v["funnels"] = site
-        .funnels
-        .iter()
-        .map(|f| {
-            let steps: Vec<Json> = f
-                .steps
-                .iter()
-                .map(|step| match step {
-                    Goal::Page(p) => json!({ "page": p.as_str() }),
-                    Goal::Event(name) => json!({ "event": name }),
-                })
-                .collect();
-            json!({ "funnel_id": f.funnel_id, "name": f.name, "steps": steps })
-        })
-        .collect();
-    v["segments"] = site.segments.iter().map(segment_json).collect();
-    v
+/// The site named in a settings route's path, if the caller may manage it.
+async fn manage(state: &AppState, headers: &HeaderMap, site: &str) -> Result<(Reading, Site), ServerError> {
+    authorized(state, headers, site, Need::Manage).await
 }
 
-fn segment_json(s: &analytics::sites::SiteSegment) -> Json {
-    let filters: Vec<Json> = s.filters.iter().map(|f| json!([f.op.name(), f.dimension, f.values])).collect();
-    json!({ "segment_id": s.segment_id, "name": s.name, "filters": filters })
-}
-
-fn sites_error(e: SitesError) -> Response {
-    match e {
-        e @ (SitesError::InvalidDomain(_)
-        | SitesError::InvalidTimezone(_)
-        | SitesError::InvalidRetention { .. }
-        | SitesError::InvalidIpRange(_)
-        | SitesError::TooManyIpRanges(_)
-        | SitesError::Goal(_)
-        | SitesError::InvalidFunnel(_)
-        | SitesError::InvalidCurrency(_)) => bad(e.to_string()),
-        e @ SitesError::DomainTaken(_) => error(StatusCode::CONFLICT, e.to_string()),
-        e @ (SitesError::NoSuchSite(_) | SitesError::NoSuchKey(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
-        e => internal(e),
-    }
-}
-
-async fn manage(state: &AppState, headers: &HeaderMap, site: &str) -> Result<(Reading, Site), Response> {
-    let r = reading(state)?.clone();
-    let (_, site) = authorize(&r, headers, Some(site), Need::Manage).await?;
+/// The site named in a route's path, if the caller may do `need` on it.
+async fn authorized(
+    state: &AppState,
+    headers: &HeaderMap,
+    site: &str,
+    need: Need,
+) -> Result<(Reading, Site), ServerError> {
+    let r = state.reading()?.clone();
+    let (_, site) = authorize(&r, headers, Some(site), need).await?;
     Ok((r, site))
 }
 
+/// A `201 Created` JSON answer.
+fn created(body: impl serde::Serialize) -> Response {
+    (StatusCode::CREATED, json_ok(body)).into_response()
+}
+
 /// `GET /api/sites`.
-pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let r = tri!(reading(&state));
-    let who = tri!(principal(r, &headers).await);
+pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let who = principal(r, &headers).await?;
     let full = matches!(who, Principal::User(_));
     let sites = match (&who, who.site_id()) {
-        (_, Some(id)) => match r.sites.get(id).await {
-            Ok(site) => site.into_iter().collect(),
-            Err(e) => return internal(e),
-        },
+        (_, Some(id)) => r.sites.get(id).await.map_err(ServerError::backend)?.into_iter().collect(),
         // An invited account sees the sites it holds a role on.
         (Principal::User(u), None) if !u.is_instance_admin() => {
             let mut sites = Vec::new();
-            for id in tri!(r.accounts.sites_of(&u.email).await.map_err(internal)) {
-                if let Some(site) = tri!(r.sites.get(&id).await.map_err(internal)) {
+            for id in r.accounts.sites_of(&u.email).await.map_err(ServerError::backend)? {
+                if let Some(site) = r.sites.get(&id).await.map_err(ServerError::backend)? {
                     sites.push(site);
                 }
             }
             sites
         }
-        (_, None) => match r.sites.list().await {
-            Ok(list) => list,
-            Err(e) => return internal(e),
-        },
+        (_, None) => r.sites.list().await.map_err(ServerError::backend)?,
     };
-    let who_json = match &who {
-        Principal::User(u) => json!({ "kind": "user", "email": u.email, "instance_admin": u.is_instance_admin() }),
-        Principal::Key(_) => json!({ "kind": "key" }),
-        Principal::Share(s) => json!({ "kind": "share", "name": s.name }),
+    let principal = match &who {
+        Principal::User(u) => PrincipalView::User { email: &u.email, instance_admin: u.is_instance_admin() },
+        Principal::Key(_) => PrincipalView::Key,
+        Principal::Share(s) => PrincipalView::Share { name: &s.name },
     };
-    json_ok(json!({ "sites": sites.iter().map(|s| site_json(s, full)).collect::<Vec<_>>(), "principal": who_json }))
+    Ok(json_ok(SiteList { sites: sites.iter().map(|s| SiteView::new(s, full)).collect(), principal }))
 }
 
 /// `POST /api/sites`.
-pub async fn add(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let r = tri!(reading(&state));
-    let who = tri!(principal(r, &headers).await);
+pub async fn add(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let who = principal(r, &headers).await?;
     // Adding a site is the instance administrators' (an invited account has roles on sites only).
     if !matches!(&who, Principal::User(u) if u.is_instance_admin()) {
-        return crate::auth::unauthorized();
+        return Err(ServerError::Unauthorized);
     }
-    let map = tri!(json_object(&headers, &body));
-    let domain = tri!(field(&map, "domain"));
-    let timezone = tri!(optional_field(&map, "timezone")).unwrap_or("UTC");
-    match r.sites.add(domain, timezone).await {
-        Ok(site) => (StatusCode::CREATED, json_ok(site_json(&site, true))).into_response(),
-        Err(e) => sites_error(e),
-    }
+    let map = json_object(&headers, &body)?;
+    let domain = field(&map, "domain")?;
+    let timezone = optional_field(&map, "timezone")?.unwrap_or("UTC");
+    let site = r.sites.add(domain, timezone).await?;
+    Ok(created(SiteView::new(&site, true)))
 }
 
-fn days(map: &Map<String, Json>, name: &str) -> Result<Option<u32>, Response> {
+fn days(map: &Map<String, Json>, name: &str) -> Result<Option<u32>, ServerError> {
     match map.get(name) {
         None | Some(Json::Null) => Ok(None),
         Some(v) => v
             .as_u64()
             .and_then(|n| u32::try_from(n).ok())
             .map(Some)
-            .ok_or_else(|| bad(format!("`{name}` must be a whole number of days"))),
+            .ok_or_else(|| ServerError::bad_request(format!("`{name}` must be a whole number of days"))),
     }
 }
 
-fn text_list(map: &Map<String, Json>, name: &str) -> Result<Option<Vec<String>>, Response> {
-    let wrong = || bad(format!("`{name}` must be a list of strings"));
+fn text_list(map: &Map<String, Json>, name: &str) -> Result<Option<Vec<String>>, ServerError> {
+    let wrong = || ServerError::bad_request(format!("`{name}` must be a list of strings"));
     match map.get(name) {
         None | Some(Json::Null) => Ok(None),
         Some(Json::Array(items)) => {
@@ -181,30 +130,29 @@ pub async fn update(
     headers: HeaderMap,
     Path(site): Path<String>,
     body: Bytes,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    let map = tri!(json_object(&headers, &body));
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let map = json_object(&headers, &body)?;
     let changes = SiteChanges {
-        timezone: tri!(optional_field(&map, "timezone")).map(str::to_owned),
-        retention_event_days: tri!(days(&map, "retention_event_days")),
-        retention_hourly_days: tri!(days(&map, "retention_hourly_days")),
-        retention_daily_days: tri!(days(&map, "retention_daily_days")),
-        excluded_ip_ranges: tri!(text_list(&map, "excluded_ip_ranges")),
+        timezone: optional_field(&map, "timezone")?.map(str::to_owned),
+        retention_event_days: days(&map, "retention_event_days")?,
+        retention_hourly_days: days(&map, "retention_hourly_days")?,
+        retention_daily_days: days(&map, "retention_daily_days")?,
+        excluded_ip_ranges: text_list(&map, "excluded_ip_ranges")?,
     };
-    match r.sites.update(&site.site_id, &changes).await {
-        Ok(site) => json_ok(site_json(&site, true)),
-        Err(e) => sites_error(e),
-    }
+    let site = r.sites.update(&site.site_id, &changes).await?;
+    Ok(json_ok(SiteView::new(&site, true)))
 }
 
 /// `DELETE /api/sites/{site}`.
-pub async fn remove(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
-    let r = tri!(reading(&state)).clone();
-    let (_, site) = tri!(authorize(&r, &headers, Some(&site), Need::Own).await);
-    match r.sites.remove(&site.site_id).await {
-        Ok(_) => json_ok(json!({ "removed": site.site_id })),
-        Err(e) => sites_error(e),
-    }
+pub async fn remove(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+) -> Result<Response, ServerError> {
+    let (r, site) = authorized(&state, &headers, &site, Need::Own).await?;
+    r.sites.remove(&site.site_id).await?;
+    Ok(json_ok(Removed { removed: &site.site_id }))
 }
 
 /// `POST /api/sites/{site}/domains`.
@@ -213,14 +161,12 @@ pub async fn add_domain(
     headers: HeaderMap,
     Path(site): Path<String>,
     body: Bytes,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    let map = tri!(json_object(&headers, &body));
-    let domain = tri!(field(&map, "domain"));
-    match r.sites.add_domain(&site.site_id, domain).await {
-        Ok(site) => (StatusCode::CREATED, json_ok(site_json(&site, true))).into_response(),
-        Err(e) => sites_error(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let map = json_object(&headers, &body)?;
+    let domain = field(&map, "domain")?;
+    let site = r.sites.add_domain(&site.site_id, domain).await?;
+    Ok(created(SiteView::new(&site, true)))
 }
 
 /// `DELETE /api/sites/{site}/domains/{domain}`.
@@ -228,12 +174,10 @@ pub async fn remove_domain(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((site, domain)): Path<(String, String)>,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    match r.sites.remove_domain(&site.site_id, &domain).await {
-        Ok(site) => json_ok(site_json(&site, true)),
-        Err(e) => sites_error(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let site = r.sites.remove_domain(&site.site_id, &domain).await?;
+    Ok(json_ok(SiteView::new(&site, true)))
 }
 
 /// `POST /api/sites/{site}/goals`.
@@ -242,27 +186,18 @@ pub async fn add_goal(
     headers: HeaderMap,
     Path(site): Path<String>,
     body: Bytes,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    let map = tri!(json_object(&headers, &body));
-    let goal = match (tri!(optional_field(&map, "event_name")), tri!(optional_field(&map, "page_path"))) {
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let map = json_object(&headers, &body)?;
+    let goal = match (optional_field(&map, "event_name")?, optional_field(&map, "page_path")?) {
         (Some(name), None) => Goal::event(name),
         (None, Some(path)) => Goal::page(path),
-        _ => return bad("give exactly one of `event_name` and `page_path`"),
+        _ => return Err(ServerError::bad_request("give exactly one of `event_name` and `page_path`")),
     };
-    let goal = match goal {
-        Ok(g) => g,
-        Err(e) => return bad(e.to_string()),
-    };
-    let currency = tri!(optional_field(&map, "currency"));
-    match r.sites.add_goal_with_currency(&site.site_id, goal, currency).await {
-        Ok(g) => (
-            StatusCode::CREATED,
-            json_ok(json!({ "goal_id": g.goal_id, "display_name": g.goal.display_name(), "currency": g.currency })),
-        )
-            .into_response(),
-        Err(e) => sites_error(e),
-    }
+    let goal = goal.map_err(|e| ServerError::bad_request(e.to_string()))?;
+    let currency = optional_field(&map, "currency")?;
+    let g = r.sites.add_goal_with_currency(&site.site_id, goal, currency).await?;
+    Ok(created(GoalAdded::new(&g)))
 }
 
 /// `DELETE /api/sites/{site}/goals/{goal}`.
@@ -270,18 +205,14 @@ pub async fn remove_goal(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((site, goal)): Path<(String, String)>,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
     removed(r.sites.remove_goal(&site.site_id, &goal).await, "goal", &goal)
 }
 
 /// The answer to removing `id`: what was removed, or 404 when there was no such `what`.
-fn removed(result: Result<bool, SitesError>, what: &str, id: &str) -> Response {
-    match result {
-        Ok(true) => json_ok(json!({ "removed": id })),
-        Ok(false) => error(StatusCode::NOT_FOUND, format!("no such {what}")),
-        Err(e) => sites_error(e),
-    }
+fn removed(result: Result<bool, SitesError>, what: &str, id: &str) -> Result<Response, ServerError> {
+    if result? { Ok(json_ok(Removed { removed: id })) } else { Err(ServerError::not_found(format!("no such {what}"))) }
 }
 
 /// `POST /api/sites/{site}/funnels`.
@@ -290,22 +221,23 @@ pub async fn add_funnel(
     headers: HeaderMap,
     Path(site): Path<String>,
     body: Bytes,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    let map = tri!(json_object(&headers, &body));
-    let name = tri!(field(&map, "name"));
-    let steps = tri!(crate::stats::funnel_steps(map.get("steps")));
-    match r.sites.add_funnel(&site.site_id, name, steps).await {
-        Ok(f) => (StatusCode::CREATED, json_ok(json!({ "funnel_id": f.funnel_id, "name": f.name }))).into_response(),
-        Err(e) => sites_error(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let map = json_object(&headers, &body)?;
+    let name = field(&map, "name")?;
+    let steps = crate::stats::funnel_steps(map.get("steps"))?;
+    let f = r.sites.add_funnel(&site.site_id, name, steps).await?;
+    Ok(created(FunnelAdded { funnel_id: &f.funnel_id, name: &f.name }))
 }
 
 /// `GET /api/sites/{site}/segments`.
-pub async fn segments(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
-    let r = tri!(reading(&state));
-    let (_, site) = tri!(authorize(r, &headers, Some(&site), Need::Stats).await);
-    json_ok(json!({ "segments": site.segments.iter().map(segment_json).collect::<Vec<_>>() }))
+pub async fn segments(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+) -> Result<Response, ServerError> {
+    let (_, site) = authorized(&state, &headers, &site, Need::Stats).await?;
+    Ok(json_ok(json!({ "segments": site.segments.iter().map(SegmentView::new).collect::<Vec<_>>() })))
 }
 
 /// `POST /api/sites/{site}/segments {name, filters}`: filters as the Stats API takes them,
@@ -315,24 +247,20 @@ pub async fn add_segment(
     headers: HeaderMap,
     Path(site): Path<String>,
     body: Bytes,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    let map = tri!(json_object(&headers, &body));
-    let name = tri!(field(&map, "name"));
-    let filters = tri!(crate::stats::parse_plain_filters(map.get("filters")));
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let map = json_object(&headers, &body)?;
+    let name = field(&map, "name")?;
+    let filters = crate::stats::parse_plain_filters(map.get("filters"))?;
     if filters.iter().any(|f| f.dimension == "segment") {
-        return bad("a segment cannot name another segment");
+        return Err(ServerError::bad_request("a segment cannot name another segment"));
     }
     if filters.is_empty() {
-        return bad("a segment needs at least one filter");
+        return Err(ServerError::bad_request("a segment needs at least one filter"));
     }
-    if let Err(e) = analytics::stats::check_filters(&filters) {
-        return bad(e.to_string());
-    }
-    match r.sites.add_segment(&site.site_id, name, filters).await {
-        Ok(s) => (StatusCode::CREATED, json_ok(segment_json(&s))).into_response(),
-        Err(e) => sites_error(e),
-    }
+    analytics::stats::check_filters(&filters).map_err(|e| ServerError::bad_request(e.to_string()))?;
+    let s = r.sites.add_segment(&site.site_id, name, filters).await?;
+    Ok(created(SegmentView::new(&s)))
 }
 
 /// `DELETE /api/sites/{site}/segments/{segment}`.
@@ -340,8 +268,8 @@ pub async fn remove_segment(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((site, segment)): Path<(String, String)>,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
     removed(r.sites.remove_segment(&site.site_id, &segment).await, "segment", &segment)
 }
 
@@ -350,23 +278,29 @@ pub async fn remove_funnel(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((site, funnel)): Path<(String, String)>,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
     removed(r.sites.remove_funnel(&site.site_id, &funnel).await, "funnel", &funnel)
 }
 
 /// `GET /api/sites/{site}/keys`.
-pub async fn keys(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    match r.sites.keys(&site.site_id).await {
-        Ok(keys) => json_ok(json!({
-            "keys": keys.iter().map(|k| json!({
-                "key_id": k.key_id, "name": k.name, "revoked": k.revoked,
-                "scopes": k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(), "legacy": k.legacy,
-            })).collect::<Vec<_>>()
-        })),
-        Err(e) => sites_error(e),
+pub async fn keys(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let keys = r.sites.keys(&site.site_id).await?;
+    Ok(json_ok(json!({ "keys": keys.iter().map(KeyView::new).collect::<Vec<_>>() })))
+}
+
+/// A name for a new key or link: at most 200 bytes.
+fn name_of<'a>(map: &'a Map<String, Json>, default: &'static str) -> Result<&'a str, ServerError> {
+    let name = optional_field(map, "name")?.unwrap_or(default);
+    if name.len() > 200 {
+        return Err(ServerError::bad_request("`name` is longer than 200 bytes"));
     }
+    Ok(name)
 }
 
 /// `POST /api/sites/{site}/keys`: the new key, shown this once.
@@ -375,28 +309,22 @@ pub async fn create_key(
     headers: HeaderMap,
     Path(site): Path<String>,
     body: Bytes,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    let map = tri!(json_object(&headers, &body));
-    let name = tri!(optional_field(&map, "name")).unwrap_or("dashboard");
-    if name.len() > 200 {
-        return bad("`name` is longer than 200 bytes");
-    }
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let map = json_object(&headers, &body)?;
+    let name = name_of(&map, "dashboard")?;
     let mut scopes = Vec::new();
-    for name in tri!(text_list(&map, "scopes")).unwrap_or_default() {
-        match Scope::parse(&name) {
-            Some(scope) => scopes.push(scope),
-            None => return bad(format!("unknown scope {name:?}: the scopes are stats, visitors, import and admin")),
-        }
+    for name in text_list(&map, "scopes")?.unwrap_or_default() {
+        let scope = Scope::parse(&name).ok_or_else(|| {
+            ServerError::bad_request(format!(
+                "unknown scope {name:?}: the scopes are stats, visitors, import and admin"
+            ))
+        })?;
+        scopes.push(scope);
     }
-    match r.sites.create_key(&site.site_id, name, &scopes).await {
-        Ok((key, info)) => {
-            let scopes: Vec<&str> = info.scopes.iter().map(|s| s.as_str()).collect();
-            let answer = json!({ "key": key, "key_id": info.key_id, "name": info.name, "scopes": scopes });
-            (StatusCode::CREATED, json_ok(answer)).into_response()
-        }
-        Err(e) => sites_error(e),
-    }
+    let (key, info) = r.sites.create_key(&site.site_id, name, &scopes).await?;
+    let scopes = info.scopes.iter().map(|s| s.as_str()).collect();
+    Ok(created(KeyCreated { key: &key, key_id: &info.key_id, name: &info.name, scopes }))
 }
 
 /// `DELETE /api/sites/{site}/keys/{key}`.
@@ -404,26 +332,21 @@ pub async fn revoke_key(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((site, key)): Path<(String, String)>,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    match r.sites.revoke_key(&site.site_id, &key).await {
-        Ok(()) => json_ok(json!({ "revoked": key })),
-        Err(e) => sites_error(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    r.sites.revoke_key(&site.site_id, &key).await?;
+    Ok(json_ok(Revoked { revoked: &key }))
 }
 
 /// `GET /api/sites/{site}/shares`.
-pub async fn shares(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    match r.accounts.shares(&site.site_id).await {
-        Ok(list) => json_ok(json!({
-            "shares": list.iter().map(|s| json!({
-                "share_id": s.share_id, "name": s.name, "has_password": s.has_password, "revoked": s.revoked,
-                "embed": s.embed,
-            })).collect::<Vec<_>>()
-        })),
-        Err(e) => internal(e),
-    }
+pub async fn shares(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let list = r.accounts.shares(&site.site_id).await.map_err(ServerError::backend)?;
+    Ok(json_ok(json!({ "shares": list.iter().map(ShareView::new).collect::<Vec<_>>() })))
 }
 
 /// `POST /api/sites/{site}/shares`: the new link's path, shown this once.
@@ -432,39 +355,30 @@ pub async fn create_share(
     headers: HeaderMap,
     Path(site): Path<String>,
     body: Bytes,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    let map = tri!(json_object(&headers, &body));
-    let name = tri!(optional_field(&map, "name")).unwrap_or("shared link");
-    if name.len() > 200 {
-        return bad("`name` is longer than 200 bytes");
-    }
-    let password = tri!(optional_field(&map, "password"));
-    let embed = tri!(embed_field(&map));
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let map = json_object(&headers, &body)?;
+    let name = name_of(&map, "shared link")?;
+    let password = optional_field(&map, "password")?;
+    let embed = embed_field(&map)?;
     if embed == Some(true) && password.is_some_and(|p| !p.is_empty()) {
-        return bad(NO_EMBED_WITH_PASSWORD);
+        return Err(ServerError::bad_request(NO_EMBED_WITH_PASSWORD));
     }
-    match r.accounts.create_share(&site.site_id, name, password).await {
-        Ok((token, info)) => {
-            if embed == Some(true)
-                && let Err(e) = r.accounts.set_share_embed(&site.site_id, &info.share_id, true).await
-            {
-                return internal(e);
-            }
-            (
-                StatusCode::CREATED,
-                json_ok(json!({
-                    "share_id": info.share_id, "name": info.name, "has_password": info.has_password,
-                    "embed": embed == Some(true), "token": token, "path": format!("/share/{token}"),
-                })),
-            )
-                .into_response()
-        }
-        Err(analytics::accounts::AccountsError::InvalidPassword) => {
-            bad(analytics::accounts::AccountsError::InvalidPassword.to_string())
-        }
-        Err(e) => internal(e),
+    let (token, info) = r.accounts.create_share(&site.site_id, name, password).await.map_err(|e| match e {
+        e @ AccountsError::InvalidPassword => ServerError::bad_request(e.to_string()),
+        e => ServerError::backend(e),
+    })?;
+    if embed == Some(true) {
+        r.accounts.set_share_embed(&site.site_id, &info.share_id, true).await.map_err(ServerError::backend)?;
     }
+    Ok(created(ShareCreated {
+        share_id: &info.share_id,
+        name: &info.name,
+        has_password: info.has_password,
+        embed: embed == Some(true),
+        token: &token,
+        path: format!("/share/{token}"),
+    }))
 }
 
 /// Why a password-protected link cannot be embedded.
@@ -472,11 +386,19 @@ const NO_EMBED_WITH_PASSWORD: &str = "a link with a password cannot be embedded:
                                       cookie inside another site's frame";
 
 /// A body's optional `embed`: `true` or `false`, or a 400.
-fn embed_field(map: &Map<String, Json>) -> Result<Option<bool>, Response> {
+fn embed_field(map: &Map<String, Json>) -> Result<Option<bool>, ServerError> {
     match map.get("embed") {
         None | Some(Json::Null) => Ok(None),
         Some(Json::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(bad("`embed` must be true or false")),
+        Some(_) => Err(ServerError::bad_request("`embed` must be true or false")),
+    }
+}
+
+/// A shared link's error: an unknown link 404, the rest 500.
+fn share_error(e: AccountsError) -> ServerError {
+    match e {
+        AccountsError::NoSuchShare(_) => ServerError::not_found("no such shared link"),
+        e => ServerError::backend(e),
     }
 }
 
@@ -487,24 +409,20 @@ pub async fn update_share(
     headers: HeaderMap,
     Path((site, share)): Path<(String, String)>,
     body: Bytes,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    let map = tri!(json_object(&headers, &body));
-    let Some(embed) = tri!(embed_field(&map)) else { return bad("`embed` (true or false) is required") };
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let map = json_object(&headers, &body)?;
+    let Some(embed) = embed_field(&map)? else {
+        return Err(ServerError::bad_request("`embed` (true or false) is required"));
+    };
     if embed {
-        match r.accounts.shares(&site.site_id).await {
-            Ok(list) if list.iter().any(|s| s.share_id == share && s.has_password) => {
-                return bad(NO_EMBED_WITH_PASSWORD);
-            }
-            Ok(_) => {}
-            Err(e) => return internal(e),
+        let list = r.accounts.shares(&site.site_id).await.map_err(ServerError::backend)?;
+        if list.iter().any(|s| s.share_id == share && s.has_password) {
+            return Err(ServerError::bad_request(NO_EMBED_WITH_PASSWORD));
         }
     }
-    match r.accounts.set_share_embed(&site.site_id, &share, embed).await {
-        Ok(()) => json_ok(json!({ "share_id": share, "embed": embed })),
-        Err(analytics::accounts::AccountsError::NoSuchShare(_)) => error(StatusCode::NOT_FOUND, "no such shared link"),
-        Err(e) => internal(e),
-    }
+    r.accounts.set_share_embed(&site.site_id, &share, embed).await.map_err(share_error)?;
+    Ok(json_ok(ShareEmbed { share_id: &share, embed }))
 }
 
 /// `DELETE /api/sites/{site}/shares/{share}`.
@@ -512,36 +430,31 @@ pub async fn revoke_share(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((site, share)): Path<(String, String)>,
-) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    match r.accounts.revoke_share(&site.site_id, &share).await {
-        Ok(()) => json_ok(json!({ "revoked": share })),
-        Err(analytics::accounts::AccountsError::NoSuchShare(_)) => error(StatusCode::NOT_FOUND, "no such shared link"),
-        Err(e) => internal(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    r.accounts.revoke_share(&site.site_id, &share).await.map_err(share_error)?;
+    Ok(json_ok(Revoked { revoked: &share }))
 }
 
-fn member_json(m: &Member) -> Json {
-    json!({ "email": m.email, "role": m.role.as_str(), "visitors": m.visitors })
-}
-
-fn role_of(map: &Map<String, Json>) -> Result<(Role, bool), Response> {
-    let role = Role::parse(field(map, "role")?).map_err(|e| bad(e.to_string()))?;
+fn role_of(map: &Map<String, Json>) -> Result<(Role, bool), ServerError> {
+    let role = Role::parse(field(map, "role")?).map_err(|e| ServerError::bad_request(e.to_string()))?;
     let visitors = match map.get("visitors") {
         None | Some(Json::Null) => false,
         Some(Json::Bool(b)) => *b,
-        Some(_) => return Err(bad("`visitors` must be true or false")),
+        Some(_) => return Err(ServerError::bad_request("`visitors` must be true or false")),
     };
     Ok((role, visitors))
 }
 
 /// `GET /api/sites/{site}/members`: the site's people (owners and admins may look).
-pub async fn members(State(state): State<AppState>, headers: HeaderMap, Path(site): Path<String>) -> Response {
-    let (r, site) = tri!(manage(&state, &headers, &site).await);
-    match r.accounts.members(&site.site_id).await {
-        Ok(list) => json_ok(json!({ "members": list.iter().map(member_json).collect::<Vec<_>>() })),
-        Err(e) => internal(e),
-    }
+pub async fn members(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(site): Path<String>,
+) -> Result<Response, ServerError> {
+    let (r, site) = manage(&state, &headers, &site).await?;
+    let list = r.accounts.members(&site.site_id).await.map_err(ServerError::backend)?;
+    Ok(json_ok(json!({ "members": list.iter().map(MemberView::new).collect::<Vec<_>>() })))
 }
 
 /// `POST /api/sites/{site}/invitations` `{email, role, visitors}`: an invitation link, shown once.
@@ -550,20 +463,13 @@ pub async fn invite(
     headers: HeaderMap,
     Path(site): Path<String>,
     body: Bytes,
-) -> Response {
-    let r = tri!(reading(&state)).clone();
-    let (_, site) = tri!(authorize(&r, &headers, Some(&site), Need::Own).await);
-    let map = tri!(json_object(&headers, &body));
-    let email = tri!(field(&map, "email"));
-    let (role, visitors) = tri!(role_of(&map));
-    match r.accounts.invite(&site.site_id, email, role, visitors).await {
-        Ok(token) => (
-            StatusCode::CREATED,
-            json_ok(json!({ "link": format!("/invite/{token}"), "token": token, "role": role.as_str() })),
-        )
-            .into_response(),
-        Err(e) => crate::account::accounts_error(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, site) = authorized(&state, &headers, &site, Need::Own).await?;
+    let map = json_object(&headers, &body)?;
+    let email = field(&map, "email")?;
+    let (role, visitors) = role_of(&map)?;
+    let token = r.accounts.invite(&site.site_id, email, role, visitors).await?;
+    Ok(created(Invited { link: format!("/invite/{token}"), token: &token, role: role.as_str() }))
 }
 
 /// `PUT /api/sites/{site}/members/{email}` `{role, visitors}`: changes a person's role.
@@ -572,16 +478,15 @@ pub async fn set_member(
     headers: HeaderMap,
     Path((site, email)): Path<(String, String)>,
     body: Bytes,
-) -> Response {
-    let r = tri!(reading(&state)).clone();
-    let (_, site) = tri!(authorize(&r, &headers, Some(&site), Need::Own).await);
-    let map = tri!(json_object(&headers, &body));
-    let (role, visitors) = tri!(role_of(&map));
-    match r.accounts.set_member(&site.site_id, &email, role, visitors).await {
-        Ok(()) => json_ok(json!({ "email": email, "role": role.as_str(), "visitors": visitors })),
-        Err(e @ AccountsError::NoSuchUser(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e) => crate::account::accounts_error(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, site) = authorized(&state, &headers, &site, Need::Own).await?;
+    let map = json_object(&headers, &body)?;
+    let (role, visitors) = role_of(&map)?;
+    r.accounts.set_member(&site.site_id, &email, role, visitors).await.map_err(|e| match e {
+        e @ AccountsError::NoSuchUser(_) => ServerError::not_found(e.to_string()),
+        e => ServerError::from(e),
+    })?;
+    Ok(json_ok(MemberView { email: &email, role: role.as_str(), visitors }))
 }
 
 /// `DELETE /api/sites/{site}/members/{email}`: takes a person's role away.
@@ -589,12 +494,10 @@ pub async fn remove_member(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((site, email)): Path<(String, String)>,
-) -> Response {
-    let r = tri!(reading(&state)).clone();
-    let (_, site) = tri!(authorize(&r, &headers, Some(&site), Need::Own).await);
-    match r.accounts.remove_member(&site.site_id, &email).await {
-        Ok(true) => json_ok(json!({ "removed": email })),
-        Ok(false) => error(StatusCode::NOT_FOUND, "no such member"),
-        Err(e) => internal(e),
+) -> Result<Response, ServerError> {
+    let (r, site) = authorized(&state, &headers, &site, Need::Own).await?;
+    if !r.accounts.remove_member(&site.site_id, &email).await.map_err(ServerError::backend)? {
+        return Err(ServerError::not_found("no such member"));
     }
+    Ok(json_ok(Removed { removed: &email }))
 }

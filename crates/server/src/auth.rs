@@ -14,8 +14,8 @@
 //! serving plain HTTP, believes only from a trusted proxy's `X-Forwarded-Proto` or `Forwarded`.
 //! Every refusal — no credentials, a wrong, revoked or other site's key, a key without the
 //! route's scope, a cookie without its CSRF header, an expired login, a locked or revoked shared
-//! link, a shared link on a route it may not use — answers the one 401 of [`unauthorized`], so
-//! a caller learns nothing about which sites, keys or links exist.
+//! link, a shared link on a route it may not use — answers the one 401 of
+//! [`ServerError::Unauthorized`], so a caller learns nothing about which sites, keys or links exist.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -24,13 +24,11 @@ use analytics::event::RequestHeaders;
 use analytics::sites::{ApiKeyInfo, Scope, Site};
 use axum::Extension;
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 
-use crate::routes::AppState;
-use crate::stats::Reading;
+use crate::error::ServerError;
+use crate::state::{AppState, Reading};
 
 /// The login cookie.
 pub const SESSION_COOKIE: &str = "tally_session";
@@ -104,26 +102,6 @@ impl Principal {
     }
 }
 
-/// A JSON error answer.
-pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], json!({ "error": message.into() }).to_string())
-        .into_response()
-}
-
-/// The one answer to every refused request.
-pub(crate) fn unauthorized() -> Response {
-    error(
-        StatusCode::UNAUTHORIZED,
-        "Invalid API key or site ID. Please make sure you're using a valid API key with access to the site you've requested.",
-    )
-}
-
-/// Logs an internal failure and answers a bare 500.
-pub(crate) fn internal(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "request failed");
-    error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-}
-
 /// The value of cookie `name`, if the request has it.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
@@ -185,23 +163,27 @@ pub fn set_cookie(secure: bool, name: &str, value: Option<&str>, max_age_secs: u
     }
 }
 
-/// The caller of a request, or the 401 to answer.
-pub async fn principal(r: &Reading, headers: &HeaderMap) -> Result<Principal, Response> {
+/// The caller of a request, or why it is refused.
+pub async fn principal(r: &Reading, headers: &HeaderMap) -> Result<Principal, ServerError> {
     if let Some(auth) = headers.get(header::AUTHORIZATION) {
-        let bearer =
-            auth.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).map(str::trim).ok_or_else(unauthorized)?;
-        let key = r.sites.authenticate(bearer).await.map_err(internal)?.ok_or_else(unauthorized)?;
+        let bearer = auth
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(ServerError::Unauthorized)?;
+        let key = r.sites.authenticate(bearer).await.map_err(ServerError::backend)?.ok_or(ServerError::Unauthorized)?;
         return Ok(Principal::Key(key));
     }
     if let Some(token) = headers.get(SHARE_HEADER) {
-        let token = token.to_str().map_err(|_| unauthorized())?;
-        let share = r.accounts.share(token).await.map_err(internal)?.ok_or_else(unauthorized)?;
+        let token = token.to_str().map_err(|_| ServerError::Unauthorized)?;
+        let share = r.accounts.share(token).await.map_err(ServerError::backend)?.ok_or(ServerError::Unauthorized)?;
         if share.has_password {
             // A locked link is refused like any other: `GET /api/share/{token}` tells the page
             // that it needs its password.
             let grant = cookie(headers, SHARE_COOKIE).unwrap_or_default();
-            if !r.accounts.share_unlocked(grant, &share.share_id).await.map_err(internal)? {
-                return Err(unauthorized());
+            if !r.accounts.share_unlocked(grant, &share.share_id).await.map_err(ServerError::backend)? {
+                return Err(ServerError::Unauthorized);
             }
         }
         return Ok(Principal::Share(share));
@@ -209,12 +191,12 @@ pub async fn principal(r: &Reading, headers: &HeaderMap) -> Result<Principal, Re
     if let Some(session) = cookie(headers, SESSION_COOKIE) {
         let sent = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
         if sent != csrf_token(session) {
-            return Err(unauthorized());
+            return Err(ServerError::Unauthorized);
         }
-        let user = r.accounts.session(session).await.map_err(internal)?.ok_or_else(unauthorized)?;
+        let user = r.accounts.session(session).await.map_err(ServerError::backend)?.ok_or(ServerError::Unauthorized)?;
         return Ok(Principal::User(user));
     }
-    Err(unauthorized())
+    Err(ServerError::Unauthorized)
 }
 
 /// The caller, if it may do `need` on `site` (a domain or id). With no `site`, the one site the
@@ -224,28 +206,28 @@ pub async fn authorize(
     headers: &HeaderMap,
     site: Option<&str>,
     need: Need,
-) -> Result<(Principal, Site), Response> {
+) -> Result<(Principal, Site), ServerError> {
     let who = principal(r, headers).await?;
     if !who.may(need) {
-        return Err(unauthorized());
+        return Err(ServerError::Unauthorized);
     }
     let site = match (site, who.site_id()) {
         (Some(name), limited) => {
-            let named = r.sites.resolve(name).await.map_err(internal)?.ok_or_else(unauthorized)?;
+            let named = r.sites.resolve(name).await.map_err(ServerError::backend)?.ok_or(ServerError::Unauthorized)?;
             if limited.is_some_and(|id| id != named.site_id) {
-                return Err(unauthorized());
+                return Err(ServerError::Unauthorized);
             }
             named
         }
-        (None, Some(id)) => r.sites.get(id).await.map_err(internal)?.ok_or_else(unauthorized)?,
-        (None, None) => return Err(error(StatusCode::BAD_REQUEST, "`site_id` is required")),
+        (None, Some(id)) => r.sites.get(id).await.map_err(ServerError::backend)?.ok_or(ServerError::Unauthorized)?,
+        (None, None) => return Err(ServerError::bad_request("`site_id` is required")),
     };
     if let Principal::User(user) = &who
         && !user.is_instance_admin()
     {
-        let member = r.accounts.membership(&site.site_id, &user.email).await.map_err(internal)?;
+        let member = r.accounts.membership(&site.site_id, &user.email).await.map_err(ServerError::backend)?;
         if !member.is_some_and(|m| role_allows(m.role, m.visitors, need)) {
-            return Err(unauthorized());
+            return Err(ServerError::Unauthorized);
         }
     }
     Ok((who, site))
@@ -300,8 +282,12 @@ mod tests {
 
     #[async_trait::async_trait]
     impl crate::Ingest for Nothing {
-        async fn ingest(&self, _: analytics::event::RawEvent, _: crate::SiteRef) -> crate::IngestOutcome {
-            crate::IngestOutcome::Accepted
+        async fn ingest(
+            &self,
+            _: analytics::event::RawEvent,
+            _: analytics::pipeline::SiteSelector,
+        ) -> analytics::pipeline::IngestResult {
+            analytics::pipeline::IngestResult::Accepted
         }
     }
 

@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::routes::AppState;
+use crate::state::AppState;
 
 /// The page.
 pub const INDEX: &str = include_str!("../assets/dashboard/index.html");

@@ -27,9 +27,9 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value as Json;
 
-use crate::auth::internal;
-use crate::routes::AppState;
-use crate::stats::{bad, json_request, parse_filters, parse_range, stats_error};
+use crate::error::ServerError;
+use crate::state::AppState;
+use crate::stats::{json_request, parse_filters, parse_range};
 
 /// One file of an export: its name (without `.csv`), the dimension it breaks down by (`None`
 /// for the time series) and its metrics.
@@ -86,12 +86,12 @@ fn cell(v: &Value) -> String {
 
 /// One panel's CSV.
 async fn panel_csv(
-    r: &crate::stats::Reading,
+    r: &crate::state::Reading,
     site: &analytics::sites::Site,
     range: analytics::period::DateRange,
     filters: &[analytics::stats::Filter],
     panel: &Panel,
-) -> Result<Vec<u8>, Response> {
+) -> Result<Vec<u8>, ServerError> {
     let metrics: Vec<Metric> = panel.metrics.iter().filter_map(|m| Metric::parse(m)).collect();
     let unit = if range.days() == 1 { Unit::Hour } else { Unit::Day };
     let time = format!("time:{}", unit.as_str());
@@ -110,11 +110,11 @@ async fn panel_csv(
         MAX_PAGE_ROWS,
         0,
     )
-    .map_err(|e| bad(format!("{}.csv: {e}", panel.name)))?;
-    let mut rows = r.stats.query(&q).await.map_err(stats_error)?;
+    .map_err(|e| ServerError::bad_request(format!("{}.csv: {e}", panel.name)))?;
+    let mut rows = r.stats.query(&q).await.map_err(ServerError::from)?;
     if panel.dimension.is_none() {
         // Every bucket of the range, zeros included.
-        let labels = r.stats.time_labels(&site.site_id, &range, unit).await.map_err(stats_error)?;
+        let labels = r.stats.time_labels(&site.site_id, &range, unit).await.map_err(ServerError::from)?;
         let mut by_label: std::collections::HashMap<String, analytics::stats::Row> =
             rows.drain(..).map(|row| (row.dimensions[0].clone(), row)).collect();
         rows = labels
@@ -136,12 +136,12 @@ async fn panel_csv(
     let mut out = csv::Writer::from_writer(Vec::new());
     let first = if panel.dimension.is_none() { unit.as_str() } else { "name" };
     let head = std::iter::once(first).chain(panel.metrics.iter().copied());
-    out.write_record(head).map_err(internal)?;
+    out.write_record(head).map_err(ServerError::backend)?;
     for row in rows {
         let record = row.dimensions.iter().cloned().chain(row.metrics.iter().map(cell));
-        out.write_record(record).map_err(internal)?;
+        out.write_record(record).map_err(ServerError::backend)?;
     }
-    out.into_inner().map_err(|e| internal(e.to_string()))
+    out.into_inner().map_err(ServerError::backend_display)
 }
 
 /// `POST /api/export`.
@@ -149,11 +149,11 @@ pub async fn export(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
-    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
-    let range = tri!(parse_range(&body, &site.zone));
-    tri!(analytics::stats::check_range(&range).map_err(|e| bad(e.to_string())));
-    let filters = tri!(parse_filters(body.get("filters"), &site));
+) -> Result<Response, ServerError> {
+    let (r, body, site) = json_request(&state, &headers, body).await?;
+    let range = parse_range(&body, &site.zone)?;
+    analytics::stats::check_range(&range).map_err(|e| ServerError::bad_request(e.to_string()))?;
+    let filters = parse_filters(body.get("filters"), &site)?;
     let stem = format!("tally-{}-{}-{}", site.domain, range.first(), range.last());
     let attachment = |name: &str| {
         HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
@@ -163,35 +163,35 @@ pub async fn export(
         None | Some(Json::Null) => {}
         Some(Json::String(name)) => {
             let Some(panel) = PANELS.iter().find(|p| p.name == name) else {
-                return bad(format!("unknown panel {name:?}; one of {}", panel_names()));
+                return Err(ServerError::bad_request(format!("unknown panel {name:?}; one of {}", panel_names())));
             };
-            let csv = tri!(panel_csv(r, &site, range, &filters, panel).await);
+            let csv = panel_csv(r, &site, range, &filters, panel).await?;
             let file = format!("{stem}-{}.csv", panel.name);
-            return (
+            return Ok((
                 [
                     (header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8")),
                     (header::CONTENT_DISPOSITION, attachment(&file)),
                 ],
                 csv,
             )
-                .into_response();
+                .into_response());
         }
-        Some(_) => return bad(format!("`panel` is one of {}", panel_names())),
+        Some(_) => return Err(ServerError::bad_request(format!("`panel` is one of {}", panel_names()))),
     }
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for panel in PANELS {
-        let csv = tri!(panel_csv(r, &site, range, &filters, panel).await);
-        tri!(zip.start_file(format!("{}.csv", panel.name), options).map_err(|e| internal(e.to_string())));
-        tri!(zip.write_all(&csv).map_err(|e| internal(e.to_string())));
+        let csv = panel_csv(r, &site, range, &filters, panel).await?;
+        zip.start_file(format!("{}.csv", panel.name), options).map_err(ServerError::backend_display)?;
+        zip.write_all(&csv).map_err(ServerError::backend_display)?;
     }
-    let bytes = tri!(zip.finish().map_err(|e| internal(e.to_string()))).into_inner();
-    (
+    let bytes = zip.finish().map_err(ServerError::backend_display)?.into_inner();
+    Ok((
         [
             (header::CONTENT_TYPE, HeaderValue::from_static("application/zip")),
             (header::CONTENT_DISPOSITION, attachment(&format!("{stem}.zip"))),
         ],
         bytes,
     )
-        .into_response()
+        .into_response())
 }

@@ -22,7 +22,7 @@ use analytics::stats::{MAX_FILTER_VALUES, MAX_FILTERS, MAX_PAGE_ROWS, MAX_QUERY_
 use axum::http::StatusCode;
 use serde_json::Value as Json;
 
-use crate::import::Format;
+use crate::wire::import::Format;
 
 /// The site the bodies are read for.
 fn site() -> &'static Site {
@@ -74,7 +74,7 @@ pub fn import_body(data: &[u8]) {
     // CSV ends a record at `\r` too.
     let lines = data.iter().filter(|&&b| b == b'\n' || b == b'\r').count() + 1;
     for format in [Format::Ndjson, Format::Csv] {
-        let Ok(parsed) = crate::import::parse(data, format, site()) else { continue };
+        let Ok(parsed) = crate::wire::import::parse(data, format, site()) else { continue };
         // Every line (a CSV record may span several) is at most one event or one error.
         assert!(parsed.events.len() as u64 + parsed.errors.total() <= lines as u64, "{format:?}");
         for (_, event) in parsed.in_time_order().events {

@@ -1,21 +1,23 @@
 //! Tally's HTTP server: the only crate that knows HTTP and JSON. It holds the ingestion wire
 //! layer — Plausible's `POST /api/event` and Umami's `POST /api/send` and `/api/batch`, read
-//! exactly as their official trackers send them, with CORS — Tally's tracker, the Stats API,
-//! realtime and sessions ([`stats`]), accounts and shared links ([`auth`], [`account`]), the
-//! sites and settings API ([`admin`]), the embedded dashboard ([`dashboard`]), `/health` and
-//! `/metrics`.
+//! exactly as their official trackers send them, with CORS ([`ingest`], [`wire`]) — Tally's
+//! tracker, the Stats API and realtime ([`stats`]), sessions and visitors ([`visitors`]),
+//! accounts and shared links ([`auth`], [`account`]), the sites and settings API ([`admin`]),
+//! the embedded dashboard ([`dashboard`]), `/health` and `/metrics` ([`probes`]). [`routes`]
+//! wires them; [`state`] is what they share; every failure is a [`ServerError`].
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use server::{AppState, Ingest, IngestOutcome, SiteRef};
+//! use server::{AppState, Ingest};
 //! use analytics::event::RawEvent;
+//! use analytics::pipeline::{IngestResult, SiteSelector};
 //!
 //! struct Discard;
 //!
 //! #[async_trait::async_trait]
 //! impl Ingest for Discard {
-//!     async fn ingest(&self, _event: RawEvent, _site: SiteRef) -> IngestOutcome {
-//!         IngestOutcome::Accepted
+//!     async fn ingest(&self, _event: RawEvent, _site: SiteSelector) -> IngestResult {
+//!         IngestResult::Accepted
 //!     }
 //! }
 //!
@@ -30,42 +32,32 @@
 //! (configuration, the store and the pipeline are wired in the `tally` binary).
 
 #![deny(missing_docs)]
-// Helpers of the handlers return the `Response` to answer as their error: it is built once, on
-// the refused path, and moving it is cheaper than boxing every early return.
-#![allow(clippy::result_large_err)]
-
-/// The value of an `Ok`, or an early return of the `Err` answer: a handler's steps each end in
-/// either a value or the response refusing the request.
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(resp) => return resp,
-        }
-    };
-}
 
 pub mod account;
 pub mod admin;
+pub mod attempts;
 pub mod auth;
 pub mod dashboard;
 pub mod error;
 pub mod export;
+pub mod extract;
 #[doc(hidden)]
 pub mod fuzz;
-pub mod import;
 pub mod ingest;
 pub mod listen;
 pub mod metrics;
-pub mod pipeline;
+pub mod probes;
 pub mod routes;
+pub mod state;
 pub mod stats;
 pub mod tracker;
+pub mod visitors;
 pub mod wire;
 
 pub use error::ServerError;
-pub use ingest::{Ingest, IngestOutcome, SiteRef};
-pub use routes::{AppState, HealthCheck, MAX_BODY_BYTES, metrics_router, router};
+pub use extract::MAX_BODY_BYTES;
+pub use routes::{metrics_router, router};
+pub use state::{AppState, HealthCheck, Ingest, Reading};
 
 /// Serves `app` on `listener` with the default [`listen::Limits`] until the process ends,
 /// giving handlers the peer's address.

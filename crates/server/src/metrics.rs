@@ -1,4 +1,5 @@
-//! `GET /metrics`: Tally's operational figures in the Prometheus text exposition format.
+//! Tally's operational figures in the Prometheus text exposition format, for `GET /metrics`
+//! (served by [`crate::probes`]).
 //!
 //! The server knows nothing of where the figures come from: the `tally` binary hands it a
 //! [`MetricsSource`] (any `Fn() -> MetricsSnapshot` is one) that reads the pipeline's counters,
@@ -16,12 +17,6 @@
 //! ```
 
 use std::fmt::Write;
-
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-
-use crate::routes::AppState;
 
 /// The figures `/metrics` reports, read at the moment of the request.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,25 +59,6 @@ where
 
 /// The content type of the Prometheus text format, version 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// `GET /metrics`: the figures of the configured source, or 404 when the server has none. With
-/// a token configured ([`AppState::with_metrics_token`]), only a request carrying it as
-/// `Authorization: Bearer TOKEN` is answered; any other gets the one 401 of every refusal.
-pub(crate) async fn handler(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
-    let Some(source) = &state.metrics else { return StatusCode::NOT_FOUND.into_response() };
-    if let Some(token) = &state.metrics_token {
-        let sent = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .unwrap_or_default();
-        if !crate::account::constant_time_eq(sent.as_bytes(), token.as_bytes()) {
-            return crate::auth::unauthorized();
-        }
-    }
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&source.snapshot())).into_response()
-}
 
 /// Renders `snapshot` in the Prometheus text format, one `# HELP` and `# TYPE` per family.
 pub fn render(snapshot: &MetricsSnapshot) -> String {

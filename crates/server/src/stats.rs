@@ -1,109 +1,80 @@
 //! The reading routes, every one behind a site API key: `POST /api/v2/query` in the shape of
 //! Plausible's Stats API v2, `POST /api/funnel`, `GET /api/realtime`,
-//! `GET /api/v1/stats/realtime/visitors` (a bare number, as Plausible answers), the session and
-//! visitor routes, and the backfill route `POST /api/import` (NDJSON lines or CSV records of
+//! `GET /api/v1/stats/realtime/visitors` (a bare number, as Plausible answers), and the backfill
+//! route `POST /api/import` (NDJSON lines or CSV records of
 //! events with their own timestamps).
 //!
 //! A missing, unknown, revoked or other site's key gets `401` with the same message, so a caller
 //! learns nothing about which sites exist.
 
-use std::sync::Arc;
-
 use analytics::goal::Goal;
 use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
-use analytics::pipeline::{IngestResult, Pipeline};
-use analytics::sites::{Site, Sites};
-use analytics::stats::{ComparisonMode, Filter, FilterOp, Metric, Query, Stats, StatsError, Value};
+use analytics::pipeline::IngestResult;
+use analytics::sites::Site;
+use analytics::stats::{ComparisonMode, Filter, FilterOp, Metric, Query, Value};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value as Json, json};
 
-use crate::auth::{Need, authorize, error, internal};
-use crate::import::Format;
-use crate::routes::AppState;
-
-/// What the reading routes need.
-#[derive(Debug, Clone)]
-pub struct Reading {
-    /// Queries.
-    pub stats: Arc<Stats>,
-    /// Sites and keys.
-    pub sites: Arc<Sites>,
-    /// The pipeline, for imports.
-    pub pipeline: Arc<Pipeline>,
-    /// Accounts, logins and shared links.
-    pub accounts: Arc<analytics::accounts::Accounts>,
-    /// The one-time token of the first-run setup link, while no account exists.
-    pub setup_token: Option<String>,
-}
-
-/// `axum`'s `Query`, answering a query string that does not read (`limit=many`) with a JSON
-/// `400` like every other client error here, rather than axum's plain-text one.
-pub struct UrlQuery<T>(pub T);
-
-impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for UrlQuery<T> {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Response> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(value)) => Ok(UrlQuery(value)),
-            Err(rejection) => Err(bad(rejection.body_text())),
-        }
-    }
-}
+use crate::auth::{Need, authorize};
+use crate::error::ServerError;
+use crate::extract::UrlQuery;
+use crate::state::{AppState, Reading};
+use crate::wire::import::Format;
+use crate::wire::json_ok;
+use crate::wire::stats::{FunnelStepView, ImportReport, JourneysView, KeyEvents, RealtimeView};
 
 /// Largest import body accepted.
 pub const MAX_IMPORT_BYTES: usize = 10 * 1024 * 1024;
 
-pub(crate) fn reading(state: &AppState) -> Result<&Reading, Response> {
-    state.reading.as_deref().ok_or_else(|| error(StatusCode::NOT_FOUND, "not found"))
-}
-
-pub(crate) fn bad(message: impl Into<String>) -> Response {
-    error(StatusCode::BAD_REQUEST, message)
-}
-
-fn strings(v: Option<&Json>, field: &str) -> Result<Vec<String>, Response> {
+fn strings(v: Option<&Json>, field: &str) -> Result<Vec<String>, ServerError> {
     match v {
         None | Some(Json::Null) => Ok(Vec::new()),
         Some(Json::Array(items)) => items
             .iter()
-            .map(|i| i.as_str().map(str::to_owned).ok_or_else(|| bad(format!("`{field}` must be a list of strings"))))
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| ServerError::bad_request(format!("`{field}` must be a list of strings")))
+            })
             .collect(),
-        Some(_) => Err(bad(format!("`{field}` must be a list of strings"))),
+        Some(_) => Err(ServerError::bad_request(format!("`{field}` must be a list of strings"))),
     }
 }
 
-fn today(zone: &SiteZone) -> Result<jiff::civil::Date, Response> {
-    zone.date_of(jiff::Timestamp::now().as_millisecond()).map_err(internal)
+fn today(zone: &SiteZone) -> Result<jiff::civil::Date, ServerError> {
+    zone.date_of(jiff::Timestamp::now().as_millisecond()).map_err(ServerError::backend)
 }
 
-pub(crate) fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, Response> {
+pub(crate) fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, ServerError> {
     let date = match body.get("date").and_then(Json::as_str) {
-        Some(d) => parse_date(d).map_err(|e| bad(format!("`date`: {e}")))?,
+        Some(d) => parse_date(d).map_err(|e| ServerError::bad_request(format!("`date`: {e}")))?,
         None => today(zone)?,
     };
     let spec = match body.get("date_range") {
-        Some(Json::String(name)) => RangeSpec::parse(name).map_err(|e| bad(format!("`date_range`: {e}")))?,
+        Some(Json::String(name)) => {
+            RangeSpec::parse(name).map_err(|e| ServerError::bad_request(format!("`date_range`: {e}")))?
+        }
         Some(Json::Array(pair)) if pair.len() == 2 => {
             let (Some(from), Some(to)) = (pair[0].as_str(), pair[1].as_str()) else {
-                return Err(bad("`date_range` must be a name or two dates"));
+                return Err(ServerError::bad_request("`date_range` must be a name or two dates"));
             };
             let day = |s: &str| s.get(..10).unwrap_or(s).to_owned();
-            RangeSpec::custom(&day(from), &day(to)).map_err(|e| bad(format!("`date_range`: {e}")))?
+            RangeSpec::custom(&day(from), &day(to))
+                .map_err(|e| ServerError::bad_request(format!("`date_range`: {e}")))?
         }
-        None => return Err(bad("`date_range` is required")),
-        Some(_) => return Err(bad("`date_range` must be a name (such as \"7d\") or two dates")),
+        None => return Err(ServerError::bad_request("`date_range` is required")),
+        Some(_) => return Err(ServerError::bad_request("`date_range` must be a name (such as \"7d\") or two dates")),
     };
-    spec.resolve(date, None).map_err(|e| bad(format!("`date_range`: {e}")))
+    spec.resolve(date, None).map_err(|e| ServerError::bad_request(format!("`date_range`: {e}")))
 }
 
 /// A body's `filters`: a list of `[operator, dimension, [values]]` as Plausible's Stats API v2
 /// takes them, where `["is", "segment", [id]]` stands for the filters of the site's saved
 /// segment `id`; checked as a query checks them.
-pub(crate) fn parse_filters(list: Option<&Json>, site: &Site) -> Result<Vec<Filter>, Response> {
+pub(crate) fn parse_filters(list: Option<&Json>, site: &Site) -> Result<Vec<Filter>, ServerError> {
     let filters = parse_plain_filters(list)?;
     let mut out = Vec::with_capacity(filters.len());
     for f in filters {
@@ -112,24 +83,24 @@ pub(crate) fn parse_filters(list: Option<&Json>, site: &Site) -> Result<Vec<Filt
             continue;
         }
         let [id] = f.values.as_slice() else {
-            return Err(bad("a segment filter names one segment: [\"is\", \"segment\", [id]]"));
+            return Err(ServerError::bad_request("a segment filter names one segment: [\"is\", \"segment\", [id]]"));
         };
         if f.op != FilterOp::Is {
-            return Err(bad("a segment filter takes the operator `is`"));
+            return Err(ServerError::bad_request("a segment filter takes the operator `is`"));
         }
         let segment = site
             .segments
             .iter()
             .find(|s| &s.segment_id == id)
-            .ok_or_else(|| bad(format!("the site has no segment {id:?}")))?;
+            .ok_or_else(|| ServerError::bad_request(format!("the site has no segment {id:?}")))?;
         out.extend(segment.filters.iter().cloned());
     }
-    analytics::stats::check_filters(&out).map_err(|e| bad(e.to_string()))?;
+    analytics::stats::check_filters(&out).map_err(|e| ServerError::bad_request(e.to_string()))?;
     Ok(out)
 }
 
 /// Filters as a body writes them, a segment filter left as it is (for saving a segment).
-pub(crate) fn parse_plain_filters(list: Option<&Json>) -> Result<Vec<Filter>, Response> {
+pub(crate) fn parse_plain_filters(list: Option<&Json>) -> Result<Vec<Filter>, ServerError> {
     let mut filters = Vec::new();
     match list {
         None | Some(Json::Null) => {}
@@ -138,34 +109,36 @@ pub(crate) fn parse_plain_filters(list: Option<&Json>) -> Result<Vec<Filter>, Re
                 let parts = f
                     .as_array()
                     .filter(|p| p.len() == 3)
-                    .ok_or_else(|| bad("each filter is [operator, dimension, [values]]"))?;
+                    .ok_or_else(|| ServerError::bad_request("each filter is [operator, dimension, [values]]"))?;
                 let op = parts[0].as_str().and_then(FilterOp::parse).ok_or_else(|| {
-                    bad(format!(
+                    ServerError::bad_request(format!(
                         "unknown filter operator {}; expected is, is_not, contains, contains_not, matches or matches_not",
                         parts[0]
                     ))
                 })?;
-                let dimension =
-                    parts[1].as_str().ok_or_else(|| bad("a filter's dimension must be a string"))?.to_owned();
+                let dimension = parts[1]
+                    .as_str()
+                    .ok_or_else(|| ServerError::bad_request("a filter's dimension must be a string"))?
+                    .to_owned();
                 let values = strings(Some(&parts[2]), "filter values")?;
                 if matches!(op, FilterOp::Matches | FilterOp::MatchesNot) {
                     for v in &values {
-                        analytics::stats::compile_pattern(v).map_err(|e| bad(e.to_string()))?;
+                        analytics::stats::compile_pattern(v).map_err(|e| ServerError::bad_request(e.to_string()))?;
                     }
                 }
                 filters.push(Filter { op, dimension, values });
             }
         }
-        Some(_) => return Err(bad("`filters` must be a list")),
+        Some(_) => return Err(ServerError::bad_request("`filters` must be a list")),
     }
     Ok(filters)
 }
 
-pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
+pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, ServerError> {
     let metric_names = strings(body.get("metrics"), "metrics")?;
     let mut metrics = Vec::new();
     for m in &metric_names {
-        metrics.push(Metric::parse(m).ok_or_else(|| bad(format!("unknown metric `{m}`")))?);
+        metrics.push(Metric::parse(m).ok_or_else(|| ServerError::bad_request(format!("unknown metric `{m}`")))?);
     }
     let range = parse_range(body, &site.zone)?;
     let dimensions = strings(body.get("dimensions"), "dimensions")?;
@@ -178,38 +151,38 @@ pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, Response> {
                 let parts = o
                     .as_array()
                     .filter(|p| p.len() == 2)
-                    .ok_or_else(|| bad("each order_by entry is [name, \"asc\"|\"desc\"]"))?;
-                let name = parts[0].as_str().ok_or_else(|| bad("order_by names a metric or dimension"))?;
+                    .ok_or_else(|| ServerError::bad_request("each order_by entry is [name, \"asc\"|\"desc\"]"))?;
+                let name = parts[0]
+                    .as_str()
+                    .ok_or_else(|| ServerError::bad_request("order_by names a metric or dimension"))?;
                 let desc = match parts[1].as_str() {
                     Some("desc") => true,
                     Some("asc") => false,
-                    _ => return Err(bad("order_by direction is \"asc\" or \"desc\"")),
+                    _ => return Err(ServerError::bad_request("order_by direction is \"asc\" or \"desc\"")),
                 };
                 order_by.push((name.to_owned(), desc));
             }
         }
-        Some(_) => return Err(bad("`order_by` must be a list")),
+        Some(_) => return Err(ServerError::bad_request("`order_by` must be a list")),
     }
     let pagination = body.get("pagination");
-    let number = |name: &str, default: usize, max: usize| -> Result<usize, Response> {
+    let number = |name: &str, default: usize, max: usize| -> Result<usize, ServerError> {
         match pagination.and_then(|p| p.get(name)) {
             None | Some(Json::Null) => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .filter(|n| *n <= max)
-                .ok_or_else(|| bad(format!("pagination.{name} must be a whole number up to {max}"))),
+            Some(v) => v.as_u64().and_then(|n| usize::try_from(n).ok()).filter(|n| *n <= max).ok_or_else(|| {
+                ServerError::bad_request(format!("pagination.{name} must be a whole number up to {max}"))
+            }),
         }
     };
     let limit = number("limit", analytics::stats::MAX_PAGE_ROWS, analytics::stats::MAX_PAGE_ROWS)?;
     let offset = number("offset", 0, analytics::stats::MAX_QUERY_ROWS)?;
     let mut query = Query::new(site.site_id.clone(), metrics, range, dimensions, filters, order_by, limit, offset)
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(|e| ServerError::bad_request(e.to_string()))?;
     // `include: {imports: true}`, as Plausible's API: imported history merged in where it applies.
     query.include_imports = match body.get("include").and_then(|i| i.get("imports")) {
         None | Some(Json::Null) => false,
         Some(Json::Bool(b)) => *b,
-        Some(_) => return Err(bad("`include.imports` must be true or false")),
+        Some(_) => return Err(ServerError::bad_request("`include.imports` must be true or false")),
     };
     Ok(query)
 }
@@ -237,25 +210,22 @@ pub(crate) async fn json_request<'a>(
     state: &'a AppState,
     headers: &HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<(&'a Reading, Json, Site), Response> {
-    let r = reading(state)?;
+) -> Result<(&'a Reading, Json, Site), ServerError> {
+    let r = state.reading()?;
     let body = match body {
         Ok(b) => b,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return Err(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("body is larger than {} bytes", crate::routes::MAX_BODY_BYTES),
-            ));
+            return Err(ServerError::BodyTooLarge { limit: crate::extract::MAX_BODY_BYTES });
         }
-        Err(rejection) => return Err(bad(format!("could not read the body: {rejection}"))),
+        Err(rejection) => return Err(ServerError::bad_request(format!("could not read the body: {rejection}"))),
     };
     let body: Json = match serde_json::from_slice(&body) {
         Ok(v @ Json::Object(_)) => v,
-        Ok(_) => return Err(bad("the body must be a JSON object")),
-        Err(e) => return Err(bad(format!("the body is not JSON: {e}"))),
+        Ok(_) => return Err(ServerError::bad_request("the body must be a JSON object")),
+        Err(e) => return Err(ServerError::bad_request(format!("the body is not JSON: {e}"))),
     };
     let Some(site_name) = body.get("site_id").and_then(Json::as_str) else {
-        return Err(bad("`site_id` is required"));
+        return Err(ServerError::bad_request("`site_id` is required"));
     };
     let (_, site) = authorize(r, headers, Some(site_name), Need::Stats).await?;
     Ok((r, body, site))
@@ -263,9 +233,9 @@ pub(crate) async fn json_request<'a>(
 
 /// A funnel's `steps`: a list of `{"page": pattern}` or `{"event": name}`, or a 400 saying
 /// which step is wrong (how many is the funnel's own check).
-pub(crate) fn funnel_steps(steps: Option<&Json>) -> Result<Vec<Goal>, Response> {
+pub(crate) fn funnel_steps(steps: Option<&Json>) -> Result<Vec<Goal>, ServerError> {
     let Some(list) = steps.and_then(Json::as_array) else {
-        return Err(bad("`steps` must be a list of {\"page\": pattern} or {\"event\": name}"));
+        return Err(ServerError::bad_request("`steps` must be a list of {\"page\": pattern} or {\"event\": name}"));
     };
     list.iter()
         .enumerate()
@@ -273,9 +243,9 @@ pub(crate) fn funnel_steps(steps: Option<&Json>) -> Result<Vec<Goal>, Response> 
             let goal = match (step.get("page").and_then(Json::as_str), step.get("event").and_then(Json::as_str)) {
                 (Some(page), None) => Goal::page(page),
                 (None, Some(event)) => Goal::event(event),
-                _ => return Err(bad(format!("step {}: give one of `page` or `event`", i + 1))),
+                _ => return Err(ServerError::bad_request(format!("step {}: give one of `page` or `event`", i + 1))),
             };
-            goal.map_err(|e| bad(format!("step {}: {e}", i + 1)))
+            goal.map_err(|e| ServerError::bad_request(format!("step {}: {e}", i + 1)))
         })
         .collect()
 }
@@ -290,33 +260,18 @@ pub async fn funnel(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
-    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
-    let range = tri!(parse_range(&body, &site.zone));
-    let steps = tri!(funnel_steps(body.get("steps")));
-    let filters = tri!(parse_filters(body.get("filters"), &site));
-    match r.stats.funnel_filtered(&site.site_id, &range, &steps, &filters).await {
-        Ok(result) => {
-            // Per step, also as Plausible's funnels report it: the conversion from the step before and
-            // the share of its visitors lost (from the first step's visitors for the first step).
-            let mut previous = result.first().map_or(0, |s| s.visitors);
-            let steps: Vec<Json> = result
-                .iter()
-                .map(|s| {
-                    let step = analytics::goal::conversion_rate(s.visitors, previous).percent(2);
-                    let lost = analytics::goal::conversion_rate(s.dropoff, previous).percent(2);
-                    previous = s.visitors;
-                    json!({
-                        "step": s.name, "visitors": s.visitors, "conversion_rate": s.conversion_rate,
-                        "conversion_rate_step": step, "dropoff": s.dropoff, "dropoff_percentage": lost,
-                    })
-                })
-                .collect();
-            let query = json!({ "site_id": body.get("site_id"), "date_range": [range.first().to_string(), range.last().to_string()] });
-            json_ok(json!({ "steps": steps, "query": query }))
-        }
-        Err(e) => stats_error(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, body, site) = json_request(&state, &headers, body).await?;
+    let range = parse_range(&body, &site.zone)?;
+    let steps = funnel_steps(body.get("steps"))?;
+    let filters = parse_filters(body.get("filters"), &site)?;
+    let result = r.stats.funnel_filtered(&site.site_id, &range, &steps, &filters).await?;
+    // Per step, also as Plausible's funnels report it: the conversion from the step before and
+    // the share of its visitors lost (from the first step's visitors for the first step).
+    let steps = FunnelStepView::steps(&result);
+    let query =
+        json!({ "site_id": body.get("site_id"), "date_range": [range.first().to_string(), range.last().to_string()] });
+    Ok(json_ok(json!({ "steps": steps, "query": query })))
 }
 
 /// The metrics read from engagement events rather than the query engine (`stats::engagement`).
@@ -330,18 +285,20 @@ fn engagement_value(e: Option<&analytics::stats::Engagement>, metric: &str) -> O
 /// A query naming `scroll_depth` or `time_on_page`, with Plausible's definitions: by page
 /// (`event:page`) or for the site, under filters on the page; the other metrics are the query
 /// engine's, and comparisons compare both. A metric no engagement event measured is `null`.
-async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, Response> {
+async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, ServerError> {
     if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
-        return Err(bad("scroll_depth and time_on_page are not measured over the last 30 minutes"));
+        return Err(ServerError::bad_request(
+            "scroll_depth and time_on_page are not measured over the last 30 minutes",
+        ));
     }
     let dimensions = strings(body.get("dimensions"), "dimensions")?;
     if !(dimensions.is_empty() || dimensions == ["event:page"]) {
-        return Err(bad("scroll_depth and time_on_page take no dimension or event:page"));
+        return Err(ServerError::bad_request("scroll_depth and time_on_page take no dimension or event:page"));
     }
     if let Some(Json::Array(list)) = body.get("order_by")
         && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| ENGAGEMENT_METRICS.contains(&n)))
     {
-        return Err(bad("answers cannot be ordered by scroll_depth or time_on_page"));
+        return Err(ServerError::bad_request("answers cannot be ordered by scroll_depth or time_on_page"));
     }
     let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !ENGAGEMENT_METRICS.contains(m)).collect();
     if others.is_empty() {
@@ -376,7 +333,7 @@ async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String
             })
             .collect()
     };
-    let now = r.stats.engagement(&site.site_id, &q.range, &q.filters).await.map_err(stats_error)?;
+    let now = r.stats.engagement(&site.site_id, &q.range, &q.filters).await.map_err(ServerError::from)?;
     let mut echo = json!({
         "site_id": body.get("site_id"),
         "metrics": asked,
@@ -391,13 +348,13 @@ async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String
             .stats
             .query(&q)
             .await
-            .map_err(stats_error)?
+            .map_err(ServerError::from)?
             .iter()
             .map(|row| json!({ "metrics": merge(&row.metrics, lookup(&now, &row.dimensions)), "dimensions": row.dimensions }))
             .collect(),
         Some(mode) => {
-            let compared = r.stats.query_compared(&q, mode).await.map_err(stats_error)?;
-            let before = r.stats.engagement(&site.site_id, &compared.range, &q.filters).await.map_err(stats_error)?;
+            let compared = r.stats.query_compared(&q, mode).await.map_err(ServerError::from)?;
+            let before = r.stats.engagement(&site.site_id, &compared.range, &q.filters).await.map_err(ServerError::from)?;
             echo["comparison_date_range"] =
                 json!([compared.range.first().to_string(), compared.range.last().to_string()]);
             compared
@@ -456,21 +413,23 @@ fn money(amount: &analytics::stats::GoalRevenue, metric: &str) -> Json {
 /// (those an `event:goal` `is` filter names, when there is one) when they share one currency,
 /// else `null`, as Plausible answers a mix of currencies. The other metrics are the query
 /// engine's; comparisons compare both. Answers are not ordered by revenue.
-async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, Response> {
+async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, ServerError> {
     if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
-        return Err(bad("total_revenue and average_revenue are not measured over the last 30 minutes"));
+        return Err(ServerError::bad_request(
+            "total_revenue and average_revenue are not measured over the last 30 minutes",
+        ));
     }
     let dimensions = strings(body.get("dimensions"), "dimensions")?;
     if !(dimensions.is_empty() || dimensions == ["event:goal"]) {
-        return Err(bad("total_revenue and average_revenue take no dimension or event:goal"));
+        return Err(ServerError::bad_request("total_revenue and average_revenue take no dimension or event:goal"));
     }
     if let Some(Json::Array(list)) = body.get("order_by")
         && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| REVENUE_METRICS.contains(&n)))
     {
-        return Err(bad("answers cannot be ordered by total_revenue or average_revenue"));
+        return Err(ServerError::bad_request("answers cannot be ordered by total_revenue or average_revenue"));
     }
     if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
-        return Err(bad("revenue and engagement metrics are asked for in separate queries"));
+        return Err(ServerError::bad_request("revenue and engagement metrics are asked for in separate queries"));
     }
     let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !REVENUE_METRICS.contains(m)).collect();
     if others.is_empty() {
@@ -487,7 +446,7 @@ async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) 
             Some(analytics::stats::RevenueGoal { goal: g.goal.display_name(), currency })
         })
         .collect();
-    let sums = r.stats.revenue(&site.site_id, &q.range, &q.filters, &goals).await.map_err(stats_error)?;
+    let sums = r.stats.revenue(&site.site_id, &q.range, &q.filters, &goals).await.map_err(ServerError::from)?;
     // With no dimension: the goals an `event:goal is` filter names, else every revenue goal.
     let named: Vec<&String> = q
         .filters
@@ -497,7 +456,7 @@ async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) 
         .collect();
     let chosen: Vec<&analytics::stats::GoalRevenue> =
         sums.iter().filter(|s| named.is_empty() || named.contains(&&s.goal)).collect();
-    let combined = analytics::stats::GoalRevenue::combined(&chosen).map_err(stats_error)?;
+    let combined = analytics::stats::GoalRevenue::combined(&chosen).map_err(ServerError::from)?;
     let pick =
         |sums: &[analytics::stats::GoalRevenue], combined: Option<analytics::stats::GoalRevenue>, dims: &[String]| {
             if dimensions.is_empty() { combined } else { sums.iter().find(|s| Some(&s.goal) == dims.first()).cloned() }
@@ -526,7 +485,7 @@ async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) 
             .stats
             .query(&q)
             .await
-            .map_err(stats_error)?
+            .map_err(ServerError::from)?
             .iter()
             .map(|row| {
                 let revenue = pick(&sums, combined.clone(), &row.dimensions);
@@ -534,12 +493,12 @@ async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) 
             })
             .collect(),
         Some(mode) => {
-            let compared = r.stats.query_compared(&q, mode).await.map_err(stats_error)?;
+            let compared = r.stats.query_compared(&q, mode).await.map_err(ServerError::from)?;
             let before =
-                r.stats.revenue(&site.site_id, &compared.range, &q.filters, &goals).await.map_err(stats_error)?;
+                r.stats.revenue(&site.site_id, &compared.range, &q.filters, &goals).await.map_err(ServerError::from)?;
             let chosen_before: Vec<&analytics::stats::GoalRevenue> =
                 before.iter().filter(|s| named.is_empty() || named.contains(&&s.goal)).collect();
-            let combined_before = analytics::stats::GoalRevenue::combined(&chosen_before).map_err(stats_error)?;
+            let combined_before = analytics::stats::GoalRevenue::combined(&chosen_before).map_err(ServerError::from)?;
             echo_range = Some(json!([compared.range.first().to_string(), compared.range.last().to_string()]));
             compared
                 .rows
@@ -604,24 +563,16 @@ pub async fn journeys(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
-    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
-    let range = tri!(parse_range(&body, &site.zone));
-    let filters = tri!(parse_filters(body.get("filters"), &site));
+) -> Result<Response, ServerError> {
+    let (r, body, site) = json_request(&state, &headers, body).await?;
+    let range = parse_range(&body, &site.zone)?;
+    let filters = parse_filters(body.get("filters"), &site)?;
     let page = match body.get("page").and_then(Json::as_str) {
         Some(p) if !p.is_empty() && p.len() <= 2000 => p,
-        _ => return bad("`page` is required: a page path such as \"/pricing\""),
+        _ => return Err(ServerError::bad_request("`page` is required: a page path such as \"/pricing\"")),
     };
-    match r.stats.journeys(&site.site_id, &range, page, &filters).await {
-        Ok(j) => {
-            let list = |rows: &[(String, u64)]| -> Vec<Json> {
-                rows.iter().map(|(p, v)| json!({ "page": p, "visitors": v })).collect()
-            };
-            let paths: Vec<Json> = j.paths.iter().map(|(p, v)| json!({ "pages": p, "visitors": v })).collect();
-            json_ok(json!({ "page": page, "before": list(&j.before), "after": list(&j.after), "paths": paths }))
-        }
-        Err(e) => stats_error(e),
-    }
+    let j = r.stats.journeys(&site.site_id, &range, page, &filters).await?;
+    Ok(json_ok(JourneysView::new(page, &j)))
 }
 
 /// `POST /api/properties {site_id, date_range}`: the custom property keys of the site's events
@@ -630,16 +581,12 @@ pub async fn property_keys(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
-    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
-    let range = tri!(parse_range(&body, &site.zone));
-    match r.stats.property_keys(&site.site_id, &range).await {
-        Ok(keys) => {
-            let keys: Vec<Json> = keys.iter().map(|(key, events)| json!({ "key": key, "events": events })).collect();
-            json_ok(json!({ "keys": keys }))
-        }
-        Err(e) => stats_error(e),
-    }
+) -> Result<Response, ServerError> {
+    let (r, body, site) = json_request(&state, &headers, body).await?;
+    let range = parse_range(&body, &site.zone)?;
+    let keys = r.stats.property_keys(&site.site_id, &range).await?;
+    let keys: Vec<KeyEvents> = keys.iter().map(|(key, events)| KeyEvents { key, events: *events }).collect();
+    Ok(json_ok(json!({ "keys": keys })))
 }
 
 /// `POST /api/v2/query`: Plausible's Stats API v2, with `include.comparisons`; a `date_range`
@@ -648,28 +595,25 @@ pub async fn query(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
-    let (r, body, site) = tri!(json_request(&state, &headers, body).await);
-    let asked = tri!(strings(body.get("metrics"), "metrics"));
+) -> Result<Response, ServerError> {
+    let (r, body, site) = json_request(&state, &headers, body).await?;
+    let asked = strings(body.get("metrics"), "metrics")?;
     if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
-        return tri!(engagement_query(r, &body, &site, &asked).await);
+        return engagement_query(r, &body, &site, &asked).await;
     }
     if asked.iter().any(|m| REVENUE_METRICS.contains(&m.as_str())) {
-        return tri!(revenue_query(r, &body, &site, &asked).await);
+        return revenue_query(r, &body, &site, &asked).await;
     }
     // `30m` (or `realtime`): the last 30 minutes, read from their event blocks.
     let realtime = matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime"));
     if realtime {
         let mut today = body.clone();
         today["date_range"] = json!("day");
-        let q = tri!(parse_query(&today, &site));
-        if tri!(parse_include(&body, &site)).is_some() {
-            return bad("the last 30 minutes have no comparison");
+        let q = parse_query(&today, &site)?;
+        if parse_include(&body, &site)?.is_some() {
+            return Err(ServerError::bad_request("the last 30 minutes have no comparison"));
         }
-        let rows = match r.stats.query_realtime(&q, jiff::Timestamp::now().as_millisecond()).await {
-            Ok(rows) => rows,
-            Err(e) => return stats_error(e),
-        };
+        let rows = r.stats.query_realtime(&q, jiff::Timestamp::now().as_millisecond()).await?;
         let results: Vec<Json> = rows.iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect();
         let echo = json!({
             "site_id": body.get("site_id"),
@@ -680,32 +624,30 @@ pub async fn query(
             "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
             "pagination": { "limit": q.limit, "offset": q.offset },
         });
-        return json_ok(json!({ "results": results, "meta": {}, "query": echo }));
+        return Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })));
     }
-    let q = tri!(parse_query(&body, &site));
-    let comparison = tri!(parse_include(&body, &site));
+    let q = parse_query(&body, &site)?;
+    let comparison = parse_include(&body, &site)?;
     let (results, compared_range): (Vec<Json>, Option<DateRange>) = match comparison {
-        None => match r.stats.query(&q).await {
-            Ok(rows) => (rows.into_iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect(), None),
-            Err(e) => return stats_error(e),
-        },
-        Some(mode) => match r.stats.query_compared(&q, mode).await {
-            Ok(compared) => {
-                let rows = compared
-                    .rows
-                    .iter()
-                    .map(|(row, c)| {
-                        let mut out = row_json(&row.dimensions, &row.metrics);
-                        let mut other = row_json(&c.dimensions, &c.metrics);
-                        other["change"] = json!(c.change);
-                        out["comparison"] = other;
-                        out
-                    })
-                    .collect();
-                (rows, Some(compared.range))
-            }
-            Err(e) => return stats_error(e),
-        },
+        None => {
+            let rows = r.stats.query(&q).await?;
+            (rows.into_iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect(), None)
+        }
+        Some(mode) => {
+            let compared = r.stats.query_compared(&q, mode).await?;
+            let rows = compared
+                .rows
+                .iter()
+                .map(|(row, c)| {
+                    let mut out = row_json(&row.dimensions, &row.metrics);
+                    let mut other = row_json(&c.dimensions, &c.metrics);
+                    other["change"] = json!(c.change);
+                    out["comparison"] = other;
+                    out
+                })
+                .collect();
+            (rows, Some(compared.range))
+        }
     };
     let mut echo = json!({
         "site_id": body.get("site_id"),
@@ -728,7 +670,7 @@ pub async fn query(
         (true, Some(reason)) => json!({ "imports_included": false, "imports_skip_reason": reason }),
     };
     let answer = json!({ "results": results, "meta": meta, "query": echo });
-    json_ok(answer)
+    Ok(json_ok(answer))
 }
 
 fn row_json(dimensions: &[String], metrics: &[Value]) -> Json {
@@ -745,42 +687,57 @@ fn row_json(dimensions: &[String], metrics: &[Value]) -> Json {
 /// A query's `include`: `{"comparisons": {"mode": "previous_period" | "year_over_year" |
 /// "custom", "date_range": [from, to]}}` as Plausible's Stats API v2 takes it (`imports` is
 /// accepted and means nothing here: imported events are events). Anything else is refused.
-pub(crate) fn parse_include(body: &Json, site: &Site) -> Result<Option<ComparisonMode>, Response> {
+pub(crate) fn parse_include(body: &Json, site: &Site) -> Result<Option<ComparisonMode>, ServerError> {
     let include = match body.get("include") {
         None | Some(Json::Null) => return Ok(None),
         Some(Json::Object(map)) => map,
-        Some(_) => return Err(bad("`include` must be an object")),
+        Some(_) => return Err(ServerError::bad_request("`include` must be an object")),
     };
     for (key, value) in include {
         match key.as_str() {
             "comparisons" | "imports" => {}
             "time_labels" | "total_rows" if value == &Json::Bool(false) => {}
-            other => return Err(bad(format!("`include.{other}` is not supported; `include` takes `comparisons`"))),
+            other => {
+                return Err(ServerError::bad_request(format!(
+                    "`include.{other}` is not supported; `include` takes `comparisons`"
+                )));
+            }
         }
     }
     let c = match include.get("comparisons") {
         None | Some(Json::Null) => return Ok(None),
         Some(Json::Object(c)) => c,
-        Some(_) => return Err(bad("`include.comparisons` must be an object such as {\"mode\": \"previous_period\"}")),
+        Some(_) => {
+            return Err(ServerError::bad_request(
+                "`include.comparisons` must be an object such as {\"mode\": \"previous_period\"}",
+            ));
+        }
     };
     let match_day_of_week = match c.get("match_day_of_week") {
         None | Some(Json::Null) => false,
         Some(Json::Bool(b)) => *b,
-        Some(_) => return Err(bad("`include.comparisons.match_day_of_week` must be true or false")),
+        Some(_) => {
+            return Err(ServerError::bad_request("`include.comparisons.match_day_of_week` must be true or false"));
+        }
     };
     let mode = match c.get("mode").and_then(Json::as_str) {
         Some("previous_period") => ComparisonMode::PreviousPeriod { match_day_of_week },
         Some("year_over_year") => ComparisonMode::YearOverYear { match_day_of_week },
         Some("custom") => {
             let Some(Json::Array(pair)) = c.get("date_range") else {
-                return Err(bad("`include.comparisons` with mode `custom` needs `date_range`: two dates"));
+                return Err(ServerError::bad_request(
+                    "`include.comparisons` with mode `custom` needs `date_range`: two dates",
+                ));
             };
-            let range = parse_range(&json!({ "date_range": pair }), &site.zone)
-                .map_err(|_| bad("`include.comparisons.date_range` must be two dates, YYYY-MM-DD"))?;
+            let range = parse_range(&json!({ "date_range": pair }), &site.zone).map_err(|_| {
+                ServerError::bad_request("`include.comparisons.date_range` must be two dates, YYYY-MM-DD")
+            })?;
             ComparisonMode::Custom(range)
         }
         _ => {
-            return Err(bad("`include.comparisons.mode` is one of previous_period, year_over_year or custom"));
+            return Err(ServerError::bad_request(
+                "`include.comparisons.mode` is one of previous_period, year_over_year or custom",
+            ));
         }
     };
     Ok(Some(mode))
@@ -799,39 +756,34 @@ async fn realtime_of(
     state: &AppState,
     headers: &HeaderMap,
     p: SiteParam,
-) -> Result<analytics::stats::Realtime, Response> {
-    let r = reading(state)?;
-    let Some(name) = p.site_id else { return Err(bad("`site_id` is required")) };
+) -> Result<analytics::stats::Realtime, ServerError> {
+    let r = state.reading()?;
+    let Some(name) = p.site_id else { return Err(ServerError::bad_request("`site_id` is required")) };
     let (_, site) = authorize(r, headers, Some(&name), Need::Stats).await?;
     let filters = match &p.filters {
         None => Vec::new(),
         Some(text) => {
-            let list: Json = serde_json::from_str(text).map_err(|e| bad(format!("`filters` is not JSON: {e}")))?;
+            let list: Json = serde_json::from_str(text)
+                .map_err(|e| ServerError::bad_request(format!("`filters` is not JSON: {e}")))?;
             parse_filters(Some(&list), &site)?
         }
     };
     r.stats
         .realtime_filtered(&site.site_id, jiff::Timestamp::now().as_millisecond(), &filters)
         .await
-        .map_err(stats_error)
+        .map_err(ServerError::from)
 }
 
 /// `GET /api/realtime?site_id=…&filters=…` (`filters` as the Stats API's, in JSON, optional):
 /// `{current_visitors, pageviews_per_minute: [{minute, pageviews}],
 /// top_pages: [{page, visitors, pageviews}]}` over the last 30 minutes.
-pub async fn realtime(State(state): State<AppState>, headers: HeaderMap, UrlQuery(p): UrlQuery<SiteParam>) -> Response {
-    let rt = tri!(realtime_of(&state, &headers, p).await);
-    let minutes: Vec<Json> = rt
-        .pageviews_per_minute
-        .iter()
-        .map(|(ms, n)| {
-            let at = jiff::Timestamp::from_millisecond(*ms).map(|t| t.to_string()).unwrap_or_default();
-            json!({ "minute": at, "pageviews": n })
-        })
-        .collect();
-    let pages: Vec<Json> =
-        rt.top_pages.iter().map(|(p, v, n)| json!({ "page": p, "visitors": v, "pageviews": n })).collect();
-    json_ok(json!({ "current_visitors": rt.current_visitors, "pageviews_per_minute": minutes, "top_pages": pages }))
+pub async fn realtime(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    UrlQuery(p): UrlQuery<SiteParam>,
+) -> Result<Response, ServerError> {
+    let rt = realtime_of(&state, &headers, p).await?;
+    Ok(json_ok(RealtimeView::new(&rt)))
 }
 
 /// `GET /api/v1/stats/realtime/visitors?site_id=…`: the current visitors as a bare number.
@@ -839,18 +791,18 @@ pub async fn realtime_visitors(
     State(state): State<AppState>,
     headers: HeaderMap,
     UrlQuery(p): UrlQuery<SiteParam>,
-) -> Response {
-    let rt = tri!(realtime_of(&state, &headers, p).await);
-    ([(header::CONTENT_TYPE, "application/json")], rt.current_visitors.to_string()).into_response()
+) -> Result<Response, ServerError> {
+    let rt = realtime_of(&state, &headers, p).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], rt.current_visitors.to_string()).into_response())
 }
 
 /// How many visitors one import request ingests at once.
 const IMPORT_LANES: usize = 64;
 
 /// `POST /api/import`: events with their own timestamps for the key's site, NDJSON lines or CSV
-/// records (`Content-Type: text/csv`, or `?format=csv`; see [`crate::import`]), ingested in time
+/// records (`Content-Type: text/csv`, or `?format=csv`; see [`crate::wire::import`]), ingested in time
 /// order; answers `{imported, dropped, errors: [{line, error}], errors_total, errors_omitted}`
-/// with the first [`crate::import::MAX_REPORTED_ERRORS`] refused lines; a bad line does not stop
+/// with the first [`crate::wire::import::MAX_REPORTED_ERRORS`] refused lines; a bad line does not stop
 /// the others, a CSV header naming an unknown column stops all (`400`).
 ///
 /// The caller is authorized before a byte of the body is read, so an upload without a key costs
@@ -861,32 +813,33 @@ pub async fn import(
     headers: HeaderMap,
     UrlQuery(params): UrlQuery<ImportParams>,
     body: axum::body::Body,
-) -> Response {
-    let r = tri!(reading(&state));
-    let (_, site) = tri!(authorize(r, &headers, params.site_id.as_deref(), Need::Import).await);
+) -> Result<Response, ServerError> {
+    let r = state.reading()?;
+    let (_, site) = authorize(r, &headers, params.site_id.as_deref(), Need::Import).await?;
     let format = match params.format.as_deref() {
         Some(name) => match Format::parse(name) {
             Some(f) => f,
-            None => return bad("`format` must be ndjson or csv"),
+            None => return Err(ServerError::bad_request("`format` must be ndjson or csv")),
         },
         None => Format::detect(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("")),
     };
     static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONCURRENT_IMPORTS);
     let Ok(_slot) = tokio::time::timeout(std::time::Duration::from_secs(5), SLOTS.acquire()).await else {
-        let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "too many imports at once; try again shortly");
-        busy.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("5"));
-        return busy;
+        return Err(ServerError::Unavailable {
+            message: "too many imports at once; try again shortly".into(),
+            retry_after_secs: 5,
+        });
     };
     let body = match axum::body::to_bytes(body, MAX_IMPORT_BYTES).await {
         Ok(b) => b,
         Err(e) if is_too_large(&e) => {
-            return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than {MAX_IMPORT_BYTES} bytes"));
+            return Err(ServerError::BodyTooLarge { limit: MAX_IMPORT_BYTES });
         }
-        Err(e) => return bad(format!("could not read the body: {e}")),
+        Err(e) => return Err(ServerError::bad_request(format!("could not read the body: {e}"))),
     };
-    let parsed = match crate::import::parse(&body, format, &site) {
+    let parsed = match crate::wire::import::parse(&body, format, &site) {
         Ok(p) => p.in_time_order(),
-        Err(message) => return bad(message),
+        Err(message) => return Err(ServerError::bad_request(message)),
     };
     drop(body);
     let (mut imported, mut dropped) = (0u64, 0u64);
@@ -899,19 +852,11 @@ pub async fn import(
             IngestResult::Dropped(_) => dropped += 1,
             IngestResult::Invalid(e) => errors.push(line, e.to_string()),
             IngestResult::UnknownSite => errors.push(line, "unknown site"),
-            IngestResult::Failed(e) => return internal(e),
+            IngestResult::Failed(e) => return Err(ServerError::backend(e)),
             _ => errors.push(line, "not imported"),
         }
     }
-    let list: Vec<Json> =
-        errors.reported().iter().map(|(line, error)| json!({ "line": line, "error": error })).collect();
-    json_ok(json!({
-        "imported": imported,
-        "dropped": dropped,
-        "errors": list,
-        "errors_total": errors.total(),
-        "errors_omitted": errors.omitted(),
-    }))
+    Ok(json_ok(ImportReport::new(imported, dropped, &errors)))
 }
 
 /// Most imports read and ingested at once (each holds its body, up to [`MAX_IMPORT_BYTES`]).
@@ -934,179 +879,4 @@ fn is_too_large(e: &axum::Error) -> bool {
 pub struct ImportParams {
     site_id: Option<String>,
     format: Option<String>,
-}
-
-/// The parameters of the session routes.
-#[derive(Debug, serde::Deserialize)]
-pub struct SessionParams {
-    site_id: Option<String>,
-    date: Option<String>,
-    limit: Option<usize>,
-}
-
-/// `{"sessions": [...]}`: the answer of the routes that list sessions.
-fn sessions_answer(list: &[analytics::stats::SessionSummary]) -> Response {
-    json_ok(json!({ "sessions": list.iter().map(session_json).collect::<Vec<_>>() }))
-}
-
-fn session_json(s: &analytics::stats::SessionSummary) -> Json {
-    json!({
-        "session": s.session_ref,
-        "visitor_id": s.visitor_id,
-        "started_at": s.started_at,
-        "last_seen_at": s.last_seen_at,
-        "events": s.events,
-        "pageviews": s.pageviews,
-        "entry_page": s.entry_page,
-        "exit_page": s.exit_page,
-        "source": s.visit.source,
-        "country": s.visit.country,
-        "device": s.visit.device,
-        "browser": s.visit.browser,
-        "os": s.visit.os,
-    })
-}
-
-pub(crate) fn json_ok(body: Json) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
-}
-
-async fn session_site(state: &AppState, headers: &HeaderMap, p: &SessionParams) -> Result<(Reading, Site), Response> {
-    let r = reading(state)?.clone();
-    let name = p.site_id.as_deref().ok_or_else(|| bad("`site_id` is required"))?;
-    let (_, site) = authorize(&r, headers, Some(name), Need::Visitors).await?;
-    Ok((r, site))
-}
-
-/// The site (authorized) and the UTC day (`date`, today by default) of a session route.
-async fn session_day(
-    state: &AppState,
-    headers: &HeaderMap,
-    p: &SessionParams,
-) -> Result<(Reading, Site, String), Response> {
-    let (r, site) = session_site(state, headers, p).await?;
-    let day = day_param(p, &site)?;
-    Ok((r, site, day))
-}
-
-fn day_param(p: &SessionParams, site: &Site) -> Result<String, Response> {
-    match &p.date {
-        Some(d) => parse_date(d).map(|d| d.to_string()).map_err(|e| bad(format!("`date`: {e}"))),
-        None => {
-            let _ = site;
-            Ok(jiff::Timestamp::now().strftime("%Y-%m-%d").to_string())
-        }
-    }
-}
-
-pub(crate) fn stats_error(e: StatsError) -> Response {
-    match e {
-        StatsError::Invalid(_) | StatsError::Unsupported(_) | StatsError::TooSlow(_) => bad(e.to_string()),
-        e => internal(e),
-    }
-}
-
-/// `GET /api/sessions?site_id=&date=&limit=`: the sessions active on a UTC day (today by
-/// default), latest activity first; 50 by default, at most 1,000.
-pub async fn recent_sessions(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Response {
-    let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
-    match r.stats.recent_sessions(&site.site_id, &day, p.limit.unwrap_or(50).min(1000)).await {
-        Ok(list) => sessions_answer(&list),
-        Err(e) => stats_error(e),
-    }
-}
-
-/// `GET /api/sessions/{session}?site_id=`: one session's events in order.
-pub async fn session(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    axum::extract::Path(reference): axum::extract::Path<String>,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Response {
-    let (r, site) = tri!(session_site(&state, &headers, &p).await);
-    match r.stats.session_events(&site.site_id, &reference).await {
-        Ok(events) if events.is_empty() => error(StatusCode::NOT_FOUND, "no such session"),
-        Ok(events) => {
-            let list: Vec<Json> = events
-                .iter()
-                .map(|e| {
-                    let mut event =
-                        json!({ "name": e.name, "timestamp": e.ts, "hostname": e.hostname, "path": e.path, "props": e.props });
-                    // Revenue, exact as stored, on the events that carry some.
-                    if let Some((amount, currency)) = &e.revenue {
-                        event["revenue"] = json!({ "amount": amount, "currency": currency });
-                    }
-                    event
-                })
-                .collect();
-            json_ok(json!({ "session": reference, "events": list }))
-        }
-        Err(e) => stats_error(e),
-    }
-}
-
-/// `GET /api/visitors/{visitor}/sessions?site_id=&date=`: a visitor's sessions of a UTC day.
-pub async fn visitor_sessions(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    axum::extract::Path(visitor): axum::extract::Path<String>,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Response {
-    let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
-    match r.stats.visitor_sessions(&site.site_id, &day, &visitor).await {
-        Ok(list) => sessions_answer(&list),
-        Err(e) => stats_error(e),
-    }
-}
-
-/// `GET /api/visitors/{visitor}/events?site_id=&date=`: everything stored about a visitor's
-/// sessions of a UTC day, event by event (a GDPR access request; `DELETE` erases it).
-pub async fn visitor_export(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    axum::extract::Path(visitor): axum::extract::Path<String>,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Response {
-    let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
-    match r.stats.visitor_events(&site.site_id, &day, &visitor).await {
-        Ok(events) => {
-            let list: Vec<Json> = events
-                .iter()
-                .map(|e| {
-                    let v = &e.visit;
-                    json!({
-                        "session": analytics::stats::session_ref(e),
-                        "timestamp": e.ts, "name": e.name, "hostname": e.hostname, "path": e.path,
-                        "props": e.props, "interactive": e.interactive, "goals": e.goals,
-                        "revenue": e.revenue.as_ref().map(|(amount, currency)| json!({ "amount": amount, "currency": currency })),
-                        "entry_page": v.entry_page, "source": v.source, "referrer": v.referrer,
-                        "utm_source": v.utm_source, "utm_medium": v.utm_medium, "utm_campaign": v.utm_campaign,
-                        "utm_content": v.utm_content, "utm_term": v.utm_term, "country": v.country,
-                        "device": v.device, "browser": v.browser, "browser_version": v.browser_version,
-                        "os": v.os, "os_version": v.os_version,
-                    })
-                })
-                .collect();
-            json_ok(json!({ "visitor_id": visitor.to_ascii_lowercase(), "date": day, "events": list }))
-        }
-        Err(e) => stats_error(e),
-    }
-}
-
-/// `DELETE /api/visitors/{visitor}?site_id=&date=`: erases a visitor's events of a UTC day.
-pub async fn delete_visitor(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    axum::extract::Path(visitor): axum::extract::Path<String>,
-    UrlQuery(p): UrlQuery<SessionParams>,
-) -> Response {
-    let (r, site, day) = tri!(session_day(&state, &headers, &p).await);
-    match r.stats.delete_visitor(&site.site_id, &day, &visitor).await {
-        Ok(n) => json_ok(json!({ "deleted_events": n })),
-        Err(e) => stats_error(e),
-    }
 }

@@ -1,5 +1,5 @@
-//! The ingestion wire formats: request bodies as the official trackers send them, read into
-//! [`analytics::event::RawEvent`]. Nothing here validates the event's content (lengths, URLs,
+//! The wire formats: request bodies as the official trackers send them, read into
+//! [`analytics::event::RawEvent`], and Tally's import format ([`import`]), read and written. Nothing here validates the event's content (lengths, URLs,
 //! domains): [`analytics::event::Event::parse`] does that later. This layer only refuses bodies
 //! whose shape it cannot read, and says what is wrong with them.
 //!
@@ -11,8 +11,20 @@ use std::net::{IpAddr, Ipv4Addr};
 use analytics::event::{RawEvent, RawRevenue, RequestHeaders};
 use serde_json::{Map, Value};
 
+pub mod accounts;
+pub mod admin;
+pub mod import;
 pub mod plausible;
+pub mod stats;
 pub mod umami;
+pub mod visitors;
+
+/// A `200` answer with `body` as JSON.
+pub(crate) fn json_ok(body: impl serde::Serialize) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let text = serde_json::to_string(&body).unwrap_or_default();
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], text).into_response()
+}
 
 /// What the server knows about a request besides its body.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! `POST /api/event`, `POST /api/send`, CORS and `/health`, as the trackers use them.
 
+use analytics::pipeline::SiteSelector;
 use axum::http::{Method, StatusCode};
 use expect_test::expect;
-use server::SiteRef;
 
 use crate::{BROWSER, TestApp, UNKNOWN_WEBSITE};
 
@@ -25,7 +25,7 @@ async fn plausible_tracker_request_is_accepted() {
     let events = app.recorder.take();
     assert_eq!(events.len(), 1);
     let (raw, site) = &events[0];
-    assert_eq!(*site, SiteRef::Domain);
+    assert_eq!(*site, SiteSelector::Domain);
     assert_eq!(raw.name, "pageview");
     assert_eq!(raw.url, "https://example.com/docs?utm_source=hn");
     assert_eq!(raw.domain, "example.com");
@@ -231,7 +231,7 @@ async fn umami_tracker_request_is_accepted_with_a_cache_token() {
     let events = app.recorder.take();
     assert_eq!(events.len(), 2);
     let (raw, site) = &events[0];
-    assert_eq!(*site, SiteRef::UmamiWebsite(WEBSITE.into()));
+    assert_eq!(*site, SiteSelector::UmamiWebsite(WEBSITE.into()));
     assert_eq!(raw.url, "https://example.com/pricing?plan=pro");
     assert_eq!(raw.domain, "example.com");
     assert_eq!(raw.name, "pageview");
@@ -334,7 +334,7 @@ async fn umami_batch_takes_each_body_in_order_and_reports_the_failures() {
         urls,
         ["https://example.com/a", "https://example.com/b", "https://example.com/c", "https://example.com/x"]
     );
-    assert!(events[..3].iter().all(|(_, site)| *site == SiteRef::UmamiWebsite(website.into())));
+    assert!(events[..3].iter().all(|(_, site)| *site == SiteSelector::UmamiWebsite(website.into())));
 }
 
 #[tokio::test]

@@ -11,20 +11,21 @@ use std::sync::{Arc, Mutex};
 
 use analytics::enrich::DropReason;
 use analytics::event::{Event, Limits, RawEvent};
+use analytics::pipeline::{IngestResult, PipelineError, SiteSelector};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use server::{AppState, Ingest, IngestOutcome, SiteRef};
+use server::{AppState, Ingest};
 
 /// Records every event, and answers as a pipeline would: the name `Bot` is dropped, the domain
 /// `unknown.example` (or the nil website id) is no site, and anything else is validated; once
 /// `failing` is set, everything fails as it would with a broken store.
 #[derive(Default)]
 pub(crate) struct Recorder {
-    events: Mutex<Vec<(RawEvent, SiteRef)>>,
+    events: Mutex<Vec<(RawEvent, SiteSelector)>>,
     pub(crate) failing: std::sync::atomic::AtomicBool,
 }
 
@@ -32,27 +33,27 @@ pub(crate) const UNKNOWN_WEBSITE: &str = "00000000-0000-0000-0000-000000000000";
 
 #[async_trait::async_trait]
 impl Ingest for Recorder {
-    async fn ingest(&self, event: RawEvent, site: SiteRef) -> IngestOutcome {
+    async fn ingest(&self, event: RawEvent, site: SiteSelector) -> IngestResult {
         self.events.lock().unwrap().push((event.clone(), site.clone()));
         if event.name == "Bot" {
-            return IngestOutcome::Dropped(DropReason::Bot);
+            return IngestResult::Dropped(DropReason::Bot);
         }
         if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
-            return IngestOutcome::Failed("store unreachable at 10.0.0.7".into());
+            return IngestResult::Failed(PipelineError::Contended(8));
         }
-        if event.domain == "unknown.example" || site == SiteRef::UmamiWebsite(UNKNOWN_WEBSITE.into()) {
-            return IngestOutcome::UnknownSite;
+        if event.domain == "unknown.example" || site == SiteSelector::UmamiWebsite(UNKNOWN_WEBSITE.into()) {
+            return IngestResult::UnknownSite;
         }
         match Event::parse(event, &Limits::default()) {
-            Ok(_) => IngestOutcome::Accepted,
-            Err(e) => IngestOutcome::Invalid(e),
+            Ok(_) => IngestResult::Accepted,
+            Err(e) => IngestResult::Invalid(e),
         }
     }
 }
 
 impl Recorder {
     /// Every event so far, emptying the record.
-    pub(crate) fn take(&self) -> Vec<(RawEvent, SiteRef)> {
+    pub(crate) fn take(&self) -> Vec<(RawEvent, SiteSelector)> {
         std::mem::take(&mut *self.events.lock().unwrap())
     }
 }

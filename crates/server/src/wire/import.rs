@@ -1,5 +1,7 @@
-//! Backfill files and bodies: NDJSON lines or CSV records of events with their own timestamps,
-//! read into [`ImportEvent`]s for `POST /api/import` and `tally import`.
+//! Tally's import format, read and written in one place: NDJSON lines or CSV records of events
+//! with their own timestamps, read into [`ImportEvent`]s for `POST /api/import` and
+//! `tally import`, and written from stored events by `tally export` ([`EventRecord`]), so an
+//! export reads back as the events it came from.
 //!
 //! Both formats carry the same fields: `timestamp` (RFC 3339, or epoch milliseconds), `url`,
 //! and optionally `name`, `referrer`, `user_agent`, `ip`, `visitor`, `country`, `interactive`,
@@ -14,9 +16,13 @@
 //! CSV is read with the `csv` crate (BurntSushi's, the Rust ecosystem's standard reader: quoted
 //! fields with commas and newlines, CRLF, byte positions for error messages).
 
+use std::collections::BTreeMap;
+use std::io::Write;
+
 use analytics::event::RawEvent;
 use analytics::pipeline::{ImportClient, ImportEvent};
 use analytics::sites::Site;
+use analytics::stored::StoredEvent;
 use serde_json::{Map, Value as Json};
 
 /// How an import is written.
@@ -346,6 +352,130 @@ fn import_object(obj: &Map<String, Json>, site: &Site) -> Result<ImportEvent, St
         device: device.unwrap_or_default(),
     });
     Ok(ImportEvent { raw, visitor: text("visitor")?, country: text("country")?, client })
+}
+
+/// An event as an import line carries it: what `tally export` writes, in the shape
+/// [`import_line`] reads back. A visit's first event carries its referrer, its language and its
+/// `utm_*` parameters in the URL, so visits, sources and campaigns come back the same. Fields an
+/// event does not have are left out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EventRecord {
+    /// RFC 3339.
+    pub timestamp: String,
+    /// `https://` host and path, with the visit's `utm_*` parameters on its first event.
+    pub url: String,
+    /// The event's name (`pageview` or a custom event's).
+    pub name: String,
+    /// The visit's referrer, on its first event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub referrer: Option<String>,
+    /// The visitor id as stored.
+    pub visitor: String,
+    /// A country code, when one was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub country: Option<String>,
+    /// `Some(false)` for an event that does not make a visit engaged; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interactive: Option<bool>,
+    /// Custom properties.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub props: BTreeMap<String, String>,
+    /// The visit's language, on its first event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    /// Revenue, exact as stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revenue: Option<RevenueRecord>,
+}
+
+/// A revenue amount as an import line carries it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RevenueRecord {
+    /// The decimal amount.
+    pub amount: String,
+    /// The ISO 4217 currency code.
+    pub currency: String,
+}
+
+impl EventRecord {
+    /// A stored event as an import line.
+    pub fn from_stored(e: &StoredEvent) -> EventRecord {
+        let v = &e.visit;
+        let mut url = format!("https://{}{}", e.hostname, e.path);
+        let first = e.seq == 0;
+        if first {
+            let utm: Vec<(&str, &str)> = [
+                ("utm_source", &v.utm_source),
+                ("utm_medium", &v.utm_medium),
+                ("utm_campaign", &v.utm_campaign),
+                ("utm_content", &v.utm_content),
+                ("utm_term", &v.utm_term),
+            ]
+            .into_iter()
+            .filter(|(_, value)| !value.is_empty())
+            .map(|(k, value)| (k, value.as_str()))
+            .collect();
+            if !utm.is_empty() {
+                let query: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(utm).finish();
+                url = format!("{url}?{query}");
+            }
+        }
+        EventRecord {
+            timestamp: jiff::Timestamp::from_millisecond(e.ts).map(|t| t.to_string()).unwrap_or_default(),
+            url,
+            name: e.name.clone(),
+            referrer: (first && !v.referrer.is_empty()).then(|| format!("https://{}", v.referrer)),
+            visitor: e.visitor_id.clone(),
+            country: (!v.country.is_empty()).then(|| v.country.clone()),
+            interactive: (!e.interactive).then_some(false),
+            props: e.props.clone(),
+            language: (first && !v.language.is_empty()).then(|| v.language.clone()),
+            revenue: e
+                .revenue
+                .as_ref()
+                .map(|(amount, currency)| RevenueRecord { amount: amount.clone(), currency: currency.clone() }),
+        }
+    }
+
+    /// The record as one NDJSON line, without its newline.
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The columns [`write_csv`] writes, before one `props.NAME` column per prop key.
+const WRITTEN_COLUMNS: [&str; 7] = ["timestamp", "url", "name", "referrer", "visitor", "country", "interactive"];
+
+/// Writes `records` as CSV: a header row naming every prop key any record has, then one row a
+/// record.
+pub fn write_csv(out: &mut dyn Write, records: &[EventRecord]) -> Result<(), csv::Error> {
+    let mut props: Vec<&str> = records.iter().flat_map(|r| r.props.keys().map(String::as_str)).collect();
+    props.sort_unstable();
+    props.dedup();
+    let mut w = csv::Writer::from_writer(out);
+    let header: Vec<String> = WRITTEN_COLUMNS
+        .iter()
+        .map(|c| (*c).to_owned())
+        .chain(props.iter().map(|p| format!("{PROP_PREFIX}{p}")))
+        .collect();
+    w.write_record(&header)?;
+    for r in records {
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        let cells = [
+            r.timestamp.clone(),
+            r.url.clone(),
+            r.name.clone(),
+            text(&r.referrer),
+            r.visitor.clone(),
+            text(&r.country),
+            r.interactive.map(|b| b.to_string()).unwrap_or_default(),
+        ]
+        .into_iter()
+        .chain(props.iter().map(|p| r.props.get(*p).cloned().unwrap_or_default()));
+        w.write_record(cells.collect::<Vec<_>>())?;
+    }
+    w.flush()?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,91 @@
+//! The account routes' answers ([`crate::account`]), declared: sign-in state, two-factor
+//! set-up, and the site a shared link shows.
+
+use analytics::accounts::ShareInfo;
+use analytics::sites::Site;
+use serde::Serialize;
+
+/// Whether the browser is signed in: what `GET /api/auth` answers (with `setup_required`), and
+/// what signing in (with `email` and `csrf`) and out (`signed_in` alone) answer.
+#[derive(Debug, Serialize)]
+pub struct AuthView<'a> {
+    /// Whether the browser is signed in.
+    pub signed_in: bool,
+    /// The signed-in account.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub email: Option<&'a str>,
+    /// The token every cookie-signed-in request sends in `X-Tally-CSRF`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub csrf: Option<String>,
+    /// Whether no account exists yet, so the page offers the first-run setup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup_required: Option<bool>,
+}
+
+/// A new authenticator secret, pending until confirmed.
+#[derive(Debug, Serialize)]
+pub struct TwoFactorSetup<'a> {
+    /// The secret, for typing in.
+    pub secret: &'a str,
+    /// The `otpauth://` URL, for a QR code.
+    pub otpauth_url: &'a str,
+}
+
+/// Whether two-factor sign-in is on; the recovery codes once, when it is turned on.
+#[derive(Debug, Serialize)]
+pub struct TwoFactorState<'a> {
+    /// Whether it is on.
+    pub enabled: bool,
+    /// The recovery codes, shown this once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery_codes: Option<&'a [String]>,
+}
+
+/// The site a shared link shows, and whether it still needs its password.
+#[derive(Debug, Serialize)]
+pub struct SharedSite<'a> {
+    /// The site's id.
+    pub site_id: &'a str,
+    /// Its main domain.
+    pub domain: &'a str,
+    /// Its IANA time zone.
+    pub timezone: &'a str,
+    /// The link's name.
+    pub name: &'a str,
+    /// Whether the link has a password.
+    pub password_required: bool,
+    /// Whether this browser unlocked it.
+    pub unlocked: bool,
+}
+
+impl<'a> SharedSite<'a> {
+    /// What `share` shows of `site`.
+    pub fn new(site: &'a Site, share: &'a ShareInfo, unlocked: bool) -> Self {
+        SharedSite {
+            site_id: &site.site_id,
+            domain: &site.domain,
+            timezone: site.zone.name(),
+            name: &share.name,
+            password_required: share.has_password,
+            unlocked,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_in_states_leave_out_what_they_do_not_have() {
+        let out = AuthView { signed_in: false, email: None, csrf: None, setup_required: None };
+        assert_eq!(serde_json::to_string(&out).unwrap(), r#"{"signed_in":false}"#);
+        let state = AuthView { signed_in: false, email: None, csrf: None, setup_required: Some(true) };
+        assert_eq!(serde_json::to_string(&state).unwrap(), r#"{"signed_in":false,"setup_required":true}"#);
+        let signed =
+            AuthView { signed_in: true, email: Some("a@b.test"), csrf: Some("c".into()), setup_required: None };
+        assert_eq!(serde_json::to_string(&signed).unwrap(), r#"{"signed_in":true,"email":"a@b.test","csrf":"c"}"#);
+        let off = TwoFactorState { enabled: false, recovery_codes: None };
+        assert_eq!(serde_json::to_string(&off).unwrap(), r#"{"enabled":false}"#);
+    }
+}

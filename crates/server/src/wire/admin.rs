@@ -1,0 +1,379 @@
+//! The sites and settings API's answers ([`crate::admin`]), declared: each is built from the
+//! `analytics` value it shows, here and nowhere else, and is written in the order of its fields.
+
+use analytics::accounts::{Member, ShareInfo};
+use analytics::goal::Goal;
+use analytics::sites::{ApiKeyInfo, Site, SiteFunnel, SiteGoal, SiteSegment};
+use serde::Serialize;
+
+/// A site as the sites API shows it: its settings only to signed-in users.
+#[derive(Debug, Serialize)]
+pub struct SiteView<'a> {
+    /// The site's id.
+    pub site_id: &'a str,
+    /// Its main domain.
+    pub domain: &'a str,
+    /// Its IANA time zone.
+    pub timezone: &'a str,
+    /// Its settings, when the caller is a signed-in user.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<SiteSettings<'a>>,
+    /// Its goals.
+    pub goals: Vec<GoalView<'a>>,
+    /// Its saved funnels.
+    pub funnels: Vec<FunnelView<'a>>,
+    /// Its saved segments.
+    pub segments: Vec<SegmentView<'a>>,
+}
+
+/// A site's settings, shown to signed-in users.
+#[derive(Debug, Serialize)]
+pub struct SiteSettings<'a> {
+    /// The website id Umami's tracker sends.
+    pub umami_id: &'a str,
+    /// Every domain of the site.
+    pub domains: Vec<&'a str>,
+    /// Days raw events are kept.
+    pub retention_event_days: u32,
+    /// Days hourly aggregates are kept.
+    pub retention_hourly_days: u32,
+    /// Days daily aggregates are kept.
+    pub retention_daily_days: u32,
+    /// Addresses whose events are dropped.
+    pub excluded_ip_ranges: Vec<String>,
+}
+
+impl<'a> SiteView<'a> {
+    /// `site` as shown, with its settings when `full`.
+    pub fn new(site: &'a Site, full: bool) -> Self {
+        SiteView {
+            site_id: &site.site_id,
+            domain: &site.domain,
+            timezone: site.zone.name(),
+            settings: full.then(|| SiteSettings {
+                umami_id: &site.umami_id,
+                domains: site.domains.iter().map(|d| d.as_str()).collect(),
+                retention_event_days: site.retention_event_days,
+                retention_hourly_days: site.retention_hourly_days,
+                retention_daily_days: site.retention_daily_days,
+                excluded_ip_ranges: site.excluded_ips.texts(),
+            }),
+            goals: site.goals.iter().map(GoalView::new).collect(),
+            funnels: site.funnels.iter().map(FunnelView::new).collect(),
+            segments: site.segments.iter().map(SegmentView::new).collect(),
+        }
+    }
+}
+
+/// A goal: `kind` is `page` or `event`, `target` the page pattern or event name.
+#[derive(Debug, Serialize)]
+pub struct GoalView<'a> {
+    /// The goal's id.
+    pub goal_id: &'a str,
+    /// `page` or `event`.
+    pub kind: &'static str,
+    /// The page pattern or the event name.
+    pub target: &'a str,
+    /// The name the Stats API answers with (`Visit /pricing`, `Signup`).
+    pub display_name: String,
+    /// The currency of a revenue goal.
+    pub currency: Option<&'a str>,
+}
+
+impl<'a> GoalView<'a> {
+    /// `g` as shown.
+    pub fn new(g: &'a SiteGoal) -> Self {
+        let (kind, target) = match &g.goal {
+            Goal::Page(p) => ("page", p.as_str()),
+            Goal::Event(name) => ("event", name.as_str()),
+        };
+        GoalView {
+            goal_id: &g.goal_id,
+            kind,
+            target,
+            display_name: g.goal.display_name(),
+            currency: g.currency.as_deref(),
+        }
+    }
+}
+
+/// The answer to adding a goal.
+#[derive(Debug, Serialize)]
+pub struct GoalAdded<'a> {
+    /// The new goal's id.
+    pub goal_id: &'a str,
+    /// The name the Stats API answers with.
+    pub display_name: String,
+    /// The currency of a revenue goal.
+    pub currency: Option<&'a str>,
+}
+
+impl<'a> GoalAdded<'a> {
+    /// The answer for `g`.
+    pub fn new(g: &'a SiteGoal) -> Self {
+        GoalAdded { goal_id: &g.goal_id, display_name: g.goal.display_name(), currency: g.currency.as_deref() }
+    }
+}
+
+/// A saved funnel.
+#[derive(Debug, Serialize)]
+pub struct FunnelView<'a> {
+    /// The funnel's id.
+    pub funnel_id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Its steps, in order.
+    pub steps: Vec<StepView<'a>>,
+}
+
+/// A funnel step: `{"page": pattern}` or `{"event": name}`.
+#[derive(Debug, Serialize)]
+pub enum StepView<'a> {
+    /// A page pattern.
+    #[serde(rename = "page")]
+    Page(&'a str),
+    /// An event name.
+    #[serde(rename = "event")]
+    Event(&'a str),
+}
+
+impl<'a> FunnelView<'a> {
+    /// `f` as shown.
+    pub fn new(f: &'a SiteFunnel) -> Self {
+        let steps = f
+            .steps
+            .iter()
+            .map(|step| match step {
+                Goal::Page(p) => StepView::Page(p.as_str()),
+                Goal::Event(name) => StepView::Event(name),
+            })
+            .collect();
+        FunnelView { funnel_id: &f.funnel_id, name: &f.name, steps }
+    }
+}
+
+/// The answer to adding a funnel.
+#[derive(Debug, Serialize)]
+pub struct FunnelAdded<'a> {
+    /// The new funnel's id.
+    pub funnel_id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+}
+
+/// A saved segment: its filters as the Stats API takes them, `[operator, dimension, [values]]`.
+#[derive(Debug, Serialize)]
+pub struct SegmentView<'a> {
+    /// The segment's id.
+    pub segment_id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Its filters.
+    pub filters: Vec<(&'static str, &'a str, &'a [String])>,
+}
+
+impl<'a> SegmentView<'a> {
+    /// `s` as shown.
+    pub fn new(s: &'a SiteSegment) -> Self {
+        let filters = s.filters.iter().map(|f| (f.op.name(), f.dimension.as_str(), f.values.as_slice())).collect();
+        SegmentView { segment_id: &s.segment_id, name: &s.name, filters }
+    }
+}
+
+/// An API key, without its secret.
+#[derive(Debug, Serialize)]
+pub struct KeyView<'a> {
+    /// The key's id.
+    pub key_id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Whether it was revoked.
+    pub revoked: bool,
+    /// What it may do.
+    pub scopes: Vec<&'static str>,
+    /// Whether it was stored before keys had scopes.
+    pub legacy: bool,
+}
+
+impl<'a> KeyView<'a> {
+    /// `k` as shown.
+    pub fn new(k: &'a ApiKeyInfo) -> Self {
+        KeyView {
+            key_id: &k.key_id,
+            name: &k.name,
+            revoked: k.revoked,
+            scopes: k.scopes.iter().map(|s| s.as_str()).collect(),
+            legacy: k.legacy,
+        }
+    }
+}
+
+/// The answer to creating a key: the key itself, shown this once.
+#[derive(Debug, Serialize)]
+pub struct KeyCreated<'a> {
+    /// The secret key.
+    pub key: &'a str,
+    /// Its id.
+    pub key_id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// What it may do.
+    pub scopes: Vec<&'static str>,
+}
+
+/// A shared link, without its token.
+#[derive(Debug, Serialize)]
+pub struct ShareView<'a> {
+    /// The link's id.
+    pub share_id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Whether it asks for a password.
+    pub has_password: bool,
+    /// Whether it was revoked.
+    pub revoked: bool,
+    /// Whether other sites may frame it.
+    pub embed: bool,
+}
+
+impl<'a> ShareView<'a> {
+    /// `s` as shown.
+    pub fn new(s: &'a ShareInfo) -> Self {
+        ShareView {
+            share_id: &s.share_id,
+            name: &s.name,
+            has_password: s.has_password,
+            revoked: s.revoked,
+            embed: s.embed,
+        }
+    }
+}
+
+/// The answer to creating a shared link: its token and path, shown this once.
+#[derive(Debug, Serialize)]
+pub struct ShareCreated<'a> {
+    /// The link's id.
+    pub share_id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Whether it asks for a password.
+    pub has_password: bool,
+    /// Whether other sites may frame it.
+    pub embed: bool,
+    /// The link's token.
+    pub token: &'a str,
+    /// The link's path, `/share/TOKEN`.
+    pub path: String,
+}
+
+/// The answer to changing whether a shared link may be framed.
+#[derive(Debug, Serialize)]
+pub struct ShareEmbed<'a> {
+    /// The link's id.
+    pub share_id: &'a str,
+    /// Whether other sites may frame it now.
+    pub embed: bool,
+}
+
+/// A person's role on a site.
+#[derive(Debug, Serialize)]
+pub struct MemberView<'a> {
+    /// The person's e-mail address.
+    pub email: &'a str,
+    /// `owner`, `admin` or `viewer`.
+    pub role: &'static str,
+    /// Whether the person may read visitors' sessions.
+    pub visitors: bool,
+}
+
+impl<'a> MemberView<'a> {
+    /// `m` as shown.
+    pub fn new(m: &'a Member) -> Self {
+        MemberView { email: &m.email, role: m.role.as_str(), visitors: m.visitors }
+    }
+}
+
+/// The answer to an invitation: its link, shown this once.
+#[derive(Debug, Serialize)]
+pub struct Invited<'a> {
+    /// The invitation's path, `/invite/TOKEN`.
+    pub link: String,
+    /// Its token.
+    pub token: &'a str,
+    /// The role it grants.
+    pub role: &'static str,
+}
+
+/// Who asked `GET /api/sites`: `{"kind": "user" | "key" | "share", …}`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum PrincipalView<'a> {
+    /// A signed-in user.
+    User {
+        /// The account's e-mail address.
+        email: &'a str,
+        /// Whether it administers every site.
+        instance_admin: bool,
+    },
+    /// A site API key.
+    Key,
+    /// A shared link.
+    Share {
+        /// The link's name.
+        name: &'a str,
+    },
+}
+
+/// The answer of `GET /api/sites`.
+#[derive(Debug, Serialize)]
+pub struct SiteList<'a> {
+    /// The sites the caller may see.
+    pub sites: Vec<SiteView<'a>>,
+    /// Who the caller is.
+    pub principal: PrincipalView<'a>,
+}
+
+/// `{"removed": id}`: what a `DELETE` removed.
+#[derive(Debug, Serialize)]
+pub struct Removed<'a> {
+    /// The id (or e-mail address) removed.
+    pub removed: &'a str,
+}
+
+/// `{"revoked": id}`: what a `DELETE` revoked.
+#[derive(Debug, Serialize)]
+pub struct Revoked<'a> {
+    /// The id revoked.
+    pub revoked: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_written_in_the_order_of_their_fields() {
+        let who = PrincipalView::User { email: "me@shop.test", instance_admin: true };
+        let list = SiteList { sites: Vec::new(), principal: who };
+        assert_eq!(
+            serde_json::to_string(&list).unwrap(),
+            r#"{"sites":[],"principal":{"kind":"user","email":"me@shop.test","instance_admin":true}}"#
+        );
+        assert_eq!(serde_json::to_string(&PrincipalView::Key).unwrap(), r#"{"kind":"key"}"#);
+        let funnel = FunnelView {
+            funnel_id: "f1",
+            name: "Signup",
+            steps: vec![StepView::Page("/pricing*"), StepView::Event("Signup")],
+        };
+        assert_eq!(
+            serde_json::to_string(&funnel).unwrap(),
+            r#"{"funnel_id":"f1","name":"Signup","steps":[{"page":"/pricing*"},{"event":"Signup"}]}"#
+        );
+        let values = vec!["/a".to_owned()];
+        let segment = SegmentView { segment_id: "s1", name: "A", filters: vec![("is", "event:page", &values)] };
+        assert_eq!(
+            serde_json::to_string(&segment).unwrap(),
+            r#"{"segment_id":"s1","name":"A","filters":[["is","event:page",["/a"]]]}"#
+        );
+    }
+}
