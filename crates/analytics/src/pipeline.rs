@@ -54,6 +54,17 @@ pub enum SiteSelector {
     UmamiWebsite(String),
 }
 
+/// What [`Pipeline::import_all`] did with a batch of imported events.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Events stored.
+    pub imported: u64,
+    /// Events dropped as bots or excluded traffic, as live ingestion drops them.
+    pub dropped: u64,
+    /// Lines refused, in line order, with the reason.
+    pub refused: Vec<(usize, String)>,
+}
+
 /// What became of an event.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -438,6 +449,33 @@ impl Pipeline {
             }
         }
         outcomes
+    }
+
+    /// Imports `events` (each with its line number) as [`Pipeline::import_many`] does, and
+    /// counts the outcomes: the one import loop of `POST /api/import` and `tally import`.
+    /// Refused lines come back in line order with their reason; an event that could not be
+    /// stored stops the count with its line and error (the caller reports it and nothing past
+    /// that chunk is acknowledged).
+    pub async fn import_all(
+        self: &Arc<Self>,
+        site: &Site,
+        events: Vec<(usize, ImportEvent)>,
+        lanes: usize,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<ImportReport, (usize, PipelineError)> {
+        let mut outcomes = self.import_many(site, events, lanes, progress).await;
+        outcomes.sort_by_key(|(line, _)| *line);
+        let mut report = ImportReport::default();
+        for (line, outcome) in outcomes {
+            match outcome {
+                IngestResult::Accepted => report.imported += 1,
+                IngestResult::Dropped(_) => report.dropped += 1,
+                IngestResult::Invalid(e) => report.refused.push((line, e.to_string())),
+                IngestResult::UnknownSite => report.refused.push((line, "unknown site".to_owned())),
+                IngestResult::Failed(e) => return Err((line, e)),
+            }
+        }
+        Ok(report)
     }
 
     fn count(&self, result: &IngestResult) {

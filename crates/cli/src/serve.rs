@@ -11,7 +11,7 @@ use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRan
 use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
 use analytics::goal::Goal;
 use analytics::lease::IngestLease;
-use analytics::pipeline::{IngestResult, Pipeline};
+use analytics::pipeline::Pipeline;
 use analytics::sites::{Scope, Site, SiteChanges, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
@@ -563,16 +563,14 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
         let size = chunk.len();
         let events = chunk.into_iter().map(|(line, _, event)| (line, event)).collect();
         // Many visitors at once, each visitor's events in order: their events share event blocks.
-        let mut outcomes = pipeline.import_many(&site, events, IMPORT_LANES, &progress).await;
-        outcomes.sort_by_key(|(line, _)| *line);
-        for (line, outcome) in outcomes {
-            match outcome {
-                IngestResult::Accepted => imported += 1,
-                IngestResult::Dropped(_) => dropped += 1,
-                IngestResult::Failed(e) => return Err(anyhow!("line {line}: {e}")),
-                IngestResult::Invalid(e) => refused.push(line, e.to_string()),
-                other => refused.push(line, format!("not imported: {other:?}")),
-            }
+        let report = pipeline
+            .import_all(&site, events, IMPORT_LANES, &progress)
+            .await
+            .map_err(|(line, e)| anyhow!("line {line}: {e}"))?;
+        imported += report.imported;
+        dropped += report.dropped;
+        for (line, reason) in report.refused {
+            refused.push(line, reason);
         }
         // The chunk's events are durable (acknowledged): its lines are done.
         crate::import_lines::write(&table, &site, &chunk_name, "done", None, &chunk_ids).await?;

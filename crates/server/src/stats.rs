@@ -9,7 +9,6 @@
 
 use analytics::goal::Goal;
 use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
-use analytics::pipeline::IngestResult;
 use analytics::sites::Site;
 use analytics::stats::{ComparisonMode, Filter, FilterOp, Metric, Query, Value};
 use axum::body::Bytes;
@@ -842,21 +841,17 @@ pub async fn import(
         Err(message) => return Err(ServerError::bad_request(message)),
     };
     drop(body);
-    let (mut imported, mut dropped) = (0u64, 0u64);
     let mut errors = parsed.errors;
     // Many visitors at once, each visitor's events in order: their events share event blocks.
-    let outcomes = r.pipeline.import_many(&site, parsed.events, IMPORT_LANES, &|_| {}).await;
-    for (line, outcome) in outcomes {
-        match outcome {
-            IngestResult::Accepted => imported += 1,
-            IngestResult::Dropped(_) => dropped += 1,
-            IngestResult::Invalid(e) => errors.push(line, e.to_string()),
-            IngestResult::UnknownSite => errors.push(line, "unknown site"),
-            IngestResult::Failed(e) => return Err(ServerError::backend(e)),
-            _ => errors.push(line, "not imported"),
-        }
+    let report = r
+        .pipeline
+        .import_all(&site, parsed.events, IMPORT_LANES, &|_| {})
+        .await
+        .map_err(|(_, e)| ServerError::backend(e))?;
+    for (line, reason) in report.refused {
+        errors.push(line, reason);
     }
-    Ok(json_ok(ImportReport::new(imported, dropped, &errors)))
+    Ok(json_ok(ImportReport::new(report.imported, report.dropped, &errors)))
 }
 
 /// Most imports read and ingested at once (each holds its body, up to [`MAX_IMPORT_BYTES`]).

@@ -515,3 +515,34 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
     let written = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
     assert!(written.len() > 250, "only {} sessions were written on leaving memory", written.len());
 }
+
+#[tokio::test]
+async fn import_all_counts_stored_dropped_and_refused_lines_in_line_order() {
+    let w = world().await;
+    let site = w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, _a) = pipeline(&w).await;
+    let t = now() - 86_400_000;
+    let event = |path: &str, ua: &str, visitor: &str, minute: i64| {
+        let raw = pageview(&format!("https://example.com{path}"), ua, [0, 0, 0, 0], t + minute * 60_000);
+        ImportEvent { raw, visitor: Some(visitor.into()), country: None, client: None }
+    };
+    let mut nameless = event("/", FIREFOX, "v3", 2);
+    nameless.raw.name = String::new();
+    let mut also_nameless = event("/b", FIREFOX, "v4", 3);
+    also_nameless.raw.name = String::new();
+    // Given out of line order: the refusals come back sorted by line.
+    let events = vec![
+        (7, also_nameless),
+        (1, event("/", FIREFOX, "v1", 0)),
+        (2, event("/pricing", FIREFOX, "v1", 1)),
+        (3, event("/", "Googlebot/2.1 (+http://www.google.com/bot.html)", "v2", 1)),
+        (5, nameless),
+        (6, event("/", IPHONE, "v5", 4)),
+    ];
+    let report = p.import_all(&site, events, 4, &|_| {}).await.expect("nothing failed");
+    assert_eq!((report.imported, report.dropped), (3, 1));
+    let lines: Vec<usize> = report.refused.iter().map(|(line, _)| *line).collect();
+    assert_eq!(lines, [5, 7]);
+    assert!(report.refused.iter().all(|(_, reason)| !reason.is_empty()));
+    assert_eq!(stored_events(&w).await.len(), 3, "exactly the imported events are stored");
+}
