@@ -4,6 +4,7 @@
 //! Every command takes `--config` and the settings flags (`--store`, `--table`, …); see
 //! [`config`] for the file, the `TALLY_*` variables and their precedence.
 
+mod app;
 mod backup;
 mod bench;
 mod capacity;

@@ -7,11 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use analytics::accounts::Accounts;
-use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRange};
-use analytics::enrich::{DropReason, Enricher, EnricherConfig, IpRanges};
+use analytics::aggregate::{RebuildMode, RebuildRange};
+use analytics::enrich::{DropReason, IpRanges};
 use analytics::goal::Goal;
-use analytics::lease::IngestLease;
-use analytics::pipeline::Pipeline;
 use analytics::sites::{Scope, Site, SiteChanges, Sites};
 use analytics::stats::Stats;
 use anyhow::{Context, Result, anyhow, bail};
@@ -20,69 +18,9 @@ use server::Reading;
 use server::metrics::MetricsSnapshot;
 use server::wire::import::Format;
 
+use crate::app::{Application, Settings};
 use crate::config::Config;
 use crate::demo::DemoOptions;
-
-fn enricher(config: &Config) -> Result<Enricher> {
-    let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))
-        .map_err(|e| anyhow!("trusted proxies: {e}"))?;
-    Enricher::new(EnricherConfig {
-        mmdb_path: config.mmdb.clone(),
-        country_headers: config.country_headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
-        trusted_proxies: trusted,
-    })
-    .context("loading the enrichment lists")
-}
-
-fn aggregator_config(config: &Config) -> AggregatorConfig {
-    AggregatorConfig {
-        flush_interval: config.flush_interval,
-        host: hostname(),
-        pid: std::process::id(),
-        ..AggregatorConfig::default()
-    }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
-/// Starts aggregation for every command that ingests (`serve`, `demo`, `import`). Sites stored
-/// before weekly aggregates existed are marked first, so every event aggregated from here on
-/// includes its week and reads use weeks only from the mark (earlier weeks read as days).
-async fn start_aggregation(config: &Config, table: &Table, sites: &Arc<Sites>) -> Result<Arc<Aggregator>> {
-    let marked = sites
-        .mark_weekly_aggregates(jiff::Timestamp::now().as_millisecond())
-        .await
-        .context("marking the sites' weekly aggregates")?;
-    if marked > 0 {
-        tracing::info!(
-            sites = marked,
-            "weekly aggregates start now for sites stored before them; earlier weeks read as days"
-        );
-    }
-    Aggregator::start(table.clone(), sites.clone(), aggregator_config(config)).await.context("starting aggregation")
-}
-
-/// Takes or joins the ingest lease for `pipeline` (alone when no other process ingests).
-async fn start_lease(
-    config: &Config,
-    table: &Table,
-    pipeline: &Arc<Pipeline>,
-    aggregator: &Aggregator,
-) -> Result<IngestLease> {
-    pipeline.set_block_compaction(config.compact_event_blocks);
-    let lease =
-        IngestLease::start(table.clone(), pipeline.clone(), aggregator.run_id(), &hostname(), std::process::id())
-            .await
-            .context("taking the ingest lease")?;
-    tracing::info!(state = ?lease.state(), "ingest lease");
-    Ok(lease)
-}
 
 /// Runs the server until SIGTERM or Ctrl-C, then stops taking requests, flushes and exits.
 pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
@@ -107,10 +45,8 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     drop(engine);
     let metered = table.metered();
     let sites = Arc::new(Sites::new(metered.clone()));
-    let aggregator = start_aggregation(config, &metered, &sites).await?;
-    let pipeline =
-        Arc::new(Pipeline::new(metered.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
-    let lease = start_lease(config, &metered, &pipeline, &aggregator).await?;
+    let Application { aggregator, pipeline, lease, .. } =
+        Application::build(metered.clone(), sites.clone(), Settings::from_config(config)?).await?;
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
     let notifier = (!config.notify.is_empty())
         .then(|| crate::notify::spawn(config.notify.clone(), metered.clone(), sites.clone(), stats.clone()));
@@ -231,13 +167,9 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
 pub async fn demo(config: &Config, options: DemoOptions) -> Result<()> {
     let table = crate::store::open(config).await?;
     let sites = Arc::new(Sites::new(table.clone()));
-    let aggregator = start_aggregation(config, &table, &sites).await?;
-    let pipeline =
-        Arc::new(Pipeline::new(table.clone(), sites.clone(), Arc::new(enricher(config)?), aggregator.clone()));
-    let lease = start_lease(config, &table, &pipeline, &aggregator).await?;
-    let (site, filled) = crate::demo::fill(&sites, &pipeline, &aggregator, options).await?;
-    lease.stop().await.context("giving up the ingest lease")?;
-    aggregator.shutdown().await.context("flushing aggregates")?;
+    let app = Application::build(table, sites.clone(), Settings::from_config(config)?).await?;
+    let (site, filled) = crate::demo::fill(&sites, &app.pipeline, &app.aggregator, options).await?;
+    app.stop().await?;
     println!("site id: {}", site.site_id);
     println!("domain: {}", site.domain);
     if filled {
@@ -525,9 +457,8 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
     if known > 0 {
         eprintln!("… {known} lines imported into the site before; {skipped} of these are among them and skipped");
     }
-    let aggregator = start_aggregation(config, &table, &sites).await?;
-    let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher(config)?), aggregator.clone()));
-    let lease = start_lease(config, &table, &pipeline, &aggregator).await?;
+    let app = Application::build(table.clone(), sites, Settings::from_config(config)?).await?;
+    let (aggregator, pipeline) = (app.aggregator.clone(), app.pipeline.clone());
     let mut refused = parsed.errors;
     let (mut imported, mut dropped) = (0u64, 0u64);
     let total = fresh.len();
@@ -577,8 +508,7 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
         before.fetch_add(size, Ordering::Relaxed);
     }
     eprintln!("{total} events in {:.1} s", started.elapsed().as_secs_f64());
-    lease.stop().await?;
-    aggregator.shutdown().await?;
+    app.stop().await?;
     for (line, error) in refused.reported() {
         eprintln!("line {line}: {error}");
     }
