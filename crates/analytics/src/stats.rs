@@ -186,7 +186,7 @@ pub struct Filter {
     pub op: FilterOp,
     /// The dimension (`visit:source`, `event:page`, …).
     pub dimension: String,
-    /// The values.
+    /// The values (or, for `matches`, the patterns) compared with; one matching is enough.
     pub values: Vec<String>,
 }
 
@@ -209,7 +209,7 @@ impl Filter {
 /// A query, validated by [`Query::new`].
 #[derive(Debug, Clone)]
 pub struct Query {
-    /// The site.
+    /// The id of the site queried.
     pub site_id: String,
     /// Metrics, in answer order.
     pub metrics: Vec<Metric>,
@@ -217,7 +217,7 @@ pub struct Query {
     pub range: DateRange,
     /// Breakdown dimensions: at most one aggregate dimension and at most one `time:*`.
     pub dimensions: Vec<String>,
-    /// Filters.
+    /// Filters; an event or a value is counted only if it passes all of them.
     pub filters: Vec<Filter>,
     /// Ordering: a metric or dimension name and whether descending.
     pub order_by: Vec<(String, bool)>,
@@ -1274,7 +1274,7 @@ pub struct DayItem {
     pub value: String,
     /// Distinct visitors (the item's sketch).
     pub visitors: u64,
-    /// The counters.
+    /// The item's summed counters (page views, events, visits, bounces, durations).
     pub counters: Counters,
 }
 
@@ -1283,7 +1283,7 @@ pub struct DayItem {
 pub struct SessionSummary {
     /// An opaque reference (`{day}.{visitor}.{session}`) that finds the session in one Query.
     pub session_ref: String,
-    /// The visitor id.
+    /// The visitor's id (16 lower-case hex digits), as its events carry it.
     pub visitor_id: String,
     /// First event, epoch ms.
     pub started_at: i64,

@@ -16,7 +16,7 @@ use crate::schema::TableInfo;
 
 /// State shared by the writer thread and the readers.
 pub struct Shared {
-    /// The database.
+    /// The redb database: read transactions for readers, write transactions for the writer only.
     pub db: Database,
     /// Committed table definitions. The writer replaces entries only after a commit.
     pub tables: RwLock<BTreeMap<String, Arc<TableInfo>>>,
