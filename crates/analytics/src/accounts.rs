@@ -81,7 +81,7 @@ pub enum AccountsError {
     /// A stored item does not read back.
     #[error("a stored {entity} is malformed: {message}")]
     Corrupt {
-        /// The entity.
+        /// The name of the schema entity whose item is malformed (`User`, `ShareLink`, …).
         entity: &'static str,
         /// What is wrong.
         message: String,
@@ -688,7 +688,7 @@ impl Role {
 pub struct Member {
     /// The account's e-mail.
     pub email: String,
-    /// The role.
+    /// What the account may do on the site.
     pub role: Role,
     /// Whether a viewer may read visitors' sessions (owners and admins always may).
     pub visitors: bool,

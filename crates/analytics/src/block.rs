@@ -301,7 +301,7 @@ pub struct PrevCounts {
 /// The columns of one block that a reader asked for; the others are empty.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Block {
-    /// The site.
+    /// The site whose events the block holds.
     pub site_id: String,
     /// The UTC day its sessions started.
     pub day: String,

@@ -411,15 +411,15 @@ fn percent_decode(bytes: &[u8]) -> Vec<u8> {
 /// The five `utm_*` campaign parameters of the page URL.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Utm {
-    /// `utm_source`.
+    /// The `utm_source` parameter.
     pub source: Option<String>,
-    /// `utm_medium`.
+    /// The `utm_medium` parameter.
     pub medium: Option<String>,
-    /// `utm_campaign`.
+    /// The `utm_campaign` parameter.
     pub campaign: Option<String>,
-    /// `utm_term`.
+    /// The `utm_term` parameter.
     pub term: Option<String>,
-    /// `utm_content`.
+    /// The `utm_content` parameter.
     pub content: Option<String>,
 }
 
@@ -500,9 +500,9 @@ impl ClickIdKind {
 pub struct QueryParams {
     /// The `utm_*` parameters.
     pub utm: Utm,
-    /// `ref`.
+    /// The `ref` parameter: a source, after `utm_source` and `source` ([`QueryParams::tagged_source`]).
     pub ref_param: Option<String>,
-    /// `source`.
+    /// The `source` parameter: a source, after `utm_source`.
     pub source: Option<String>,
     /// Click identifiers present, in [`ClickIdKind::ALL`] order.
     pub click_ids: Vec<(ClickIdKind, String)>,

@@ -81,7 +81,7 @@ pub enum SitesError {
     /// An item in the table does not read back.
     #[error("a stored {entity} is malformed: {message}")]
     Corrupt {
-        /// The entity.
+        /// The name of the schema entity whose item is malformed (`Site`, `Funnel`, …).
         entity: &'static str,
         /// What is wrong.
         message: String,
@@ -129,7 +129,7 @@ pub struct Site {
     pub weeks_from_ms: i64,
     /// Client ranges whose events are dropped.
     pub excluded_ips: IpRanges,
-    /// Its goals.
+    /// The pages and events that count as its conversions.
     pub goals: Vec<SiteGoal>,
     /// Its saved funnels, oldest first.
     pub funnels: Vec<SiteFunnel>,
@@ -146,7 +146,7 @@ pub struct Site {
 pub struct SiteGoal {
     /// Its id (a ULID).
     pub goal_id: String,
-    /// The goal.
+    /// What completes it: a page visited or an event of a name.
     pub goal: Goal,
     /// For a revenue goal, the ISO 4217 currency its revenue is counted in (upper-case); events
     /// completing it with revenue in another currency add none (Tally converts no currencies).

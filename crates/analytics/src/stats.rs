@@ -186,7 +186,7 @@ pub struct Filter {
     pub op: FilterOp,
     /// The dimension (`visit:source`, `event:page`, …).
     pub dimension: String,
-    /// The values.
+    /// The values (or, for `matches`, the patterns) compared with; one matching is enough.
     pub values: Vec<String>,
 }
 
@@ -209,7 +209,7 @@ impl Filter {
 /// A query, validated by [`Query::new`].
 #[derive(Debug, Clone)]
 pub struct Query {
-    /// The site.
+    /// The id of the site queried.
     pub site_id: String,
     /// Metrics, in answer order.
     pub metrics: Vec<Metric>,
@@ -217,7 +217,7 @@ pub struct Query {
     pub range: DateRange,
     /// Breakdown dimensions: at most one aggregate dimension and at most one `time:*`.
     pub dimensions: Vec<String>,
-    /// Filters.
+    /// Filters; an event or a value is counted only if it passes all of them.
     pub filters: Vec<Filter>,
     /// Ordering: a metric or dimension name and whether descending.
     pub order_by: Vec<(String, bool)>,
@@ -622,108 +622,52 @@ impl Stats {
         Ok(self.all_rows(q).await?.into_iter().skip(q.offset).take(q.limit).collect())
     }
 
-    /// Every row of `q`'s answer, in its order, before pagination.
+    /// Every row of `q`'s answer, in its order, before pagination: planned ([`Stats::plan`]),
+    /// read ([`Stats::read_plan`]), then made rows ([`rows`]).
     pub(crate) async fn all_rows(&self, q: &Query) -> Result<Vec<Row>, StatsError> {
+        let plan = self.plan(q).await?;
+        let read = self.read_plan(q, &plan).await?;
+        Ok(rows(q, &plan, read))
+    }
+
+    /// Works out how `q` is answered, reading nothing but the site's settings: which dimension
+    /// is read, from its aggregate items or from the raw events, over which buckets.
+    async fn plan(&self, q: &Query) -> Result<Plan, StatsError> {
         let (zone, weeks_from) = self.zone_and_weeks(&q.site_id).await?;
-        let (start, end) = zone.bounds_ms(&q.range).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let bounds = zone.bounds_ms(&q.range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let time = q.dimensions.iter().find_map(|d| time_unit(d));
         let breakdown = q.dimensions.iter().find(|d| time_unit(d).is_none()).cloned();
-        let filtered: BTreeSet<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
-        // The aggregate path reads one dimension's items; filters on any other dimension need
-        // the raw events (`raw`), filtered event by event and aggregated in memory.
-        // Visit metrics under an event filter describe the visits with a matching event, which
-        // only the raw events tell.
         let session_metrics = q.metrics.iter().any(|m| m.is_session_metric());
-        let event_filtered = filtered.iter().any(|d| d.starts_with("event:"));
-        let (mut source, mut raw) = match (&breakdown, filtered.len()) {
-            (Some(b), _) if filtered.iter().all(|f| f == b) => (b.clone(), false),
-            (None, 0) => (TOTAL.to_owned(), false),
-            (None, 1) if !(session_metrics && event_filtered) => {
-                (filtered.iter().next().map(|s| (*s).to_owned()).unwrap_or_default(), false)
-            }
-            (Some(b), _) => (b.clone(), true),
-            (None, _) => (TOTAL.to_owned(), true),
-        };
-        // Region, city, screen size and language keep no item for visits without a value, which
-        // a negated filter on them must count: the raw events have them.
-        if q.filters
-            .iter()
-            .any(|f| f.op.is_negated() && crate::stored::SPARSE_VISIT_DIMENSIONS.contains(&f.dimension.as_str()))
-        {
-            source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
-            raw = true;
-        }
+        let (mut source, mut raw) = source_of(q, breakdown.as_deref(), session_metrics);
         if session_metrics && source.starts_with("event:") {
             return Err(StatsError::Invalid(format!(
                 "session metrics cannot be combined with an event dimension ({source}) as the breakdown"
             )));
         }
-        // Which buckets: hours for an hourly series, days for the other series, the fewest
-        // month/day/hour buckets otherwise.
-        // A series reads one bucket per hour or day: at most `MAX_QUERY_BUCKETS`, counted
-        // before any is kept, so no range can make a query build millions of them.
-        let series = |unit: Unit, period: Period| -> Result<Vec<(Period, Bucket)>, StatsError> {
-            let b = zone.buckets(unit, start, end).map_err(|e| StatsError::Invalid(e.to_string()))?;
-            let b: Vec<(Period, Bucket)> = b.take(MAX_QUERY_BUCKETS + 1).map(|b| (period, b)).collect();
-            if b.len() > MAX_QUERY_BUCKETS {
-                return Err(StatsError::Invalid(format!(
-                    "this series would read more than {MAX_QUERY_BUCKETS} {}s; choose a shorter date_range or a \
-                     coarser time dimension",
-                    unit.as_str()
-                )));
-            }
-            Ok(b)
-        };
-        let wanted: Vec<(Period, Bucket)> = match time {
-            Some(Unit::Hour) => series(Unit::Hour, Period::Hour)?,
-            Some(_) => series(Unit::Day, Period::Day)?,
-            None => zone
-                .cover_with_weeks_from(start, end, weeks_from)
-                .map_err(|e| StatsError::Invalid(e.to_string()))?
-                .into_iter()
-                .map(|b| (Period::of_unit(b.unit()), b))
-                .collect(),
-        };
+        let wanted = wanted_buckets(&zone, time, bounds, weeks_from)?;
         // Hour items are stored for a few dimensions only: an hourly series or a part-day range
         // of any other is answered from the raw events (as far back as the site keeps them).
         if wanted.iter().any(|(p, _)| *p == Period::Hour) && !HOUR_DIMENSIONS.contains(&source.as_str()) {
             source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
             raw = true;
         }
-        let label_of = |b: &Bucket| -> String { time.map(|unit| time_label(&zone, unit, b)).unwrap_or_default() };
-        let raw_sums = if raw {
-            let partitions = self.check_raw(&q.site_id, (start, end)).await?;
-            // Raw events count straight into the output labels: one group per label.
-            let mut labels: Vec<String> = Vec::new();
-            let mut buckets: Vec<(i64, i64, u32)> = Vec::with_capacity(wanted.len());
-            for (_, b) in &wanted {
-                let label = label_of(b);
-                let group = match labels.iter().position(|l| *l == label) {
-                    Some(g) => g,
-                    None => {
-                        labels.push(label);
-                        labels.len() - 1
-                    }
-                };
-                buckets.push((b.start_ms(), b.end_ms(), group as u32));
-            }
-            buckets.sort_unstable();
-            // Visit counters only for the metrics made of them (and the exit page's visitors,
-            // which are its visits).
-            let visits = session_metrics || source == "visit:exit_page";
-            Some((self.raw_sums(&q.site_id, partitions, &q.filters, &source, visits, buckets).await?, labels))
-        } else {
-            None
-        };
+        Ok(Plan { zone, bounds, time, breakdown, source, raw, session_metrics, wanted })
+    }
+
+    /// Reads what `plan` needs: the sums of its source by (time label, value), the visitors of
+    /// each label when conversion rates divide by them, and the imported history asked for.
+    async fn read_plan(&self, q: &Query, plan: &Plan) -> Result<Read, StatsError> {
+        let label_of = |b: &Bucket| plan.label(b);
+        let raw_sums = if plan.raw { Some(self.read_raw(q, plan).await?) } else { None };
         let groups = match &raw_sums {
-            Some((sums, labels)) => sums.labelled(&source, labels),
-            None => self.gather(&q.site_id, &source, &wanted, &label_of).await?,
+            Some((sums, labels)) => sums.labelled(&plan.source, labels),
+            None => self.gather(&q.site_id, &plan.source, &plan.wanted, &label_of).await?,
         };
         // Conversion rates divide by all of the range's visitors.
         let total_visitors = if q.metrics.contains(&Metric::ConversionRate) {
             let totals = match &raw_sums {
                 Some((sums, labels)) => sums.labelled(TOTAL, labels),
-                None => self.gather(&q.site_id, TOTAL, &wanted, &label_of).await?,
+                None => self.gather(&q.site_id, TOTAL, &plan.wanted, &label_of).await?,
             };
             let mut by_label: HashMap<String, VisitorSketch> = HashMap::new();
             for ((label, _), sum) in totals {
@@ -733,59 +677,41 @@ impl Stats {
         } else {
             HashMap::new()
         };
-        // Rows: (time label, breakdown value) → sum, with filters applied to the source's values.
-        let mut rows: BTreeMap<(String, String), Sum> = BTreeMap::new();
-        for ((label, value), sum) in groups {
-            if !raw
-                && source != TOTAL
-                && !q.filters.iter().all(|f| f.accepts(&display_value(&source, &value).unwrap_or_default()))
-            {
-                continue;
-            }
-            let shown = if breakdown.is_some() {
-                match display_value(&source, &value) {
-                    Some(v) => v,
-                    None => continue,
-                }
-            } else {
-                String::new()
-            };
-            let entry = rows.entry((label, shown)).or_default();
-            entry.counters.add(&sum.counters);
-            entry.sketch.merge(&sum.sketch);
-        }
         // Imported history, when asked for, on the aggregate path only: it holds daily counts per
         // dimension, so neither filters on another dimension nor an hourly series can use it.
-        let mut imported_visitors: HashMap<(String, String), i64> = HashMap::new();
-        if q.include_imports && !raw && time != Some(Unit::Hour) {
-            let days = crate::imported::read(&self.table, &q.site_id, &source, &q.range)
+        let imported = if q.include_imports && !plan.raw && plan.time != Some(Unit::Hour) {
+            crate::imported::read(&self.table, &q.site_id, &plan.source, &q.range)
                 .await
-                .map_err(|e| StatsError::Corrupt(e.to_string()))?;
-            for (date, value, counts) in days {
-                if source != TOTAL && !q.filters.iter().all(|f| f.accepts(&value)) {
-                    continue;
+                .map_err(|e| StatsError::Corrupt(e.to_string()))?
+        } else {
+            Vec::new()
+        };
+        Ok(Read { groups, total_visitors, imported })
+    }
+
+    /// The raw events' sums for `plan`, counted straight into its output labels (one group per
+    /// label), and those labels.
+    async fn read_raw(&self, q: &Query, plan: &Plan) -> Result<(scan::Sums, Vec<String>), StatsError> {
+        let partitions = self.check_raw(&q.site_id, plan.bounds).await?;
+        let mut labels: Vec<String> = Vec::new();
+        let mut buckets: Vec<(i64, i64, u32)> = Vec::with_capacity(plan.wanted.len());
+        for (_, b) in &plan.wanted {
+            let label = plan.label(b);
+            let group = match labels.iter().position(|l| *l == label) {
+                Some(g) => g,
+                None => {
+                    labels.push(label);
+                    labels.len() - 1
                 }
-                let Ok(day) = zone.bucket_by_label(Unit::Day, &date.to_string()) else { continue };
-                let key = (label_of(&day), if breakdown.is_some() { value } else { String::new() });
-                rows.entry(key.clone()).or_default().counters.add(&counts.counters);
-                *imported_visitors.entry(key).or_default() += counts.visitors;
-            }
+            };
+            buckets.push((b.start_ms(), b.end_ms(), group as u32));
         }
-        if rows.is_empty() && breakdown.is_none() && time.is_none() {
-            rows.insert((String::new(), String::new()), Sum::default());
-        }
-        let mut out: Vec<Row> = rows
-            .into_iter()
-            .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
-            .map(|((label, value), s)| {
-                let all = total_visitors.get(&label).copied().unwrap_or(0);
-                let imported =
-                    imported_visitors.get(&(label.clone(), value.clone())).copied().unwrap_or(0).max(0) as u64;
-                row_of(q, &source, &label, &value, &s, all, imported)
-            })
-            .collect();
-        order(&mut out, q);
-        Ok(out)
+        buckets.sort_unstable();
+        // Visit counters only for the metrics made of them (and the exit page's visitors,
+        // which are its visits).
+        let visits = plan.session_metrics || plan.source == "visit:exit_page";
+        let sums = self.raw_sums(&q.site_id, partitions, &q.filters, &plan.source, visits, buckets).await?;
+        Ok((sums, labels))
     }
 
     /// Answers `q` over the last 30 minutes before `now_ms` (its `range` is not read), from the
@@ -872,6 +798,159 @@ impl Stats {
         };
         Ok(realtime_of(this_minute, items(TOTAL), items("event:page")))
     }
+}
+
+/// How a query is answered ([`Stats::plan`]).
+struct Plan {
+    /// The site's time zone, which labels the buckets.
+    zone: SiteZone,
+    /// The range's start and end, epoch milliseconds.
+    bounds: (i64, i64),
+    /// The unit of the query's time dimension, if it has one.
+    time: Option<Unit>,
+    /// The query's breakdown dimension, if it has one.
+    breakdown: Option<String>,
+    /// The dimension read: the breakdown, the one filtered, or the site totals ([`TOTAL`]).
+    source: String,
+    /// Whether the raw events are read rather than `source`'s aggregate items.
+    raw: bool,
+    /// Whether a metric is made of visit counters.
+    session_metrics: bool,
+    /// The buckets read, each with the period of its items.
+    wanted: Vec<(Period, Bucket)>,
+}
+
+impl Plan {
+    /// A bucket's output label: its time dimension's value, or nothing without one.
+    fn label(&self, b: &Bucket) -> String {
+        self.time.map(|unit| time_label(&self.zone, unit, b)).unwrap_or_default()
+    }
+}
+
+/// What [`Stats::read_plan`] read.
+struct Read {
+    /// The source's sums by (time label, value).
+    groups: BTreeMap<(String, String), Sum>,
+    /// Every visitor of each time label, for conversion rates (empty when none is asked for).
+    total_visitors: HashMap<String, u64>,
+    /// Imported days of the source: (date, value, counts).
+    imported: Vec<(crate::period::Date, String, crate::imported::ImportedCounts)>,
+}
+
+/// The dimension a query reads, and whether from the raw events.
+///
+/// The aggregate path reads one dimension's items; filters on any other dimension need the raw
+/// events, filtered event by event and aggregated in memory. Visit metrics under an event filter
+/// describe the visits with a matching event, which only the raw events tell.
+fn source_of(q: &Query, breakdown: Option<&str>, session_metrics: bool) -> (String, bool) {
+    let filtered: BTreeSet<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
+    let event_filtered = filtered.iter().any(|d| d.starts_with("event:"));
+    let (mut source, mut raw) = match (breakdown, filtered.len()) {
+        (Some(b), _) if filtered.iter().all(|f| *f == b) => (b.to_owned(), false),
+        (None, 0) => (TOTAL.to_owned(), false),
+        (None, 1) if !(session_metrics && event_filtered) => {
+            (filtered.iter().next().map(|s| (*s).to_owned()).unwrap_or_default(), false)
+        }
+        (Some(b), _) => (b.to_owned(), true),
+        (None, _) => (TOTAL.to_owned(), true),
+    };
+    // Region, city, screen size and language keep no item for visits without a value, which
+    // a negated filter on them must count: the raw events have them.
+    if q.filters
+        .iter()
+        .any(|f| f.op.is_negated() && crate::stored::SPARSE_VISIT_DIMENSIONS.contains(&f.dimension.as_str()))
+    {
+        source = breakdown.map_or_else(|| TOTAL.to_owned(), str::to_owned);
+        raw = true;
+    }
+    (source, raw)
+}
+
+/// Which buckets a query reads: hours for an hourly series, days for the other series, the
+/// fewest month/week/day/hour buckets otherwise.
+///
+/// A series reads one bucket per hour or day: at most `MAX_QUERY_BUCKETS`, counted before any is
+/// kept, so no range can make a query build millions of them.
+fn wanted_buckets(
+    zone: &SiteZone,
+    time: Option<Unit>,
+    (start, end): (i64, i64),
+    weeks_from: i64,
+) -> Result<Vec<(Period, Bucket)>, StatsError> {
+    let series = |unit: Unit, period: Period| -> Result<Vec<(Period, Bucket)>, StatsError> {
+        let b = zone.buckets(unit, start, end).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let b: Vec<(Period, Bucket)> = b.take(MAX_QUERY_BUCKETS + 1).map(|b| (period, b)).collect();
+        if b.len() > MAX_QUERY_BUCKETS {
+            return Err(StatsError::Invalid(format!(
+                "this series would read more than {MAX_QUERY_BUCKETS} {}s; choose a shorter date_range or a \
+                 coarser time dimension",
+                unit.as_str()
+            )));
+        }
+        Ok(b)
+    };
+    Ok(match time {
+        Some(Unit::Hour) => series(Unit::Hour, Period::Hour)?,
+        Some(_) => series(Unit::Day, Period::Day)?,
+        None => zone
+            .cover_with_weeks_from(start, end, weeks_from)
+            .map_err(|e| StatsError::Invalid(e.to_string()))?
+            .into_iter()
+            .map(|b| (Period::of_unit(b.unit()), b))
+            .collect(),
+    })
+}
+
+/// The rows of a query from what was read for its plan, in its order, before pagination: the
+/// source's values the filters accept (shown as the breakdown's values), with the imported
+/// history added, and the query's metrics of each.
+fn rows(q: &Query, plan: &Plan, read: Read) -> Vec<Row> {
+    let Plan { source, breakdown, raw, time, .. } = plan;
+    // Rows: (time label, breakdown value) → sum, with filters applied to the source's values.
+    let mut rows: BTreeMap<(String, String), Sum> = BTreeMap::new();
+    for ((label, value), sum) in read.groups {
+        if !raw
+            && source != TOTAL
+            && !q.filters.iter().all(|f| f.accepts(&display_value(source, &value).unwrap_or_default()))
+        {
+            continue;
+        }
+        let shown = if breakdown.is_some() {
+            match display_value(source, &value) {
+                Some(v) => v,
+                None => continue,
+            }
+        } else {
+            String::new()
+        };
+        let entry = rows.entry((label, shown)).or_default();
+        entry.counters.add(&sum.counters);
+        entry.sketch.merge(&sum.sketch);
+    }
+    let mut imported_visitors: HashMap<(String, String), i64> = HashMap::new();
+    for (date, value, counts) in read.imported {
+        if source != TOTAL && !q.filters.iter().all(|f| f.accepts(&value)) {
+            continue;
+        }
+        let Ok(day) = plan.zone.bucket_by_label(Unit::Day, &date.to_string()) else { continue };
+        let key = (plan.label(&day), if breakdown.is_some() { value } else { String::new() });
+        rows.entry(key.clone()).or_default().counters.add(&counts.counters);
+        *imported_visitors.entry(key).or_default() += counts.visitors;
+    }
+    if rows.is_empty() && breakdown.is_none() && time.is_none() {
+        rows.insert((String::new(), String::new()), Sum::default());
+    }
+    let mut out: Vec<Row> = rows
+        .into_iter()
+        .filter(|(_, s)| breakdown.is_none() || !s.counters.is_zero() || !s.sketch.is_empty())
+        .map(|((label, value), s)| {
+            let all = read.total_visitors.get(&label).copied().unwrap_or(0);
+            let imported = imported_visitors.get(&(label.clone(), value.clone())).copied().unwrap_or(0).max(0) as u64;
+            row_of(q, source, &label, &value, &s, all, imported)
+        })
+        .collect();
+    order(&mut out, q);
+    out
 }
 
 /// One row of an answer: `q`'s metrics of `s`, the sum of `source`'s items for (`label`,
@@ -1195,7 +1274,7 @@ pub struct DayItem {
     pub value: String,
     /// Distinct visitors (the item's sketch).
     pub visitors: u64,
-    /// The counters.
+    /// The item's summed counters (page views, events, visits, bounces, durations).
     pub counters: Counters,
 }
 
@@ -1204,7 +1283,7 @@ pub struct DayItem {
 pub struct SessionSummary {
     /// An opaque reference (`{day}.{visitor}.{session}`) that finds the session in one Query.
     pub session_ref: String,
-    /// The visitor id.
+    /// The visitor's id (16 lower-case hex digits), as its events carry it.
     pub visitor_id: String,
     /// First event, epoch ms.
     pub started_at: i64,

@@ -26,7 +26,7 @@ use crate::period::Unit;
 /// kept to read such a store once, when it is converted.)
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoredEvent {
-    /// The site.
+    /// The id of the site the event was sent to: part of the partition key.
     pub site_id: String,
     /// The UTC day (`YYYY-MM-DD`) the session started: part of the partition key.
     pub day: String,
@@ -77,15 +77,15 @@ pub struct VisitAttrs {
     pub source: String,
     /// Referrer as `host/path`; empty when none.
     pub referrer: String,
-    /// `utm_source`.
+    /// The page URL's `utm_source` parameter; empty when absent (so are the other four).
     pub utm_source: String,
-    /// `utm_medium`.
+    /// The page URL's `utm_medium` parameter.
     pub utm_medium: String,
-    /// `utm_campaign`.
+    /// The page URL's `utm_campaign` parameter.
     pub utm_campaign: String,
-    /// `utm_content`.
+    /// The page URL's `utm_content` parameter.
     pub utm_content: String,
-    /// `utm_term`.
+    /// The page URL's `utm_term` parameter.
     pub utm_term: String,
     /// ISO 3166-1 alpha-2 country; empty when unknown.
     pub country: String,
@@ -388,7 +388,7 @@ impl Counters {
 /// with an `AggKeyRef` without allocating (ingestion does this for every delta of every event).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AggKey {
-    /// The site.
+    /// The id of the site counted.
     pub site_id: String,
     /// Its granularity.
     pub period: Period,
@@ -423,15 +423,15 @@ impl std::hash::Hash for AggKey {
 /// An [`AggKey`] borrowed from an event: same fields, same hash, no allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AggKeyRef<'a> {
-    /// The site.
+    /// [`AggKey::site_id`].
     pub site_id: &'a str,
-    /// Its granularity.
+    /// [`AggKey::period`].
     pub period: Period,
-    /// The dimension.
+    /// [`AggKey::dimension`].
     pub dimension: &'a str,
-    /// The bucket label.
+    /// [`AggKey::bucket`].
     pub bucket: &'a str,
-    /// The value.
+    /// [`AggKey::value`].
     pub value: &'a str,
 }
 

@@ -314,7 +314,8 @@ fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: D
     ))
 }
 
-/// Runs the bench and prints its figures.
+/// Runs the bench and prints its figures: ingestion in process, a dashboard's latency and read
+/// units, optionally ingestion over HTTP, and the costs as JSON if asked.
 pub async fn run(options: &BenchOptions) -> Result<()> {
     let s = setup_ingesters(options.flush_interval, options.compact_event_blocks, options.ingesters).await?;
     eprintln!(
@@ -323,6 +324,72 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         options.concurrency,
         options.ingesters.max(1)
     );
+    let ingested = ingest_in_process(&s, options).await?;
+    print_ingestion(&s, &ingested).await?;
+
+    // A dashboard: a 30-day overview with its daily series and six breakdowns.
+    let stats = Arc::new(Stats::new(s.table.clone(), s.sites.clone()));
+    let site = s.sites.by_domain(DOMAINS[0]).await?.context("the bench site")?;
+    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
+    let range = analytics::period::RangeSpec::ThirtyDays.resolve(today, None)?;
+    let queries = dashboard_queries(&site, range)?;
+    if options.per_query {
+        time_each_query(&stats, &site, range, &queries).await?;
+    }
+    let read_per_dashboard = time_dashboards(&stats, &s, &site, today, &queries, options).await?;
+
+    if options.http {
+        ingest_over_http(options).await?;
+    }
+    s.aggregator.shutdown().await?;
+
+    if let Some(path) = &options.output {
+        write_costs(path, options, &ingested, read_per_dashboard)?;
+    }
+    Ok(())
+}
+
+/// What ingesting the synthetic events in process measured.
+struct Ingested {
+    /// Events generated.
+    total: u64,
+    /// Events the pipelines accepted.
+    accepted: u64,
+    /// Events they dropped (bots).
+    dropped: u64,
+    /// From the first event to the last one ingested.
+    ingest_elapsed: Duration,
+    /// The same, and the final flush.
+    all_elapsed: Duration,
+    /// The CPU line of ingestion ([`cpu_line`]).
+    cpu: Option<String>,
+    /// The largest flush lag sampled while ingesting, in ms.
+    max_lag_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Units the table's meter saw while ingesting: raw events, runs, salts, session and site
+    /// lookups (flushes measure theirs on a meter of their own, in `aggregation`).
+    capacity: model::Capacity,
+    /// Small event blocks merged after ingesting.
+    compacted: usize,
+    /// The aggregators' counters once everything was flushed (both ingesters' with two).
+    aggregation: analytics::aggregate::AggregatorStats,
+}
+
+impl Ingested {
+    /// Write units per accepted event: the table's and the flushes'.
+    fn write_per_event(&self) -> f64 {
+        (self.capacity.write_units + self.aggregation.flush_write_units) / self.accepted as f64
+    }
+
+    /// Read units per accepted event.
+    fn read_per_event(&self) -> f64 {
+        self.capacity.read_units / self.accepted as f64
+    }
+}
+
+/// Ingests the synthetic events through the pipelines directly, drawn from one generator by
+/// `options.concurrency` tasks, sampling how far dashboards lag, then flushes (and compacts, as a
+/// running server would have). Fails when no event was accepted.
+async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested> {
     // In process: the pipeline directly, events drawn from one generator by many tasks.
     let events: Vec<_> = synth(options.events, options.days).take(options.events as usize).collect();
     let total = events.len() as u64;
@@ -390,17 +457,33 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     if accepted == 0 {
         bail!("no event was accepted");
     }
-    // Flushes measure their own units on a meter of their own; the table's meter saw the rest
-    // (raw events, runs, salts, session and site lookups).
-    let mut a = s.aggregator.stats();
+    let mut aggregation = s.aggregator.stats();
     if let Some(second) = &s.second {
         let b = second.aggregator.stats();
-        a.flush_write_units += b.flush_write_units;
-        a.items_written += b.items_written;
-        a.epochs_flushed += b.epochs_flushed;
+        aggregation.flush_write_units += b.flush_write_units;
+        aggregation.items_written += b.items_written;
+        aggregation.epochs_flushed += b.epochs_flushed;
     }
-    let write_per_event = (ingest_capacity.write_units + a.flush_write_units) / accepted as f64;
-    let read_per_event = ingest_capacity.read_units / accepted as f64;
+    Ok(Ingested {
+        total,
+        accepted,
+        dropped,
+        ingest_elapsed,
+        all_elapsed,
+        cpu,
+        max_lag_ms,
+        capacity: ingest_capacity,
+        compacted,
+        aggregation,
+    })
+}
+
+/// Prints what ingestion measured: rates, CPU, write and read units per event, aggregation, the
+/// dashboard lag, event blocks, disk and item sizes.
+async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
+    let Ingested { total, accepted, dropped, ingest_elapsed, all_elapsed, compacted, .. } = *ingested;
+    let (ingest_capacity, a) = (&ingested.capacity, &ingested.aggregation);
+    let (write_per_event, read_per_event) = (ingested.write_per_event(), ingested.read_per_event());
     println!("events: {total} generated, {accepted} accepted, {dropped} dropped (bots)");
     println!(
         "in process: {:.0} events/s ingested ({:.2} s), {:.0} events/s including the final flush",
@@ -408,7 +491,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         ingest_elapsed.as_secs_f64(),
         rate(accepted, all_elapsed)
     );
-    if let Some(line) = cpu {
+    if let Some(line) = &ingested.cpu {
         println!("{line}");
     }
     println!(
@@ -424,7 +507,7 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     );
     println!(
         "dashboard lag behind ingestion: at most {:.1} s (oldest unflushed event, sampled every 100 ms)",
-        max_lag_ms.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1000.0
+        ingested.max_lag_ms.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1000.0
     );
     println!("read units per event: {read_per_event:.3} (session and salt lookups missing the cache)");
     let blocks = s.pipeline.block_counters();
@@ -459,12 +542,11 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    Ok(())
+}
 
-    // A dashboard: a 30-day overview with its daily series and six breakdowns.
-    let stats = Arc::new(Stats::new(s.table.clone(), s.sites.clone()));
-    let site = s.sites.by_domain(DOMAINS[0]).await?.context("the bench site")?;
-    let today = site.zone.date_of(jiff::Timestamp::now().as_millisecond())?;
-    let range = analytics::period::RangeSpec::ThirtyDays.resolve(today, None)?;
+/// The dashboard's queries over `range`: the overview, its daily series and six breakdowns.
+fn dashboard_queries(site: &analytics::sites::Site, range: analytics::period::DateRange) -> Result<Vec<Query>> {
     let overview = [
         Metric::Visitors,
         Metric::Visits,
@@ -474,99 +556,100 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         Metric::VisitDuration,
     ];
     let mut queries = vec![
-        Query::new(site.site_id.clone(), overview.to_vec(), range, vec![], vec![], vec![], 10_000, 0)?,
-        Query::new(
-            site.site_id.clone(),
-            vec![Metric::Visitors, Metric::Pageviews],
-            range,
-            vec!["time:day".into()],
-            vec![],
-            vec![],
-            10_000,
-            0,
-        )?,
+        query_by(site, &overview, range, None, 10_000)?,
+        query_by(site, &[Metric::Visitors, Metric::Pageviews], range, Some("time:day"), 10_000)?,
     ];
     for dimension in ["event:page", "visit:source", "visit:country", "visit:device", "visit:browser", "visit:os"] {
-        queries.push(Query::new(
-            site.site_id.clone(),
-            vec![Metric::Visitors],
-            range,
-            vec![dimension.into()],
-            vec![],
-            vec![],
-            10,
-            0,
-        )?);
+        queries.push(query_by(site, &[Metric::Visitors], range, Some(dimension), 10)?);
     }
-    if options.per_query {
-        // Every panel tab of the dashboard, not only the six the dashboard opens with: each is
-        // read from aggregates (budget 50 ms at 1 M events).
-        let mut tabs = queries.clone();
-        for dimension in [
-            "visit:entry_page",
-            "visit:exit_page",
-            "visit:referrer",
-            "visit:utm_source",
-            "visit:utm_medium",
-            "visit:utm_campaign",
-            "visit:region",
-            "visit:city",
-            "visit:browser_version",
-            "visit:os_version",
-            "visit:screen",
-            "visit:language",
-            "event:goal",
-            "event:name",
-        ] {
-            tabs.push(Query::new(
-                site.site_id.clone(),
-                vec![Metric::Visitors],
-                range,
-                vec![dimension.into()],
-                vec![],
-                vec![],
-                10,
-                0,
-            )?);
-        }
-        // The Locations map asks for every country.
-        tabs.push(Query::new(
-            site.site_id.clone(),
-            vec![Metric::Visitors, Metric::Visits],
-            range,
-            vec!["visit:country".into()],
-            vec![],
-            vec![],
-            300,
-            0,
-        )?);
-        for q in &tabs {
-            let t = Instant::now();
-            for _ in 0..20 {
-                stats.query(q).await?;
-            }
-            let name = q.dimensions.first().map_or("overview", String::as_str);
-            let name = if q.limit == 300 { "visit:country (map, every country)" } else { name };
-            println!("  query {name}: {:.2} ms alone (mean of 20)", t.elapsed().as_secs_f64() * 1000.0 / 20.0);
-        }
-        // The goals panel's revenue is read from event blocks (budget 200 ms at 1 M events).
-        let goals: Vec<analytics::stats::RevenueGoal> = site
-            .goals
-            .iter()
-            .filter_map(|g| {
-                Some(analytics::stats::RevenueGoal { goal: g.goal.display_name(), currency: g.currency.clone()? })
-            })
-            .collect();
-        let (wall, cpu) = timed(5, || stats.revenue(&site.site_id, &range, &[], &goals)).await?;
-        let revenue = stats.revenue(&site.site_id, &range, &[], &goals).await?;
-        let total = revenue.first().map(|r| format!("{} {} over {} events", r.total, r.currency, r.events));
-        println!(
-            "  goals revenue (blocks), 30 days: {:.1} ms, {:.1} ms CPU (medians of 5); {}",
-            ms(wall),
-            ms(cpu),
-            total.unwrap_or_default()
-        );
+    Ok(queries)
+}
+
+/// A query of `site`'s `metrics` over `range`, by `dimension` (none: the totals), unfiltered,
+/// at most `limit` rows.
+fn query_by(
+    site: &analytics::sites::Site,
+    metrics: &[Metric],
+    range: analytics::period::DateRange,
+    dimension: Option<&str>,
+    limit: usize,
+) -> Result<Query> {
+    let dimensions = dimension.map(String::from).into_iter().collect();
+    Ok(Query::new(site.site_id.clone(), metrics.to_vec(), range, dimensions, vec![], vec![], limit, 0)?)
+}
+
+/// Times every panel tab of the dashboard alone (mean of 20), and the goals panel's revenue.
+async fn time_each_query(
+    stats: &Arc<Stats>,
+    site: &analytics::sites::Site,
+    range: analytics::period::DateRange,
+    queries: &[Query],
+) -> Result<()> {
+    // Every panel tab of the dashboard, not only the six the dashboard opens with: each is
+    // read from aggregates (budget 50 ms at 1 M events).
+    let mut tabs = queries.to_vec();
+    for dimension in [
+        "visit:entry_page",
+        "visit:exit_page",
+        "visit:referrer",
+        "visit:utm_source",
+        "visit:utm_medium",
+        "visit:utm_campaign",
+        "visit:region",
+        "visit:city",
+        "visit:browser_version",
+        "visit:os_version",
+        "visit:screen",
+        "visit:language",
+        "event:goal",
+        "event:name",
+    ] {
+        tabs.push(query_by(site, &[Metric::Visitors], range, Some(dimension), 10)?);
     }
+    // The Locations map asks for every country.
+    tabs.push(query_by(site, &[Metric::Visitors, Metric::Visits], range, Some("visit:country"), 300)?);
+    for q in &tabs {
+        let t = Instant::now();
+        for _ in 0..20 {
+            stats.query(q).await?;
+        }
+        let name = q.dimensions.first().map_or("overview", String::as_str);
+        let name = if q.limit == 300 { "visit:country (map, every country)" } else { name };
+        println!("  query {name}: {:.2} ms alone (mean of 20)", t.elapsed().as_secs_f64() * 1000.0 / 20.0);
+    }
+    // The goals panel's revenue is read from event blocks (budget 200 ms at 1 M events).
+    let goals: Vec<analytics::stats::RevenueGoal> = site
+        .goals
+        .iter()
+        .filter_map(|g| {
+            Some(analytics::stats::RevenueGoal { goal: g.goal.display_name(), currency: g.currency.clone()? })
+        })
+        .collect();
+    let (wall, cpu) = timed(5, || stats.revenue(&site.site_id, &range, &[], &goals)).await?;
+    let revenue = stats.revenue(&site.site_id, &range, &[], &goals).await?;
+    let total = revenue.first().map(|r| format!("{} {} over {} events", r.total, r.currency, r.events));
+    println!(
+        "  goals revenue (blocks), 30 days: {:.1} ms, {:.1} ms CPU (medians of 5); {}",
+        ms(wall),
+        ms(cpu),
+        total.unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// Times `options.dashboards` dashboards (the queries going out together, as the dashboard page
+/// sends them), asks the questions no aggregate holds ([`raw_queries`]) over 30 days and, with a
+/// year of traffic, over 12 months, prints the latency percentiles and returns the read units per
+/// dashboard.
+async fn time_dashboards(
+    stats: &Arc<Stats>,
+    s: &Setup,
+    site: &analytics::sites::Site,
+    today: jiff::civil::Date,
+    queries: &[Query],
+    options: &BenchOptions,
+) -> Result<f64> {
+    let range = analytics::period::RangeSpec::ThirtyDays.resolve(today, None)?;
     let mut latencies = Vec::new();
     s.table.reset_capacity();
     for _ in 0..options.dashboards.max(1) {
@@ -583,10 +666,10 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         latencies.push(t.elapsed());
     }
     let dashboard_capacity = s.table.reset_capacity();
-    raw_queries(&stats, &s.table, &site, range, "30 days").await?;
+    raw_queries(stats, &s.table, site, range, "30 days").await?;
     if options.days >= 365 {
         let year = analytics::period::RangeSpec::TwelveMonths.resolve(today, None)?;
-        raw_queries(&stats, &s.table, &site, year, "12 months").await?;
+        raw_queries(stats, &s.table, site, year, "12 months").await?;
     }
     let read_per_dashboard = dashboard_capacity.read_units / options.dashboards.max(1) as f64;
     println!(
@@ -594,59 +677,66 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
         load::percentile(&latencies, 50.0).as_secs_f64() * 1000.0,
         load::percentile(&latencies, 99.0).as_secs_f64() * 1000.0,
     );
+    Ok(read_per_dashboard)
+}
 
-    if options.http {
-        let h = setup(options.flush_interval, options.compact_event_blocks).await?;
-        let state = server::AppState::new(h.pipeline.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(server::serve(listener, server::router(state)));
-        let requests: Vec<_> = synth(options.events, options.days)
-            .take(options.events as usize)
-            .map(|e| load::plausible_request(&e))
-            .collect();
-        let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(|n| eprintln!("… {n} requests"));
-        let cpu_before = process_cpu_seconds();
-        let result = load::post_all(addr, requests, options.concurrency, progress).await?;
-        let cpu = cpu_line(
-            "CPU over HTTP, the load generator's included",
-            "request",
-            cpu_before,
-            result.accepted,
-            result.elapsed,
-        );
-        println!(
-            "over HTTP (keep-alive, {} connections): {:.0} requests/s ({} in {:.2} s)",
-            options.concurrency,
-            rate(result.accepted, result.elapsed),
-            result.accepted,
-            result.elapsed.as_secs_f64()
-        );
-        if let Some(line) = cpu {
-            println!("{line}");
-        }
-        h.aggregator.shutdown().await?;
+/// Ingests the synthetic events again, into a store of their own, over HTTP through Tally's
+/// router with keep-alive connections, and prints the rate and CPU.
+async fn ingest_over_http(options: &BenchOptions) -> Result<()> {
+    let h = setup(options.flush_interval, options.compact_event_blocks).await?;
+    let state = server::AppState::new(h.pipeline.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(server::serve(listener, server::router(state)));
+    let requests: Vec<_> = synth(options.events, options.days)
+        .take(options.events as usize)
+        .map(|e| load::plausible_request(&e))
+        .collect();
+    let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(|n| eprintln!("… {n} requests"));
+    let cpu_before = process_cpu_seconds();
+    let result = load::post_all(addr, requests, options.concurrency, progress).await?;
+    let cpu = cpu_line(
+        "CPU over HTTP, the load generator's included",
+        "request",
+        cpu_before,
+        result.accepted,
+        result.elapsed,
+    );
+    println!(
+        "over HTTP (keep-alive, {} connections): {:.0} requests/s ({} in {:.2} s)",
+        options.concurrency,
+        rate(result.accepted, result.elapsed),
+        result.accepted,
+        result.elapsed.as_secs_f64()
+    );
+    if let Some(line) = cpu {
+        println!("{line}");
     }
-    s.aggregator.shutdown().await?;
-    if let Some(second) = &s.second {
-        second.aggregator.shutdown().await?;
-    }
+    h.aggregator.shutdown().await?;
+    Ok(())
+}
 
-    if let Some(path) = &options.output {
-        let costs = Costs {
-            source: String::new(),
-            write_units_per_event: write_per_event,
-            read_units_per_event: read_per_event,
-            read_units_per_dashboard: read_per_dashboard,
-            raw_bytes_per_event: 700.0,
-            aggregate_bytes_per_site_day: 400_000.0,
-            // The synthetic traffic spreads over the bench's sites.
-            events_per_site_flush: Some(accepted as f64 / a.epochs_flushed.max(1) as f64 / DOMAINS.len() as f64),
-            flush_interval_s: Some(options.flush_interval.as_secs_f64()),
-            write_units_per_aggregate_item: Some(a.flush_write_units / a.items_written.max(1) as f64),
-        };
-        std::fs::write(path, serde_json::to_string_pretty(&costs)?)?;
-        eprintln!("costs written to {}", path.display());
-    }
+/// Writes the measured costs to `path` as JSON, for `tally capacity --from-bench`.
+fn write_costs(
+    path: &std::path::Path,
+    options: &BenchOptions,
+    ingested: &Ingested,
+    read_per_dashboard: f64,
+) -> Result<()> {
+    let (accepted, a) = (ingested.accepted, &ingested.aggregation);
+    let costs = Costs {
+        source: String::new(),
+        write_units_per_event: ingested.write_per_event(),
+        read_units_per_event: ingested.read_per_event(),
+        read_units_per_dashboard: read_per_dashboard,
+        raw_bytes_per_event: 700.0,
+        aggregate_bytes_per_site_day: 400_000.0,
+        // The synthetic traffic spreads over the bench's sites.
+        events_per_site_flush: Some(accepted as f64 / a.epochs_flushed.max(1) as f64 / DOMAINS.len() as f64),
+        flush_interval_s: Some(options.flush_interval.as_secs_f64()),
+        write_units_per_aggregate_item: Some(a.flush_write_units / a.items_written.max(1) as f64),
+    };
+    std::fs::write(path, serde_json::to_string_pretty(&costs)?)?;
+    eprintln!("costs written to {}", path.display());
     Ok(())
 }

@@ -474,6 +474,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Runs one command: loads the configuration, then hands the command to the function or module
+/// that carries it out. A failed `aggregate --verify` exits with failure.
 fn run(cli: Cli) -> Result<std::process::ExitCode> {
     let config = Config::load(cli.config.as_deref(), cli.settings, |name| std::env::var(name).ok())?;
     match cli.command {
@@ -488,31 +490,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             }
             runtime()?.block_on(serve::demo(&config, demo::DemoOptions { days, events_per_day }))?;
         }
-        Command::Site { what } => runtime()?.block_on(async {
-            match what {
-                SiteCommand::Add { domain, timezone } => serve::site_add(&config, &domain, &timezone).await,
-                SiteCommand::List => serve::site_list(&config).await,
-                SiteCommand::Update {
-                    site,
-                    timezone,
-                    retention_event_days,
-                    retention_hourly_days,
-                    retention_daily_days,
-                    exclude_ip,
-                    no_excluded_ips,
-                } => {
-                    let changes = analytics::sites::SiteChanges {
-                        timezone,
-                        retention_event_days,
-                        retention_hourly_days,
-                        retention_daily_days,
-                        excluded_ip_ranges: (no_excluded_ips || !exclude_ip.is_empty()).then_some(exclude_ip),
-                    };
-                    serve::site_update(&config, &site, &changes).await
-                }
-                SiteCommand::Remove { site } => serve::site_remove(&config, &site).await,
-            }
-        })?,
+        Command::Site { what } => runtime()?.block_on(site(&config, what))?,
         Command::Goal { what: GoalCommand::Add { site, page, event, currency } } => {
             runtime()?.block_on(serve::goal_add(
                 &config,
@@ -522,31 +500,9 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 currency.as_deref(),
             ))?;
         }
-        Command::Key { what } => runtime()?.block_on(async {
-            match what {
-                KeyCommand::Create { site, name, scopes } => serve::key_create(&config, &site, &name, &scopes).await,
-                KeyCommand::List { site } => serve::key_list(&config, &site).await,
-                KeyCommand::Revoke { site, key_id } => serve::key_revoke(&config, &site, &key_id).await,
-            }
-        })?,
-        Command::User { what } => runtime()?.block_on(async {
-            match what {
-                UserCommand::Add { email } => users::add(&config, &email).await,
-                UserCommand::List => users::list(&config).await,
-                UserCommand::Remove { email } => users::remove(&config, &email).await,
-                UserCommand::Password { email } => users::password(&config, &email).await,
-                UserCommand::SignOut { email } => users::sign_out(&config, &email).await,
-            }
-        })?,
-        Command::Share { what } => runtime()?.block_on(async {
-            match what {
-                ShareCommand::Create { site, name, password } => {
-                    users::share_create(&config, &site, &name, password).await
-                }
-                ShareCommand::List { site } => users::share_list(&config, &site).await,
-                ShareCommand::Revoke { site, share_id } => users::share_revoke(&config, &site, &share_id).await,
-            }
-        })?,
+        Command::Key { what } => runtime()?.block_on(key(&config, what))?,
+        Command::User { what } => runtime()?.block_on(user(&config, what))?,
+        Command::Share { what } => runtime()?.block_on(share(&config, what))?,
         Command::Export { range, aggregates, format, output } => {
             let options = export::ExportOptions {
                 site: &range.site,
@@ -590,29 +546,10 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Backup { dir } => runtime()?.block_on(backup::backup(&config, &dir))?,
         Command::Restore { backup } => backup::restore(&config, &backup)?,
         Command::Report { site, every, to } => runtime()?.block_on(serve::report(&config, &site, &every, &to))?,
-        Command::Health { addr } => {
-            let addr = addr.unwrap_or(config.listen);
-            let asked = runtime()?.block_on(async {
-                let ask = async {
-                    let mut c = http::Connection::connect(addr).await?;
-                    c.request("GET", "/health", &[], b"").await
-                };
-                tokio::time::timeout(std::time::Duration::from_secs(5), ask).await
-            });
-            match asked {
-                Ok(Ok(r)) if r.status == 200 => println!("healthy: {addr}"),
-                Ok(Ok(r)) => anyhow::bail!("unhealthy: {addr} answered {}", r.status),
-                Ok(Err(e)) => anyhow::bail!("unhealthy: {e:#}"),
-                Err(_) => anyhow::bail!("unhealthy: {addr} did not answer within 5 s"),
-            }
-        }
+        Command::Health { addr } => health(addr.unwrap_or(config.listen))?,
         Command::Config => print!("{}", config.to_toml()),
         Command::Schema { what } => schema(what, &config)?,
         Command::Capacity { events_per_day, dashboards_per_day, sites, raw_retention_days, from_bench } => {
-            let costs = match from_bench {
-                Some(path) => capacity::Costs::from_file(&path)?,
-                None => capacity::Costs::built_in(),
-            };
             let traffic = capacity::Traffic {
                 events_per_day,
                 dashboards_per_day,
@@ -620,10 +557,96 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 raw_retention_days,
                 aggregate_days: 365.0,
             };
-            print!("{}", capacity::report(&costs, &traffic));
+            capacity_report(from_bench, &traffic)?;
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `tally site …`.
+async fn site(config: &Config, what: SiteCommand) -> Result<()> {
+    match what {
+        SiteCommand::Add { domain, timezone } => serve::site_add(config, &domain, &timezone).await,
+        SiteCommand::List => serve::site_list(config).await,
+        SiteCommand::Update {
+            site,
+            timezone,
+            retention_event_days,
+            retention_hourly_days,
+            retention_daily_days,
+            exclude_ip,
+            no_excluded_ips,
+        } => {
+            let changes = analytics::sites::SiteChanges {
+                timezone,
+                retention_event_days,
+                retention_hourly_days,
+                retention_daily_days,
+                excluded_ip_ranges: (no_excluded_ips || !exclude_ip.is_empty()).then_some(exclude_ip),
+            };
+            serve::site_update(config, &site, &changes).await
+        }
+        SiteCommand::Remove { site } => serve::site_remove(config, &site).await,
+    }
+}
+
+/// `tally key …`.
+async fn key(config: &Config, what: KeyCommand) -> Result<()> {
+    match what {
+        KeyCommand::Create { site, name, scopes } => serve::key_create(config, &site, &name, &scopes).await,
+        KeyCommand::List { site } => serve::key_list(config, &site).await,
+        KeyCommand::Revoke { site, key_id } => serve::key_revoke(config, &site, &key_id).await,
+    }
+}
+
+/// `tally user …`.
+async fn user(config: &Config, what: UserCommand) -> Result<()> {
+    match what {
+        UserCommand::Add { email } => users::add(config, &email).await,
+        UserCommand::List => users::list(config).await,
+        UserCommand::Remove { email } => users::remove(config, &email).await,
+        UserCommand::Password { email } => users::password(config, &email).await,
+        UserCommand::SignOut { email } => users::sign_out(config, &email).await,
+    }
+}
+
+/// `tally share …`.
+async fn share(config: &Config, what: ShareCommand) -> Result<()> {
+    match what {
+        ShareCommand::Create { site, name, password } => users::share_create(config, &site, &name, password).await,
+        ShareCommand::List { site } => users::share_list(config, &site).await,
+        ShareCommand::Revoke { site, share_id } => users::share_revoke(config, &site, &share_id).await,
+    }
+}
+
+/// `tally health`: asks the server at `addr` for `/health`, waiting at most 5 s, and fails
+/// unless it answers 200.
+fn health(addr: std::net::SocketAddr) -> Result<()> {
+    let asked = runtime()?.block_on(async {
+        let ask = async {
+            let mut c = http::Connection::connect(addr).await?;
+            c.request("GET", "/health", &[], b"").await
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), ask).await
+    });
+    match asked {
+        Ok(Ok(r)) if r.status == 200 => println!("healthy: {addr}"),
+        Ok(Ok(r)) => anyhow::bail!("unhealthy: {addr} answered {}", r.status),
+        Ok(Err(e)) => anyhow::bail!("unhealthy: {e:#}"),
+        Err(_) => anyhow::bail!("unhealthy: {addr} did not answer within 5 s"),
+    }
+    Ok(())
+}
+
+/// `tally capacity`: prints what `traffic` costs, at the costs measured by a `tally bench
+/// --output` file (`from_bench`) or the built-in ones.
+fn capacity_report(from_bench: Option<PathBuf>, traffic: &capacity::Traffic) -> Result<()> {
+    let costs = match from_bench {
+        Some(path) => capacity::Costs::from_file(&path)?,
+        None => capacity::Costs::built_in(),
+    };
+    print!("{}", capacity::report(&costs, traffic));
+    Ok(())
 }
 
 /// A multi-threaded runtime for one command.

@@ -17,8 +17,7 @@ use std::path::Path;
 use redb::{ReadableDatabase, ReadableTable, TableHandle};
 use store::{Result, StoreError};
 
-use crate::db::{self, internal};
-use crate::journal;
+use crate::layout::{self, OpError, internal};
 use crate::private;
 use crate::{FILE_NAME, load_definitions};
 
@@ -59,11 +58,11 @@ fn check_empty_target(dir: &Path, what: &str) -> Result<()> {
 }
 
 /// Copies every redb table of `snapshot` into a new database at `path`.
-fn copy_tables(snapshot: &redb::ReadTransaction, path: &Path) -> std::result::Result<BackupSummary, db::OpError> {
-    private::create_file(path).map_err(|e| db::OpError::Fatal(format!("cannot create {}: {e}", path.display())))?;
+fn copy_tables(snapshot: &redb::ReadTransaction, path: &Path) -> std::result::Result<BackupSummary, OpError> {
+    private::create_file(path).map_err(|e| OpError::Fatal(format!("cannot create {}: {e}", path.display())))?;
     let target = redb::Database::builder()
         .create(path)
-        .map_err(|e| db::OpError::Fatal(format!("cannot create {}: {e}", path.display())))?;
+        .map_err(|e| OpError::Fatal(format!("cannot create {}: {e}", path.display())))?;
     let mut summary = BackupSummary::default();
     let mut txn = target.begin_write()?;
     txn.set_durability(redb::Durability::None)?;
@@ -100,23 +99,23 @@ fn copy_tables(snapshot: &redb::ReadTransaction, path: &Path) -> std::result::Re
                 }
             }};
         }
-        if name == db::META.name() {
-            copy!(db::META);
-        } else if name == db::TTL.name() {
-            copy!(db::TTL);
-        } else if name == db::TOKENS.name() {
-            copy!(db::TOKENS);
-        } else if name == db::TOKEN_TIMES.name() {
-            copy!(db::TOKEN_TIMES);
-        } else if name == journal::APPLIED.name() {
-            copy!(journal::APPLIED);
+        if name == layout::META.name() {
+            copy!(layout::META);
+        } else if name == layout::TTL.name() {
+            copy!(layout::TTL);
+        } else if name == layout::TOKENS.name() {
+            copy!(layout::TOKENS);
+        } else if name == layout::TOKEN_TIMES.name() {
+            copy!(layout::TOKEN_TIMES);
+        } else if name == layout::APPLIED.name() {
+            copy!(layout::APPLIED);
         } else if name.starts_with("t/") || name.starts_with("i/") {
             if name.starts_with("t/") {
                 summary.tables += 1;
             }
-            copy!(db::bytes_table(&name));
+            copy!(layout::bytes_table(&name));
         } else {
-            return Err(db::OpError::Fatal(format!("the store holds a redb table this version does not know: {name}")));
+            return Err(OpError::Fatal(format!("the store holds a redb table this version does not know: {name}")));
         }
     }
     txn.set_durability(redb::Durability::Immediate)?;
@@ -124,13 +123,6 @@ fn copy_tables(snapshot: &redb::ReadTransaction, path: &Path) -> std::result::Re
     drop(target);
     summary.bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     Ok(summary)
-}
-
-fn op_error(e: db::OpError) -> StoreError {
-    match e {
-        db::OpError::Store(e) => e,
-        db::OpError::Fatal(e) => internal(e),
-    }
 }
 
 /// Renames `creating` to `FILE_NAME` in `dir` and makes the rename durable.
@@ -155,7 +147,7 @@ impl crate::EmbeddedStore {
         let creating = dir.join(format!("{FILE_NAME}.creating"));
         let summary = copy_tables(&snapshot, &creating).map_err(|e| {
             let _ = std::fs::remove_file(&creating);
-            op_error(e)
+            StoreError::from(e)
         })?;
         drop(snapshot);
         put_in_place(&creating, dir)?;
@@ -182,7 +174,7 @@ pub fn restore(backup: &Path, target: &Path) -> Result<BackupSummary> {
     let original = redb::ReadOnlyDatabase::open(&source)
         .map_err(|e| StoreError::Validation(format!("{} is not a readable Tally backup: {e}", source.display())))?;
     let snapshot = original.begin_read().map_err(internal)?;
-    let has_definitions = snapshot.list_tables().map_err(internal)?.any(|h| h.name() == db::META.name());
+    let has_definitions = snapshot.list_tables().map_err(internal)?.any(|h| h.name() == layout::META.name());
     if !has_definitions {
         return Err(StoreError::Validation(format!(
             "{} is a redb file but not a Tally store (no table definitions)",
@@ -191,12 +183,12 @@ pub fn restore(backup: &Path, target: &Path) -> Result<BackupSummary> {
     }
     private::create_dir(target).map_err(|e| internal(format!("cannot create {}: {e}", target.display())))?;
     let creating = target.join(format!("{FILE_NAME}.creating"));
-    let result = copy_tables(&snapshot, &creating).map_err(op_error).and_then(|summary| {
+    let result = copy_tables(&snapshot, &creating).map_err(StoreError::from).and_then(|summary| {
         // Every definition must decode before the copy becomes a store.
         let db = redb::Database::builder()
             .create(&creating)
             .map_err(|e| internal(format!("cannot reopen {}: {e}", creating.display())))?;
-        load_definitions(&db).map_err(op_error)?;
+        load_definitions(&db)?;
         Ok(summary)
     });
     let summary = match result {

@@ -68,7 +68,7 @@ impl Units {
         self
     }
 
-    /// The total.
+    /// The units of the table and every index together.
     pub fn total(&self) -> f64 {
         self.table + self.global.values().sum::<f64>() + self.local.values().sum::<f64>()
     }

@@ -1,38 +1,22 @@
-//! The on-disk layout: redb tables, the state shared by readers and the writer, and the one
-//! function through which every item write passes (base item, index entries, TTL index).
+//! The state shared by readers and the writer, and the one function through which every item
+//! write passes (base item, index entries, TTL index). The redb tables themselves are laid out
+//! in `crate::layout`; each write is recorded as an effect through `crate::effects`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use redb::{Database, ReadableTable};
-use store::{AttributeValue, Item, StoreError, item_size};
+use store::{Item, StoreError, item_size};
 
 use crate::capacity::{Units, write_units};
 use crate::codec;
-use crate::journal::{On, Tx};
-use crate::keys;
+use crate::effects::{On, Tx};
+use crate::layout::{OpError, ttl_key};
 use crate::schema::TableInfo;
-
-/// A redb table of encoded keys to encoded values.
-pub type BytesTable<'a> = redb::TableDefinition<'a, &'static [u8], &'static [u8]>;
-
-/// Table definitions: DynamoDB table name to encoded [`store::TableDefinition`].
-pub const META: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("sys/tables");
-/// The TTL index: `expiry (u64 BE) ‖ enc(table name) ‖ base key` to nothing.
-pub const TTL: redb::TableDefinition<&[u8], ()> = redb::TableDefinition::new("sys/ttl");
-/// Transaction idempotency tokens: token to `time (u64 BE) ‖ request fingerprint (u64 BE)`.
-pub const TOKENS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("sys/tokens");
-/// Tokens by age, for purging: `time (u64 BE) ‖ token` to nothing.
-pub const TOKEN_TIMES: redb::TableDefinition<&[u8], ()> = redb::TableDefinition::new("sys/token-times");
-
-/// The redb table definition of a base or index table.
-pub fn bytes_table(name: &str) -> BytesTable<'_> {
-    redb::TableDefinition::new(name)
-}
 
 /// State shared by the writer thread and the readers.
 pub struct Shared {
-    /// The database.
+    /// The redb database: read transactions for readers, write transactions for the writer only.
     pub db: Database,
     /// Committed table definitions. The writer replaces entries only after a commit.
     pub tables: RwLock<BTreeMap<String, Arc<TableInfo>>>,
@@ -46,77 +30,12 @@ impl Shared {
     }
 }
 
-/// An error inside the writer: either an answer for the caller (nothing was written), or a
-/// storage failure that aborts the whole group commit.
-#[derive(Debug)]
-pub enum OpError {
-    /// The operation failed as DynamoDB would fail it; it wrote nothing.
-    Store(StoreError),
-    /// redb failed, or stored data is corrupt; the transaction must be discarded.
-    Fatal(String),
-}
-
-impl From<StoreError> for OpError {
-    fn from(e: StoreError) -> Self {
-        OpError::Store(e)
-    }
-}
-
-macro_rules! fatal_from {
-    ($($t:ty),*) => {$(
-        impl From<$t> for OpError {
-            fn from(e: $t) -> Self {
-                OpError::Fatal(e.to_string())
-            }
-        }
-    )*};
-}
-fatal_from!(
-    redb::StorageError,
-    redb::TableError,
-    redb::TransactionError,
-    redb::CommitError,
-    redb::SetDurabilityError,
-    redb::Error,
-    codec::CorruptData
-);
-
-impl std::fmt::Display for codec::CorruptData {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "corrupt data: {}", self.0)
-    }
-}
-
-/// Maps a redb error met while reading to the caller's error.
-pub fn internal(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Internal(e.to_string())
-}
-
 /// Reads an item by encoded key inside the write transaction.
 pub fn load(txn: &Tx, info: &TableInfo, key: &[u8]) -> Result<Option<Item>, OpError> {
     txn.tables().items(&info.redb_name, |table| match table.get(key)? {
         Some(v) => Ok(Some(codec::decode_item(v.value())?)),
         None => Ok(None),
     })
-}
-
-/// The TTL index key of an item.
-pub fn ttl_key(table: &str, expiry: u64, base_key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + table.len() + 2 + base_key.len());
-    k.extend_from_slice(&expiry.to_be_bytes());
-    keys::encode_value(&mut k, &AttributeValue::S(table.to_string()));
-    k.extend_from_slice(base_key);
-    k
-}
-
-/// Splits a TTL index key into expiry, table name and base key.
-pub fn parse_ttl_key(k: &[u8]) -> Option<(u64, String, &[u8])> {
-    let (expiry, mut rest) = k.split_first_chunk::<8>()?;
-    let table = match keys::decode_value(&mut rest, store::ScalarType::S).ok()? {
-        AttributeValue::S(s) => s,
-        _ => return None,
-    };
-    Some((u64::from_be_bytes(*expiry), table, rest))
 }
 
 /// Replaces the item at `key` (`old` is what is there now) by `new` (`None` deletes it),
@@ -215,18 +134,4 @@ fn write_secondary(
         }
     }
     Ok(units)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttl_keys_round_trip_and_sort_by_expiry() {
-        let a = ttl_key("t\0x", 5, b"\x01key");
-        let (e, t, k) = parse_ttl_key(&a).unwrap();
-        assert_eq!((e, t.as_str(), k), (5, "t\0x", &b"\x01key"[..]));
-        assert!(ttl_key("zzz", 4, b"k") < ttl_key("aaa", 5, b"k"));
-        assert!(parse_ttl_key(b"short").is_none());
-    }
 }

@@ -39,9 +39,11 @@ mod codec;
 #[cfg(test)]
 mod crash_images;
 mod db;
+mod effects;
 mod expr;
 mod journal;
 pub mod keys;
+mod layout;
 mod read;
 mod schema;
 mod writer;
@@ -60,14 +62,14 @@ use store::{
     PutItem, Query, QueryOutput, Result, Scan, Store, StoreError, TableDefinition, TableDescription, TransactGetItems,
     TransactGetItemsOutput, TransactWriteItems, TransactWriteItemsOutput, UpdateItem, WriteOutput,
 };
-use tokio::sync::oneshot;
 
 pub use crate::backup::{BackupSummary, restore};
-use crate::db::{Shared, internal};
+use crate::db::Shared;
 use crate::journal::JournalFile;
+use crate::layout::{OpError, internal};
 use crate::schema::TableInfo;
 pub use crate::writer::Checkpoint;
-use crate::writer::{Job, Reply, WriteOp, Writer};
+use crate::writer::{Job, Reply, Swept, Writer};
 
 /// The database file inside the store's directory.
 const FILE_NAME: &str = "tally.redb";
@@ -190,12 +192,8 @@ impl EmbeddedStore {
         path: PathBuf,
         options: Options,
     ) -> Result<EmbeddedStore> {
-        let op_error = |e| match e {
-            db::OpError::Store(e) => e,
-            db::OpError::Fatal(e) => internal(e),
-        };
-        let tables = load_definitions(&db).map_err(op_error)?;
-        let recovered = journal::recover(&db, journal).map_err(op_error)?;
+        let tables = load_definitions(&db)?;
+        let recovered = journal::recover(&db, journal)?;
         let shared = Arc::new(Shared { db, tables: RwLock::new(tables) });
         let (tx, rx) = mpsc::channel();
         let writer = Writer::new(shared.clone(), recovered.journal, recovered.seq, options.checkpoint);
@@ -240,22 +238,19 @@ impl EmbeddedStore {
     pub async fn sweep_expired(&self, now_epoch_secs: u64) -> Result<usize> {
         let mut deleted = 0;
         loop {
-            match self.submit(WriteOp::Sweep { now: now_epoch_secs }).await? {
-                Reply::Swept { deleted: d, more } => {
-                    deleted += d;
-                    if !more {
-                        return Ok(deleted);
-                    }
-                }
-                _ => return Err(internal("unexpected reply to a sweep")),
+            let swept = self.submit(|reply| Job::Sweep { now: now_epoch_secs, reply }).await?;
+            deleted += swept.deleted;
+            if !swept.more {
+                return Ok(deleted);
             }
         }
     }
 
-    async fn submit(&self, op: WriteOp) -> Result<Reply> {
-        let (reply, answer) = oneshot::channel();
+    /// Queues the job `job` builds around its reply and waits for the answer.
+    async fn submit<T>(&self, job: impl FnOnce(Reply<T>) -> Job) -> Result<T> {
+        let (reply, answer) = Reply::channel();
         let writer = self.writer.as_ref().ok_or_else(|| internal("the store is closed"))?;
-        writer.send(Job { op, reply }).map_err(|_| internal("the writer thread has stopped"))?;
+        writer.send(job(reply)).map_err(|_| internal("the writer thread has stopped"))?;
         answer.await.map_err(|_| internal("the writer thread stopped before answering"))?
     }
 }
@@ -289,10 +284,7 @@ fn create_atomically(builder: &redb::Builder, dir: &Path, path: &Path) -> Result
     {
         let db =
             builder.create(&creating).map_err(|e| internal(format!("cannot create {}: {e}", creating.display())))?;
-        load_definitions(&db).map_err(|e| match e {
-            db::OpError::Store(e) => e,
-            db::OpError::Fatal(e) => internal(e),
-        })?;
+        load_definitions(&db)?;
     }
     std::fs::rename(&creating, path).map_err(|e| io("rename", e))?;
     // The rename is durable only once the directory itself is synced.
@@ -349,19 +341,19 @@ pub(crate) mod private {
     }
 }
 
-fn load_definitions(db: &redb::Database) -> std::result::Result<BTreeMap<String, Arc<TableInfo>>, db::OpError> {
+fn load_definitions(db: &redb::Database) -> std::result::Result<BTreeMap<String, Arc<TableInfo>>, OpError> {
     let txn = db.begin_write()?;
     let mut tables = BTreeMap::new();
     {
-        let meta = txn.open_table(db::META)?;
+        let meta = txn.open_table(layout::META)?;
         for entry in meta.iter()? {
             let (name, bytes) = entry?;
             let def = codec::decode_definition(bytes.value())?;
             tables.insert(name.value().to_string(), Arc::new(TableInfo::new(def)));
         }
-        txn.open_table(db::TTL)?;
-        txn.open_table(db::TOKENS)?;
-        txn.open_table(db::TOKEN_TIMES)?;
+        txn.open_table(layout::TTL)?;
+        txn.open_table(layout::TOKENS)?;
+        txn.open_table(layout::TOKEN_TIMES)?;
     }
     txn.commit()?;
     Ok(tables)
@@ -376,12 +368,12 @@ fn sweeper(writer: mpsc::Sender<Job>, stop: mpsc::Receiver<()>, interval: Durati
         }
         let now = writer::now_secs();
         loop {
-            let (reply, answer) = oneshot::channel();
-            if writer.send(Job { op: WriteOp::Sweep { now }, reply }).is_err() {
+            let (reply, answer) = Reply::channel();
+            if writer.send(Job::Sweep { now, reply }).is_err() {
                 return;
             }
             match answer.blocking_recv() {
-                Ok(Ok(Reply::Swept { more: true, .. })) => continue,
+                Ok(Ok(Swept { more: true, .. })) => continue,
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "TTL sweep failed");
                     break;
@@ -392,24 +384,14 @@ fn sweeper(writer: mpsc::Sender<Job>, stop: mpsc::Receiver<()>, interval: Durati
     }
 }
 
-fn unexpected() -> StoreError {
-    internal("the writer answered with the wrong kind of reply")
-}
-
 #[async_trait]
 impl Store for EmbeddedStore {
     async fn create_table(&self, definition: TableDefinition) -> Result<TableDescription> {
-        match self.submit(WriteOp::CreateTable(definition)).await? {
-            Reply::Table(d) => Ok(d),
-            _ => Err(unexpected()),
-        }
+        self.submit(|reply| Job::CreateTable(definition, reply)).await
     }
 
     async fn delete_table(&self, name: &str) -> Result<TableDescription> {
-        match self.submit(WriteOp::DeleteTable(name.to_string())).await? {
-            Reply::Table(d) => Ok(d),
-            _ => Err(unexpected()),
-        }
+        self.submit(|reply| Job::DeleteTable(name.to_string(), reply)).await
     }
 
     async fn describe_table(&self, name: &str) -> Result<TableDescription> {
@@ -428,25 +410,16 @@ impl Store for EmbeddedStore {
         // Expressions are parsed here, on the caller's task, leaving the writer thread only
         // the work that needs the table's state.
         let condition = writer::put_expressions(&request)?;
-        match self.submit(WriteOp::Put(request, condition)).await? {
-            Reply::Write(w) => Ok(w),
-            _ => Err(unexpected()),
-        }
+        self.submit(|reply| Job::Put(request, condition, reply)).await
     }
 
     async fn update_item(&self, request: UpdateItem) -> Result<WriteOutput> {
         let (update, condition) = writer::update_expressions(&request)?;
-        match self.submit(WriteOp::Update(request, update, condition)).await? {
-            Reply::Write(w) => Ok(w),
-            _ => Err(unexpected()),
-        }
+        self.submit(|reply| Job::Update(request, update, condition, reply)).await
     }
 
     async fn delete_item(&self, request: DeleteItem) -> Result<WriteOutput> {
-        match self.submit(WriteOp::Delete(request)).await? {
-            Reply::Write(w) => Ok(w),
-            _ => Err(unexpected()),
-        }
+        self.submit(|reply| Job::Delete(request, reply)).await
     }
 
     async fn query(&self, request: Query) -> Result<QueryOutput> {
@@ -462,10 +435,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn batch_write_item(&self, request: BatchWriteItem) -> Result<BatchWriteItemOutput> {
-        match self.submit(WriteOp::Batch(request)).await? {
-            Reply::Batch(b) => Ok(b),
-            _ => Err(unexpected()),
-        }
+        self.submit(|reply| Job::Batch(request, reply)).await
     }
 
     async fn transact_get_items(&self, request: TransactGetItems) -> Result<TransactGetItemsOutput> {
@@ -473,9 +443,6 @@ impl Store for EmbeddedStore {
     }
 
     async fn transact_write_items(&self, request: TransactWriteItems) -> Result<TransactWriteItemsOutput> {
-        match self.submit(WriteOp::Transact(request)).await? {
-            Reply::Transact(t) => Ok(t),
-            _ => Err(unexpected()),
-        }
+        self.submit(|reply| Job::Transact(request, reply)).await
     }
 }

@@ -16,9 +16,10 @@ use store::{
 
 use crate::capacity::{Kind, PerTable, Units, read_units};
 use crate::codec;
-use crate::db::{Shared, bytes_table, internal};
+use crate::db::Shared;
 use crate::expr::{Condition, ExprContext, KeyCondition, Projection, SortCondition};
 use crate::keys::{self, KeyRange};
+use crate::layout::{bytes_table, internal};
 use crate::schema::{IndexInfo, IndexKind, TableInfo};
 
 fn begin(shared: &Shared) -> Result<ReadTransaction> {

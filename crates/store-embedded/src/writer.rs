@@ -28,9 +28,11 @@ use tokio::sync::oneshot;
 
 use crate::capacity::{Kind, PerTable, Units, read_units, write_units};
 use crate::codec;
-use crate::db::{self, META, OpError, Shared, TOKEN_TIMES, TOKENS, bytes_table, load, replace_item, store_item};
+use crate::db::{Shared, load, replace_item, store_item};
+use crate::effects::{On, Tx};
 use crate::expr::{Condition, ExprContext, Projection, Update};
-use crate::journal::{self, Journal, On, Tx};
+use crate::journal::{self, Journal};
+use crate::layout::{self, META, OpError, TOKEN_TIMES, TOKENS, bytes_table};
 use crate::schema::{self, TableInfo};
 
 /// Most operations applied in one group commit; bounds the transaction and the latency of
@@ -39,54 +41,105 @@ const MAX_GROUP: usize = 512;
 /// Most expired items one sweep operation deletes, so a sweep never holds the writer long.
 pub const SWEEP_BATCH: usize = 1000;
 
-/// A write operation for the writer thread.
-pub enum WriteOp {
+/// A write operation for the writer thread, with the [`Reply`] its typed answer goes to.
+pub enum Job {
     /// `CreateTable`.
-    CreateTable(TableDefinition),
+    CreateTable(TableDefinition, Reply<TableDescription>),
     /// `DeleteTable`.
-    DeleteTable(String),
+    DeleteTable(String, Reply<TableDescription>),
     /// `PutItem`, with its condition already parsed by the caller ([`put_expressions`]).
-    Put(PutItem, Option<Condition>),
+    Put(PutItem, Option<Condition>, Reply<WriteOutput>),
     /// `UpdateItem`, with its expressions already parsed by the caller ([`update_expressions`]).
-    Update(UpdateItem, Update, Option<Condition>),
+    Update(UpdateItem, Update, Option<Condition>, Reply<WriteOutput>),
     /// `DeleteItem`.
-    Delete(DeleteItem),
+    Delete(DeleteItem, Reply<WriteOutput>),
     /// `BatchWriteItem`.
-    Batch(BatchWriteItem),
+    Batch(BatchWriteItem, Reply<BatchWriteItemOutput>),
     /// `TransactWriteItems`.
-    Transact(TransactWriteItems),
+    Transact(TransactWriteItems, Reply<TransactWriteItemsOutput>),
     /// Deletes items that expired before `now` (epoch seconds).
     Sweep {
         /// The time to sweep at.
         now: u64,
+        /// Where the count goes.
+        reply: Reply<Swept>,
     },
 }
 
-/// The answer to a [`WriteOp`].
-pub enum Reply {
-    /// A table's description.
-    Table(TableDescription),
-    /// A single-item write's result.
-    Write(WriteOutput),
-    /// A batch write's result.
-    Batch(BatchWriteItemOutput),
-    /// A transaction's result.
-    Transact(TransactWriteItemsOutput),
-    /// How many items a sweep deleted, and whether more may be due.
-    Swept {
-        /// Items deleted.
-        deleted: usize,
-        /// Whether the sweep stopped at its batch size.
-        more: bool,
-    },
+/// What one sweep did.
+#[derive(Debug)]
+pub struct Swept {
+    /// Items deleted.
+    pub deleted: usize,
+    /// Whether the sweep stopped at its batch size, so more may be due.
+    pub more: bool,
 }
 
-/// A queued write and where to send its answer.
-pub struct Job {
-    /// The operation.
-    pub op: WriteOp,
-    /// The caller waiting for the answer.
-    pub reply: oneshot::Sender<Result<Reply, StoreError>>,
+/// The caller waiting for a job's answer, and that answer while the job's group has yet to
+/// commit.
+pub struct Reply<T> {
+    to: oneshot::Sender<Result<T, StoreError>>,
+    held: Option<Result<T, StoreError>>,
+}
+
+impl<T> Reply<T> {
+    /// A reply and the receiver its answer arrives on.
+    pub fn channel() -> (Reply<T>, oneshot::Receiver<Result<T, StoreError>>) {
+        let (to, answer) = oneshot::channel();
+        (Reply { to, held: None }, answer)
+    }
+
+    /// Keeps the operation's result until its group commits; a storage failure is handed back
+    /// instead, to abort the group.
+    fn hold(&mut self, result: Result<T, OpError>) -> Result<(), String> {
+        self.held = Some(match result {
+            Ok(answer) => Ok(answer),
+            Err(OpError::Store(e)) => Err(e),
+            Err(OpError::Fatal(e)) => return Err(e),
+        });
+        Ok(())
+    }
+
+    /// Answers with the result held (the group committed).
+    fn send(self) {
+        if let Some(result) = self.held {
+            let _ = self.to.send(result);
+        }
+    }
+
+    /// Answers with `error` whatever was held (the group failed).
+    fn fail(self, error: StoreError) {
+        let _ = self.to.send(Err(error));
+    }
+}
+
+impl Job {
+    /// Whether the job creates or deletes a table (which the journal does not record).
+    fn changes_schema(&self) -> bool {
+        matches!(self, Job::CreateTable(..) | Job::DeleteTable(..))
+    }
+
+    /// Answers the caller with the result held (the job's group committed).
+    fn answer(self) {
+        match self {
+            Job::CreateTable(_, reply) | Job::DeleteTable(_, reply) => reply.send(),
+            Job::Put(.., reply) | Job::Update(.., reply) | Job::Delete(_, reply) => reply.send(),
+            Job::Batch(_, reply) => reply.send(),
+            Job::Transact(_, reply) => reply.send(),
+            Job::Sweep { reply, .. } => reply.send(),
+        }
+    }
+
+    /// Answers the caller with `error` (the job's group failed).
+    fn fail(self, error: StoreError) {
+        match self {
+            Job::CreateTable(_, reply) | Job::DeleteTable(_, reply) => reply.fail(error),
+            Job::Put(.., reply) | Job::Update(.., reply) | Job::Delete(_, reply) => reply.fail(error),
+            Job::Batch(_, reply) => reply.fail(error),
+            Job::Transact(_, reply) => reply.fail(error),
+            Job::Sweep { reply, .. } => reply.fail(error),
+        }
+    }
 }
 
 /// The writer's state.
@@ -161,11 +214,11 @@ impl Writer {
         }
     }
 
-    fn run_group(&mut self, jobs: Vec<Job>) {
-        match self.try_group(&jobs) {
-            Ok(results) => {
-                for (job, result) in jobs.into_iter().zip(results) {
-                    let _ = job.reply.send(result);
+    fn run_group(&mut self, mut jobs: Vec<Job>) {
+        match self.try_group(&mut jobs) {
+            Ok(()) => {
+                for job in jobs {
+                    job.answer();
                 }
             }
             Err(fatal) => {
@@ -173,7 +226,7 @@ impl Writer {
                 if jobs.len() == 1 {
                     for job in jobs {
                         tracing::error!(error = %fatal, "write failed");
-                        let _ = job.reply.send(Err(StoreError::Internal(fatal.clone())));
+                        job.fail(StoreError::Internal(fatal.clone()));
                     }
                 } else {
                     // Isolate the failing operation: every other one still gets applied.
@@ -211,28 +264,27 @@ impl Writer {
         self.journal.restart();
     }
 
-    /// Applies the jobs in one transaction and commits it; `Err` means nothing was committed.
+    /// Applies the jobs in one transaction and commits it, each job holding its answer until
+    /// then; `Err` means nothing was committed.
     ///
     /// The group is made durable either by a journal record (synced before redb commits
     /// without an fsync) or, at a checkpoint and for table creation and deletion (which the
     /// journal does not record), by a durable redb commit.
-    fn try_group(&mut self, jobs: &[Job]) -> Result<Vec<Result<Reply, StoreError>>, String> {
+    fn try_group(&mut self, jobs: &mut [Job]) -> Result<(), String> {
         if let Some(failed) = &self.failed {
             return Err(format!("the store must be reopened after an earlier failure: {failed}"));
         }
-        let schema_change = jobs.iter().any(|j| matches!(j.op, WriteOp::CreateTable(_) | WriteOp::DeleteTable(_)));
+        let schema_change = jobs.iter().any(Job::changes_schema);
         let durable = schema_change || self.checkpoint_due();
         let mut txn = self.shared.db.begin_write().map_err(|e| e.to_string())?;
         txn.set_durability(if durable { Durability::Immediate } else { Durability::None })
             .map_err(|e| e.to_string())?;
         let tx = Tx::new(&txn);
-        let mut results = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            let outcome = catch_unwind(AssertUnwindSafe(|| self.apply(&tx, &job.op)));
+        for job in jobs.iter_mut() {
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.apply(&tx, job)));
             match outcome {
-                Ok(Ok(reply)) => results.push(Ok(reply)),
-                Ok(Err(OpError::Store(e))) => results.push(Err(e)),
-                Ok(Err(OpError::Fatal(e))) => return Err(e),
+                Ok(Ok(())) => {}
+                Ok(Err(fatal)) => return Err(fatal),
                 Err(panic) => {
                     let message = panic
                         .downcast_ref::<&str>()
@@ -246,7 +298,7 @@ impl Writer {
         let effects = tx.into_effects();
         if !durable && effects.is_empty() {
             // Nothing was written (every operation failed its condition): nothing to commit.
-            return Ok(results);
+            return Ok(());
         }
         let seq = self.seq + 1;
         journal::set_applied(&txn, seq).map_err(fatal_text)?;
@@ -274,32 +326,34 @@ impl Writer {
         if durable {
             self.emptied();
         }
-        Ok(results)
+        Ok(())
     }
 
     fn info(&self, table: &str) -> Result<Arc<TableInfo>, StoreError> {
         self.defs.get(table).cloned().ok_or_else(|| StoreError::ResourceNotFound("Requested resource not found".into()))
     }
 
-    fn apply(&mut self, txn: &Tx, op: &WriteOp) -> Result<Reply, OpError> {
-        match op {
-            WriteOp::CreateTable(def) => self.create_table(txn, def).map(Reply::Table),
-            WriteOp::DeleteTable(name) => self.delete_table(txn, name).map(Reply::Table),
-            WriteOp::Put(req, condition) => {
-                let parsed = self.plan_put(req, condition.as_ref().map(Held::Borrowed))?;
-                self.single(txn, parsed).map(Reply::Write)
+    /// Applies one job, holding its answer in its [`Reply`]; `Err` is a storage failure that
+    /// aborts the group.
+    fn apply(&mut self, txn: &Tx, job: &mut Job) -> Result<(), String> {
+        match job {
+            Job::CreateTable(def, reply) => reply.hold(self.create_table(txn, def)),
+            Job::DeleteTable(name, reply) => reply.hold(self.delete_table(txn, name)),
+            Job::Put(req, condition, reply) => {
+                let parsed = self.plan_put(req, condition.as_ref().map(Held::Borrowed));
+                reply.hold(parsed.map_err(OpError::from).and_then(|parsed| self.single(txn, parsed)))
             }
-            WriteOp::Update(req, update, condition) => {
-                let parsed = self.plan_update(req, Held::Borrowed(update), condition.as_ref().map(Held::Borrowed))?;
-                self.single(txn, parsed).map(Reply::Write)
+            Job::Update(req, update, condition, reply) => {
+                let parsed = self.plan_update(req, Held::Borrowed(update), condition.as_ref().map(Held::Borrowed));
+                reply.hold(parsed.map_err(OpError::from).and_then(|parsed| self.single(txn, parsed)))
             }
-            WriteOp::Delete(req) => {
-                let parsed = self.parse_delete(req)?;
-                self.single(txn, parsed).map(Reply::Write)
+            Job::Delete(req, reply) => {
+                let parsed = self.parse_delete(req);
+                reply.hold(parsed.map_err(OpError::from).and_then(|parsed| self.single(txn, parsed)))
             }
-            WriteOp::Batch(req) => self.batch(txn, req).map(Reply::Batch),
-            WriteOp::Transact(req) => self.transact(txn, req).map(Reply::Transact),
-            WriteOp::Sweep { now } => self.sweep(txn, *now),
+            Job::Batch(req, reply) => reply.hold(self.batch(txn, req)),
+            Job::Transact(req, reply) => reply.hold(self.transact(txn, req)),
+            Job::Sweep { now, reply } => reply.hold(self.sweep(txn, *now)),
         }
     }
 
@@ -611,7 +665,7 @@ impl Writer {
         Ok(TransactWriteItemsOutput { consumed_capacity: per_table.consumed(Kind::Write) })
     }
 
-    fn sweep(&self, txn: &Tx, now: u64) -> Result<Reply, OpError> {
+    fn sweep(&self, txn: &Tx, now: u64) -> Result<Swept, OpError> {
         // DynamoDB ignores expiry times more than five years in the past.
         let oldest = now.saturating_sub(5 * 365 * 24 * 3600);
         let due: Vec<Vec<u8>> = txn.tables().ttl(|ttl| {
@@ -630,7 +684,7 @@ impl Writer {
         let more = due.len() >= SWEEP_BATCH;
         let mut deleted = 0;
         for k in due {
-            let Some((expiry, table, key)) = db::parse_ttl_key(&k) else {
+            let Some((expiry, table, key)) = layout::parse_ttl_key(&k) else {
                 txn.remove(On::Ttl, &k, false)?;
                 continue;
             };
@@ -651,7 +705,7 @@ impl Writer {
             }
         }
         purge_tokens(txn, now)?;
-        Ok(Reply::Swept { deleted, more })
+        Ok(Swept { deleted, more })
     }
 }
 
@@ -830,12 +884,12 @@ mod tests {
     use super::*;
     use store::{GetItem, KeySchema, ScalarType, item};
 
-    fn job(op: WriteOp) -> (Job, oneshot::Receiver<Result<Reply, StoreError>>) {
-        let (reply, rx) = oneshot::channel();
-        (Job { op, reply }, rx)
+    fn job<T>(op: impl FnOnce(Reply<T>) -> Job) -> (Job, oneshot::Receiver<Result<T, StoreError>>) {
+        let (reply, rx) = Reply::channel();
+        (op(reply), rx)
     }
 
-    fn answer(mut rx: oneshot::Receiver<Result<Reply, StoreError>>) -> Result<Reply, StoreError> {
+    fn answer<T>(mut rx: oneshot::Receiver<Result<T, StoreError>>) -> Result<T, StoreError> {
         rx.try_recv().expect("answered")
     }
 
@@ -855,25 +909,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut writer, shared) = new_writer(dir.path());
         let def = TableDefinition::new("tbl", KeySchema::hash("pk", ScalarType::S)).ttl("ttl");
-        let (create, rx) = job(WriteOp::CreateTable(def.clone()));
+        let (create, rx) = job(|r| Job::CreateTable(def.clone(), r));
         writer.run_group(vec![create]);
         assert!(answer(rx).is_ok());
 
-        let put = |pk: &str, ttl: u64| job(WriteOp::Put(PutItem::new("tbl", item! { "pk" => pk, "ttl" => ttl }), None));
+        let put =
+            |pk: &str, ttl: u64| job(|r| Job::Put(PutItem::new("tbl", item! { "pk" => pk, "ttl" => ttl }), None, r));
         let (old, rx_old) = put("old", 1_000);
-        let (delete, rx_delete) = job(WriteOp::DeleteTable("tbl".into()));
-        let (again, rx_again) = job(WriteOp::CreateTable(def));
+        let (delete, rx_delete) = job(|r| Job::DeleteTable("tbl".into(), r));
+        let (again, rx_again) = job(|r| Job::CreateTable(def, r));
         let (expired, rx_expired) = put("expired", 1_000);
         let (kept, rx_kept) = put("kept", 5_000);
-        let (sweep, rx_sweep) = job(WriteOp::Sweep { now: 2_000 });
+        let (sweep, rx_sweep) = job(|reply| Job::Sweep { now: 2_000, reply });
         let (late, rx_late) = put("late", 5_000);
         let before = writer.seq;
         writer.run_group(vec![old, delete, again, expired, kept, sweep, late]);
         assert_eq!(writer.seq, before + 1, "the group committed as one transaction, not job by job");
-        for rx in [rx_old, rx_delete, rx_again, rx_expired, rx_kept, rx_late] {
-            assert!(answer(rx).is_ok());
-        }
-        assert!(matches!(answer(rx_sweep), Ok(Reply::Swept { deleted: 1, more: false })));
+        assert!(answer(rx_old).is_ok());
+        assert!(answer(rx_delete).is_ok());
+        assert!(answer(rx_again).is_ok());
+        assert!(answer(rx_expired).is_ok());
+        assert!(answer(rx_kept).is_ok());
+        assert!(answer(rx_late).is_ok());
+        assert!(matches!(answer(rx_sweep), Ok(Swept { deleted: 1, more: false })));
         let present = |pk: &str| {
             crate::read::get_item(&shared, GetItem::new("tbl", item! { "pk" => pk })).unwrap().item.is_some()
         };
@@ -895,7 +953,7 @@ mod tests {
         let shared = Arc::new(Shared { db, tables: Default::default() });
         let mut writer = Writer::new(shared.clone(), recovered.journal, recovered.seq, Checkpoint::default());
         let def = TableDefinition::new("tbl", KeySchema::hash("pk", ScalarType::S));
-        let (create, rx) = job(WriteOp::CreateTable(def));
+        let (create, rx) = job(|r| Job::CreateTable(def, r));
         writer.run_group(vec![create]);
         assert!(answer(rx).is_ok());
 
@@ -908,11 +966,11 @@ mod tests {
             .unwrap();
         txn.commit().unwrap();
 
-        let put = |pk: &str| job(WriteOp::Put(PutItem::new("tbl", item! { "pk" => pk }), None));
+        let put = |pk: &str| job(|r| Job::Put(PutItem::new("tbl", item! { "pk" => pk }), None, r));
         let (a, rx_a) = put("a");
         let update = UpdateItem::new("tbl", item! { "pk" => "bad" }, "SET x = :x").value(":x", 1);
         let (expr, condition) = update_expressions(&update).unwrap();
-        let (bad, rx_bad) = job(WriteOp::Update(update, expr, condition));
+        let (bad, rx_bad) = job(|r| Job::Update(update, expr, condition, r));
         let (b, rx_b) = put("b");
         writer.run_group(vec![a, bad, b]);
         assert!(answer(rx_a).is_ok());

@@ -170,20 +170,55 @@ pub async fn rebuild(
     mode: RebuildMode,
     progress: &dyn Fn(u64),
 ) -> Result<RebuildReport, AggregateError> {
-    let RebuildRange { first, last, .. } = range;
-    let dates = DateRange::new(first, last)?;
+    let dates = DateRange::new(range.first, range.last)?;
     let settings = sites.site_settings(site_id).await?.unwrap_or_else(SiteSettings::fallback);
-    let zone = &settings.zone;
     let mut report = RebuildReport::default();
     let (whole, left) = straddling(&range);
     report.straddling_rebuilt = whole.len() as u64;
     report.straddling_left = left;
-    // The events of every straddling bucket rebuilt whole are read too.
+    let days = partitions(&range, &whole)?;
+    let kept = Kept {
+        zone: &settings.zone,
+        first: range.first,
+        last: range.last,
+        whole: whole.into_iter().map(|(bucket, _)| bucket).collect(),
+    };
+    let (rebuilt, runs) = rebuild_items(table, site_id, days, &kept, &mut report, progress).await?;
+    let stored = stored_items(table, site_id, &dates, &rebuilt, &kept).await?;
+    compare(&rebuilt, &stored, &mut report);
+    if mode == RebuildMode::Verify {
+        return Ok(report);
+    }
+    replace(table, &settings, &rebuilt, &stored, &runs, &mut report).await?;
+    Ok(report)
+}
+
+/// The buckets a rebuild keeps: those within `[first, last]` in site time, and the straddling
+/// weeks and months rebuilt `whole`.
+struct Kept<'a> {
+    /// The site's time zone, in which buckets are dated.
+    zone: &'a SiteZone,
+    /// The first date rebuilt.
+    first: Date,
+    /// The last date rebuilt.
+    last: Date,
+    /// The straddling weeks and months rebuilt whole.
+    whole: BTreeSet<WholeBucket>,
+}
+
+impl Kept<'_> {
+    /// Whether the item of `key` is rebuilt.
+    fn contains(&self, key: &AggKey) -> bool {
+        in_range(key, self.zone, self.first, self.last, &self.whole)
+    }
+}
+
+/// Every event partition to read (UTC days): those of the range and of the straddling buckets
+/// rebuilt `whole`, with a day more on each side.
+fn partitions(range: &RebuildRange, whole: &[(WholeBucket, Date)]) -> Result<Vec<String>, AggregateError> {
+    let (first, last) = (range.first, range.last);
     let read_first = whole.iter().map(|((_, start), _)| *start).chain([first]).min().unwrap_or(first);
     let read_last = whole.iter().map(|(_, end)| *end).chain([last]).max().unwrap_or(last);
-    let whole: BTreeSet<WholeBucket> = whole.into_iter().map(|(bucket, _)| bucket).collect();
-
-    // Every partition of the UTC days around the range.
     let mut days = Vec::new();
     let mut day = read_first
         .yesterday()
@@ -198,6 +233,20 @@ pub async fn rebuild(
             Err(_) => break,
         }
     }
+    Ok(days)
+}
+
+/// Sums the deltas of the events of `days` into the items `kept` names, as live aggregation
+/// would, counting the events read in `report`. Returns the items and, for every run seen, the
+/// highest epoch seen.
+async fn rebuild_items(
+    table: &Table,
+    site_id: &str,
+    days: Vec<String>,
+    kept: &Kept<'_>,
+    report: &mut RebuildReport,
+    progress: &dyn Fn(u64),
+) -> Result<(BTreeMap<AggKey, Pending>, BTreeMap<String, u64>), AggregateError> {
     let mut pages = stream::iter(days)
         .map(|day| async move {
             let d = crate::visitor::UtcDay::parse(&day).ok_or_else(|| AggregateError::Events(format!("day {day}")))?;
@@ -210,19 +259,29 @@ pub async fn rebuild(
     let mut runs: BTreeMap<String, u64> = BTreeMap::new();
     while let Some(events) = pages.next().await {
         for event in events? {
-            accumulate_from(&mut acc, &event, zone, i64::MAX);
+            accumulate_from(&mut acc, &event, kept.zone, i64::MAX);
             let max = runs.entry(event.run.clone()).or_default();
             *max = (*max).max(event.epoch);
             report.events_read += 1;
         }
         progress(report.events_read);
     }
-    let acc: BTreeMap<AggKey, Pending> =
-        acc.finish().into_keyed().filter(|(key, _)| in_range(key, zone, first, last, &whole)).collect();
+    let rebuilt = acc.finish().into_keyed().filter(|(key, _)| kept.contains(key)).collect();
+    Ok((rebuilt, runs))
+}
 
-    // The stored items of the range, one query per (period, dimension).
-    let (start_ms, end_ms) = zone.bounds_ms(&dates)?;
-    let props: BTreeSet<String> = acc.keys().map(|k| k.dimension.clone()).collect();
+/// The stored items `kept` names, one query per (period, dimension): every dimension Tally
+/// keeps, and the property dimensions of the `rebuilt` items.
+async fn stored_items(
+    table: &Table,
+    site_id: &str,
+    dates: &DateRange,
+    rebuilt: &BTreeMap<AggKey, Pending>,
+    kept: &Kept<'_>,
+) -> Result<BTreeMap<AggKey, StoredAggregate>, AggregateError> {
+    let zone = kept.zone;
+    let (start_ms, end_ms) = zone.bounds_ms(dates)?;
+    let props: BTreeSet<String> = rebuilt.keys().map(|k| k.dimension.clone()).collect();
     let mut stored: BTreeMap<AggKey, StoredAggregate> = BTreeMap::new();
     for unit in Unit::AGGREGATE_PERIODS {
         let period = Period::of_unit(unit);
@@ -248,46 +307,63 @@ pub async fn rebuild(
                 .await?;
             for r in records {
                 let key = agg_key_from_record(&r)?;
-                if in_range(&key, zone, first, last, &whole) {
+                if kept.contains(&key) {
                     stored.insert(key, StoredAggregate::from_record(&r)?);
                 }
             }
         }
     }
+    Ok(stored)
+}
 
-    // Compare.
-    let keys: BTreeSet<&AggKey> = acc.keys().chain(stored.keys()).collect();
+/// The sketch of a set of visitors.
+fn sketch_of(visitors: &Visitors) -> VisitorSketch {
+    let mut s = VisitorSketch::new();
+    visitors.iter().for_each(|v| s.insert_u64(v));
+    s
+}
+
+/// Compares the `rebuilt` items with the `stored` ones (a missing item counts as zeros),
+/// counting them and listing the differences in `report`.
+fn compare(
+    rebuilt: &BTreeMap<AggKey, Pending>,
+    stored: &BTreeMap<AggKey, StoredAggregate>,
+    report: &mut RebuildReport,
+) {
+    let keys: BTreeSet<&AggKey> = rebuilt.keys().chain(stored.keys()).collect();
     report.items_compared = keys.len() as u64;
-    let sketch_of = |visitors: &Visitors| {
-        let mut s = VisitorSketch::new();
-        visitors.iter().for_each(|v| s.insert_u64(v));
-        s
-    };
     for key in &keys {
-        let rebuilt = acc.get(*key);
+        let new = rebuilt.get(*key);
         let old = stored.get(*key);
-        let rebuilt_counters = rebuilt.map(|p| p.counters).unwrap_or_default();
+        let rebuilt_counters = new.map(|p| p.counters).unwrap_or_default();
         let stored_counters = old.map(|s| s.counters).unwrap_or_default();
-        let rebuilt_visitors = rebuilt.map_or(0, |p| sketch_of(&p.visitors).estimate());
+        let rebuilt_visitors = new.map_or(0, |p| sketch_of(&p.visitors).estimate());
         let stored_visitors = old.and_then(|s| s.sketch.as_ref()).map_or(0, VisitorSketch::estimate);
         if rebuilt_counters != stored_counters || rebuilt_visitors != stored_visitors {
             report.differences.push(Difference {
                 key: (*key).clone(),
                 stored: old.map(|s| s.counters),
-                rebuilt: rebuilt.map(|p| p.counters),
+                rebuilt: new.map(|p| p.counters),
                 stored_visitors,
                 rebuilt_visitors,
             });
         }
     }
-    if mode == RebuildMode::Verify {
-        return Ok(report);
-    }
+}
 
-    // Replace: the rebuilt items, then delete the stored ones the events do not produce.
+/// Writes the `rebuilt` items over the stored ones (each item's `flushes` holding `runs`), then
+/// deletes the `stored` items the events do not produce, counting both in `report`.
+async fn replace(
+    table: &Table,
+    settings: &SiteSettings,
+    rebuilt: &BTreeMap<AggKey, Pending>,
+    stored: &BTreeMap<AggKey, StoredAggregate>,
+    runs: &BTreeMap<String, u64>,
+    report: &mut RebuildReport,
+) -> Result<(), AggregateError> {
     let now_s = jiff::Timestamp::now().as_second();
     let no_finished = BTreeSet::new();
-    let writes: Vec<_> = acc
+    let writes: Vec<_> = rebuilt
         .iter()
         .map(|(key, pending)| {
             let item = StoredAggregate {
@@ -308,12 +384,12 @@ pub async fn rebuild(
         .collect();
     report.items_written = writes.len() as u64;
     stream::iter(writes).map(|item| table.put("Aggregate", item)).buffer_unordered(32).try_collect::<Vec<_>>().await?;
-    let gone: Vec<_> = stored.keys().filter(|k| !acc.contains_key(*k)).collect();
+    let gone: Vec<_> = stored.keys().filter(|k| !rebuilt.contains_key(*k)).collect();
     report.items_deleted = gone.len() as u64;
     stream::iter(gone)
         .map(|key| table.delete("Aggregate", agg_key_fields(key)))
         .buffer_unordered(32)
         .try_collect::<Vec<_>>()
         .await?;
-    Ok(report)
+    Ok(())
 }

@@ -25,7 +25,7 @@ use crate::stored::StoredEvent;
 /// A `Run` item as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunInfo {
-    /// The run id.
+    /// The run's id (a ULID), as the events it ingested carry it in `run`.
     pub run_id: String,
     /// The host it ran on.
     pub host: String,

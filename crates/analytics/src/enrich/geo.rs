@@ -69,7 +69,7 @@ pub struct GeoError(String);
 /// Where a client is, as far as the database knows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Place {
-    /// The country.
+    /// The country the database places the address in, if any.
     pub country: Option<CountryCode>,
     /// The region: the ISO 3166-2 code of the first subdivision (`DE-BE`), or its English name
     /// when the database gives no code.

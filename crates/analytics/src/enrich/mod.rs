@@ -79,7 +79,7 @@ pub struct SiteContext<'a> {
 pub struct Enrichment {
     /// The client's address (for the visitor id only; never stored).
     pub client_ip: IpAddr,
-    /// The browser.
+    /// The browser's family and version, from the User-Agent.
     pub browser: Browser,
     /// The operating system.
     pub os: Os,

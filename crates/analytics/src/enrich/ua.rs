@@ -87,7 +87,7 @@ impl DeviceType {
 /// What a User-Agent says about the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientInfo {
-    /// The browser.
+    /// The browser's family and version, from the User-Agent.
     pub browser: Browser,
     /// The operating system.
     pub os: Os,

@@ -38,7 +38,7 @@ pub struct RevenueGoal {
 pub struct GoalRevenue {
     /// The goal's display name.
     pub goal: String,
-    /// Its currency.
+    /// The ISO 4217 currency the goal's revenue is counted in.
     pub currency: String,
     /// The revenue summed, exact.
     pub total: Number,

@@ -63,6 +63,16 @@ fn upper_bound_of_prefix(prefix: &str) -> String {
     out
 }
 
+/// What [`QueryBuilder::build`] makes: the first request and what reading its pages needs.
+struct Built {
+    /// The first request (later pages add `ExclusiveStartKey`).
+    query: Query,
+    /// The index the request reads, which names the keys of its pages.
+    index: Index,
+    /// The entities whose records are kept, by name.
+    names: Vec<String>,
+}
+
 impl QueryBuilder {
     pub(super) fn new(table: Table, entities: Vec<String>) -> Self {
         QueryBuilder {
@@ -231,21 +241,30 @@ impl QueryBuilder {
 
     /// The first request this query sends (later pages add `ExclusiveStartKey`). No I/O.
     pub fn request(&self) -> Result<Query> {
-        Ok(self.build()?.0)
+        Ok(self.build()?.query)
     }
 
-    /// Builds the first request, the index and the entity names to keep.
-    fn build(&self) -> Result<(Query, Index, Vec<String>, bool)> {
+    /// Builds the first request, with the index it reads and the entity names to keep.
+    fn build(&self) -> Result<Built> {
         let (index, entities) = self.resolve()?;
+        let kc = self.key_condition(&index, &entities)?;
+        let names: Vec<String> = entities.iter().map(|e| e.name().to_string()).collect();
+        let query = self.render(&index, &kc, &names);
+        Ok(Built { query, index, names })
+    }
+
+    /// The key condition: the partition key every entity shares, and the sort key condition
+    /// ([`QueryBuilder::sort_condition`]).
+    fn key_condition(&self, index: &Index, entities: &[&Entity]) -> Result<KeyCondition> {
         let first = entities[0];
-        let first_key = first.key(&index).ok_or_else(|| Error::InvalidQuery("no key".into()))?;
+        let first_key = first.key(index).ok_or_else(|| Error::InvalidQuery("no key".into()))?;
         let pk_part = first_key.partition_part();
         let pk = pk_part
             .render(&self.fields)
             .map_err(|source| key_error(first, source))?
-            .ok_or_else(|| missing_key_field(first, &index, &self.fields))?;
+            .ok_or_else(|| missing_key_field(first, index, &self.fields))?;
         for e in &entities[1..] {
-            let k = e.key(&index).ok_or_else(|| Error::InvalidQuery("no key".into()))?;
+            let k = e.key(index).ok_or_else(|| Error::InvalidQuery("no key".into()))?;
             let other = k.partition_part().render(&self.fields).map_err(|source| key_error(e, source))?;
             if other.as_ref() != Some(&pk) {
                 return Err(Error::InvalidQuery(format!(
@@ -257,7 +276,24 @@ impl QueryBuilder {
         }
         let mut kc = KeyCondition::partition(pk_part.attribute, pk);
         let sort_attribute = first_key.sort_attribute.clone();
-        let sort = match (&self.range, entities.len()) {
+        let sort = self.sort_condition(index, entities, first_key)?;
+        if let (Some(sk), Some(cond)) = (sort_attribute, sort) {
+            kc = kc.sort(sk, cond);
+        }
+        Ok(kc)
+    }
+
+    /// The sort key condition: the range asked for (single-entity queries only); else the key
+    /// fields given, as an equality when they make the whole sort key and a prefix otherwise; for
+    /// a collection, the span of its entities' sort keys when each one is bounded.
+    fn sort_condition(
+        &self,
+        index: &Index,
+        entities: &[&Entity],
+        first_key: &EntityKey,
+    ) -> Result<Option<SortCondition>> {
+        let first = entities[0];
+        Ok(match (&self.range, entities.len()) {
             (Some(_), n) if n > 1 => {
                 return Err(Error::InvalidQuery("ranges apply to single-entity queries".into()));
             }
@@ -292,8 +328,8 @@ impl QueryBuilder {
                 let mut lo: Option<AttributeValue> = None;
                 let mut hi: Option<AttributeValue> = None;
                 let mut bounded = true;
-                for e in &entities {
-                    let k = e.key(&index).ok_or_else(|| Error::InvalidQuery("no key".into()))?;
+                for e in entities {
+                    let k = e.key(index).ok_or_else(|| Error::InvalidQuery("no key".into()))?;
                     match (self.bound(e, k, &empty, false)?, self.bound(e, k, &empty, true)?) {
                         (Some(l), Some(h)) => {
                             lo = Some(lo.map_or(l.clone(), |x| x.min(l)));
@@ -308,13 +344,14 @@ impl QueryBuilder {
                     _ => None,
                 }
             }
-        };
-        if let (Some(sk), Some(cond)) = (sort_attribute, sort) {
-            kc = kc.sort(sk, cond);
-        }
+        })
+    }
 
-        let names: Vec<String> = entities.iter().map(|e| e.name().to_string()).collect();
-        let server_filter = self.projects_entity_type(&index);
+    /// The request for `kc` on `index`: the entity type filter (where the index projects the
+    /// type) and the caller's filter, the projection with every key attribute it must keep, and
+    /// the paging options.
+    fn render(&self, index: &Index, kc: &KeyCondition, names: &[String]) -> Query {
+        let server_filter = self.projects_entity_type(index);
         let et = self.table.schema().entity_type_attribute();
         let type_filter = server_filter.then(|| {
             if names.len() == 1 {
@@ -326,7 +363,7 @@ impl QueryBuilder {
         let filter = Condition::all(type_filter.into_iter().chain(self.filter.clone()));
 
         let mut r = Renderer::new();
-        let mut query = Query::new(self.table.schema().table_name(), r.key_condition(&kc));
+        let mut query = Query::new(self.table.schema().table_name(), r.key_condition(kc));
         query.index = index.name().map(str::to_string);
         if let Some(f) = &filter {
             query.filter = Some(r.condition(f));
@@ -357,7 +394,7 @@ impl QueryBuilder {
         query.limit = self.page_size;
         query.exclusive_start_key = self.start.clone();
         query.consistent_read = self.consistent;
-        Ok((query, index, names, server_filter))
+        query
     }
 
     /// The pages, following `LastEvaluatedKey` to the end (or to the limit).
@@ -365,7 +402,7 @@ impl QueryBuilder {
         let built = self.build();
         let table = self.table.clone();
         let limit = self.limit;
-        let (query, index, names, _) = match built {
+        let Built { query, index, names } = match built {
             Ok(b) => b,
             Err(e) => return stream::once(async move { Err(e) }).boxed(),
         };
