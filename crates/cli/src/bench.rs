@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use analytics::aggregate::{Aggregator, AggregatorConfig};
-use analytics::enrich::{Enricher, EnricherConfig, IpRanges};
+use analytics::enrich::{EnricherConfig, IpRanges};
 use analytics::pipeline::{IngestResult, Pipeline, SiteSelector};
 use analytics::sites::Sites;
 use analytics::stats::{Metric, Query, Stats};
@@ -116,24 +116,19 @@ async fn ingester(
     compact: bool,
     host: &str,
 ) -> Result<Ingester> {
-    let config = AggregatorConfig { flush_interval, ..AggregatorConfig::default() };
-    let aggregator = Aggregator::start(table.clone(), sites.clone(), config).await?;
-    let enricher = Enricher::new(EnricherConfig {
-        mmdb_path: None,
-        country_headers: vec![analytics::synth::COUNTRY_HEADER.to_owned()],
-        trusted_proxies: IpRanges::parse(["127.0.0.1/32", "::1/128"]).map_err(|e| anyhow::anyhow!("{e}"))?,
-    })?;
-    let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher), aggregator.clone()));
-    pipeline.set_block_compaction(compact);
-    let lease = analytics::lease::IngestLease::start(
-        table.clone(),
-        pipeline.clone(),
-        aggregator.run_id(),
-        host,
-        std::process::id(),
-    )
-    .await?;
-    Ok(Ingester { aggregator, pipeline, _lease: lease })
+    // Built as `tally serve` builds it, with the bench's enrichment (countries from a header).
+    let settings = crate::app::Settings {
+        enricher: EnricherConfig {
+            mmdb_path: None,
+            country_headers: vec![analytics::synth::COUNTRY_HEADER.to_owned()],
+            trusted_proxies: IpRanges::parse(["127.0.0.1/32", "::1/128"]).map_err(|e| anyhow::anyhow!("{e}"))?,
+        },
+        aggregator: AggregatorConfig { flush_interval, ..AggregatorConfig::default() },
+        compact_event_blocks: compact,
+        host: host.to_owned(),
+    };
+    let app = crate::app::Application::build(table.clone(), sites, settings).await?;
+    Ok(Ingester { aggregator: app.aggregator, pipeline: app.pipeline, _lease: app.lease })
 }
 
 fn synth(events: u64, days: u32) -> Synth {
