@@ -193,6 +193,14 @@ struct Cached {
 
 type Slot = Arc<tokio::sync::Mutex<Cached>>;
 
+/// How one attempt at storing an event in its session ended.
+enum Stored {
+    /// Stored, and handed to aggregation.
+    Done,
+    /// Another process moved the session on; it has been read back.
+    Moved,
+}
+
 /// The ingestion pipeline. Share it behind an `Arc`.
 pub struct Pipeline {
     table: Table,
@@ -693,6 +701,9 @@ impl Pipeline {
         Ok(Cached { live, head_version })
     }
 
+    /// Stores `event` in its visitor's session: finds the session ([`Pipeline::session_slot`]),
+    /// then, holding it, claims its next slot where other processes ingest, appends the event to
+    /// a block, and hands its deltas to aggregation ([`Pipeline::store_in`]).
     async fn store(
         &self,
         site: &Site,
@@ -702,152 +713,174 @@ impl Pipeline {
     ) -> Result<(), PipelineError> {
         let ts = event.timestamp_ms;
         self.newest_ts.fetch_max(ts, Ordering::Relaxed);
-        // A visit that began under yesterday's salt continues under its id; otherwise today's.
+        let (visitor, slot) = self.session_slot(site, visitors, ts).await?;
+        let mut guard = slot.lock().await;
+        for _ in 0..MAX_SLOT_ATTEMPTS {
+            match self.store_in(&mut guard, site, event, enrichment, &visitor).await? {
+                Stored::Done => return Ok(()),
+                Stored::Moved => continue,
+            }
+        }
+        Err(PipelineError::Contended(MAX_SLOT_ATTEMPTS))
+    }
+
+    /// Which of the visitor's ids (today's salt, or yesterday's for a visit that began under it)
+    /// the event continues, and that session's slot: a live session in memory first, else the
+    /// table's (older salt first), else a new visit under today's id.
+    async fn session_slot(
+        &self,
+        site: &Site,
+        visitors: &[VisitorId],
+        ts: i64,
+    ) -> Result<(String, Slot), PipelineError> {
         let ids: Vec<String> = visitors.iter().map(ToString::to_string).collect();
-        let mut chosen = None;
         for id in ids.iter().rev().skip(usize::from(ids.len() < 2)).chain(ids.first()) {
             let slot = self.slot(&site.site_id, id);
             let guard = slot.lock().await;
             let live = guard.live.as_ref().is_some_and(|l| live_at(&l.state, ts));
             drop(guard);
             if live {
-                chosen = Some((id.clone(), slot));
-                break;
+                return Ok((id.clone(), slot));
             }
         }
-        let (visitor, slot) = match chosen {
-            Some(c) => c,
+        // Nothing live in memory: ask the table, older salt first; a new visit takes today's id.
+        let mut found: Option<(String, Cached)> = None;
+        for id in ids.iter().rev() {
+            let cached = if self.must_look_up(&site.site_id, id) {
+                self.load_session(&site.site_id, id, ts).await?
+            } else {
+                Cached::default()
+            };
+            if cached.live.is_some() || id == &ids[0] {
+                let live = cached.live.is_some();
+                found = Some((id.clone(), cached));
+                if live {
+                    break;
+                }
+            }
+        }
+        let (id, cached) = found.unwrap_or_else(|| (ids[0].clone(), Cached::default()));
+        let slot = self.slot(&site.site_id, &id);
+        let mut guard = slot.lock().await;
+        // Another task of this process may have filled the slot meanwhile: keep its.
+        if guard.live.is_none() {
+            *guard = cached;
+        }
+        drop(guard);
+        Ok((id, slot))
+    }
+
+    /// One attempt at storing `event` in the session `guard` holds: [`Stored::Moved`] when
+    /// another process moved the session on (it has been read back; try again).
+    async fn store_in(
+        &self,
+        guard: &mut Cached,
+        site: &Site,
+        event: &Event,
+        enrichment: &Enrichment,
+        visitor: &str,
+    ) -> Result<Stored, PipelineError> {
+        let ts = event.timestamp_ms;
+        // The session this event continues, or a new one.
+        let fresh;
+        let empty = PrevState::default();
+        let (day, visitor_id, session_id, seq, visit, prev) = match guard
+            .live
+            .as_ref()
+            .filter(|l| live_at(&l.state, ts))
+        {
+            Some(l) => {
+                (&l.last.day, l.last.visitor_id.as_str(), &l.last.session_id, l.last.seq + 1, &l.last.visit, &l.state)
+            }
             None => {
-                // Nothing live in memory: ask the table, older salt first; a new visit takes
-                // today's id.
-                let mut found: Option<(String, Cached)> = None;
-                for id in ids.iter().rev() {
-                    let cached = if self.must_look_up(&site.site_id, id) {
-                        self.load_session(&site.site_id, id, ts).await?
-                    } else {
-                        Cached::default()
-                    };
-                    if cached.live.is_some() || id == &ids[0] {
-                        let live = cached.live.is_some();
-                        found = Some((id.clone(), cached));
-                        if live {
-                            break;
-                        }
-                    }
-                }
-                let (id, cached) = found.unwrap_or_else(|| (ids[0].clone(), Cached::default()));
-                let slot = self.slot(&site.site_id, &id);
-                let mut guard = slot.lock().await;
-                // Another task of this process may have filled the slot meanwhile: keep its.
-                if guard.live.is_none() {
-                    *guard = cached;
-                }
-                drop(guard);
-                (id, slot)
+                fresh = new_session(ts, event, enrichment);
+                (&fresh.day, visitor, &fresh.session_id, 0, &fresh.visit, &empty)
             }
         };
-        let mut guard = slot.lock().await;
-        for _ in 0..MAX_SLOT_ATTEMPTS {
-            // The session this event continues, or a new one.
-            let fresh;
-            let empty = PrevState::default();
-            let (day, visitor_id, session_id, seq, visit, prev) =
-                match guard.live.as_ref().filter(|l| live_at(&l.state, ts)) {
-                    Some(l) => {
-                        (&l.last.day, &l.last.visitor_id, &l.last.session_id, l.last.seq + 1, &l.last.visit, &l.state)
-                    }
-                    None => {
-                        fresh = new_session(ts, event, enrichment);
-                        (&fresh.day, &visitor, &fresh.session_id, 0, &fresh.visit, &empty)
-                    }
-                };
-            self.aggregator.register_partition(&site.site_id, day).await?;
-            let ticket = self.aggregator.begin();
-            let stored = StoredEvent {
-                site_id: site.site_id.clone(),
-                day: day.clone(),
-                shard: visitor_shard(visitor_id),
-                visitor_id: visitor_id.clone(),
-                session_id: session_id.clone(),
-                seq,
-                name: event.name.as_str().to_owned(),
-                ts,
-                hostname: event.hostname.as_str().to_owned(),
-                path: event.pathname.as_str().to_owned(),
-                props: event
-                    .props
-                    .iter()
-                    .map(|(k, v)| (k.as_str().to_owned(), v.as_str().to_owned()))
-                    .collect::<BTreeMap<_, _>>(),
-                revenue: event.revenue.as_ref().map(|r| (r.amount.to_string(), r.currency.clone())),
-                interactive: event.interactive,
-                goals: site
-                    .goals
-                    .iter()
-                    .filter(|g| g.goal.matches(event.name.as_str(), event.pathname.as_str()))
-                    .map(|g| g.goal.display_name())
-                    .collect(),
-                visit: visit.clone(),
-                prev: prev.clone(),
-                run: ticket.run_id().to_owned(),
-                epoch: ticket.epoch(),
-                // A day more than the retention: a range of the last N days starts N days ago at
-                // midnight in site time, so its first morning is still there to be read.
-                ttl: now_ms() / 1000 + (i64::from(site.retention_event_days) + 1) * 86_400,
+        self.aggregator.register_partition(&site.site_id, day).await?;
+        let ticket = self.aggregator.begin();
+        let stored = StoredEvent {
+            site_id: site.site_id.clone(),
+            day: day.clone(),
+            shard: visitor_shard(visitor_id),
+            visitor_id: visitor_id.to_owned(),
+            session_id: session_id.clone(),
+            seq,
+            name: event.name.as_str().to_owned(),
+            ts,
+            hostname: event.hostname.as_str().to_owned(),
+            path: event.pathname.as_str().to_owned(),
+            props: event
+                .props
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), v.as_str().to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+            revenue: event.revenue.as_ref().map(|r| (r.amount.to_string(), r.currency.clone())),
+            interactive: event.interactive,
+            goals: site
+                .goals
+                .iter()
+                .filter(|g| g.goal.matches(event.name.as_str(), event.pathname.as_str()))
+                .map(|g| g.goal.display_name())
+                .collect(),
+            visit: visit.clone(),
+            prev: prev.clone(),
+            run: ticket.run_id().to_owned(),
+            epoch: ticket.epoch(),
+            // A day more than the retention: a range of the last N days starts N days ago at
+            // midnight in site time, so its first morning is still there to be read.
+            ttl: now_ms() / 1000 + (i64::from(site.retention_event_days) + 1) * 86_400,
+        };
+        let mut head_version = guard.head_version;
+        if !self.is_alone() {
+            // Claim the session's next slot: the visitor's item must be as this process
+            // last saw it.
+            let version = head_version.unwrap_or(0) + 1;
+            let condition = match head_version {
+                Some(v) => attr("version").eq(v),
+                None => attr("pk").not_exists(),
             };
-            let mut head_version = guard.head_version;
-            if !self.is_alone() {
-                // Claim the session's next slot: the visitor's item must be as this process
-                // last saw it.
-                let version = head_version.unwrap_or(0) + 1;
-                let condition = match head_version {
-                    Some(v) => attr("version").eq(v),
-                    None => attr("pk").not_exists(),
-                };
-                match self
-                    .table
-                    .write("VisitorSession", head_item_for(&stored, version)?, model::PutMode::Put, Some(&condition))
-                    .await
-                {
-                    Ok(()) => head_version = Some(version),
-                    Err(e) if e.is_condition_failed() => {
-                        // Another process moved the session on: read it back and try again.
-                        drop(ticket);
-                        *guard = self.load_session(&site.site_id, &stored.visitor_id, ts).await?;
-                        continue;
-                    }
-                    Err(e) => {
-                        drop(ticket);
-                        *guard = Cached::default();
-                        return Err(e.into());
-                    }
-                }
-            }
-            let stored = match self.writer.append(stored).await {
-                Ok(stored) => stored,
-                Err(e) => {
-                    // Not stored: give the slot back (the item still names our claim, so a later
-                    // event reads it back and continues from the state before this event).
+            match self
+                .table
+                .write("VisitorSession", head_item_for(&stored, version)?, model::PutMode::Put, Some(&condition))
+                .await
+            {
+                Ok(()) => head_version = Some(version),
+                Err(e) if e.is_condition_failed() => {
+                    // Another process moved the session on: read it back and try again.
                     drop(ticket);
-                    if head_version != guard.head_version
-                        && let Some(previous) = guard.live.as_ref()
-                    {
-                        let condition = attr("version").eq(head_version.unwrap_or(0));
-                        let next = head_version.unwrap_or(0) + 1;
-                        if let Ok(item) = head_item_for(&previous.last, next) {
-                            let _ =
-                                self.table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await;
-                        }
-                    }
+                    *guard = self.load_session(&site.site_id, &stored.visitor_id, ts).await?;
+                    return Ok(Stored::Moved);
+                }
+                Err(e) => {
+                    drop(ticket);
                     *guard = Cached::default();
                     return Err(e.into());
                 }
-            };
-            ticket.commit(&stored);
-            *guard = Cached { live: Some(Live { state: stored.next(), last: stored }), head_version };
-            return Ok(());
+            }
         }
-        Err(PipelineError::Contended(MAX_SLOT_ATTEMPTS))
+        let stored = match self.writer.append(stored).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                // Not stored: give the slot back (the item still names our claim, so a later
+                // event reads it back and continues from the state before this event).
+                drop(ticket);
+                if head_version != guard.head_version
+                    && let Some(previous) = guard.live.as_ref()
+                {
+                    let condition = attr("version").eq(head_version.unwrap_or(0));
+                    let next = head_version.unwrap_or(0) + 1;
+                    if let Ok(item) = head_item_for(&previous.last, next) {
+                        let _ = self.table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await;
+                    }
+                }
+                *guard = Cached::default();
+                return Err(e.into());
+            }
+        };
+        ticket.commit(&stored);
+        *guard = Cached { live: Some(Live { state: stored.next(), last: stored }), head_version };
+        Ok(Stored::Done)
     }
 }
 
