@@ -291,6 +291,11 @@ fn is_aggregate_dimension(d: &str) -> bool {
     crate::dimension::Dimension::parse(d).is_some_and(|d| d.is_aggregated())
 }
 
+/// Days of event blocks a filtered breakdown reads and scans at once: enough that one day's
+/// read overlaps another's scan on each of two cores, few enough that a query past its time
+/// budget leaves little work behind.
+const SCANS_AT_ONCE: usize = 4;
+
 /// The years a query's date range may cover: wide enough for any real site, narrow enough that
 /// no range asks for millions of buckets.
 pub const QUERY_YEARS: std::ops::RangeInclusive<i16> = 1970..=2100;
@@ -1136,20 +1141,26 @@ impl Stats {
     ) -> Result<scan::Sums, StatsError> {
         let deadline = self.deadline();
         let shared = Arc::new((filters.to_vec(), dimension.to_owned(), buckets));
-        let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
-            .map(|day| {
-                let shared = shared.clone();
-                async move {
-                    let (_, blocks) = day?;
+        let site: Arc<str> = Arc::from(site_id);
+        // Each day is a task of its own, its read as well as its scan: on the embedded engine a
+        // read is CPU work done where it is polled, so reading every day from this one task
+        // would leave the scans waiting on one core.
+        let mut days = futures::stream::iter(first.days()..=last.days())
+            .map(|d| {
+                let (table, site, shared) = (self.table.clone(), site.clone(), shared.clone());
+                let day = tokio::spawn(async move {
+                    let blocks =
+                        crate::event_store::blocks_of_day(&table, &site, crate::visitor::UtcDay::from_days(d)).await?;
                     tokio::task::spawn_blocking(move || {
                         let (filters, dimension, buckets) = &*shared;
                         scan::scan_day(&blocks, &scan::Spec { filters, dimension, visits, buckets })
                     })
                     .await
                     .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
-                }
+                });
+                async move { day.await.map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))? }
             })
-            .buffer_unordered(2);
+            .buffer_unordered(SCANS_AT_ONCE);
         let mut sums = scan::Sums::default();
         while let Some(day) = days.next().await {
             let day = day?;
