@@ -291,7 +291,41 @@ fn is_aggregate_dimension(d: &str) -> bool {
     crate::dimension::Dimension::parse(d).is_some_and(|d| d.is_aggregated())
 }
 
-/// Days of event blocks a filtered breakdown reads and scans at once: enough that one day's
+/// A scan that stopped without an answer (it panicked, or the runtime is shutting down).
+fn scan_stopped(e: tokio::task::JoinError) -> StatsError {
+    StatsError::Corrupt(format!("a scan stopped: {e}"))
+}
+
+/// What a scan of one day's event blocks computes.
+type DayScan<T> = Arc<dyn Fn(Vec<crate::event_store::StoredBlock>) -> Result<T, StatsError> + Send + Sync>;
+
+impl Stats {
+    /// Every day's event blocks from `first` to `last`, each read and passed to `scan` in a task
+    /// of its own, [`SCANS_AT_ONCE`] days at a time, answers in no particular order. On the
+    /// embedded engine a Query is CPU work done where it is polled, so reading every day from
+    /// the caller's one task would leave the scans waiting on one core.
+    fn scan_days<T: Send + 'static>(
+        &self,
+        site_id: &str,
+        (first, last): (crate::visitor::UtcDay, crate::visitor::UtcDay),
+        scan: DayScan<T>,
+    ) -> impl futures::Stream<Item = Result<T, StatsError>> + '_ {
+        let site: Arc<str> = Arc::from(site_id);
+        futures::stream::iter(first.days()..=last.days())
+            .map(move |d| {
+                let (table, site, scan) = (self.table.clone(), site.clone(), scan.clone());
+                let day = tokio::spawn(async move {
+                    let day = crate::visitor::UtcDay::from_days(d);
+                    let blocks = crate::event_store::blocks_of_day(&table, &site, day).await?;
+                    tokio::task::spawn_blocking(move || scan(blocks)).await.map_err(scan_stopped)?
+                });
+                async move { day.await.map_err(scan_stopped)? }
+            })
+            .buffer_unordered(SCANS_AT_ONCE)
+    }
+}
+
+/// Days of event blocks a block scan reads and scans at once: enough that one day's
 /// read overlaps another's scan on each of two cores, few enough that a query past its time
 /// budget leaves little work behind.
 const SCANS_AT_ONCE: usize = 4;
@@ -1141,26 +1175,14 @@ impl Stats {
     ) -> Result<scan::Sums, StatsError> {
         let deadline = self.deadline();
         let shared = Arc::new((filters.to_vec(), dimension.to_owned(), buckets));
-        let site: Arc<str> = Arc::from(site_id);
-        // Each day is a task of its own, its read as well as its scan: on the embedded engine a
-        // read is CPU work done where it is polled, so reading every day from this one task
-        // would leave the scans waiting on one core.
-        let mut days = futures::stream::iter(first.days()..=last.days())
-            .map(|d| {
-                let (table, site, shared) = (self.table.clone(), site.clone(), shared.clone());
-                let day = tokio::spawn(async move {
-                    let blocks =
-                        crate::event_store::blocks_of_day(&table, &site, crate::visitor::UtcDay::from_days(d)).await?;
-                    tokio::task::spawn_blocking(move || {
-                        let (filters, dimension, buckets) = &*shared;
-                        scan::scan_day(&blocks, &scan::Spec { filters, dimension, visits, buckets })
-                    })
-                    .await
-                    .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
-                });
-                async move { day.await.map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))? }
-            })
-            .buffer_unordered(SCANS_AT_ONCE);
+        let mut days = self.scan_days(
+            site_id,
+            (first, last),
+            Arc::new(move |blocks| {
+                let (filters, dimension, buckets) = &*shared;
+                scan::scan_day(&blocks, &scan::Spec { filters, dimension, visits, buckets })
+            }),
+        );
         let mut sums = scan::Sums::default();
         while let Some(day) = days.next().await {
             let day = day?;
@@ -1435,18 +1457,11 @@ impl Stats {
         let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
         let steps_owned: Arc<Vec<crate::goal::Goal>> = Arc::new(steps.to_vec());
         let filters: Arc<Vec<Filter>> = Arc::new(filters.to_vec());
-        let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
-            .map(|day| {
-                let steps = steps_owned.clone();
-                let filters = filters.clone();
-                async move {
-                    let (_, blocks) = day?;
-                    tokio::task::spawn_blocking(move || scan::funnel_day(&blocks, &steps, (start, end), &filters))
-                        .await
-                        .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
-                }
-            })
-            .buffer_unordered(2);
+        let mut days = self.scan_days(
+            site_id,
+            (first, last),
+            Arc::new(move |blocks| scan::funnel_day(&blocks, &steps_owned, (start, end), &filters)),
+        );
         while let Some(day) = days.next().await {
             let day = day?;
             deadline.check()?;
