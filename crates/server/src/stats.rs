@@ -276,6 +276,25 @@ pub async fn funnel(
 /// The metrics read from engagement events rather than the query engine (`stats::engagement`).
 const ENGAGEMENT_METRICS: [&str; 2] = ["scroll_depth", "time_on_page"];
 
+/// The query's dimensions, once its shape suits a pair of metrics read apart from the query
+/// engine (engagement's or revenue's): not the last 30 minutes, no dimension but `dimension`,
+/// and not ordered by either metric.
+fn paired_metrics_shape(body: &Json, [a, b]: [&str; 2], dimension: &str) -> Result<Vec<String>, ServerError> {
+    if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
+        return Err(ServerError::bad_request(format!("{a} and {b} are not measured over the last 30 minutes")));
+    }
+    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    if !(dimensions.is_empty() || dimensions == [dimension]) {
+        return Err(ServerError::bad_request(format!("{a} and {b} take no dimension or {dimension}")));
+    }
+    if let Some(Json::Array(list)) = body.get("order_by")
+        && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| n == a || n == b))
+    {
+        return Err(ServerError::bad_request(format!("answers cannot be ordered by {a} or {b}")));
+    }
+    Ok(dimensions)
+}
+
 fn engagement_value(e: Option<&analytics::stats::Engagement>, metric: &str) -> Option<u64> {
     let e = e?;
     if metric == "scroll_depth" { e.scroll_depth } else { e.time_on_page }
@@ -285,20 +304,7 @@ fn engagement_value(e: Option<&analytics::stats::Engagement>, metric: &str) -> O
 /// (`event:page`) or for the site, under filters on the page; the other metrics are the query
 /// engine's, and comparisons compare both. A metric no engagement event measured is `null`.
 async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, ServerError> {
-    if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
-        return Err(ServerError::bad_request(
-            "scroll_depth and time_on_page are not measured over the last 30 minutes",
-        ));
-    }
-    let dimensions = strings(body.get("dimensions"), "dimensions")?;
-    if !(dimensions.is_empty() || dimensions == ["event:page"]) {
-        return Err(ServerError::bad_request("scroll_depth and time_on_page take no dimension or event:page"));
-    }
-    if let Some(Json::Array(list)) = body.get("order_by")
-        && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| ENGAGEMENT_METRICS.contains(&n)))
-    {
-        return Err(ServerError::bad_request("answers cannot be ordered by scroll_depth or time_on_page"));
-    }
+    let dimensions = paired_metrics_shape(body, ENGAGEMENT_METRICS, "event:page")?;
     let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !ENGAGEMENT_METRICS.contains(m)).collect();
     if others.is_empty() {
         others.push("visitors");
@@ -413,20 +419,7 @@ fn money(amount: &analytics::stats::GoalRevenue, metric: &str) -> Json {
 /// else `null`, as Plausible answers a mix of currencies. The other metrics are the query
 /// engine's; comparisons compare both. Answers are not ordered by revenue.
 async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, ServerError> {
-    if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
-        return Err(ServerError::bad_request(
-            "total_revenue and average_revenue are not measured over the last 30 minutes",
-        ));
-    }
-    let dimensions = strings(body.get("dimensions"), "dimensions")?;
-    if !(dimensions.is_empty() || dimensions == ["event:goal"]) {
-        return Err(ServerError::bad_request("total_revenue and average_revenue take no dimension or event:goal"));
-    }
-    if let Some(Json::Array(list)) = body.get("order_by")
-        && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| REVENUE_METRICS.contains(&n)))
-    {
-        return Err(ServerError::bad_request("answers cannot be ordered by total_revenue or average_revenue"));
-    }
+    let dimensions = paired_metrics_shape(body, REVENUE_METRICS, "event:goal")?;
     if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
         return Err(ServerError::bad_request("revenue and engagement metrics are asked for in separate queries"));
     }

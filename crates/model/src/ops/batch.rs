@@ -55,16 +55,7 @@ impl Table {
             let mut pending = chunk.to_vec();
             let mut attempt = 0;
             while !pending.is_empty() {
-                if attempt > 0 {
-                    if attempt >= self.retry.max_attempts {
-                        return Err(Error::Unprocessed {
-                            operation: "batch_get",
-                            remaining: pending.len(),
-                            attempts: attempt,
-                        });
-                    }
-                    tokio::time::sleep(self.retry.delay(attempt - 1)).await;
-                }
+                self.retry.before_attempt(attempt, "batch_get", pending.len()).await?;
                 attempt += 1;
                 let mut request = BatchGetItem::default();
                 request.requests.insert(
@@ -115,16 +106,7 @@ impl Table {
             let mut pending = chunk.to_vec();
             let mut attempt = 0;
             while !pending.is_empty() {
-                if attempt > 0 {
-                    if attempt >= self.retry.max_attempts {
-                        return Err(Error::Unprocessed {
-                            operation: "batch_write",
-                            remaining: pending.len(),
-                            attempts: attempt,
-                        });
-                    }
-                    tokio::time::sleep(self.retry.delay(attempt - 1)).await;
-                }
+                self.retry.before_attempt(attempt, "batch_write", pending.len()).await?;
                 attempt += 1;
                 let mut request = BatchWriteItem::default();
                 request.requests.insert(self.schema.table_name().to_string(), std::mem::take(&mut pending));

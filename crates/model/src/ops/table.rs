@@ -75,6 +75,20 @@ impl RetryPolicy {
         let permille = 500 + (ulid::Ulid::new().random() % 501) as u32;
         full.saturating_mul(permille) / 1000
     }
+
+    /// Before attempt `attempt` (from 0) at `remaining` unprocessed items of `operation`:
+    /// nothing the first time, the backoff of [`RetryPolicy::delay`] after, and
+    /// [`Error::Unprocessed`] once `max_attempts` are spent.
+    pub(super) async fn before_attempt(&self, attempt: u32, operation: &'static str, remaining: usize) -> Result<()> {
+        if attempt == 0 {
+            return Ok(());
+        }
+        if attempt >= self.max_attempts {
+            return Err(Error::Unprocessed { operation, remaining, attempts: attempt });
+        }
+        tokio::time::sleep(self.delay(attempt - 1)).await;
+        Ok(())
+    }
 }
 
 type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
