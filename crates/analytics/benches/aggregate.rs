@@ -18,10 +18,10 @@ fn pageview() -> StoredEvent {
     let prev = PrevState::default().after(true, true, T0, "/").after(true, true, T0 + 30_000, "/blog");
     StoredEvent {
         site_id: "01JDB3Y5C8M9V7T2X4K6P0SITE".into(),
-        day: "2026-11-22".into(),
+        day: analytics::visitor::UtcDay::parse("2026-11-22").unwrap(),
         shard: 3,
-        visitor_id: "5d41402abc4b2a76".into(),
-        session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
+        visitor_id: analytics::visitor::VisitorId::parse("5d41402abc4b2a76").unwrap(),
+        session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".parse().unwrap(),
         seq: 2,
         name: "pageview".into(),
         ts: T0 + 90_000,
@@ -74,7 +74,7 @@ fn epoch(n: u64) -> Vec<StoredEvent> {
         .map(|i| {
             let v = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % 2_000;
             let mut e = base.clone();
-            e.visitor_id = format!("{:016x}", v.wrapping_mul(0xff51_afd7_ed55_8ccd));
+            e.visitor_id = analytics::visitor::VisitorId::from_u64(v.wrapping_mul(0xff51_afd7_ed55_8ccd));
             e.ts = T0 + (i * 3_000 / n) as i64;
             e.path = format!("/docs/section-{}/page-{}", i % 17, (i * 7) % 300);
             e.visit.entry_page = format!("/landing/{}", v % 40);

@@ -23,7 +23,7 @@
 //! use analytics::aggregate::{Aggregator, AggregatorConfig};
 //!
 //! let aggregator = Aggregator::start(table, sites, AggregatorConfig::default()).await?;
-//! aggregator.register_partition(&event.site_id, &event.day).await?;
+//! aggregator.register_partition(&event.site_id, event.day).await?;
 //! let ticket = aggregator.begin();
 //! // … write the event with `run = ticket.run_id()` and `epoch = ticket.epoch()` …
 //! ticket.commit(&event);
@@ -55,9 +55,7 @@ use tokio::task::JoinHandle;
 
 pub(crate) use self::codec::StoredAggregate;
 pub use self::codec::{event_from_record, event_item};
-pub use self::deltas::{
-    Delta, bucket_label, deltas, for_each_delta, for_each_delta_of_periods, period_keeps, visitor_u64,
-};
+pub use self::deltas::{Delta, bucket_label, deltas, for_each_delta, for_each_delta_of_periods, period_keeps};
 pub use self::rebuild::{Difference, RebuildMode, RebuildRange, RebuildReport, rebuild};
 
 use self::apply::ItemCache;
@@ -65,6 +63,7 @@ pub use self::apply::{Accumulated, Accumulator, Pending, Visitors};
 use crate::period::{PeriodError, SiteZone};
 use crate::sketch::SketchError;
 use crate::stored::StoredEvent;
+use crate::visitor::UtcDay;
 
 /// What went wrong while aggregating, recovering or rebuilding.
 #[derive(Debug, thiserror::Error)]
@@ -306,7 +305,7 @@ pub(crate) struct Shared {
     epochs: Mutex<Epochs>,
     settled: Notify,
     settings: RwLock<HashMap<String, SiteSettings>>,
-    partitions: Mutex<HashSet<(String, String)>>,
+    partitions: Mutex<HashMap<String, HashSet<UtcDay>>>,
     /// Held for the whole of a flush: the flushes of one run are strictly sequential.
     flush: tokio::sync::Mutex<ItemCache>,
     /// Runs whose `Run` item says `done` or `recovered`: their `flushes` entries can go.
@@ -353,13 +352,14 @@ fn minutes_from(config: &AggregatorConfig) -> i64 {
 
 /// The `Run` item's encoding of a `(site, day)` partition. Site ids are ULIDs and days
 /// `YYYY-MM-DD`, so neither holds a space.
-pub(crate) fn partition_text(site_id: &str, day: &str) -> String {
+pub(crate) fn partition_text(site_id: &str, day: UtcDay) -> String {
     format!("{site_id} {day}")
 }
 
 /// The inverse of [`partition_text`].
-pub(crate) fn parse_partition(text: &str) -> Option<(&str, &str)> {
-    text.rsplit_once(' ')
+pub(crate) fn parse_partition(text: &str) -> Option<(&str, UtcDay)> {
+    let (site, day) = text.rsplit_once(' ')?;
+    Some((site, UtcDay::parse(day)?))
 }
 
 /// Seconds a finished run's item is kept (for the record, and so `flushes` entries can be
@@ -467,12 +467,11 @@ impl Aggregator {
 
     /// Records durably that this run writes events to `(site_id, day)`, before its first write
     /// there, so recovery can find them; cached after. Also loads the site's settings.
-    pub async fn register_partition(&self, site_id: &str, day: &str) -> Result<(), AggregateError> {
+    pub async fn register_partition(&self, site_id: &str, day: UtcDay) -> Result<(), AggregateError> {
         if self.shared.stopped.load(Ordering::SeqCst) {
             return Err(AggregateError::Stopped);
         }
-        let pair = (site_id.to_owned(), day.to_owned());
-        if lock(&self.shared.partitions).contains(&pair) {
+        if lock(&self.shared.partitions).get(site_id).is_some_and(|days| days.contains(&day)) {
             return Ok(());
         }
         let partition = AttributeValue::Ss(BTreeSet::from([partition_text(site_id, day)]));
@@ -484,7 +483,7 @@ impl Aggregator {
                 Update::new().add("partitions", partition),
             )
             .await?;
-        lock(&self.shared.partitions).insert(pair);
+        lock(&self.shared.partitions).entry(site_id.to_owned()).or_default().insert(day);
         self.shared.settings_of(BTreeSet::from([site_id.to_owned()])).await?;
         Ok(())
     }

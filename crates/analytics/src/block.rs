@@ -25,6 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
+use crate::visitor::{UtcDay, VisitorId};
 
 /// The format's magic and version.
 const MAGIC: &[u8; 3] = b"TEB";
@@ -275,13 +276,13 @@ pub struct SessionKey {
 
 impl SessionKey {
     /// The visitor id as stored elsewhere (16 lower-case hex digits).
-    pub fn visitor_hex(&self) -> String {
-        format!("{:016x}", self.visitor)
+    pub fn visitor_id(&self) -> VisitorId {
+        VisitorId::from_u64(self.visitor)
     }
 
     /// The session id as stored elsewhere (a ULID string).
-    pub fn session_text(&self) -> String {
-        ulid::Ulid(self.session).to_string()
+    pub fn session_id(&self) -> ulid::Ulid {
+        ulid::Ulid(self.session)
     }
 }
 
@@ -304,7 +305,7 @@ pub struct Block {
     /// The site whose events the block holds.
     pub site_id: String,
     /// The UTC day its sessions started.
-    pub day: String,
+    pub day: UtcDay,
     /// How many events.
     pub len: usize,
     /// The distinct sessions ([`Col::Sessions`]).
@@ -353,7 +354,7 @@ impl Block {
 }
 
 /// Encodes events of one site and UTC day (in the order given) as a block.
-pub fn encode(site_id: &str, day: &str, events: &[StoredEvent]) -> Result<Vec<u8>, BlockError> {
+pub fn encode(site_id: &str, day: UtcDay, events: &[StoredEvent]) -> Result<Vec<u8>, BlockError> {
     let mut sessions: Vec<SessionKey> = Vec::new();
     let mut first_event: Vec<usize> = Vec::new();
     let mut session_of: HashMap<SessionKey, u32> = HashMap::new();
@@ -365,7 +366,7 @@ pub fn encode(site_id: &str, day: &str, events: &[StoredEvent]) -> Result<Vec<u8
                 e.site_id, e.day
             )));
         }
-        let key = session_key(e)?;
+        let key = SessionKey { visitor: e.visitor_id.as_u64(), session: e.session_id.0 };
         let next = sessions.len() as u32;
         let index = *session_of.entry(key).or_insert_with(|| {
             sessions.push(key);
@@ -380,7 +381,7 @@ pub fn encode(site_id: &str, day: &str, events: &[StoredEvent]) -> Result<Vec<u8
             return Err(BlockError::Unencodable(format!("session {} has differing visit attributes", e.session_id)));
         }
     }
-    if events.iter().any(|e| e.shard != visitor_shard(&e.visitor_id)) {
+    if events.iter().any(|e| e.shard != visitor_shard(e.visitor_id)) {
         return Err(BlockError::Unencodable("an event's shard is not its visitor's".into()));
     }
 
@@ -388,7 +389,7 @@ pub fn encode(site_id: &str, day: &str, events: &[StoredEvent]) -> Result<Vec<u8
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
     put_str(&mut out, site_id);
-    put_str(&mut out, day);
+    put_str(&mut out, &day.to_string());
     put_uvar(&mut out, events.len() as u64);
     put_uvar(&mut out, sessions.len() as u64);
     let mut columns: Vec<(Col, Vec<u8>)> = Vec::with_capacity(usize::from(COLUMNS));
@@ -486,18 +487,6 @@ pub fn encode(site_id: &str, day: &str, events: &[StoredEvent]) -> Result<Vec<u8
     Ok(out)
 }
 
-fn session_key(e: &StoredEvent) -> Result<SessionKey, BlockError> {
-    let visitor = (e.visitor_id.len() == 16 && e.visitor_id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .then(|| u64::from_str_radix(&e.visitor_id, 16).ok())
-        .flatten()
-        .ok_or_else(|| BlockError::Unencodable(format!("visitor id {:?}", e.visitor_id)))?;
-    let session = ulid::Ulid::from_string(&e.session_id)
-        .ok()
-        .filter(|u| u.to_string() == e.session_id)
-        .ok_or_else(|| BlockError::Unencodable(format!("session id {:?}", e.session_id)))?;
-    Ok(SessionKey { visitor, session: session.0 })
-}
-
 fn visit_text(v: &VisitAttrs, n: usize) -> &str {
     v.texts()[n]
 }
@@ -513,7 +502,7 @@ pub fn decode(bytes: &[u8], want: Cols) -> Result<Block, BlockError> {
         return Err(BlockError::Corrupt("unknown block version"));
     }
     let site_id = r.string()?;
-    let day = r.string()?;
+    let day = UtcDay::parse(&r.string()?).ok_or(BlockError::Corrupt("not a day"))?;
     let len = r.len_bounded()?;
     let n_sessions = r.len_bounded()?;
     if n_sessions > len {
@@ -724,17 +713,16 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
             }
         })
         .collect();
-    let ids: Vec<(String, String)> = b.sessions.iter().map(|s| (s.visitor_hex(), s.session_text())).collect();
     Ok((0..n)
         .map(|i| {
             let s = b.session[i] as usize;
-            let (visitor_id, session_id) = ids[s].clone();
+            let key = b.sessions[s];
             StoredEvent {
                 site_id: b.site_id.clone(),
-                day: b.day.clone(),
-                shard: visitor_shard(&visitor_id),
-                visitor_id,
-                session_id,
+                day: b.day,
+                shard: visitor_shard(key.visitor_id()),
+                visitor_id: key.visitor_id(),
+                session_id: key.session_id(),
                 seq: b.seq[i],
                 name: b.name.get(i).to_owned(),
                 ts: b.ts[i],

@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::block::{self, Block, BlockError, Cols};
 use crate::stored::StoredEvent;
-use crate::visitor::UtcDay;
+use crate::visitor::{UtcDay, VisitorId};
 
 /// The encoded size a block is cut at, well within DynamoDB's 400 KB item limit (the rest of the
 /// item is a few hundred bytes). One event is at most about 75 KB (the validation limits), so a
@@ -126,7 +126,7 @@ struct Shared {
     run_id: String,
     next_block: AtomicU64,
     /// Small blocks written per partition since it was last compacted.
-    small: std::sync::Mutex<HashMap<(String, String), usize>>,
+    small: std::sync::Mutex<HashMap<(String, UtcDay), usize>>,
     counters: Arc<WriterCounters>,
 }
 
@@ -168,12 +168,12 @@ impl BlockWriter {
     /// flushed (the background task does it once a partition has gathered enough). Returns how
     /// many blocks were merged away.
     pub async fn compact_now(&self) -> Result<usize, EventStoreError> {
-        let partitions: Vec<(String, String)> = lock(&self.shared.small).keys().cloned().collect();
+        let partitions: Vec<(String, UtcDay)> = lock(&self.shared.small).keys().cloned().collect();
         let mut merged = 0;
         for (site, day) in partitions {
             let next = || self.shared.next_block.fetch_add(1, Ordering::Relaxed);
             let shared = &self.shared;
-            let (m, left) = compact(&shared.table, &site, &day, &shared.run_id, (self.flushed)(), &next).await?;
+            let (m, left) = compact(&shared.table, &site, day, &shared.run_id, (self.flushed)(), &next).await?;
             merged += m;
             remember_left(shared, (site, day), left);
         }
@@ -213,10 +213,10 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
             }
         }
         // Group by partition, keeping arrival order within each.
-        let mut groups: Vec<((String, String), Vec<Pending>)> = Vec::new();
-        let mut index: HashMap<(String, String), usize> = HashMap::new();
+        let mut groups: Vec<((String, UtcDay), Vec<Pending>)> = Vec::new();
+        let mut index: HashMap<(String, UtcDay), usize> = HashMap::new();
         for p in batch {
-            let key = (p.event.site_id.clone(), p.event.day.clone());
+            let key = (p.event.site_id.clone(), p.event.day);
             let i = *index.entry(key.clone()).or_insert_with(|| {
                 groups.push((key, Vec::new()));
                 groups.len() - 1
@@ -226,13 +226,13 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
         let mut writes = Vec::new();
         for ((site, day), pending) in groups {
             for chunk in cut(pending) {
-                writes.push((site.clone(), day.clone(), shared.next_block.fetch_add(1, Ordering::Relaxed), chunk));
+                writes.push((site.clone(), day, shared.next_block.fetch_add(1, Ordering::Relaxed), chunk));
             }
         }
         let shared = &shared;
         futures::future::join_all(writes.into_iter().map(|(site, day, number, chunk)| async move {
             let (events, dones): (Vec<StoredEvent>, Vec<_>) = chunk.into_iter().map(|p| (p.event, p.done)).unzip();
-            let result = write_block(&shared.table, &shared.run_id, number, &site, &day, &events, &[]).await;
+            let result = write_block(&shared.table, &shared.run_id, number, &site, day, &events, &[]).await;
             let counters = &shared.counters;
             match &result {
                 Ok(bytes) => {
@@ -240,7 +240,7 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
                     counters.events.fetch_add(events.len() as u64, Ordering::Relaxed);
                     counters.bytes.fetch_add(*bytes as u64, Ordering::Relaxed);
                     if *bytes < SMALL_BLOCK_BYTES {
-                        *lock(&shared.small).entry((site.clone(), day.clone())).or_default() += 1;
+                        *lock(&shared.small).entry((site.clone(), day)).or_default() += 1;
                     }
                 }
                 Err(e) => {
@@ -268,7 +268,7 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
 
 /// Counts the small blocks a compaction of `partition` left (merged ones among them), so the
 /// partition is compacted again once it gathers enough, and forgets a partition with none.
-fn remember_left(shared: &Shared, partition: (String, String), left: usize) {
+fn remember_left(shared: &Shared, partition: (String, UtcDay), left: usize) {
     let mut small = lock(&shared.small);
     if left == 0 {
         small.remove(&partition);
@@ -286,14 +286,14 @@ async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on
         if !on.load(Ordering::Relaxed) {
             continue;
         }
-        let due: Vec<(String, String)> =
+        let due: Vec<(String, UtcDay)> =
             lock(&shared.small).iter().filter(|(_, n)| **n >= COMPACT_FROM).map(|(k, _)| k.clone()).collect();
         for (site, day) in due {
             let next = || shared.next_block.fetch_add(1, Ordering::Relaxed);
-            match compact(&shared.table, &site, &day, &shared.run_id, flushed(), &next).await {
+            match compact(&shared.table, &site, day, &shared.run_id, flushed(), &next).await {
                 Ok((merged, left)) => {
                     shared.counters.compacted.fetch_add(merged as u64, Ordering::Relaxed);
-                    remember_left(&shared, (site.clone(), day.clone()), left);
+                    remember_left(&shared, (site.clone(), day), left);
                 }
                 Err(e) => tracing::warn!(site = %site, day = %day, error = %e, "compacting event blocks failed"),
             }
@@ -308,7 +308,7 @@ async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on
 pub async fn compact_partition(
     table: &Table,
     site: &str,
-    day: &str,
+    day: UtcDay,
     run_id: &str,
     flushed: u64,
     next: &(dyn Fn() -> u64 + Sync),
@@ -321,7 +321,7 @@ pub async fn compact_partition(
 async fn compact(
     table: &Table,
     site: &str,
-    day: &str,
+    day: UtcDay,
     run_id: &str,
     flushed: u64,
     next: &(dyn Fn() -> u64 + Sync),
@@ -332,7 +332,7 @@ async fn compact(
     // round at a time, and it reads after its last transaction is committed.
     let records = table
         .query("EventBlock")
-        .key(item! { "site_id" => site, "day" => day, "run_id" => run_id })
+        .key(item! { "site_id" => site, "day" => day.to_string(), "run_id" => run_id })
         .filter(attr("data").size().lt(SMALL_BLOCK_BYTES as i64))
         .consistent()
         .all()
@@ -372,7 +372,7 @@ async fn compact(
             block_item((run_id, number), site, day, &events, data, 0, &replaces),
         )];
         for b in &group {
-            let key = item! { "site_id" => site, "day" => day, "run_id" => run_id, "block" => b.number };
+            let key = item! { "site_id" => site, "day" => day.to_string(), "run_id" => run_id, "block" => b.number };
             writes.push(model::TxWrite::delete("EventBlock", key).condition(attr("version").eq(b.version)));
         }
         match table.transact_write(writes).await {
@@ -425,7 +425,7 @@ async fn write_block(
     run_id: &str,
     number: u64,
     site: &str,
-    day: &str,
+    day: UtcDay,
     events: &[StoredEvent],
     replaces: &[u64],
 ) -> Result<usize, EventStoreError> {
@@ -442,7 +442,7 @@ async fn write_block(
 fn block_item(
     (run_id, number): (&str, u64),
     site: &str,
-    day: &str,
+    day: UtcDay,
     events: &[StoredEvent],
     data: Vec<u8>,
     version: i64,
@@ -454,7 +454,7 @@ fn block_item(
     let ttl = events.iter().map(|e| e.ttl).max().unwrap_or(0);
     let mut item = item! {
         "site_id" => site,
-        "day" => day,
+        "day" => day.to_string(),
         "run_id" => run_id,
         "block" => number,
         "events" => events.len(),
@@ -583,13 +583,13 @@ pub async fn events_of_day(table: &Table, site: &str, day: UtcDay) -> Result<Vec
 pub async fn blocks_of_run(
     table: &Table,
     site: &str,
-    day: &str,
+    day: UtcDay,
     run_id: &str,
     after: u64,
 ) -> Result<Vec<StoredBlock>, EventStoreError> {
     let records = table
         .query("EventBlock")
-        .key(item! { "site_id" => site, "day" => day, "run_id" => run_id })
+        .key(item! { "site_id" => site, "day" => day.to_string(), "run_id" => run_id })
         .consistent()
         .all()
         .await?;
@@ -605,7 +605,12 @@ pub fn sort_sessions(events: &mut [StoredEvent]) {
 /// Removes every event of `visitor` from the blocks of `site` and `day` (their sessions' start
 /// day); returns how many. Each block holding them is rewritten without them under its version,
 /// and read again if another rewrite got there first.
-pub async fn erase_visitor(table: &Table, site: &str, day: UtcDay, visitor: &str) -> Result<usize, EventStoreError> {
+pub async fn erase_visitor(
+    table: &Table,
+    site: &str,
+    day: UtcDay,
+    visitor: VisitorId,
+) -> Result<usize, EventStoreError> {
     let mut erased = 0;
     for _attempt in 0..8 {
         let blocks = blocks_of_day(table, site, day).await?;
@@ -626,7 +631,7 @@ pub async fn erase_visitor(table: &Table, site: &str, day: UtcDay, visitor: &str
             let result = if kept.is_empty() {
                 table.delete_with("EventBlock", key, Some(&same)).await.map(|_| ())
             } else {
-                let data = block::encode(site, &day.to_string(), &kept)?;
+                let data = block::encode(site, day, &kept)?;
                 let update = Update::new()
                     .set("data", AttributeValue::B(data))
                     .set("events", kept.len())
@@ -671,7 +676,7 @@ pub async fn ensure_blocks(table: &Table, progress: &dyn Fn(u64)) -> Result<u64,
 
 async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u64, EventStoreError> {
     let mut converted = 0u64;
-    type Part = (String, String, String);
+    type Part = (String, UtcDay, String);
     let mut partitions: HashMap<Part, Vec<(StoredEvent, store::Item)>> = HashMap::new();
     let mut scan = table.scan().entity("Event").consistent().pages();
     while let Some(page) = scan.next().await {
@@ -679,13 +684,13 @@ async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u6
             let e = crate::aggregate::event_from_record(&record).map_err(|e| EventStoreError::Write(e.to_string()))?;
             let key = item! {
                 "site_id" => e.site_id.as_str(),
-                "day" => e.day.as_str(),
+                "day" => e.day.to_string(),
                 "shard" => e.shard,
-                "visitor_id" => e.visitor_id.as_str(),
-                "session_id" => e.session_id.as_str(),
+                "visitor_id" => e.visitor_id.to_string(),
+                "session_id" => e.session_id.to_string(),
                 "seq" => e.seq,
             };
-            partitions.entry((e.site_id.clone(), e.day.clone(), e.run.clone())).or_default().push((e, key));
+            partitions.entry((e.site_id.clone(), e.day, e.run.clone())).or_default().push((e, key));
         }
     }
     let mut parts: Vec<_> = partitions.into_iter().collect();
@@ -708,7 +713,7 @@ async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u6
                 end += 1;
             }
             let end = end.max(at + 1);
-            write_block(table, &run, number, &site, &day, &events[at..end], &[]).await?;
+            write_block(table, &run, number, &site, day, &events[at..end], &[]).await?;
             number += 1;
             at = end;
         }
@@ -729,9 +734,9 @@ static STORED_DIRECTLY: AtomicU64 = AtomicU64::new(500_000_000);
 /// Writes `events` as blocks at once, one per (site, day, run), numbered apart from what the
 /// block writer uses: for tools and tests that store events without a pipeline.
 pub async fn store_events(table: &Table, events: &[StoredEvent]) -> Result<(), EventStoreError> {
-    let mut groups: std::collections::BTreeMap<(&str, &str, &str), Vec<StoredEvent>> = Default::default();
+    let mut groups: std::collections::BTreeMap<(&str, UtcDay, &str), Vec<StoredEvent>> = Default::default();
     for e in events {
-        groups.entry((&e.site_id, &e.day, &e.run)).or_default().push(e.clone());
+        groups.entry((&e.site_id, e.day, &e.run)).or_default().push(e.clone());
     }
     for ((site, day, run), events) in groups {
         let number = STORED_DIRECTLY.fetch_add(1, Ordering::Relaxed);

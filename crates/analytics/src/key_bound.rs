@@ -182,10 +182,10 @@ mod tests {
             .collect();
         StoredEvent {
             site_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
-            day: "2026-11-22".into(),
+            day: crate::visitor::UtcDay::parse("2026-11-22").unwrap(),
             shard: 7,
-            visitor_id: "3f2a9c0d1e4b5a67".into(),
-            session_id: "01JDB3Y5C8M9V7T2X4K6P0QWES".into(),
+            visitor_id: crate::visitor::VisitorId::parse("3f2a9c0d1e4b5a67").unwrap(),
+            session_id: "01JDB3Y5C8M9V7T2X4K6P0QWES".parse().unwrap(),
             seq: 3,
             name: std::iter::repeat_n(fill, 120).collect(),
             ts: 1_795_000_000_000,

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use crate::aggregate::recovery::list_runs;
 use crate::event_store::{self, StoredBlock};
 use crate::pipeline::{Pipeline, PipelineError, SESSION_TIMEOUT_MS};
-use crate::visitor::UtcDay;
+use crate::visitor::{UtcDay, VisitorId};
 
 /// How often the holder renews.
 pub const RENEW_EVERY: Duration = Duration::from_secs(1);
@@ -252,18 +252,17 @@ async fn restore_sessions(table: &Table, run_id: &str) -> Result<usize, Pipeline
     let Some(run) = runs.into_iter().find(|r| r.run_id == run_id) else { return Ok(0) };
     let since = now_ms() - SESSION_TIMEOUT_MS;
     let today = UtcDay::from_unix_ms(now_ms());
-    let mut latest: std::collections::HashMap<(String, String), crate::stored::StoredEvent> =
+    let mut latest: std::collections::HashMap<(String, VisitorId), crate::stored::StoredEvent> =
         std::collections::HashMap::new();
-    for (site, day) in &run.partitions {
-        let Some(d) = UtcDay::parse(day) else { continue };
-        if d.days() < today.days() - 1 {
+    for &(ref site, day) in &run.partitions {
+        if day.days() < today.days() - 1 {
             continue;
         }
         let blocks: Vec<StoredBlock> = event_store::blocks_of_run(table, site, day, run_id, 0).await?;
         for b in blocks.iter().filter(|b| b.ts_range.1 >= since) {
             for e in b.events().map_err(event_store::EventStoreError::from)? {
-                let key = (e.site_id.clone(), e.visitor_id.clone());
-                if latest.get(&key).is_none_or(|l| (l.session_id.as_str(), l.seq) < (e.session_id.as_str(), e.seq)) {
+                let key = (e.site_id.clone(), e.visitor_id);
+                if latest.get(&key).is_none_or(|l| (l.session_id, l.seq) < (e.session_id, e.seq)) {
                     latest.insert(key, e);
                 }
             }
@@ -275,14 +274,13 @@ async fn restore_sessions(table: &Table, run_id: &str) -> Result<usize, Pipeline
             continue;
         }
         // Only if the table has nothing newer for the visitor (a shared period may have).
-        let key = item! { "site_id" => e.site_id.as_str(), "visitor_id" => e.visitor_id.as_str() };
+        let key = item! { "site_id" => e.site_id.as_str(), "visitor_id" => e.visitor_id.to_string() };
         let current = table.get_with("VisitorSession", key, true).await?;
         let (version, newer) = match &current {
             Some(r) => {
                 let v = r.opt_i64("version")?.unwrap_or(0);
                 let last = crate::block::decode_events(r.bytes("last")?).map_err(event_store::EventStoreError::from)?;
-                let newer =
-                    last.first().is_some_and(|l| (l.session_id.as_str(), l.seq) >= (e.session_id.as_str(), e.seq));
+                let newer = last.first().is_some_and(|l| (l.session_id, l.seq) >= (e.session_id, e.seq));
                 (v, newer)
             }
             None => (0, false),

@@ -178,8 +178,8 @@ struct Live {
 
 /// What a new session's first event starts from.
 struct NewSession {
-    day: String,
-    session_id: String,
+    day: UtcDay,
+    session_id: ulid::Ulid,
     visit: VisitAttrs,
 }
 
@@ -244,10 +244,6 @@ impl std::fmt::Debug for Pipeline {
 
 fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
-}
-
-fn day_text(ts_ms: i64) -> String {
-    UtcDay::from_unix_ms(ts_ms).to_string()
 }
 
 /// Largest number of sessions kept in memory. Any session can be dropped safely — the next
@@ -324,7 +320,7 @@ impl Pipeline {
     }
 
     /// Whether a visitor missing from memory must be looked up in the table.
-    fn must_look_up(&self, site_id: &str, visitor: &str) -> bool {
+    fn must_look_up(&self, site_id: &str, visitor: VisitorId) -> bool {
         !self.is_alone()
             || now_ms() <= self.lookups_until.load(Ordering::SeqCst)
             || lock(&self.evicted).contains(&visitor_hash(site_id, visitor))
@@ -639,8 +635,11 @@ impl Pipeline {
         Ok(Some(salt))
     }
 
-    fn slot(&self, site_id: &str, visitor: &str) -> Slot {
+    fn slot(&self, site_id: &str, visitor: VisitorId) -> Slot {
         let mut sessions = lock(&self.sessions);
+        if let Some(slot) = sessions.get(&SessionKeyRef(site_id, visitor)) {
+            return slot.clone();
+        }
         let limit = self.session_limit.load(Ordering::Relaxed);
         if sessions.len() >= limit {
             if self.is_alone() {
@@ -648,7 +647,7 @@ impl Pipeline {
                 // written, by a task (the map may pass its bound by what arrives meanwhile).
                 if !self.evicting.swap(true, Ordering::SeqCst) {
                     let horizon = now_ms().min(self.newest_ts.load(Ordering::Relaxed)) - SESSION_TIMEOUT_MS;
-                    let chosen: Vec<((String, String), Slot)> = eviction_candidates(&sessions, now_ms(), limit)
+                    let chosen: Vec<(SessionKey, Slot)> = eviction_candidates(&sessions, now_ms(), limit)
                         .into_iter()
                         .filter_map(|k| sessions.get(&k).map(|s| (k, s.clone())))
                         .collect();
@@ -657,7 +656,7 @@ impl Pipeline {
                     tokio::spawn(async move {
                         let written = evict(&table, &map, chosen, horizon).await;
                         let mut set = lock(&remembered);
-                        set.extend(written.iter().map(|(site, visitor)| visitor_hash(site, visitor)));
+                        set.extend(written.iter().map(|(site, visitor)| visitor_hash(site, *visitor)));
                         if set.len() > MAX_EVICTED_REMEMBERED {
                             // Too many to remember: look every missing visitor up from now on.
                             set.clear();
@@ -671,18 +670,18 @@ impl Pipeline {
                 make_room(&mut sessions, now_ms(), limit);
             }
         }
-        sessions.entry((site_id.to_owned(), visitor.to_owned())).or_default().clone()
+        sessions.entry((site_id.to_owned(), visitor)).or_default().clone()
     }
 
     /// The visitor's latest event as the table has it (`VisitorSession`), and the item's version.
     async fn load_head(
         &self,
         site_id: &str,
-        visitor: &str,
+        visitor: VisitorId,
     ) -> Result<(Option<StoredEvent>, Option<i64>), PipelineError> {
         let found = self
             .table
-            .get_with("VisitorSession", item! { "site_id" => site_id, "visitor_id" => visitor }, true)
+            .get_with("VisitorSession", item! { "site_id" => site_id, "visitor_id" => visitor.to_string() }, true)
             .await?;
         let Some(record) = found else { return Ok((None, None)) };
         let version = record.opt_i64("version")?.unwrap_or(0);
@@ -692,7 +691,7 @@ impl Pipeline {
     }
 
     /// The visitor's session as the table has it, if it is live at `ts`.
-    async fn load_session(&self, site_id: &str, visitor: &str, ts: i64) -> Result<Cached, PipelineError> {
+    async fn load_session(&self, site_id: &str, visitor: VisitorId, ts: i64) -> Result<Cached, PipelineError> {
         let (last, head_version) = self.load_head(site_id, visitor).await?;
         let live = last.and_then(|e| {
             let state = e.next();
@@ -716,7 +715,7 @@ impl Pipeline {
         let (visitor, slot) = self.session_slot(site, visitors, ts).await?;
         let mut guard = slot.lock().await;
         for _ in 0..MAX_SLOT_ATTEMPTS {
-            match self.store_in(&mut guard, site, event, enrichment, &visitor).await? {
+            match self.store_in(&mut guard, site, event, enrichment, visitor).await? {
                 Stored::Done => return Ok(()),
                 Stored::Moved => continue,
             }
@@ -727,40 +726,34 @@ impl Pipeline {
     /// Which of the visitor's ids (today's salt, or yesterday's for a visit that began under it)
     /// the event continues, and that session's slot: a live session in memory first, else the
     /// table's (older salt first), else a new visit under today's id.
-    async fn session_slot(
-        &self,
-        site: &Site,
-        visitors: &[VisitorId],
-        ts: i64,
-    ) -> Result<(String, Slot), PipelineError> {
-        let ids: Vec<String> = visitors.iter().map(ToString::to_string).collect();
-        for id in ids.iter().rev().skip(usize::from(ids.len() < 2)).chain(ids.first()) {
+    async fn session_slot(&self, site: &Site, ids: &[VisitorId], ts: i64) -> Result<(VisitorId, Slot), PipelineError> {
+        for &id in ids.iter().rev().skip(usize::from(ids.len() < 2)).chain(ids.first()) {
             let slot = self.slot(&site.site_id, id);
             let guard = slot.lock().await;
             let live = guard.live.as_ref().is_some_and(|l| live_at(&l.state, ts));
             drop(guard);
             if live {
-                return Ok((id.clone(), slot));
+                return Ok((id, slot));
             }
         }
         // Nothing live in memory: ask the table, older salt first; a new visit takes today's id.
-        let mut found: Option<(String, Cached)> = None;
-        for id in ids.iter().rev() {
+        let mut found: Option<(VisitorId, Cached)> = None;
+        for &id in ids.iter().rev() {
             let cached = if self.must_look_up(&site.site_id, id) {
                 self.load_session(&site.site_id, id, ts).await?
             } else {
                 Cached::default()
             };
-            if cached.live.is_some() || id == &ids[0] {
+            if cached.live.is_some() || id == ids[0] {
                 let live = cached.live.is_some();
-                found = Some((id.clone(), cached));
+                found = Some((id, cached));
                 if live {
                     break;
                 }
             }
         }
-        let (id, cached) = found.unwrap_or_else(|| (ids[0].clone(), Cached::default()));
-        let slot = self.slot(&site.site_id, &id);
+        let (id, cached) = found.unwrap_or_else(|| (ids[0], Cached::default()));
+        let slot = self.slot(&site.site_id, id);
         let mut guard = slot.lock().await;
         // Another task of this process may have filled the slot meanwhile: keep its.
         if guard.live.is_none() {
@@ -778,33 +771,28 @@ impl Pipeline {
         site: &Site,
         event: &Event,
         enrichment: &Enrichment,
-        visitor: &str,
+        visitor: VisitorId,
     ) -> Result<Stored, PipelineError> {
         let ts = event.timestamp_ms;
         // The session this event continues, or a new one.
         let fresh;
         let empty = PrevState::default();
-        let (day, visitor_id, session_id, seq, visit, prev) = match guard
-            .live
-            .as_ref()
-            .filter(|l| live_at(&l.state, ts))
-        {
-            Some(l) => {
-                (&l.last.day, l.last.visitor_id.as_str(), &l.last.session_id, l.last.seq + 1, &l.last.visit, &l.state)
-            }
-            None => {
-                fresh = new_session(ts, event, enrichment);
-                (&fresh.day, visitor, &fresh.session_id, 0, &fresh.visit, &empty)
-            }
-        };
+        let (day, visitor_id, session_id, seq, visit, prev) =
+            match guard.live.as_ref().filter(|l| live_at(&l.state, ts)) {
+                Some(l) => (l.last.day, l.last.visitor_id, l.last.session_id, l.last.seq + 1, &l.last.visit, &l.state),
+                None => {
+                    fresh = new_session(ts, event, enrichment);
+                    (fresh.day, visitor, fresh.session_id, 0, &fresh.visit, &empty)
+                }
+            };
         self.aggregator.register_partition(&site.site_id, day).await?;
         let ticket = self.aggregator.begin();
         let stored = StoredEvent {
             site_id: site.site_id.clone(),
-            day: day.clone(),
+            day,
             shard: visitor_shard(visitor_id),
-            visitor_id: visitor_id.to_owned(),
-            session_id: session_id.clone(),
+            visitor_id,
+            session_id,
             seq,
             name: event.name.as_str().to_owned(),
             ts,
@@ -849,7 +837,7 @@ impl Pipeline {
                 Err(e) if e.is_condition_failed() => {
                     // Another process moved the session on: read it back and try again.
                     drop(ticket);
-                    *guard = self.load_session(&site.site_id, &stored.visitor_id, ts).await?;
+                    *guard = self.load_session(&site.site_id, stored.visitor_id, ts).await?;
                     return Ok(Stored::Moved);
                 }
                 Err(e) => {
@@ -887,10 +875,10 @@ impl Pipeline {
 /// The `VisitorSession` item holding `last` (as a one-event block) at `version`. Kept two hours:
 /// a session ends 30 minutes after its latest event.
 pub(crate) fn head_item_for(last: &StoredEvent, version: i64) -> Result<store::Item, EventStoreError> {
-    let bytes = crate::block::encode(&last.site_id, &last.day, std::slice::from_ref(last))?;
+    let bytes = crate::block::encode(&last.site_id, last.day, std::slice::from_ref(last))?;
     Ok(item! {
         "site_id" => last.site_id.as_str(),
-        "visitor_id" => last.visitor_id.as_str(),
+        "visitor_id" => last.visitor_id.to_string(),
         "last" => bytes,
         "version" => version,
         "ttl" => now_ms() / 1000 + 2 * 3600,
@@ -898,7 +886,7 @@ pub(crate) fn head_item_for(last: &StoredEvent, version: i64) -> Result<store::I
 }
 
 /// The sessions to drop from a full cache: idle ones, and if most are live, the older half.
-fn eviction_candidates(sessions: &Sessions, now: i64, limit: usize) -> Vec<(String, String)> {
+fn eviction_candidates(sessions: &Sessions, now: i64, limit: usize) -> Vec<SessionKey> {
     let cutoff = now - SESSION_TIMEOUT_MS;
     let last_ts = |slot: &Slot| slot.try_lock().ok().map(|c| c.live.as_ref().map(|l| l.state.last_ts));
     let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
@@ -920,12 +908,7 @@ const EVICT_CHUNK: usize = 250;
 /// Writes the items of the chosen sessions still live at `horizon`, a chunk at a time, holding
 /// each session until its item is written, then drops each from the cache. Returns the visitors
 /// whose items it wrote. A chunk whose write fails stays in memory, and so does every later one.
-async fn evict(
-    table: &Table,
-    map: &Mutex<Sessions>,
-    chosen: Vec<((String, String), Slot)>,
-    horizon: i64,
-) -> Vec<(String, String)> {
+async fn evict(table: &Table, map: &Mutex<Sessions>, chosen: Vec<(SessionKey, Slot)>, horizon: i64) -> Vec<SessionKey> {
     let mut written = Vec::new();
     let mut chosen = chosen.into_iter().peekable();
     while chosen.peek().is_some() {
@@ -942,9 +925,9 @@ async fn evict(
 async fn evict_chunk(
     table: &Table,
     map: &Mutex<Sessions>,
-    chosen: Vec<((String, String), Slot)>,
+    chosen: Vec<(SessionKey, Slot)>,
     horizon: i64,
-) -> Option<Vec<(String, String)>> {
+) -> Option<Vec<SessionKey>> {
     let mut held = Vec::with_capacity(chosen.len());
     let mut writes = Vec::new();
     for (key, slot) in chosen {
@@ -985,17 +968,31 @@ async fn evict_chunk(
     Some(written)
 }
 
-type Sessions = HashMap<(String, String), Slot>;
+/// A cached session's key: its site and visitor.
+type SessionKey = (String, VisitorId);
+
+type Sessions = hashbrown::HashMap<SessionKey, Slot>;
+
+/// A [`SessionKey`] borrowed, for looking a session up without allocating: it hashes and
+/// compares as the owned key does.
+#[derive(Hash)]
+struct SessionKeyRef<'a>(&'a str, VisitorId);
+
+impl hashbrown::Equivalent<SessionKey> for SessionKeyRef<'_> {
+    fn equivalent(&self, key: &SessionKey) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
 
 /// A visitor of a site as 64 bits, for remembering many in little memory (8 bytes each rather
 /// than two strings).
-fn visitor_hash(site_id: &str, visitor: &str) -> u64 {
+fn visitor_hash(site_id: &str, visitor: VisitorId) -> u64 {
     use std::hash::Hasher;
     // Fixed keys: the same visitor hashes the same for the life of the process.
     let mut h = siphasher::sip::SipHasher13::new_with_keys(0x7461_6c6c_7900_0001, 0x6576_6963_7465_6400);
     h.write(site_id.as_bytes());
     h.write_u8(0xff);
-    h.write(visitor.as_bytes());
+    h.write_u64(visitor.as_u64());
     h.finish()
 }
 
@@ -1026,8 +1023,8 @@ fn new_session(ts: i64, event: &Event, e: &Enrichment) -> NewSession {
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
     let millis = u64::try_from(ts).unwrap_or(0);
     NewSession {
-        day: day_text(ts),
-        session_id: ulid::Ulid::from_parts(millis, rand::random()).to_string(),
+        day: UtcDay::from_unix_ms(ts),
+        session_id: ulid::Ulid::from_parts(millis, rand::random()),
         visit: VisitAttrs {
             start_ts: ts,
             entry_page: event.pathname.as_str().to_owned(),

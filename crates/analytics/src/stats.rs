@@ -41,7 +41,10 @@ pub use revenue::{GoalRevenue, RevenueGoal, mean_to_cents};
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};
 use crate::sketch::VisitorSketch;
-use crate::stored::{Counters, EVENT_DIMENSIONS, HOUR_DIMENSIONS, Period, TOTAL, VISIT_DIMENSIONS, minute_label};
+use crate::stored::{
+    Counters, EVENT_DIMENSIONS, HOUR_DIMENSIONS, Period, SessionRef, TOTAL, VISIT_DIMENSIONS, minute_label,
+};
+use crate::visitor::{UtcDay, VisitorId};
 
 /// A metric of the Stats API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -1314,10 +1317,10 @@ pub struct DayItem {
 /// A visit as its events tell it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionSummary {
-    /// An opaque reference (`{day}.{visitor}.{session}`) that finds the session in one Query.
-    pub session_ref: String,
-    /// The visitor's id (16 lower-case hex digits), as its events carry it.
-    pub visitor_id: String,
+    /// The session, written as an opaque reference that finds it in one Query.
+    pub session_ref: SessionRef,
+    /// The visitor, as its events carry it.
+    pub visitor_id: VisitorId,
     /// First event, epoch ms.
     pub started_at: i64,
     /// Latest event, epoch ms.
@@ -1334,29 +1337,17 @@ pub struct SessionSummary {
     pub visit: crate::stored::VisitAttrs,
 }
 
-/// The reference of an event's session (`{day}.{visitor}.{session}`): one Query finds it.
-pub fn session_ref(e: &crate::stored::StoredEvent) -> String {
-    format!("{}.{}.{}", e.day, e.visitor_id, e.session_id)
+/// A visitor id as given by a client (16 hexadecimal digits, either case): every path that
+/// takes a visitor id parses it here, so an id in upper case finds, reads and erases the same
+/// visitor everywhere.
+pub fn parse_visitor(text: &str) -> Result<VisitorId, StatsError> {
+    VisitorId::parse(text).ok_or_else(|| StatsError::Invalid(format!("{text:?} is not a visitor id")))
 }
 
-/// A visitor id as given by a client (16 hexadecimal digits, either case) in the one form Tally
-/// stores it (lower case): every path that takes a visitor id parses it here, so an id in upper
-/// case finds, reads and erases the same visitor everywhere.
-pub fn parse_visitor(text: &str) -> Result<String, StatsError> {
-    if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(StatsError::Invalid(format!("{text:?} is not a visitor id")));
-    }
-    Ok(text.to_ascii_lowercase())
-}
-
-/// Splits a session reference into (day, visitor, session), checking each part's shape.
-pub fn parse_session_ref(text: &str) -> Option<(String, String, String)> {
-    let mut parts = text.split('.');
-    let (day, visitor, session) = (parts.next()?, parts.next()?, parts.next()?);
-    let visitor = parse_visitor(visitor).ok()?;
-    let ok =
-        parts.next().is_none() && crate::period::parse_date(day).is_ok() && ulid::Ulid::from_string(session).is_ok();
-    ok.then(|| (day.to_owned(), visitor, session.to_owned()))
+/// A UTC day as given by a client (`YYYY-MM-DD`), with the date parser's message when it is not.
+fn parse_day(text: &str) -> Result<UtcDay, StatsError> {
+    crate::period::parse_date(text).map_err(|e| StatsError::Invalid(e.to_string()))?;
+    UtcDay::parse(text).ok_or_else(|| StatsError::Invalid(format!("{text:?} is not a day")))
 }
 
 fn summarize(events: &[crate::stored::StoredEvent]) -> Vec<SessionSummary> {
@@ -1364,15 +1355,15 @@ fn summarize(events: &[crate::stored::StoredEvent]) -> Vec<SessionSummary> {
     for e in events {
         let state = e.next();
         match out.last_mut() {
-            Some(s) if s.session_ref == session_ref(e) => {
+            Some(s) if s.session_ref == SessionRef::of(e) => {
                 s.last_seen_at = s.last_seen_at.max(state.last_ts);
                 s.events = state.events.max(s.events);
                 s.pageviews = state.pageviews.max(s.pageviews);
                 s.exit_page = state.exit_page.clone();
             }
             _ => out.push(SessionSummary {
-                session_ref: session_ref(e),
-                visitor_id: e.visitor_id.clone(),
+                session_ref: SessionRef::of(e),
+                visitor_id: e.visitor_id,
                 started_at: e.visit.start_ts,
                 last_seen_at: state.last_ts,
                 events: state.events,
@@ -1393,27 +1384,21 @@ impl Stats {
     async fn sessions_events(
         &self,
         site_id: &str,
-        wanted: &[(String, String, String)],
+        wanted: &[SessionRef],
     ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
         use crate::block::{Col, Cols};
-        let mut by_day: BTreeMap<&str, BTreeSet<(u64, u128)>> = BTreeMap::new();
-        for (day, visitor, session) in wanted {
-            let (Ok(v), Ok(s)) = (u64::from_str_radix(visitor, 16), ulid::Ulid::from_string(session)) else { continue };
-            by_day.entry(day.as_str()).or_default().insert((v, s.0));
+        let mut by_day: BTreeMap<UtcDay, BTreeSet<(u64, u128)>> = BTreeMap::new();
+        for r in wanted {
+            by_day.entry(r.day).or_default().insert((r.visitor.as_u64(), r.session.0));
         }
         let mut out = Vec::new();
         for (day, keys) in by_day {
-            let Some(d) = crate::visitor::UtcDay::parse(day) else { continue };
-            for b in crate::event_store::blocks_of_day(&self.table, site_id, d).await? {
+            for b in crate::event_store::blocks_of_day(&self.table, site_id, day).await? {
                 let head = b.read(Cols::NONE.with(Col::Sessions))?;
                 if !head.sessions.iter().any(|k| keys.contains(&(k.visitor, k.session))) {
                     continue;
                 }
-                out.extend(b.events()?.into_iter().filter(|e| {
-                    let v = u64::from_str_radix(&e.visitor_id, 16).unwrap_or(u64::MAX);
-                    let s = ulid::Ulid::from_string(&e.session_id).map(|u| u.0).unwrap_or(0);
-                    keys.contains(&(v, s))
-                }));
+                out.extend(b.events()?.into_iter().filter(|e| keys.contains(&(e.visitor_id.as_u64(), e.session_id.0))));
             }
         }
         crate::event_store::sort_sessions(&mut out);
@@ -1555,26 +1540,15 @@ impl Stats {
         Ok(out)
     }
 
-    /// The events of the session `(day, visitor, session)` in order.
-    async fn one_session(
-        &self,
-        site_id: &str,
-        day: &str,
-        visitor: &str,
-        session: &str,
-    ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
-        self.sessions_events(site_id, &[(day.to_owned(), visitor.to_owned(), session.to_owned())]).await
-    }
-
     /// One session's events in order.
     pub async fn session_events(
         &self,
         site_id: &str,
         reference: &str,
     ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
-        let (day, visitor, session) = parse_session_ref(reference)
+        let session = SessionRef::parse(reference)
             .ok_or_else(|| StatsError::Invalid(format!("{reference:?} is not a session reference")))?;
-        self.one_session(site_id, &day, &visitor, &session).await
+        self.sessions_events(site_id, &[session]).await
     }
 
     /// A visitor's sessions that started on UTC day `day` (one Query), oldest first.
@@ -1595,11 +1569,9 @@ impl Stats {
         day: &str,
         visitor: &str,
     ) -> Result<Vec<crate::stored::StoredEvent>, StatsError> {
-        crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let day = parse_day(day)?;
         let visitor = parse_visitor(visitor)?;
-        let d =
-            crate::visitor::UtcDay::parse(day).ok_or_else(|| StatsError::Invalid(format!("{day:?} is not a day")))?;
-        let mut events: Vec<_> = crate::event_store::events_of_day(&self.table, site_id, d)
+        let mut events: Vec<_> = crate::event_store::events_of_day(&self.table, site_id, day)
             .await?
             .into_iter()
             .filter(|e| e.visitor_id == visitor)
@@ -1618,12 +1590,12 @@ impl Stats {
         day: &str,
         limit: usize,
     ) -> Result<Vec<SessionSummary>, StatsError> {
-        use crate::aggregate::session_log::{self, SessionId};
+        use crate::aggregate::session_log;
         crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut latest: HashMap<SessionId, i64> = HashMap::new();
+        let mut latest: HashMap<SessionRef, i64> = HashMap::new();
         // The `limit`-th latest time so far: once an item's newest entry is older, no entry
         // from here on can make the list.
         let mut bar = i64::MIN;
@@ -1650,10 +1622,10 @@ impl Stats {
                 bar = times[limit - 1];
             }
         }
-        let mut chosen: Vec<(SessionId, i64)> = latest.into_iter().collect();
+        let mut chosen: Vec<(SessionRef, i64)> = latest.into_iter().collect();
         chosen.sort_by_key(|&(id, ts)| (std::cmp::Reverse(ts), id.session));
         chosen.truncate(limit);
-        let wanted: Vec<(String, String, String)> = chosen.into_iter().map(|(id, _)| id.parts()).collect();
+        let wanted: Vec<SessionRef> = chosen.into_iter().map(|(id, _)| id).collect();
         let mut all: Vec<SessionSummary> = summarize(&self.sessions_events(site_id, &wanted).await?);
         all.sort_by_key(|s| std::cmp::Reverse(s.last_seen_at));
         Ok(all)
@@ -1664,24 +1636,19 @@ impl Stats {
     /// after its last event); returns how many events. Aggregates keep their counts (they hold no
     /// visitor id).
     pub async fn delete_visitor(&self, site_id: &str, day: &str, visitor: &str) -> Result<usize, StatsError> {
-        crate::period::parse_date(day).map_err(|e| StatsError::Invalid(e.to_string()))?;
+        let day = parse_day(day)?;
         let visitor = parse_visitor(visitor)?;
-        let d =
-            crate::visitor::UtcDay::parse(day).ok_or_else(|| StatsError::Invalid(format!("{day:?} is not a day")))?;
-        let erased = crate::event_store::erase_visitor(&self.table, site_id, d, &visitor).await?;
-        self.forget_in_session_log(site_id, day, &visitor).await?;
+        let erased = crate::event_store::erase_visitor(&self.table, site_id, day, visitor).await?;
+        self.forget_in_session_log(site_id, day, visitor).await?;
         Ok(erased)
     }
 
     /// Rewrites the session-log items of `day` and the next day that name `visitor`'s sessions
     /// started on `day`, without them (an item left empty is deleted).
-    async fn forget_in_session_log(&self, site_id: &str, day: &str, visitor: &str) -> Result<(), StatsError> {
+    async fn forget_in_session_log(&self, site_id: &str, start: UtcDay, visitor: VisitorId) -> Result<(), StatsError> {
         use crate::aggregate::session_log;
-        let (Some(start), Ok(id)) = (crate::visitor::UtcDay::parse(day), u64::from_str_radix(visitor, 16)) else {
-            return Ok(());
-        };
-        let theirs = |e: &(session_log::SessionId, i64)| e.0.visitor == id && e.0.start_day == start.days();
-        for active in [start, crate::visitor::UtcDay::from_days(start.days() + 1)] {
+        let theirs = |e: &(SessionRef, i64)| e.0.visitor == visitor && e.0.day == start;
+        for active in [start, UtcDay::from_days(start.days() + 1)] {
             let active = active.to_string();
             let logs = self
                 .table

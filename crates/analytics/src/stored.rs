@@ -18,7 +18,10 @@
 
 use std::collections::BTreeMap;
 
+use ulid::Ulid;
+
 use crate::period::Unit;
+use crate::visitor::{UtcDay, VisitorId};
 
 /// One raw event, as ingestion made it and as an event block holds it ([`crate::block`]), in the
 /// blocks of its site and of the UTC day its session started (`day`). (`shard` and the
@@ -28,14 +31,14 @@ use crate::period::Unit;
 pub struct StoredEvent {
     /// The id of the site the event was sent to: part of the partition key.
     pub site_id: String,
-    /// The UTC day (`YYYY-MM-DD`) the session started: part of the partition key.
-    pub day: String,
+    /// The UTC day the session started: part of the partition key.
+    pub day: UtcDay,
     /// `visitor_shard(visitor_id)`.
     pub shard: u32,
-    /// The visitor id (16 lower-case hex digits).
-    pub visitor_id: String,
-    /// The session id (a ULID).
-    pub session_id: String,
+    /// The visitor, as the day's salt hashes it.
+    pub visitor_id: VisitorId,
+    /// The session, a ULID made when its first event arrived.
+    pub session_id: Ulid,
     /// The event's position in its session, from 0.
     pub seq: u32,
     /// Event name: `pageview` or a custom name.
@@ -64,6 +67,54 @@ pub struct StoredEvent {
     pub epoch: u64,
     /// Expiry, epoch seconds (the site's raw-event retention).
     pub ttl: i64,
+}
+
+/// One session, as everything that names a session names it: the UTC day it started (the
+/// partition of its events), its visitor and its ULID. Written `YYYY-MM-DD.<visitor>.<ULID>`,
+/// the form the Stats API and the dashboard hand out and take back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionRef {
+    /// The UTC day the session started.
+    pub day: UtcDay,
+    /// Its visitor.
+    pub visitor: VisitorId,
+    /// Its ULID.
+    pub session: Ulid,
+}
+
+impl SessionRef {
+    /// The session `e` belongs to.
+    pub fn of(e: &StoredEvent) -> SessionRef {
+        SessionRef { day: e.day, visitor: e.visitor_id, session: e.session_id }
+    }
+
+    /// Parses the written form, checking each part's shape; the visitor's hex digits may be in
+    /// either case.
+    pub fn parse(text: &str) -> Option<SessionRef> {
+        let mut parts = text.split('.');
+        let (day, visitor, session) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(SessionRef {
+            day: UtcDay::parse(day)?,
+            visitor: VisitorId::parse(visitor)?,
+            session: Ulid::from_string(session).ok()?,
+        })
+    }
+}
+
+/// Written as its text: the form the Stats API and the dashboard hand out.
+impl serde::Serialize for SessionRef {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl std::fmt::Display for SessionRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.day, self.visitor, self.session)
+    }
 }
 
 /// The attributes of a visit, fixed by its first event.
@@ -213,8 +264,11 @@ pub struct Contribution {
 }
 
 /// The write shard of a visitor's events: `0..EVENT_SHARDS`, from the visitor id's hex digits.
-pub fn visitor_shard(visitor_id: &str) -> u32 {
-    let h = visitor_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+pub fn visitor_shard(visitor_id: VisitorId) -> u32 {
+    let h = visitor_id
+        .hex()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
     (h % u64::from(crate::schema::EVENT_SHARDS)) as u32
 }
 
@@ -504,7 +558,19 @@ mod tests {
     #[test]
     fn shards_spread_and_stay_in_range() {
         let shards: std::collections::BTreeSet<u32> =
-            (0..1000u64).map(|i| visitor_shard(&format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))).collect();
+            (0..1000u64).map(|i| visitor_shard(VisitorId::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))).collect();
         assert!(shards.len() > 60 && shards.iter().all(|&s| s < crate::schema::EVENT_SHARDS));
+    }
+
+    /// The shard is the one an earlier Tally keyed `Event` items by: FNV-1a over the id's hex
+    /// text, so a store it wrote is still found when converted.
+    #[test]
+    fn the_shard_hashes_the_ids_hex_text() {
+        for text in ["3f2a9c0d1e4b5a67", "00000000000000ff", "ffffffffffffffff"] {
+            let fnv =
+                text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+            let expected = (fnv % u64::from(crate::schema::EVENT_SHARDS)) as u32;
+            assert_eq!(visitor_shard(VisitorId::parse(text).unwrap()), expected, "{text}");
+        }
     }
 }

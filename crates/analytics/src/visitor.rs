@@ -116,7 +116,7 @@ impl fmt::Debug for Salt {
 }
 
 /// A visitor id: 64 bits, written as 16 lower-case hex digits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VisitorId(u64);
 
 impl VisitorId {
@@ -130,12 +130,29 @@ impl VisitorId {
         VisitorId(value)
     }
 
+    /// The id as written: 16 lower-case hex digits, with no allocation.
+    pub fn hex(self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        for (i, b) in out.iter_mut().enumerate() {
+            let nibble = (self.0 >> (60 - 4 * i)) & 0xf;
+            *b = b"0123456789abcdef"[nibble as usize];
+        }
+        out
+    }
+
     /// Parses 16 hex digits.
     pub fn parse(text: &str) -> Option<Self> {
         if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
         u64::from_str_radix(text, 16).ok().map(VisitorId)
+    }
+}
+
+/// Written as its text: the form the Stats API and exports show.
+impl serde::Serialize for VisitorId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -165,7 +182,7 @@ pub fn visitor_id(salt: &Salt, site_id: &str, ip: IpAddr, user_agent: &str) -> V
 const MAX_DAYS: i64 = i64::MAX / DAY_MS;
 
 /// A UTC calendar day, counted from 1970-01-01; written `YYYY-MM-DD`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct UtcDay(i64);
 
 impl UtcDay {

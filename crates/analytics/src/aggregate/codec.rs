@@ -12,7 +12,10 @@ use store::{AttributeValue, Item};
 
 use super::AggregateError;
 use crate::sketch::VisitorSketch;
+use ulid::Ulid;
+
 use crate::stored::{AggKey, Counters, Period, PrevState, StoredEvent, VisitAttrs};
+use crate::visitor::{UtcDay, VisitorId};
 
 /// The `Event` entity's fields of a stored event, ready for `table.put("Event", …)` (the model
 /// layer adds the keys).
@@ -24,9 +27,9 @@ pub fn event_item(e: &StoredEvent) -> Item {
         }
     };
     text("site_id", &e.site_id);
-    text("day", &e.day);
-    text("visitor_id", &e.visitor_id);
-    text("session_id", &e.session_id);
+    text("day", &e.day.to_string());
+    text("visitor_id", &e.visitor_id.to_string());
+    text("session_id", &e.session_id.to_string());
     text("name", &e.name);
     text("hostname", &e.hostname);
     text("path", &e.path);
@@ -93,6 +96,12 @@ fn text(r: &Record, name: &str) -> Result<String, AggregateError> {
     Ok(r.opt_string(name)?.unwrap_or_default().to_owned())
 }
 
+/// The text attribute `name`, parsed by `parse`; a missing or malformed one is a decode error.
+fn parsed<T>(r: &Record, name: &str, parse: impl Fn(&str) -> Option<T>) -> Result<T, AggregateError> {
+    let text = r.string(name)?;
+    parse(text).ok_or_else(|| decode_error("Event", format!("`{name}` = {text:?} is malformed")))
+}
+
 fn number<T: TryFrom<i64>>(r: &Record, name: &str) -> Result<T, AggregateError> {
     let n = r.opt_i64(name)?.unwrap_or(0);
     T::try_from(n).map_err(|_| decode_error("Event", format!("`{name}` = {n} is out of range")))
@@ -125,10 +134,10 @@ pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
     };
     Ok(StoredEvent {
         site_id: r.string("site_id")?.to_owned(),
-        day: r.string("day")?.to_owned(),
+        day: parsed(r, "day", UtcDay::parse)?,
         shard: number(r, "shard")?,
-        visitor_id: r.string("visitor_id")?.to_owned(),
-        session_id: text(r, "session_id")?,
+        visitor_id: parsed(r, "visitor_id", VisitorId::parse)?,
+        session_id: parsed(r, "session_id", |t| Ulid::from_string(t).ok())?,
         seq: number(r, "seq")?,
         name: r.string("name")?.to_owned(),
         ts: r.i64("ts")?,

@@ -23,15 +23,6 @@ pub struct Delta {
     pub visitor: Option<u64>,
 }
 
-/// The visitor id as the `u64` its 16 hex digits spell. An id that is not hex (never written by
-/// Tally's ingestion, but possible in a damaged item) is hashed instead, so no input panics and
-/// the same text always maps to the same number.
-pub fn visitor_u64(visitor_id: &str) -> u64 {
-    u64::from_str_radix(visitor_id, 16).unwrap_or_else(|_| {
-        visitor_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-    })
-}
-
 /// Whether `period` keeps `dimension` (every dimension at day, week and month).
 pub fn period_keeps(period: Period, dimension: &str) -> bool {
     match period {
@@ -113,7 +104,7 @@ fn each_delta(
         |period: Period, dimension: &str| period_keeps(period, dimension) || (every_hour && period == Period::Hour);
     let site_id = event.site_id.as_str();
     let pageviews = i64::from(event.is_pageview());
-    let visitor = visitor_u64(&event.visitor_id);
+    let visitor = event.visitor_id.as_u64();
     let counted = Delta { counters: Counters { events: 1, pageviews, ..Counters::default() }, visitor: Some(visitor) };
     // An engagement event only extends its visit: no event counters, visitor or event values.
     let counts_event = event.name != crate::stored::ENGAGEMENT;

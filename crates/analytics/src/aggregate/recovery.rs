@@ -21,6 +21,7 @@ use store::item;
 use super::apply::{self, Accumulator, ItemCache};
 use super::{AggregateError, FINISHED_RUN_TTL_S, Shared, now_ms, parse_partition};
 use crate::stored::StoredEvent;
+use crate::visitor::UtcDay;
 
 /// A `Run` item as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +37,7 @@ pub struct RunInfo {
     /// The last epoch it (or its recoverer) flushed completely.
     pub flushed_epoch: u64,
     /// `(site, day)` partitions it wrote events to.
-    pub partitions: BTreeSet<(String, String)>,
+    pub partitions: BTreeSet<(String, UtcDay)>,
     /// `live`, `recovering`, `recovered` or `done`.
     pub state: String,
     /// The run that claimed it, if any.
@@ -49,7 +50,7 @@ impl RunInfo {
             Some(_) => r
                 .string_set("partitions")?
                 .iter()
-                .filter_map(|p| parse_partition(p).map(|(s, d)| (s.to_owned(), d.to_owned())))
+                .filter_map(|p| parse_partition(p).map(|(s, d)| (s.to_owned(), d)))
                 .collect(),
             None => BTreeSet::new(),
         };
@@ -143,12 +144,12 @@ pub(crate) async fn unflushed_events(
     run: &RunInfo,
     after: u64,
 ) -> Result<BTreeMap<u64, Vec<StoredEvent>>, AggregateError> {
-    let partitions: Vec<(String, String)> = run.partitions.iter().cloned().collect();
+    let partitions: Vec<(String, UtcDay)> = run.partitions.iter().cloned().collect();
     let run_id = run.run_id.clone();
     let blocks: Vec<Vec<crate::event_store::StoredBlock>> = stream::iter(partitions)
         .map(|(site, day)| {
             let run_id = run_id.clone();
-            async move { crate::event_store::blocks_of_run(table, &site, &day, &run_id, after).await }
+            async move { crate::event_store::blocks_of_run(table, &site, day, &run_id, after).await }
         })
         .buffer_unordered(16)
         .try_collect()

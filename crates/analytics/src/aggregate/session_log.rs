@@ -13,36 +13,8 @@ use std::collections::HashMap;
 use store::{AttributeValue, Item};
 
 use super::AggregateError;
-use crate::stored::StoredEvent;
-use crate::visitor::UtcDay;
-
-/// One session as its events' keys name it: the UTC day it started (its partition), the visitor
-/// and the session's ULID.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SessionId {
-    /// The session's start day, in days since 1970-01-01 (UTC).
-    pub start_day: i64,
-    /// The visitor id's 64 bits.
-    pub visitor: u64,
-    /// The session's ULID.
-    pub session: u128,
-}
-
-impl SessionId {
-    /// The id of `e`'s session; `None` when a key part is not in the shape ingestion writes.
-    pub fn of(e: &StoredEvent) -> Option<SessionId> {
-        let start_day = UtcDay::parse(&e.day)?.days();
-        let visitor = (e.visitor_id.len() == 16).then(|| u64::from_str_radix(&e.visitor_id, 16).ok())??;
-        let session = ulid::Ulid::from_string(&e.session_id).ok()?.0;
-        Some(SessionId { start_day, visitor, session })
-    }
-
-    /// The start day, visitor id and session id as the `Event` keys spell them.
-    pub fn parts(&self) -> (String, String, String) {
-        let day = UtcDay::from_days(self.start_day).to_string();
-        (day, format!("{:016x}", self.visitor), ulid::Ulid(self.session).to_string())
-    }
-}
+use crate::stored::{SessionRef, StoredEvent};
+use crate::visitor::{UtcDay, VisitorId};
 
 /// The bytes of one entry: start day (4), visitor (8), session (16), latest event time (8).
 pub const ENTRY_BYTES: usize = 36;
@@ -59,13 +31,13 @@ struct Seen {
 /// The sessions an epoch saw, by site and UTC day of activity.
 #[derive(Debug, Default)]
 pub struct SessionActivity {
-    sites: HashMap<String, HashMap<(SessionId, i64), Seen>>,
+    sites: HashMap<String, HashMap<(SessionRef, i64), Seen>>,
 }
 
 impl SessionActivity {
     /// Notes that `e`'s session was active at `e.ts`.
     pub fn record(&mut self, e: &StoredEvent) {
-        let Some(id) = SessionId::of(e) else { return };
+        let id = SessionRef::of(e);
         let sessions = match self.sites.get_mut(e.site_id.as_str()) {
             Some(s) => s,
             None => self.sites.entry(e.site_id.clone()).or_default(),
@@ -86,7 +58,7 @@ impl SessionActivity {
     pub fn items(&self, run_id: &str, epoch: u64) -> Vec<Item> {
         let mut out = Vec::new();
         for (site_id, sessions) in &self.sites {
-            let mut by_day: HashMap<i64, Vec<(SessionId, Seen)>> = HashMap::new();
+            let mut by_day: HashMap<i64, Vec<(SessionRef, Seen)>> = HashMap::new();
             for (&(id, day), &seen) in sessions {
                 by_day.entry(day).or_default().push((id, seen));
             }
@@ -96,7 +68,7 @@ impl SessionActivity {
                 for (part, chunk) in entries.chunks(MAX_ENTRIES).enumerate() {
                     let last_ts = chunk.iter().map(|(_, s)| s.last_ts).max().unwrap_or(0);
                     let ttl = chunk.iter().map(|(_, s)| s.ttl).max().unwrap_or(0);
-                    let pairs: Vec<(SessionId, i64)> = chunk.iter().map(|(id, s)| (*id, s.last_ts)).collect();
+                    let pairs: Vec<(SessionRef, i64)> = chunk.iter().map(|(id, s)| (*id, s.last_ts)).collect();
                     let mut item = Item::new();
                     item.insert("site_id".into(), site_id.as_str().into());
                     item.insert("day".into(), date.as_str().into());
@@ -118,21 +90,22 @@ impl SessionActivity {
 }
 
 /// The bytes of `entries` ([`ENTRY_BYTES`] each, little-endian).
-pub fn encode(entries: &[(SessionId, i64)]) -> Vec<u8> {
+pub fn encode(entries: &[(SessionRef, i64)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entries.len() * ENTRY_BYTES);
     for (id, ts) in entries {
         // Day numbers fit i32 for ±5 million years; a stored day past that is clamped.
-        let day = i32::try_from(id.start_day).unwrap_or(if id.start_day < 0 { i32::MIN } else { i32::MAX });
+        let start = id.day.days();
+        let day = i32::try_from(start).unwrap_or(if start < 0 { i32::MIN } else { i32::MAX });
         out.extend_from_slice(&day.to_le_bytes());
-        out.extend_from_slice(&id.visitor.to_le_bytes());
-        out.extend_from_slice(&id.session.to_le_bytes());
+        out.extend_from_slice(&id.visitor.as_u64().to_le_bytes());
+        out.extend_from_slice(&id.session.0.to_le_bytes());
         out.extend_from_slice(&ts.to_le_bytes());
     }
     out
 }
 
 /// The entries of `bytes` as [`encode`] wrote them.
-pub fn decode(bytes: &[u8]) -> Result<Vec<(SessionId, i64)>, AggregateError> {
+pub fn decode(bytes: &[u8]) -> Result<Vec<(SessionRef, i64)>, AggregateError> {
     if !bytes.len().is_multiple_of(ENTRY_BYTES) {
         return Err(AggregateError::Decode {
             what: "SessionLog".into(),
@@ -145,10 +118,10 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<(SessionId, i64)>, AggregateError> {
             let (day, rest) = e.split_at(4);
             let (visitor, rest) = rest.split_at(8);
             let (session, ts) = rest.split_at(16);
-            let id = SessionId {
-                start_day: i64::from(i32::from_le_bytes(day.try_into().unwrap_or_default())),
-                visitor: u64::from_le_bytes(visitor.try_into().unwrap_or_default()),
-                session: u128::from_le_bytes(session.try_into().unwrap_or_default()),
+            let id = SessionRef {
+                day: UtcDay::from_days(i64::from(i32::from_le_bytes(day.try_into().unwrap_or_default()))),
+                visitor: VisitorId::from_u64(u64::from_le_bytes(visitor.try_into().unwrap_or_default())),
+                session: ulid::Ulid(u128::from_le_bytes(session.try_into().unwrap_or_default())),
             };
             (id, i64::from_le_bytes(ts.try_into().unwrap_or_default()))
         })
@@ -162,10 +135,10 @@ mod tests {
     fn event(site: &str, visitor: u64, session: u128, ts: i64) -> StoredEvent {
         StoredEvent {
             site_id: site.into(),
-            day: UtcDay::from_unix_ms(ts).to_string(),
+            day: UtcDay::from_unix_ms(ts),
             shard: 0,
-            visitor_id: format!("{visitor:016x}"),
-            session_id: ulid::Ulid(session).to_string(),
+            visitor_id: VisitorId::from_u64(visitor),
+            session_id: ulid::Ulid(session),
             seq: 0,
             name: "pageview".into(),
             ts,
@@ -186,9 +159,14 @@ mod tests {
     #[test]
     fn entries_round_trip_and_name_the_events_keys() {
         let e = event("s", 0xdead_beef_0000_0001, 7 << 80, 1_764_000_000_000);
-        let id = SessionId::of(&e).unwrap();
-        assert_eq!(id.parts(), (e.day.clone(), e.visitor_id.clone(), e.session_id.clone()));
-        let entries = vec![(id, e.ts), (SessionId { start_day: -3, visitor: u64::MAX, session: u128::MAX }, -1)];
+        let id = SessionRef::of(&e);
+        assert_eq!((id.day, id.visitor, id.session), (e.day, e.visitor_id, e.session_id));
+        let far = SessionRef {
+            day: UtcDay::from_days(-3),
+            visitor: VisitorId::from_u64(u64::MAX),
+            session: ulid::Ulid(u128::MAX),
+        };
+        let entries = vec![(id, e.ts), (far, -1)];
         let bytes = encode(&entries);
         assert_eq!(bytes.len(), 2 * ENTRY_BYTES);
         assert_eq!(decode(&bytes).unwrap(), entries);
@@ -202,15 +180,12 @@ mod tests {
         activity.record(&event("a", 1, 1, midnight - 60_000));
         activity.record(&event("a", 1, 1, midnight - 1_000));
         let mut across = event("a", 1, 1, midnight + 5_000);
-        across.day = UtcDay::from_unix_ms(midnight - 60_000).to_string();
+        across.day = UtcDay::from_unix_ms(midnight - 60_000);
         activity.record(&across);
         activity.record(&event("b", 2, 2, midnight + 9_000));
-        let mut bad = event("b", 3, 3, midnight);
-        bad.visitor_id = "not hex".into();
-        activity.record(&bad);
         let mut items = activity.items("run", 4);
         items.sort_by_key(|i| (i["site_id"].as_s().unwrap().to_owned(), i["day"].as_s().unwrap().to_owned()));
-        type Logged = (String, String, i64, Vec<(SessionId, i64)>);
+        type Logged = (String, String, i64, Vec<(SessionRef, i64)>);
         let summary: Vec<Logged> = items
             .iter()
             .map(|i| {
@@ -223,8 +198,8 @@ mod tests {
                 )
             })
             .collect();
-        let a = SessionId::of(&across).unwrap();
-        let b = SessionId::of(&event("b", 2, 2, midnight + 9_000)).unwrap();
+        let a = SessionRef::of(&across);
+        let b = SessionRef::of(&event("b", 2, 2, midnight + 9_000));
         assert_eq!(
             summary,
             [
@@ -232,7 +207,7 @@ mod tests {
                 ("a".into(), "2025-11-25".into(), midnight + 5_000, vec![(a, midnight + 5_000)]),
                 ("b".into(), "2025-11-25".into(), midnight + 9_000, vec![(b, midnight + 9_000)]),
             ],
-            "a session active across midnight is listed on both days; a malformed id on none"
+            "a session active across midnight is listed on both days"
         );
     }
 
@@ -243,9 +218,16 @@ mod tests {
                 proptest::prelude::any::<u128>(), proptest::prelude::any::<i64>()), 0..40),
             junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
         ) {
-            let entries: Vec<(SessionId, i64)> = entries
+            let entries: Vec<(SessionRef, i64)> = entries
                 .into_iter()
-                .map(|(start_day, visitor, session, ts)| (SessionId { start_day, visitor, session }, ts))
+                .map(|(day, visitor, session, ts)| {
+                    let id = SessionRef {
+                        day: UtcDay::from_days(day),
+                        visitor: VisitorId::from_u64(visitor),
+                        session: ulid::Ulid(session),
+                    };
+                    (id, ts)
+                })
                 .collect();
             proptest::prop_assert_eq!(decode(&encode(&entries)).unwrap(), entries);
             let decoded = decode(&junk);

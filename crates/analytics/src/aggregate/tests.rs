@@ -11,10 +11,10 @@ const T0: i64 = 1_795_332_600_000;
 fn pageview(path: &str, ts: i64, prev: &PrevState) -> StoredEvent {
     StoredEvent {
         site_id: "S1".into(),
-        day: "2026-11-22".into(),
+        day: crate::visitor::UtcDay::parse("2026-11-22").unwrap(),
         shard: 3,
-        visitor_id: "00000000000000ff".into(),
-        session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
+        visitor_id: crate::visitor::VisitorId::from_u64(0xff),
+        session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".parse().unwrap(),
         seq: prev.events,
         name: "pageview".into(),
         ts,
@@ -336,13 +336,6 @@ fn an_event_survives_its_item_round_trip() {
     assert_eq!(event_from_record(&record).expect("decodes"), e);
 }
 
-#[test]
-fn the_visitor_number_is_the_ids_hex_digits() {
-    assert_eq!(visitor_u64("3f2a9c0d1e4b5a67"), 0x3f2a_9c0d_1e4b_5a67);
-    // Not hex: hashed, never a panic, always the same.
-    assert_eq!(visitor_u64("not hex"), visitor_u64("not hex"));
-}
-
 /// A store that is never called: `build_item` does no I/O.
 struct NoStore;
 
@@ -573,7 +566,7 @@ proptest::proptest! {
             for (i, (gap_s, page, custom)) in steps.iter().enumerate() {
                 ts += gap_s * 1_000 * i64::from(i > 0);
                 let mut e = pageview(&format!("/p{page}"), ts, &prev);
-                e.visitor_id = format!("{:016x}", 100 + visitor);
+                e.visitor_id = crate::visitor::VisitorId::from_u64(100 + visitor);
                 e.visit.start_ts = T0 + start_s * 1_000;
                 e.visit.entry_page = format!("/p{}", steps[0].1);
                 if *custom {

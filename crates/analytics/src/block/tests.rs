@@ -68,13 +68,13 @@ fn events() -> impl Strategy<Value = Vec<StoredEvent>> {
                 .into_iter()
                 .map(|(s, seq, ts, name, path, props, revenue, interactive, goals, prev, (run, epoch, ttl))| {
                     let (visitor, session, visit) = &sessions[s];
-                    let visitor_id = format!("{visitor:016x}");
+                    let visitor_id = VisitorId::from_u64(*visitor);
                     StoredEvent {
                         site_id: "site-1".into(),
-                        day: "2026-11-22".into(),
-                        shard: visitor_shard(&visitor_id),
+                        day: day("2026-11-22"),
+                        shard: visitor_shard(visitor_id),
                         visitor_id,
-                        session_id: ulid::Ulid(*session).to_string(),
+                        session_id: ulid::Ulid(*session),
                         seq,
                         name: name.into(),
                         ts,
@@ -109,14 +109,14 @@ proptest! {
     /// Regression guard for the format's central promise: what is written is read back whole.
     #[test]
     fn round_trip(events in events()) {
-        let bytes = encode("site-1", "2026-11-22", &events).expect("encodes");
+        let bytes = encode("site-1", day("2026-11-22"), &events).expect("encodes");
         prop_assert_eq!(decode_events(&bytes).expect("decodes"), events);
     }
 
     /// Reading one column gives what a whole read gives for it.
     #[test]
     fn partial_reads_equal_whole_reads(events in events(), col in 0u8..COLUMNS) {
-        let bytes = encode("site-1", "2026-11-22", &events).expect("encodes");
+        let bytes = encode("site-1", day("2026-11-22"), &events).expect("encodes");
         let whole = read(&bytes, Cols::ALL).expect("decodes");
         let col = Col::from_id(col).expect("a column");
         let part = read(&bytes, Cols::NONE.with(col)).expect("decodes");
@@ -148,7 +148,7 @@ proptest! {
                 e
             })
             .collect();
-        let v2 = encode("site-1", "2026-11-22", &events).expect("encodes");
+        let v2 = encode("site-1", day("2026-11-22"), &events).expect("encodes");
         let v1 = as_version_1(&v2);
         prop_assert_eq!(decode_events(&v1).expect("a version 1 block decodes"), events);
         let part = read(&v1, Cols::NONE.with(Col::VisitScreen).with(Col::VisitCountry)).expect("decodes");
@@ -160,7 +160,7 @@ proptest! {
     /// or an unbounded allocation.
     #[test]
     fn damaged_blocks_never_panic(events in events(), cut in any::<prop::sample::Index>(), flip in any::<(prop::sample::Index, u8)>()) {
-        let bytes = encode("site-1", "2026-11-22", &events).expect("encodes");
+        let bytes = encode("site-1", day("2026-11-22"), &events).expect("encodes");
         let _ = decode_events(&bytes[..cut.index(bytes.len() + 1)]);
         let mut changed = bytes.clone();
         let at = flip.0.index(changed.len());
@@ -182,8 +182,8 @@ proptest! {
 #[test]
 fn events_of_another_site_or_day_are_refused() {
     let mut e = one();
-    e.day = "2026-11-23".into();
-    assert!(matches!(encode("site-1", "2026-11-22", &[e]), Err(BlockError::Unencodable(_))));
+    e.day = day("2026-11-23");
+    assert!(matches!(encode("site-1", day("2026-11-22"), &[e]), Err(BlockError::Unencodable(_))));
 }
 
 #[test]
@@ -191,20 +191,21 @@ fn a_session_with_two_visits_is_refused() {
     let a = one();
     let mut b = one();
     b.visit.source = "Elsewhere".into();
-    assert!(matches!(encode("site-1", "2026-11-22", &[a, b]), Err(BlockError::Unencodable(_))));
+    assert!(matches!(encode("site-1", day("2026-11-22"), &[a, b]), Err(BlockError::Unencodable(_))));
 }
 
 #[test]
-fn a_visitor_id_that_is_not_hex_is_refused() {
-    let mut e = one();
-    e.visitor_id = "not-hex-at-all!!".into();
-    e.shard = visitor_shard(&e.visitor_id);
-    assert!(matches!(encode("site-1", "2026-11-22", &[e]), Err(BlockError::Unencodable(_))));
+fn a_header_day_that_is_not_a_date_is_refused() {
+    let bytes = encode("site-1", day("2026-11-22"), &[one()]).unwrap();
+    let at = bytes.windows(10).position(|w| w == b"2026-11-22").expect("the header names the day");
+    let mut damaged = bytes.clone();
+    damaged[at..at + 10].copy_from_slice(b"2026-13-22");
+    assert!(matches!(decode_events(&damaged), Err(BlockError::Corrupt(_))));
 }
 
 #[test]
 fn an_empty_block_round_trips() {
-    let bytes = encode("s", "2026-01-01", &[]).unwrap();
+    let bytes = encode("s", day("2026-01-01"), &[]).unwrap();
     assert_eq!(decode_events(&bytes).unwrap(), vec![]);
 }
 
@@ -214,9 +215,9 @@ fn repetitive_events_are_compact() {
     let mut events = Vec::new();
     for i in 0..2000u32 {
         let mut e = one();
-        e.visitor_id = format!("{:016x}", u64::from(i / 3).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        e.shard = visitor_shard(&e.visitor_id);
-        e.session_id = ulid::Ulid::from_parts(1_795_000_000_000 + u64::from(i / 3), u128::from(i / 3)).to_string();
+        e.visitor_id = VisitorId::from_u64(u64::from(i / 3).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        e.shard = visitor_shard(e.visitor_id);
+        e.session_id = ulid::Ulid::from_parts(1_795_000_000_000 + u64::from(i / 3), u128::from(i / 3));
         e.seq = i % 3;
         e.ts = 1_795_332_600_000 + i64::from(i) * 1700;
         e.path = format!("/page/{}", i % 40);
@@ -225,7 +226,7 @@ fn repetitive_events_are_compact() {
         e.prev.last_ts = if i % 3 == 0 { 0 } else { e.ts - 1700 };
         events.push(e);
     }
-    let bytes = encode("site-1", "2026-11-22", &events).unwrap();
+    let bytes = encode("site-1", day("2026-11-22"), &events).unwrap();
     let per_event = bytes.len() as f64 / events.len() as f64;
     assert!(per_event < 40.0, "{per_event:.1} bytes an event");
     assert_eq!(decode_events(&bytes).unwrap(), events);
@@ -264,7 +265,7 @@ fn a_version_1_block_is_not_read_as_version_2() {
     // The same bytes with version 2 lack columns a version 2 block always has.
     let mut e = one();
     e.visit.screen = "Laptop".into();
-    let v2 = encode("site-1", "2026-11-22", &[e.clone()]).unwrap();
+    let v2 = encode("site-1", day("2026-11-22"), &[e.clone()]).unwrap();
     let v1 = as_version_1(&v2);
     e.visit.screen.clear();
     assert_eq!(decode_events(&v1).unwrap(), vec![e]);
@@ -275,14 +276,18 @@ fn a_version_1_block_is_not_read_as_version_2() {
     assert!(decode_events(&wrong).is_err(), "an unknown version is refused");
 }
 
+fn day(text: &str) -> UtcDay {
+    UtcDay::parse(text).expect("a day")
+}
+
 fn one() -> StoredEvent {
-    let visitor_id = "00000000000000ff".to_owned();
+    let visitor_id = VisitorId::from_u64(0xff);
     StoredEvent {
         site_id: "site-1".into(),
-        day: "2026-11-22".into(),
-        shard: visitor_shard(&visitor_id),
+        day: day("2026-11-22"),
+        shard: visitor_shard(visitor_id),
         visitor_id,
-        session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
+        session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".parse().expect("a ULID"),
         seq: 0,
         name: "pageview".into(),
         ts: 1_795_332_600_000,

@@ -8,21 +8,15 @@ fn live(last_ts: i64) -> Slot {
     let state = PrevState { events: 1, pageviews: 1, interactive: 1, last_ts, exit_page: "/".to_owned() };
     Arc::new(tokio::sync::Mutex::new(Cached {
         live: Some(Live {
-            last: StoredEvent {
-                day: day_text(last_ts),
-                visitor_id: "v".to_owned(),
-                session_id: "s".to_owned(),
-                ts: last_ts,
-                ..StoredEvent::default()
-            },
+            last: StoredEvent { day: UtcDay::from_unix_ms(last_ts), ts: last_ts, ..StoredEvent::default() },
             state,
         }),
         head_version: None,
     }))
 }
 
-fn key(i: usize) -> (String, String) {
-    ("site".to_owned(), format!("visitor-{i}"))
+fn key(i: usize) -> SessionKey {
+    ("site".to_owned(), VisitorId::from_u64(i as u64))
 }
 
 #[test]
@@ -36,7 +30,7 @@ fn idle_sessions_go_first_and_live_ones_stay_when_that_is_enough() {
     make_room(&mut sessions, NOW, MAX_CACHED_SESSIONS);
     let live_count = (0..MAX_CACHED_SESSIONS).filter(|i| i % 3 != 0).count();
     assert_eq!(sessions.len(), live_count, "every idle session dropped, no live one");
-    assert!(sessions.keys().all(|(_, v)| v.trim_start_matches("visitor-").parse::<usize>().unwrap() % 3 != 0));
+    assert!(sessions.keys().all(|(_, v)| v.as_u64() % 3 != 0));
 }
 
 #[test]

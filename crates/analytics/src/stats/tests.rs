@@ -33,8 +33,8 @@ fn events_of(specs: &[SessionSpec]) -> Vec<StoredEvent> {
     let t0 = T0; // 2026-11-21, in the evening UTC
     let mut out = Vec::new();
     for (n, (visitor, source, country, events)) in specs.iter().enumerate() {
-        let visitor_id = format!("{:016x}", u64::from(*visitor) + 1);
-        let session_id = ulid::Ulid::from_parts(t0 as u64 + n as u64, n as u128).to_string();
+        let visitor_id = crate::visitor::VisitorId::from_u64(u64::from(*visitor) + 1);
+        let session_id = ulid::Ulid::from_parts(t0 as u64 + n as u64, n as u128);
         let start = t0 + (n as i64) * 3_000_000;
         let mut prev = PrevState::default();
         let visit = VisitAttrs {
@@ -52,10 +52,10 @@ fn events_of(specs: &[SessionSpec]) -> Vec<StoredEvent> {
             let ts = if seq == 0 { start } else { start + i64::from(*after) * 1000 };
             let e = StoredEvent {
                 site_id: "S".into(),
-                day: crate::visitor::UtcDay::from_unix_ms(start).to_string(),
-                shard: visitor_shard(&visitor_id),
-                visitor_id: visitor_id.clone(),
-                session_id: session_id.clone(),
+                day: crate::visitor::UtcDay::from_unix_ms(start),
+                shard: visitor_shard(visitor_id),
+                visitor_id,
+                session_id,
                 seq: seq as u32,
                 name: name.into(),
                 ts,
@@ -135,9 +135,9 @@ fn settle(sums: BTreeMap<(String, String), Sum>) -> BTreeMap<(String, String), (
 /// The days of `events` as blocks, each day's events cut among `split` blocks as a writer
 /// would cut them.
 fn blocks_by_day(events: &[StoredEvent], split: usize) -> Vec<Vec<crate::event_store::StoredBlock>> {
-    let mut by_day: BTreeMap<String, Vec<StoredEvent>> = BTreeMap::new();
+    let mut by_day: BTreeMap<crate::visitor::UtcDay, Vec<StoredEvent>> = BTreeMap::new();
     for e in events {
-        by_day.entry(e.day.clone()).or_default().push(e.clone());
+        by_day.entry(e.day).or_default().push(e.clone());
     }
     by_day
         .iter()
@@ -150,7 +150,7 @@ fn blocks_by_day(events: &[StoredEvent], split: usize) -> Vec<Vec<crate::event_s
                     number: n as u64,
                     max_epoch: 1,
                     ts_range: (0, 0),
-                    data: crate::block::encode("S", day, c).unwrap(),
+                    data: crate::block::encode("S", *day, c).unwrap(),
                     version: 0,
                     replaces: vec![],
                 })
@@ -253,7 +253,7 @@ proptest! {
                 }
             }
             for set in reference.iter_mut().take(done) {
-                set.insert(u64::from_str_radix(&session[0].visitor_id, 16).unwrap());
+                set.insert(session[0].visitor_id.as_u64());
             }
         }
         prop_assert_eq!(scanned, reference);

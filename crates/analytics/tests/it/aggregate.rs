@@ -71,8 +71,8 @@ fn quiet() -> AggregatorConfig {
 /// (in `seq` order, which is the order they were stored in, whatever their times).
 struct Session {
     site_id: String,
-    visitor_id: String,
-    session_id: String,
+    visitor_id: analytics::visitor::VisitorId,
+    session_id: ulid::Ulid,
     visit: VisitAttrs,
     state: PrevState,
 }
@@ -81,8 +81,8 @@ impl Session {
     fn new(site_id: &str, visitor: u64, session: u32, start_ts: i64, source: &str) -> Session {
         Session {
             site_id: site_id.to_owned(),
-            visitor_id: format!("{visitor:016x}"),
-            session_id: format!("01JDB3Y5C8M9V7T2X4K6P{session:05}"),
+            visitor_id: analytics::visitor::VisitorId::from_u64(visitor),
+            session_id: format!("01JDB3Y5C8M9V7T2X4K6P{session:05}").parse().expect("a ULID"),
             visit: VisitAttrs {
                 start_ts,
                 source: source.to_owned(),
@@ -101,10 +101,10 @@ impl Session {
         }
         let e = StoredEvent {
             site_id: self.site_id.clone(),
-            day: SiteZone::utc().date_of(self.visit.start_ts).expect("a supported instant").to_string(),
-            shard: visitor_shard(&self.visitor_id),
-            visitor_id: self.visitor_id.clone(),
-            session_id: self.session_id.clone(),
+            day: analytics::visitor::UtcDay::from_unix_ms(self.visit.start_ts),
+            shard: visitor_shard(self.visitor_id),
+            visitor_id: self.visitor_id,
+            session_id: self.session_id,
             seq: self.state.events,
             name: name.to_owned(),
             ts,
@@ -132,7 +132,7 @@ impl Session {
 /// Stores `e` as the pipeline does: partition registered, ticket taken, the event written with
 /// the ticket's run and epoch, the ticket committed.
 async fn ingest(agg: &Aggregator, table: &Table, mut e: StoredEvent) -> StoredEvent {
-    agg.register_partition(&e.site_id, &e.day).await.expect("the partition is registered");
+    agg.register_partition(&e.site_id, e.day).await.expect("the partition is registered");
     let ticket = agg.begin();
     e.run = ticket.run_id().to_owned();
     e.epoch = ticket.epoch();
@@ -330,7 +330,7 @@ async fn logged(table: &Table, site: &str, day: &str) -> BTreeMap<u64, i64> {
     for r in records {
         let Some(store::AttributeValue::B(bytes)) = r.get("sessions") else { panic!("a log without entries") };
         for (id, ts) in analytics::aggregate::session_log::decode(bytes).unwrap() {
-            let at = latest.entry(id.visitor).or_insert(ts);
+            let at = latest.entry(id.visitor.as_u64()).or_insert(ts);
             *at = (*at).max(ts);
         }
     }
@@ -796,7 +796,7 @@ async fn closing_an_epoch_waits_for_its_tickets() {
     let agg = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
     let mut s = Session::new("S1", 1, 1, T0, "");
     let mut e = s.pageview("/", T0);
-    agg.register_partition(&e.site_id, &e.day).await.expect("registers");
+    agg.register_partition(&e.site_id, e.day).await.expect("registers");
     // A write that failed gives its ticket back: it holds nothing up.
     drop(agg.begin());
     let ticket = agg.begin();

@@ -425,7 +425,7 @@ impl EventRecord {
             url,
             name: e.name.clone(),
             referrer: (first && !v.referrer.is_empty()).then(|| format!("https://{}", v.referrer)),
-            visitor: e.visitor_id.clone(),
+            visitor: e.visitor_id.to_string(),
             country: (!v.country.is_empty()).then(|| v.country.clone()),
             interactive: (!e.interactive).then_some(false),
             props: e.props.clone(),

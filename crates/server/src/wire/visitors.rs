@@ -4,16 +4,17 @@
 use std::collections::BTreeMap;
 
 use analytics::stats::SessionSummary;
-use analytics::stored::StoredEvent;
+use analytics::stored::{SessionRef, StoredEvent};
+use analytics::visitor::VisitorId;
 use serde::Serialize;
 
 /// A session as the lists of sessions show it.
 #[derive(Debug, Serialize)]
 pub struct SessionView<'a> {
     /// The session's reference, for `GET /api/sessions/{session}`.
-    pub session: &'a str,
+    pub session: SessionRef,
     /// The visitor's id.
-    pub visitor_id: &'a str,
+    pub visitor_id: VisitorId,
     /// Its first event, in epoch milliseconds.
     pub started_at: i64,
     /// Its latest event, in epoch milliseconds.
@@ -42,8 +43,8 @@ impl<'a> SessionView<'a> {
     /// `s` as shown.
     pub fn new(s: &'a SessionSummary) -> Self {
         SessionView {
-            session: &s.session_ref,
-            visitor_id: &s.visitor_id,
+            session: s.session_ref,
+            visitor_id: s.visitor_id,
             started_at: s.started_at,
             last_seen_at: s.last_seen_at,
             events: s.events,
@@ -120,7 +121,7 @@ pub struct SessionEvents<'a> {
 #[derive(Debug, Serialize)]
 pub struct VisitorEventView<'a> {
     /// The session's reference.
-    pub session: String,
+    pub session: SessionRef,
     /// When, in epoch milliseconds.
     pub timestamp: i64,
     /// The event's name.
@@ -172,7 +173,7 @@ impl<'a> VisitorEventView<'a> {
     pub fn new(e: &'a StoredEvent) -> Self {
         let v = &e.visit;
         VisitorEventView {
-            session: analytics::stats::session_ref(e),
+            session: SessionRef::of(e),
             timestamp: e.ts,
             name: &e.name,
             hostname: &e.hostname,
