@@ -31,7 +31,7 @@ fn pageview() -> StoredEvent {
         revenue: None,
         interactive: true,
         goals: vec!["Visit /pricing".into()],
-        visit: VisitAttrs {
+        visit: std::sync::Arc::new(VisitAttrs {
             start_ts: T0,
             entry_page: "/".into(),
             source: "Google".into(),
@@ -43,7 +43,7 @@ fn pageview() -> StoredEvent {
             os: "Windows".into(),
             os_version: "10".into(),
             ..Default::default()
-        },
+        }),
         prev,
         run: "01JDB3Y5C8M9V7T2X4K6P0RUN0".into(),
         epoch: 1,
@@ -77,13 +77,17 @@ fn epoch(n: u64) -> Vec<StoredEvent> {
             e.visitor_id = analytics::visitor::VisitorId::from_u64(v.wrapping_mul(0xff51_afd7_ed55_8ccd));
             e.ts = T0 + (i * 3_000 / n) as i64;
             e.path = format!("/docs/section-{}/page-{}", i % 17, (i * 7) % 300);
-            e.visit.entry_page = format!("/landing/{}", v % 40);
-            e.visit.country = pick(&["DE", "US", "FR", "GB", "IN", "BR", "JP", "NL", "SE", "PL"], v);
-            e.visit.browser = pick(&["Chrome", "Firefox", "Safari", "Edge", "Opera"], v / 3);
-            e.visit.browser_version = format!("{}.0", 120 + v % 14);
-            e.visit.os = pick(&["Windows", "macOS", "Linux", "Android", "iOS"], v / 5);
-            e.visit.source = pick(&["Google", "Bing", "", "Twitter", "Hacker News", "DuckDuckGo"], v / 7);
-            e.visit.utm_campaign = if v % 9 == 0 { format!("launch-{}", v % 4) } else { String::new() };
+            std::sync::Arc::make_mut(&mut e.visit).entry_page = format!("/landing/{}", v % 40);
+            std::sync::Arc::make_mut(&mut e.visit).country =
+                pick(&["DE", "US", "FR", "GB", "IN", "BR", "JP", "NL", "SE", "PL"], v);
+            std::sync::Arc::make_mut(&mut e.visit).browser =
+                pick(&["Chrome", "Firefox", "Safari", "Edge", "Opera"], v / 3);
+            std::sync::Arc::make_mut(&mut e.visit).browser_version = format!("{}.0", 120 + v % 14);
+            std::sync::Arc::make_mut(&mut e.visit).os = pick(&["Windows", "macOS", "Linux", "Android", "iOS"], v / 5);
+            std::sync::Arc::make_mut(&mut e.visit).source =
+                pick(&["Google", "Bing", "", "Twitter", "Hacker News", "DuckDuckGo"], v / 7);
+            std::sync::Arc::make_mut(&mut e.visit).utm_campaign =
+                if v % 9 == 0 { format!("launch-{}", v % 4) } else { String::new() };
             e
         })
         .collect()

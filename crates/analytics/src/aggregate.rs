@@ -25,7 +25,7 @@
 //! let aggregator = Aggregator::start(table, sites, AggregatorConfig::default()).await?;
 //! aggregator.register_partition(&event.site_id, event.day).await?;
 //! let ticket = aggregator.begin();
-//! // … write the event with `run = ticket.run_id()` and `epoch = ticket.epoch()` …
+//! // … write the event with `run = ticket.run()` and `epoch = ticket.epoch()` …
 //! ticket.commit(&event);
 //! aggregator.shutdown().await?;
 //! # Ok(()) }
@@ -301,7 +301,7 @@ pub(crate) struct Shared {
     table: Table,
     sites: Arc<dyn SiteSettingsSource>,
     config: AggregatorConfig,
-    run_id: String,
+    run_id: Arc<str>,
     epochs: Mutex<Epochs>,
     settled: Notify,
     settings: RwLock<HashMap<String, SiteSettings>>,
@@ -372,9 +372,9 @@ impl Ticket {
         self.epoch
     }
 
-    /// The run the event must be written with.
-    pub fn run_id(&self) -> &str {
-        &self.shared.run_id
+    /// The run the event must be written with, shared by every event of the run.
+    pub fn run(&self) -> Arc<str> {
+        self.shared.run_id.clone()
     }
 
     /// Hands in the event as stored: its deltas join this ticket's epoch.
@@ -425,7 +425,7 @@ impl Aggregator {
                 },
             )
             .await?;
-        let run_id = record.string("run_id")?.to_owned();
+        let run_id = Arc::from(record.string("run_id")?);
         let shared = Arc::new(Shared {
             table,
             sites,
@@ -477,11 +477,7 @@ impl Aggregator {
         let partition = AttributeValue::Ss(BTreeSet::from([partition_text(site_id, day)]));
         self.shared
             .table
-            .update(
-                "Run",
-                item! { "run_id" => self.shared.run_id.as_str() },
-                Update::new().add("partitions", partition),
-            )
+            .update("Run", item! { "run_id" => &*self.shared.run_id }, Update::new().add("partitions", partition))
             .await?;
         lock(&self.shared.partitions).entry(site_id.to_owned()).or_default().insert(day);
         self.shared.settings_of(BTreeSet::from([site_id.to_owned()])).await?;
@@ -515,7 +511,7 @@ impl Aggregator {
             .table
             .update(
                 "Run",
-                item! { "run_id" => self.shared.run_id.as_str() },
+                item! { "run_id" => &*self.shared.run_id },
                 Update::new()
                     .set("state", "done")
                     .set("heartbeat_ms", now_ms())
@@ -698,7 +694,7 @@ impl Shared {
         table
             .update(
                 "Run",
-                item! { "run_id" => self.run_id.as_str() },
+                item! { "run_id" => &*self.run_id },
                 Update::new().set("flushed_epoch", epoch).set("heartbeat_ms", now_ms()),
             )
             .await?;
@@ -722,7 +718,7 @@ impl Shared {
             .table
             .update_with(
                 "Run",
-                item! { "run_id" => self.run_id.as_str() },
+                item! { "run_id" => &*self.run_id },
                 Update::new().set("heartbeat_ms", now_ms()),
                 Some(&attr("state").eq("live")),
                 false,

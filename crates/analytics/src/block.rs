@@ -23,6 +23,7 @@
 //! (`tests::round_trip`, a property test).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
 use crate::visitor::{UtcDay, VisitorId};
@@ -450,7 +451,7 @@ pub fn encode(site_id: &str, day: UtcDay, events: &[StoredEvent]) -> Result<Vec<
     }
     columns.push((Col::Prev, buf));
     columns.push((Col::PrevExit, dict(events.iter().map(|e| e.prev.exit_page.as_str()))));
-    columns.push((Col::Run, dict(events.iter().map(|e| e.run.as_str()))));
+    columns.push((Col::Run, dict(events.iter().map(|e| &*e.run))));
     columns.push((Col::Epoch, uvars(events.iter().map(|e| e.epoch))));
     let mut previous = 0i64;
     columns.push((
@@ -461,7 +462,7 @@ pub fn encode(site_id: &str, day: UtcDay, events: &[StoredEvent]) -> Result<Vec<
             d
         })),
     ));
-    let visits: Vec<(&VisitAttrs, i64)> = first_event.iter().map(|&i| (&events[i].visit, events[i].ts)).collect();
+    let visits: Vec<(&VisitAttrs, i64)> = first_event.iter().map(|&i| (&*events[i].visit, events[i].ts)).collect();
     columns.push((Col::VisitStart, ivars(visits.iter().map(|(v, ts)| v.start_ts.wrapping_sub(*ts)))));
     for (n, col) in VISIT_TEXT.iter().enumerate() {
         columns.push((*col, dict(visits.iter().map(|(v, _)| visit_text(v, n)))));
@@ -687,10 +688,10 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
     if !lens_ok {
         return Err(BlockError::Corrupt("a column is missing"));
     }
-    let visits: Vec<VisitAttrs> = (0..b.sessions.len())
+    let visits: Vec<Arc<VisitAttrs>> = (0..b.sessions.len())
         .map(|s| {
             let t = |i: usize| b.visit[i].get(s).to_owned();
-            VisitAttrs {
+            Arc::new(VisitAttrs {
                 start_ts: b.visit_start[s],
                 entry_page: t(0),
                 source: t(1),
@@ -710,9 +711,10 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
                 city: t(15),
                 screen: t(16),
                 language: t(17),
-            }
+            })
         })
         .collect();
+    let runs: Vec<Arc<str>> = b.run.values().map(Arc::from).collect();
     Ok((0..n)
         .map(|i| {
             let s = b.session[i] as usize;
@@ -740,7 +742,7 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
                     last_ts: b.prev[i].last_ts,
                     exit_page: b.prev_exit.get(i).to_owned(),
                 },
-                run: b.run.get(i).to_owned(),
+                run: runs[b.run.rows[i] as usize].clone(),
                 epoch: b.epoch[i],
                 ttl: b.ttl[i],
             }

@@ -676,7 +676,7 @@ pub async fn ensure_blocks(table: &Table, progress: &dyn Fn(u64)) -> Result<u64,
 
 async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u64, EventStoreError> {
     let mut converted = 0u64;
-    type Part = (String, UtcDay, String);
+    type Part = (String, UtcDay, Arc<str>);
     let mut partitions: HashMap<Part, Vec<(StoredEvent, store::Item)>> = HashMap::new();
     let mut scan = table.scan().entity("Event").consistent().pages();
     while let Some(page) = scan.next().await {

@@ -29,6 +29,7 @@
 //! ```
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use model::key::encoded_str_len;
 use sha2::{Digest, Sha256};
@@ -123,7 +124,7 @@ pub fn bound_event(event: &StoredEvent) -> Cow<'_, StoredEvent> {
     fix(&mut e.prev.exit_page);
     e.goals.iter_mut().for_each(fix);
     e.props = e.props.iter().map(|(k, v)| (bound_prop_key(k).into_owned(), bound_value(v).into_owned())).collect();
-    let v = &mut e.visit;
+    let v = Arc::make_mut(&mut e.visit);
     for s in [
         &mut v.entry_page,
         &mut v.source,
@@ -195,7 +196,7 @@ mod tests {
             revenue: None,
             interactive: true,
             goals: vec![format!("Visit /{}", text(1999)), std::iter::repeat_n(fill, 120).collect()],
-            visit: crate::stored::VisitAttrs {
+            visit: std::sync::Arc::new(crate::stored::VisitAttrs {
                 start_ts: 1_794_990_000_000,
                 entry_page: path.clone(),
                 source: text(2000),
@@ -215,7 +216,7 @@ mod tests {
                 city: text(200),
                 screen: "Desktop".into(),
                 language: text(35),
-            },
+            }),
             prev: crate::stored::PrevState {
                 events: 2,
                 pageviews: 2,

@@ -180,7 +180,7 @@ struct Live {
 struct NewSession {
     day: UtcDay,
     session_id: ulid::Ulid,
-    visit: VisitAttrs,
+    visit: Arc<VisitAttrs>,
 }
 
 /// A cached session and the version of the visitor's `VisitorSession` item last seen (`None`:
@@ -813,7 +813,7 @@ impl Pipeline {
                 .collect(),
             visit: visit.clone(),
             prev: prev.clone(),
-            run: ticket.run_id().to_owned(),
+            run: ticket.run(),
             epoch: ticket.epoch(),
             // A day more than the retention: a range of the last N days starts N days ago at
             // midnight in site time, so its first morning is still there to be read.
@@ -1025,7 +1025,7 @@ fn new_session(ts: i64, event: &Event, e: &Enrichment) -> NewSession {
     NewSession {
         day: UtcDay::from_unix_ms(ts),
         session_id: ulid::Ulid::from_parts(millis, rand::random()),
-        visit: VisitAttrs {
+        visit: Arc::new(VisitAttrs {
             start_ts: ts,
             entry_page: event.pathname.as_str().to_owned(),
             source: text(&e.source),
@@ -1045,7 +1045,7 @@ fn new_session(ts: i64, event: &Event, e: &Enrichment) -> NewSession {
             city: text(&e.city),
             screen: event.screen_width.map(|w| crate::enrich::screen_class(w).to_owned()).unwrap_or_default(),
             language: text(&event.language),
-        },
+        }),
     }
 }
 

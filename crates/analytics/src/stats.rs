@@ -1334,7 +1334,7 @@ pub struct SessionSummary {
     /// The latest page viewed.
     pub exit_page: String,
     /// Source, country, device, browser, OS.
-    pub visit: crate::stored::VisitAttrs,
+    pub visit: std::sync::Arc<crate::stored::VisitAttrs>,
 }
 
 /// A visitor id as given by a client (16 hexadecimal digits, either case): every path that

@@ -17,6 +17,7 @@
 //! it, even with several `tally serve` processes behind a round-robin load balancer.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ulid::Ulid;
 
@@ -57,12 +58,14 @@ pub struct StoredEvent {
     pub interactive: bool,
     /// Display names of the site goals this event completed (decided at ingestion).
     pub goals: Vec<String>,
-    /// The session's visit attributes, copied from its first event.
-    pub visit: VisitAttrs,
+    /// The session's visit attributes, fixed by its first event: shared by every event of the
+    /// session that ingestion or one block read made, not copied into each.
+    pub visit: Arc<VisitAttrs>,
     /// The session as it was just before this event.
     pub prev: PrevState,
-    /// The ingesting process's run id (a ULID), for exactly-once flushes.
-    pub run: String,
+    /// The ingesting process's run id (a ULID), for exactly-once flushes: shared by every event
+    /// of the run.
+    pub run: Arc<str>,
     /// The flush epoch of `run` this event belongs to.
     pub epoch: u64,
     /// Expiry, epoch seconds (the site's raw-event retention).

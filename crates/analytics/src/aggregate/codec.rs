@@ -6,6 +6,7 @@
 //! every one of millions of events) and read back as empty.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use model::Record;
 use store::{AttributeValue, Item};
@@ -54,10 +55,10 @@ pub fn event_item(e: &StoredEvent) -> Item {
         ("screen", &v.screen),
         ("language", &v.language),
         ("prev_exit_page", &e.prev.exit_page),
-        ("run", &e.run),
     ] {
         text(name, value);
     }
+    text("run", &e.run);
     if let Some((amount, currency)) = &e.revenue {
         text("revenue", amount);
         text("currency", currency);
@@ -147,7 +148,7 @@ pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
         revenue,
         interactive: r.opt_bool("interactive")?.unwrap_or(true),
         goals,
-        visit: VisitAttrs {
+        visit: Arc::new(VisitAttrs {
             start_ts: r.i64("start_ts")?,
             entry_page: text(r, "entry_page")?,
             source: text(r, "source")?,
@@ -167,7 +168,7 @@ pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
             city: text(r, "city")?,
             screen: text(r, "screen")?,
             language: text(r, "language")?,
-        },
+        }),
         prev: PrevState {
             events: number(r, "prev_events")?,
             pageviews: number(r, "prev_pageviews")?,
@@ -175,7 +176,7 @@ pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
             last_ts: number(r, "prev_last_ts")?,
             exit_page: text(r, "prev_exit_page")?,
         },
-        run: r.string("run")?.to_owned(),
+        run: Arc::from(r.string("run")?),
         epoch: number(r, "epoch")?,
         ttl: r.opt_i64("ttl")?.unwrap_or(0),
     })

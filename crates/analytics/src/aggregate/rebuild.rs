@@ -260,7 +260,7 @@ async fn rebuild_items(
     while let Some(events) = pages.next().await {
         for event in events? {
             accumulate_from(&mut acc, &event, kept.zone, i64::MAX);
-            let max = runs.entry(event.run.clone()).or_default();
+            let max = runs.entry(event.run.to_string()).or_default();
             *max = (*max).max(event.epoch);
             report.events_read += 1;
         }

@@ -91,7 +91,7 @@ async fn recover_dead_runs_inner(shared: &Shared) -> Result<u64, AggregateError>
     let now = now_ms();
     let dead_after = i64::try_from(shared.config.dead_after.as_millis()).unwrap_or(i64::MAX);
     let is_dead = |r: &RunInfo| {
-        r.run_id != shared.run_id
+        *r.run_id != *shared.run_id
             && (now - r.heartbeat_ms > dead_after || (r.host == shared.config.host && pid_gone(r.pid)))
     };
     let alive: BTreeSet<&str> =
@@ -103,8 +103,8 @@ async fn recover_dead_runs_inner(shared: &Shared) -> Result<u64, AggregateError>
             // A recovery whose claimer died is taken over; recovery is idempotent, so resuming it
             // from its `flushed_epoch` counts nothing twice.
             "recovering" => {
-                run.recovered_by.as_deref().is_none_or(|by| by != shared.run_id && !alive.contains(by))
-                    && run.run_id != shared.run_id
+                run.recovered_by.as_deref().is_none_or(|by| by != &*shared.run_id && !alive.contains(by))
+                    && *run.run_id != *shared.run_id
             }
             _ => false,
         };
@@ -120,7 +120,7 @@ async fn recover_dead_runs_inner(shared: &Shared) -> Result<u64, AggregateError>
             .update_with(
                 "Run",
                 item! { "run_id" => run.run_id.as_str() },
-                Update::new().set("state", "recovering").set("recovered_by", shared.run_id.as_str()),
+                Update::new().set("state", "recovering").set("recovered_by", &*shared.run_id),
                 Some(&condition),
                 false,
             )
@@ -160,7 +160,7 @@ pub(crate) async fn unflushed_events(
         let events = block.events().map_err(|e| AggregateError::Events(e.to_string()))?;
         // Only this run's events of the epochs not flushed (a migrated block of an earlier
         // run's events keeps each event's own run and epoch).
-        for event in events.into_iter().filter(|e| e.run == run.run_id && e.epoch > after) {
+        for event in events.into_iter().filter(|e| *e.run == *run.run_id && e.epoch > after) {
             by_epoch.entry(event.epoch).or_default().push(event);
         }
     }
@@ -174,7 +174,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
     let finished = store::sync::read(&shared.finished).clone();
     let mut cache = ItemCache::default();
     let key = || item! { "run_id" => run.run_id.as_str() };
-    let ours = attr("recovered_by").eq(shared.run_id.as_str());
+    let ours = attr("recovered_by").eq(&*shared.run_id);
     for (epoch, events) in by_epoch {
         let mut acc = Accumulator::default();
         for event in &events {

@@ -24,7 +24,7 @@ fn pageview(path: &str, ts: i64, prev: &PrevState) -> StoredEvent {
         revenue: None,
         interactive: true,
         goals: vec![],
-        visit: VisitAttrs {
+        visit: std::sync::Arc::new(VisitAttrs {
             start_ts: T0,
             entry_page: "/".into(),
             source: "Google".into(),
@@ -32,7 +32,7 @@ fn pageview(path: &str, ts: i64, prev: &PrevState) -> StoredEvent {
             device: "Desktop".into(),
             browser: "Firefox".into(),
             ..Default::default()
-        },
+        }),
         prev: prev.clone(),
         run: "R1".into(),
         epoch: 1,
@@ -278,9 +278,9 @@ fn visit_counters_go_to_the_bucket_of_the_session_start_in_site_time() {
     // 22:50 UTC is 23:50 in Berlin; the second event at 23:10 UTC is the next day there.
     let start = 1_795_387_800_000; // 2026-11-22T22:50:00Z
     let mut first = pageview("/", start, &PrevState::default());
-    first.visit.start_ts = start;
+    std::sync::Arc::make_mut(&mut first.visit).start_ts = start;
     let mut second = pageview("/b", start + 20 * 60_000, &first.next());
-    second.visit.start_ts = start;
+    std::sync::Arc::make_mut(&mut second.visit).start_ts = start;
     let berlin = SiteZone::new("Europe/Berlin").unwrap();
     expect![[r#"
         day total="" @2026-11-22: bounces=-1 dur=1200000 vpv=1
@@ -327,7 +327,7 @@ fn an_event_survives_its_item_round_trip() {
     e.goals = vec!["Pricing".into()];
     e.revenue = Some(("19.99".into(), "EUR".into()));
     e.interactive = false;
-    e.visit.utm_term = "t".into();
+    std::sync::Arc::make_mut(&mut e.visit).utm_term = "t".into();
     e.ttl = T0 / 1000 + 30 * 86_400;
     let store: Arc<dyn store::Store> = Arc::new(NoStore);
     let table = Table::new(store, schema);
@@ -567,8 +567,8 @@ proptest::proptest! {
                 ts += gap_s * 1_000 * i64::from(i > 0);
                 let mut e = pageview(&format!("/p{page}"), ts, &prev);
                 e.visitor_id = crate::visitor::VisitorId::from_u64(100 + visitor);
-                e.visit.start_ts = T0 + start_s * 1_000;
-                e.visit.entry_page = format!("/p{}", steps[0].1);
+                std::sync::Arc::make_mut(&mut e.visit).start_ts = T0 + start_s * 1_000;
+                std::sync::Arc::make_mut(&mut e.visit).entry_page = format!("/p{}", steps[0].1);
                 if *custom {
                     e.name = "signup".into();
                     e.props.insert("plan".into(), format!("p{page}"));

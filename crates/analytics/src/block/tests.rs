@@ -84,7 +84,7 @@ fn events() -> impl Strategy<Value = Vec<StoredEvent>> {
                         revenue,
                         interactive,
                         goals,
-                        visit: visit.clone(),
+                        visit: std::sync::Arc::new(visit.clone()),
                         prev: PrevState {
                             events: prev.0,
                             pageviews: prev.1,
@@ -141,10 +141,10 @@ proptest! {
         let events: Vec<StoredEvent> = events
             .into_iter()
             .map(|mut e| {
-                e.visit.region.clear();
-                e.visit.city.clear();
-                e.visit.screen.clear();
-                e.visit.language.clear();
+                std::sync::Arc::make_mut(&mut e.visit).region.clear();
+                std::sync::Arc::make_mut(&mut e.visit).city.clear();
+                std::sync::Arc::make_mut(&mut e.visit).screen.clear();
+                std::sync::Arc::make_mut(&mut e.visit).language.clear();
                 e
             })
             .collect();
@@ -190,7 +190,7 @@ fn events_of_another_site_or_day_are_refused() {
 fn a_session_with_two_visits_is_refused() {
     let a = one();
     let mut b = one();
-    b.visit.source = "Elsewhere".into();
+    std::sync::Arc::make_mut(&mut b.visit).source = "Elsewhere".into();
     assert!(matches!(encode("site-1", day("2026-11-22"), &[a, b]), Err(BlockError::Unencodable(_))));
 }
 
@@ -221,7 +221,7 @@ fn repetitive_events_are_compact() {
         e.seq = i % 3;
         e.ts = 1_795_332_600_000 + i64::from(i) * 1700;
         e.path = format!("/page/{}", i % 40);
-        e.visit.start_ts = 1_795_332_600_000 + i64::from(i / 3 * 3) * 1700;
+        std::sync::Arc::make_mut(&mut e.visit).start_ts = 1_795_332_600_000 + i64::from(i / 3 * 3) * 1700;
         e.prev.events = i % 3;
         e.prev.last_ts = if i % 3 == 0 { 0 } else { e.ts - 1700 };
         events.push(e);
@@ -264,10 +264,10 @@ fn as_version_1(v2: &[u8]) -> Vec<u8> {
 fn a_version_1_block_is_not_read_as_version_2() {
     // The same bytes with version 2 lack columns a version 2 block always has.
     let mut e = one();
-    e.visit.screen = "Laptop".into();
+    std::sync::Arc::make_mut(&mut e.visit).screen = "Laptop".into();
     let v2 = encode("site-1", day("2026-11-22"), &[e.clone()]).unwrap();
     let v1 = as_version_1(&v2);
-    e.visit.screen.clear();
+    std::sync::Arc::make_mut(&mut e.visit).screen.clear();
     assert_eq!(decode_events(&v1).unwrap(), vec![e]);
     let mut wrong = v1.clone();
     wrong[3] = 2;
@@ -297,7 +297,11 @@ fn one() -> StoredEvent {
         revenue: None,
         interactive: true,
         goals: vec![],
-        visit: VisitAttrs { start_ts: 1_795_332_600_000, entry_page: "/".into(), ..VisitAttrs::default() },
+        visit: std::sync::Arc::new(VisitAttrs {
+            start_ts: 1_795_332_600_000,
+            entry_page: "/".into(),
+            ..VisitAttrs::default()
+        }),
         prev: PrevState::default(),
         run: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
         epoch: 1,

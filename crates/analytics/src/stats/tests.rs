@@ -68,7 +68,7 @@ fn events_of(specs: &[SessionSpec]) -> Vec<StoredEvent> {
                 revenue: None,
                 interactive: *interactive && name != "engagement",
                 goals: if *goal { vec!["Signup".into()] } else { vec![] },
-                visit: visit.clone(),
+                visit: std::sync::Arc::new(visit.clone()),
                 prev: prev.clone(),
                 run: "R".into(),
                 epoch: 1,

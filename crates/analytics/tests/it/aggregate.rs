@@ -114,9 +114,9 @@ impl Session {
             revenue: None,
             interactive,
             goals: if name == "Signup" { vec!["Signup".into()] } else { vec![] },
-            visit: self.visit.clone(),
+            visit: std::sync::Arc::new(self.visit.clone()),
             prev: self.state.clone(),
-            run: String::new(),
+            run: "".into(),
             epoch: 0,
             ttl: ts / 1000 + 30 * 86_400,
         };
@@ -134,7 +134,7 @@ impl Session {
 async fn ingest(agg: &Aggregator, table: &Table, mut e: StoredEvent) -> StoredEvent {
     agg.register_partition(&e.site_id, e.day).await.expect("the partition is registered");
     let ticket = agg.begin();
-    e.run = ticket.run_id().to_owned();
+    e.run = ticket.run();
     e.epoch = ticket.epoch();
     analytics::event_store::store_events(table, std::slice::from_ref(&e)).await.expect("the event is stored");
     ticket.commit(&e);
@@ -800,7 +800,7 @@ async fn closing_an_epoch_waits_for_its_tickets() {
     // A write that failed gives its ticket back: it holds nothing up.
     drop(agg.begin());
     let ticket = agg.begin();
-    e.run = ticket.run_id().to_owned();
+    e.run = ticket.run();
     e.epoch = ticket.epoch();
     let flushing = tokio::spawn({
         let agg = agg.clone();
