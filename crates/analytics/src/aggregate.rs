@@ -379,7 +379,7 @@ impl Ticket {
 
     /// Hands in the event as stored: its deltas join this ticket's epoch.
     pub fn commit(self, event: &StoredEvent) {
-        let zone = read(&self.shared.settings).get(&event.site_id).map(|s| s.zone.clone());
+        let zone = read(&self.shared.settings).get(event.site_id.as_str()).map(|s| s.zone.clone());
         let minutes_from = minutes_from(&self.shared.config);
         // The deltas go straight into the epoch's map under its lock: looking a key up there
         // allocates nothing, where collecting them apart first and merging costs twice as much.
@@ -618,7 +618,7 @@ impl Shared {
     async fn freeze(&self, epoch: u64) -> Result<Option<Arc<Accumulated>>, AggregateError> {
         let unzoned_sites: BTreeSet<String> = match lock(&self.epochs).slots.get(&epoch) {
             Some(slot) if slot.frozen.is_some() => return Ok(slot.frozen.clone()),
-            Some(slot) => slot.unzoned.iter().map(|e| e.site_id.clone()).collect(),
+            Some(slot) => slot.unzoned.iter().map(|e| e.site_id.to_string()).collect(),
             None => return Ok(None),
         };
         let settings = self.settings_of(unzoned_sites).await?;
@@ -626,7 +626,7 @@ impl Shared {
         let Some(slot) = epochs.slots.get_mut(&epoch) else { return Ok(None) };
         let mut acc = std::mem::take(&mut slot.acc);
         for event in std::mem::take(&mut slot.unzoned) {
-            let zone = settings.get(&event.site_id).map_or_else(SiteZone::utc, |s| s.zone.clone());
+            let zone = settings.get(event.site_id.as_str()).map_or_else(SiteZone::utc, |s| s.zone.clone());
             apply::accumulate_from(&mut acc, &event, &zone, minutes_from(&self.config));
         }
         let frozen = Arc::new(acc.finish());

@@ -25,6 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::sites::SiteId;
 use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
 use crate::visitor::{UtcDay, VisitorId};
 
@@ -304,7 +305,7 @@ pub struct PrevCounts {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Block {
     /// The site whose events the block holds.
-    pub site_id: String,
+    pub site_id: SiteId,
     /// The UTC day its sessions started.
     pub day: UtcDay,
     /// How many events.
@@ -509,7 +510,7 @@ pub fn decode(bytes: &[u8], want: Cols) -> Result<Block, BlockError> {
     if n_sessions > len {
         return Err(BlockError::Corrupt("more sessions than events"));
     }
-    let mut block = Block { site_id, day, len, ..Block::default() };
+    let mut block = Block { site_id: SiteId::from(site_id), day, len, ..Block::default() };
     let columns = r.len_bounded()?;
     for _ in 0..columns {
         let id = r.byte()?;

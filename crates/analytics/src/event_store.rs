@@ -37,6 +37,7 @@ use store::{AttributeValue, item};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::block::{self, Block, BlockError, Cols};
+use crate::sites::SiteId;
 use crate::stored::StoredEvent;
 use crate::visitor::{UtcDay, VisitorId};
 
@@ -126,7 +127,7 @@ struct Shared {
     run_id: String,
     next_block: AtomicU64,
     /// Small blocks written per partition since it was last compacted.
-    small: std::sync::Mutex<HashMap<(String, UtcDay), usize>>,
+    small: std::sync::Mutex<HashMap<(SiteId, UtcDay), usize>>,
     counters: Arc<WriterCounters>,
 }
 
@@ -168,7 +169,7 @@ impl BlockWriter {
     /// flushed (the background task does it once a partition has gathered enough). Returns how
     /// many blocks were merged away.
     pub async fn compact_now(&self) -> Result<usize, EventStoreError> {
-        let partitions: Vec<(String, UtcDay)> = lock(&self.shared.small).keys().cloned().collect();
+        let partitions: Vec<(SiteId, UtcDay)> = lock(&self.shared.small).keys().cloned().collect();
         let mut merged = 0;
         for (site, day) in partitions {
             let next = || self.shared.next_block.fetch_add(1, Ordering::Relaxed);
@@ -213,8 +214,8 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
             }
         }
         // Group by partition, keeping arrival order within each.
-        let mut groups: Vec<((String, UtcDay), Vec<Pending>)> = Vec::new();
-        let mut index: HashMap<(String, UtcDay), usize> = HashMap::new();
+        let mut groups: Vec<((SiteId, UtcDay), Vec<Pending>)> = Vec::new();
+        let mut index: HashMap<(SiteId, UtcDay), usize> = HashMap::new();
         for p in batch {
             let key = (p.event.site_id.clone(), p.event.day);
             let i = *index.entry(key.clone()).or_insert_with(|| {
@@ -268,7 +269,7 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
 
 /// Counts the small blocks a compaction of `partition` left (merged ones among them), so the
 /// partition is compacted again once it gathers enough, and forgets a partition with none.
-fn remember_left(shared: &Shared, partition: (String, UtcDay), left: usize) {
+fn remember_left(shared: &Shared, partition: (SiteId, UtcDay), left: usize) {
     let mut small = lock(&shared.small);
     if left == 0 {
         small.remove(&partition);
@@ -286,7 +287,7 @@ async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on
         if !on.load(Ordering::Relaxed) {
             continue;
         }
-        let due: Vec<(String, UtcDay)> =
+        let due: Vec<(SiteId, UtcDay)> =
             lock(&shared.small).iter().filter(|(_, n)| **n >= COMPACT_FROM).map(|(k, _)| k.clone()).collect();
         for (site, day) in due {
             let next = || shared.next_block.fetch_add(1, Ordering::Relaxed);
@@ -676,7 +677,7 @@ pub async fn ensure_blocks(table: &Table, progress: &dyn Fn(u64)) -> Result<u64,
 
 async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u64, EventStoreError> {
     let mut converted = 0u64;
-    type Part = (String, UtcDay, Arc<str>);
+    type Part = (SiteId, UtcDay, Arc<str>);
     let mut partitions: HashMap<Part, Vec<(StoredEvent, store::Item)>> = HashMap::new();
     let mut scan = table.scan().entity("Event").consistent().pages();
     while let Some(page) = scan.next().await {

@@ -252,7 +252,7 @@ async fn restore_sessions(table: &Table, run_id: &str) -> Result<usize, Pipeline
     let Some(run) = runs.into_iter().find(|r| r.run_id == run_id) else { return Ok(0) };
     let since = now_ms() - SESSION_TIMEOUT_MS;
     let today = UtcDay::from_unix_ms(now_ms());
-    let mut latest: std::collections::HashMap<(String, VisitorId), crate::stored::StoredEvent> =
+    let mut latest: std::collections::HashMap<(crate::sites::SiteId, VisitorId), crate::stored::StoredEvent> =
         std::collections::HashMap::new();
     for &(ref site, day) in &run.partitions {
         if day.days() < today.days() - 1 {

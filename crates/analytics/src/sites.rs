@@ -8,6 +8,7 @@
 //! API keys are random 32-byte values shown once; the table keeps only their SHA-256, so a copy
 //! of the table gives no usable key.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -104,11 +105,116 @@ pub struct SiteChanges {
     pub excluded_ip_ranges: Option<Vec<String>>,
 }
 
+/// A site's id: a ULID for every site Tally creates, kept as the text the table holds. Events,
+/// cached sessions and blocks each carry their site's, so it is shared, not copied: a clone
+/// is a reference count.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteId(Arc<str>);
+
+impl SiteId {
+    /// The id `text`.
+    pub fn new(text: &str) -> SiteId {
+        SiteId(Arc::from(text))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for SiteId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for SiteId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for SiteId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for SiteId {
+    fn from(text: &str) -> SiteId {
+        SiteId::new(text)
+    }
+}
+
+impl From<String> for SiteId {
+    fn from(text: String) -> SiteId {
+        SiteId(Arc::from(text))
+    }
+}
+
+impl PartialEq<str> for SiteId {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for SiteId {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for SiteId {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<SiteId> for str {
+    fn eq(&self, other: &SiteId) -> bool {
+        self == &*other.0
+    }
+}
+
+impl PartialEq<SiteId> for &str {
+    fn eq(&self, other: &SiteId) -> bool {
+        *self == &*other.0
+    }
+}
+
+impl PartialEq<SiteId> for String {
+    fn eq(&self, other: &SiteId) -> bool {
+        **self == *other.0
+    }
+}
+
+impl std::fmt::Display for SiteId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for SiteId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// Written as its text.
+impl serde::Serialize for SiteId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
 /// A tracked site.
 #[derive(Debug, Clone)]
 pub struct Site {
     /// Its id (a ULID).
-    pub site_id: String,
+    pub site_id: SiteId,
     /// Its main domain.
     pub domain: String,
     /// The domains whose referrers are self-referrals (the main domain).
@@ -406,7 +512,7 @@ impl Sites {
             site.string_set("extra_domains").map(|s| s.into_iter().collect()).unwrap_or_default();
         extra.sort();
         Ok(Some(Site {
-            site_id: site_id.to_owned(),
+            site_id: SiteId::new(site_id),
             domains: std::iter::once(domain.as_str())
                 .chain(extra.iter().map(String::as_str))
                 .filter_map(Hostname::parse)

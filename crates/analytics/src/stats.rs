@@ -40,6 +40,7 @@ pub use revenue::{GoalRevenue, RevenueGoal, mean_to_cents};
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::{Bucket, DateRange, SiteZone, Unit};
+use crate::sites::SiteId;
 use crate::sketch::VisitorSketch;
 use crate::stored::{
     Counters, EVENT_DIMENSIONS, HOUR_DIMENSIONS, Period, SessionRef, TOTAL, VISIT_DIMENSIONS, minute_label,
@@ -213,7 +214,7 @@ impl Filter {
 #[derive(Debug, Clone)]
 pub struct Query {
     /// The id of the site queried.
-    pub site_id: String,
+    pub site_id: SiteId,
     /// Metrics, in answer order.
     pub metrics: Vec<Metric>,
     /// The dates, in site time.
@@ -417,7 +418,7 @@ impl Query {
     /// one time dimension, session metrics only with visit dimensions.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        site_id: String,
+        site_id: impl Into<SiteId>,
         metrics: Vec<Metric>,
         range: DateRange,
         dimensions: Vec<String>,
@@ -489,7 +490,17 @@ impl Query {
                 )));
             }
         }
-        Ok(Query { site_id, metrics, range, dimensions, filters, order_by, limit, offset, include_imports: false })
+        Ok(Query {
+            site_id: site_id.into(),
+            metrics,
+            range,
+            dimensions,
+            filters,
+            order_by,
+            limit,
+            offset,
+            include_imports: false,
+        })
     }
 }
 

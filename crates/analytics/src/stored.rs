@@ -22,6 +22,7 @@ use std::sync::Arc;
 use ulid::Ulid;
 
 use crate::period::Unit;
+use crate::sites::SiteId;
 use crate::visitor::{UtcDay, VisitorId};
 
 /// One raw event, as ingestion made it and as an event block holds it ([`crate::block`]), in the
@@ -31,7 +32,7 @@ use crate::visitor::{UtcDay, VisitorId};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoredEvent {
     /// The id of the site the event was sent to: part of the partition key.
-    pub site_id: String,
+    pub site_id: SiteId,
     /// The UTC day the session started: part of the partition key.
     pub day: UtcDay,
     /// `visitor_shard(visitor_id)`.

@@ -15,6 +15,7 @@ use super::AggregateError;
 use crate::sketch::VisitorSketch;
 use ulid::Ulid;
 
+use crate::sites::SiteId;
 use crate::stored::{AggKey, Counters, Period, PrevState, StoredEvent, VisitAttrs};
 use crate::visitor::{UtcDay, VisitorId};
 
@@ -134,7 +135,7 @@ pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
         (None, _) => None,
     };
     Ok(StoredEvent {
-        site_id: r.string("site_id")?.to_owned(),
+        site_id: SiteId::new(r.string("site_id")?),
         day: parsed(r, "day", UtcDay::parse)?,
         shard: number(r, "shard")?,
         visitor_id: parsed(r, "visitor_id", VisitorId::parse)?,

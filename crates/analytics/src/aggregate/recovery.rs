@@ -169,7 +169,7 @@ pub(crate) async fn unflushed_events(
 
 async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateError> {
     let by_epoch = unflushed_events(&shared.table, run, run.flushed_epoch).await?;
-    let sites: BTreeSet<String> = by_epoch.values().flatten().map(|e| e.site_id.clone()).collect();
+    let sites: BTreeSet<String> = by_epoch.values().flatten().map(|e| e.site_id.to_string()).collect();
     let settings = shared.settings_of(sites).await?;
     let finished = store::sync::read(&shared.finished).clone();
     let mut cache = ItemCache::default();
@@ -178,8 +178,10 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
     for (epoch, events) in by_epoch {
         let mut acc = Accumulator::default();
         for event in &events {
-            let zone =
-                settings.get(&event.site_id).map(|s| s.zone.clone()).unwrap_or_else(crate::period::SiteZone::utc);
+            let zone = settings
+                .get(event.site_id.as_str())
+                .map(|s| s.zone.clone())
+                .unwrap_or_else(crate::period::SiteZone::utc);
             apply::accumulate_from(&mut acc, event, &zone, super::minutes_from(&shared.config));
             acc.note_session(event);
         }

@@ -40,7 +40,7 @@ impl SessionActivity {
         let id = SessionRef::of(e);
         let sessions = match self.sites.get_mut(e.site_id.as_str()) {
             Some(s) => s,
-            None => self.sites.entry(e.site_id.clone()).or_default(),
+            None => self.sites.entry(e.site_id.to_string()).or_default(),
         };
         let day = UtcDay::from_unix_ms(e.ts).days();
         let seen = sessions.entry((id, day)).or_insert(Seen { last_ts: e.ts, ttl: e.ttl });

@@ -100,7 +100,7 @@ impl Session {
             self.visit.entry_page = path.to_owned();
         }
         let e = StoredEvent {
-            site_id: self.site_id.clone(),
+            site_id: self.site_id.as_str().into(),
             day: analytics::visitor::UtcDay::from_unix_ms(self.visit.start_ts),
             shard: visitor_shard(self.visitor_id),
             visitor_id: self.visitor_id,

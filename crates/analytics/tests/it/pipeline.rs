@@ -207,7 +207,7 @@ async fn an_event_for_several_domains_is_stored_for_each_site_once() {
     let mut raw = pageview("https://shop.example/", FIREFOX, [1, 2, 3, 4], t);
     raw.domain = "unknown.example,shop.example,rollup.example,shop-two.example".into();
     assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
-    let mut sites: Vec<String> = stored_events(&w).await.into_iter().map(|e| e.site_id).collect();
+    let mut sites: Vec<String> = stored_events(&w).await.into_iter().map(|e| e.site_id.to_string()).collect();
     sites.sort();
     let mut expected = vec![shop.site_id.clone(), rollup.site_id.clone()];
     expected.sort();
@@ -254,7 +254,7 @@ async fn imported_visitors_are_hashed_under_a_secret_salt_of_their_site() {
     import(site.clone(), 1).await;
     import(other.clone(), 2).await;
     let salt = Sites::new(w.table.clone()).get(&site.site_id).await.unwrap().unwrap().import_salt.expect("stored");
-    let ids = |site_id: String| {
+    let ids = |site_id: analytics::sites::SiteId| {
         let events = stored_events(&w);
         async move { events.await.into_iter().filter(|e| e.site_id == site_id).map(|e| e.visitor_id).collect::<Vec<_>>() }
     };
