@@ -15,6 +15,7 @@ pub mod accounts;
 pub mod admin;
 pub mod import;
 pub mod plausible;
+pub mod sent;
 pub mod stats;
 pub mod umami;
 pub mod visitors;
