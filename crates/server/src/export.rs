@@ -29,7 +29,6 @@ use axum::response::{IntoResponse, Response};
 use crate::error::ServerError;
 use crate::state::AppState;
 use crate::stats::json_request;
-use crate::wire::sent::Sent;
 use crate::wire::stats::ExportBody;
 
 /// One file of an export: its name (without `.csv`), the dimension it breaks down by (`None`
@@ -160,24 +159,21 @@ pub async fn export(
         HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
             .unwrap_or(HeaderValue::from_static("attachment"))
     };
-    match &body.panel {
-        Sent::Absent | Sent::Null => {}
-        Sent::Value(name) => {
-            let Some(panel) = PANELS.iter().find(|p| p.name == name) else {
-                return Err(ServerError::bad_request(format!("unknown panel {name:?}; one of {}", panel_names())));
-            };
-            let csv = panel_csv(r, &site, range, &filters, panel).await?;
-            let file = format!("{stem}-{}.csv", panel.name);
-            return Ok((
-                [
-                    (header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8")),
-                    (header::CONTENT_DISPOSITION, attachment(&file)),
-                ],
-                csv,
-            )
-                .into_response());
-        }
-        Sent::Wrong(_) => return Err(ServerError::bad_request(format!("`panel` is one of {}", panel_names()))),
+    let wrong = |_: &_| ServerError::bad_request(format!("`panel` is one of {}", panel_names()));
+    if let Some(name) = body.panel.checked(wrong)? {
+        let Some(panel) = PANELS.iter().find(|p| p.name == name) else {
+            return Err(ServerError::bad_request(format!("unknown panel {name:?}; one of {}", panel_names())));
+        };
+        let csv = panel_csv(r, &site, range, &filters, panel).await?;
+        let file = format!("{stem}-{}.csv", panel.name);
+        return Ok((
+            [
+                (header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8")),
+                (header::CONTENT_DISPOSITION, attachment(&file)),
+            ],
+            csv,
+        )
+            .into_response());
     }
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);

@@ -65,12 +65,8 @@ impl Sent<String> {
 
     /// An optional string: absent, `null` and `""` are `None`.
     pub(crate) fn optional(&self, name: &str) -> Result<Option<&str>, ServerError> {
-        match self {
-            Sent::Absent | Sent::Null => Ok(None),
-            Sent::Value(s) if s.is_empty() => Ok(None),
-            Sent::Value(s) => Ok(Some(s)),
-            Sent::Wrong(_) => Err(ServerError::bad_request(format!("`{name}` must be a string"))),
-        }
+        let text = self.checked(|_| ServerError::bad_request(format!("`{name}` must be a string")))?;
+        Ok(text.map(String::as_str).filter(|s| !s.is_empty()))
     }
 }
 
@@ -78,10 +74,6 @@ impl Sent<String> {
 /// `true` and `false`.
 impl Sent<bool> {
     pub(crate) fn flag(&self, message: &'static str) -> Result<Option<bool>, ServerError> {
-        match self {
-            Sent::Absent | Sent::Null => Ok(None),
-            Sent::Value(b) => Ok(Some(*b)),
-            Sent::Wrong(_) => Err(ServerError::bad_request(message)),
-        }
+        self.checked(|_| ServerError::bad_request(message)).map(Option::<&bool>::copied)
     }
 }

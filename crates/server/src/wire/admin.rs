@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ServerError;
 use crate::wire::sent::Sent;
-use crate::wire::stats::{Filters, Steps};
+use crate::wire::stats::{Filters, Steps, strings};
 
 /// A site as the sites API shows it: its settings only to signed-in users.
 #[derive(Debug, Serialize)]
@@ -426,20 +426,13 @@ impl SettingsChange {
 
 /// An optional whole number of days.
 fn days(sent: &Sent<u32>, name: &str) -> Result<Option<u32>, ServerError> {
-    match sent {
-        Sent::Absent | Sent::Null => Ok(None),
-        Sent::Value(n) => Ok(Some(*n)),
-        Sent::Wrong(_) => Err(ServerError::bad_request(format!("`{name}` must be a whole number of days"))),
-    }
+    let wrong = |_: &_| ServerError::bad_request(format!("`{name}` must be a whole number of days"));
+    sent.checked(wrong).map(Option::<&u32>::copied)
 }
 
 /// An optional list of strings.
 fn text_list(sent: &Sent<Vec<String>>, name: &str) -> Result<Option<Vec<String>>, ServerError> {
-    match sent {
-        Sent::Absent | Sent::Null => Ok(None),
-        Sent::Value(list) => Ok(Some(list.clone())),
-        Sent::Wrong(_) => Err(ServerError::bad_request(format!("`{name}` must be a list of strings"))),
-    }
+    Ok(if sent.is_none() { None } else { Some(strings(sent, name)?) })
 }
 
 /// `POST /api/sites/{site}/goals {event_name | page_path, currency?}`.

@@ -17,7 +17,7 @@ use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAcc
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::wire::sent::{Object, Sent};
+use crate::wire::sent::{Object, Sent, Wrong};
 
 pub mod accounts;
 pub mod admin;
@@ -160,11 +160,8 @@ impl Sent<String> {
 
     /// An optional string: absent and `null` are `None`.
     fn optional_string(&self, field: &'static str) -> Result<Option<String>, WireError> {
-        match self {
-            Sent::Absent | Sent::Null => Ok(None),
-            Sent::Value(s) => Ok(Some(s.clone())),
-            Sent::Wrong(w) => Err(WireError::WrongType { field, expected: "a string", found: w.found }),
-        }
+        let wrong = |w: &Wrong| WireError::WrongType { field, expected: "a string", found: w.found };
+        self.checked(wrong).map(Option::<&String>::cloned)
     }
 }
 

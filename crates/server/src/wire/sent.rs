@@ -52,6 +52,16 @@ impl<T> Sent<T> {
         }
     }
 
+    /// The value, `None` when the field is absent or `null`, or the error `wrong` makes of a
+    /// field with another shape.
+    pub fn checked<E>(&self, wrong: impl FnOnce(&Wrong) -> E) -> Result<Option<&T>, E> {
+        match self {
+            Sent::Absent | Sent::Null => Ok(None),
+            Sent::Value(v) => Ok(Some(v)),
+            Sent::Wrong(w) => Err(wrong(w)),
+        }
+    }
+
     /// Whether the field is absent or `null`.
     pub fn is_none(&self) -> bool {
         matches!(self, Sent::Absent | Sent::Null)

@@ -263,11 +263,8 @@ fn today(zone: &SiteZone) -> Result<jiff::civil::Date, ServerError> {
 
 /// A list of strings that may be absent or `null` (then empty), or the 400 naming `field`.
 pub(crate) fn strings(sent: &Sent<Vec<String>>, field: &str) -> Result<Vec<String>, ServerError> {
-    match sent {
-        Sent::Absent | Sent::Null => Ok(Vec::new()),
-        Sent::Value(list) => Ok(list.clone()),
-        Sent::Wrong(_) => Err(ServerError::bad_request(format!("`{field}` must be a list of strings"))),
-    }
+    let list = sent.checked(|_| ServerError::bad_request(format!("`{field}` must be a list of strings")))?;
+    Ok(list.cloned().unwrap_or_default())
 }
 
 /// A body's `filters`: a list of `[operator, dimension, [values]]` as Plausible's Stats API v2
@@ -321,10 +318,8 @@ impl Filters {
     /// The filters as sent, a segment filter left as it is (for saving a segment): every
     /// [`Filter`] a body names is made here.
     pub fn plain(&self) -> Result<Vec<Filter>, ServerError> {
-        let list = match &self.0 {
-            Sent::Absent | Sent::Null => return Ok(Vec::new()),
-            Sent::Value(list) => list,
-            Sent::Wrong(_) => return Err(ServerError::bad_request("`filters` must be a list")),
+        let Some(list) = self.0.checked(|_| ServerError::bad_request("`filters` must be a list"))? else {
+            return Ok(Vec::new());
         };
         let mut filters = Vec::with_capacity(list.len());
         for f in list {
@@ -554,11 +549,8 @@ impl QueryBody {
         let mut query = Query::new(site.site_id.clone(), metrics, range, dimensions, filters, order_by, limit, offset)
             .map_err(|e| ServerError::bad_request(e.to_string()))?;
         // `include: {imports: true}`, as Plausible's API: imported history merged in where it applies.
-        query.include_imports = match self.include.read.value().map_or(&Sent::Absent, |i| &i.imports) {
-            Sent::Absent | Sent::Null => false,
-            Sent::Value(b) => *b,
-            Sent::Wrong(_) => return Err(ServerError::bad_request("`include.imports` must be true or false")),
-        };
+        let imports = self.include.read.value().map_or(&Sent::Absent, |i| &i.imports);
+        query.include_imports = imports.flag("`include.imports` must be true or false")?.unwrap_or(false);
         Ok(query)
     }
 
@@ -566,24 +558,20 @@ impl QueryBody {
     /// "year_over_year" | "custom", "date_range": [from, to]}` as Plausible's Stats API v2 takes
     /// it (`imports` is read by [`QueryBody::query`]). Any other key of `include` is refused.
     pub fn comparison(&self, site: &Site) -> Result<Option<ComparisonMode>, ServerError> {
-        let include = match &self.include.read {
-            Sent::Absent | Sent::Null => return Ok(None),
-            Sent::Value(include) => include,
-            Sent::Wrong(_) => return Err(ServerError::bad_request("`include` must be an object")),
+        let Some(include) = self.include.read.checked(|_| ServerError::bad_request("`include` must be an object"))?
+        else {
+            return Ok(None);
         };
         if let Some(other) = &include.unsupported {
             return Err(ServerError::bad_request(format!(
                 "`include.{other}` is not supported; `include` takes `comparisons`"
             )));
         }
-        let c = match &include.comparisons {
-            Sent::Absent | Sent::Null => return Ok(None),
-            Sent::Value(Object(c)) => c,
-            Sent::Wrong(_) => {
-                return Err(ServerError::bad_request(
-                    "`include.comparisons` must be an object such as {\"mode\": \"previous_period\"}",
-                ));
-            }
+        let wrong = |_: &_| {
+            ServerError::bad_request("`include.comparisons` must be an object such as {\"mode\": \"previous_period\"}")
+        };
+        let Some(Object(c)) = include.comparisons.checked(wrong)? else {
+            return Ok(None);
         };
         let match_day_of_week =
             c.match_day_of_week.flag("`include.comparisons.match_day_of_week` must be true or false")?;
