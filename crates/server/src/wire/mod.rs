@@ -390,14 +390,5 @@ fn wrong_type<T>(sent: &Sent<T>) -> Option<&'static str> {
     }
 }
 
-/// Revenue in a JSON value the import format read (see [`read_revenue`]).
-pub(crate) fn revenue(value: Option<&Value>, field: &'static str) -> Result<Option<RawRevenue>, WireError> {
-    let sent = match value {
-        None => Sent::Absent,
-        Some(v) => Sent::deserialize(v).map_err(|e| WireError::Json(e.to_string()))?,
-    };
-    read_revenue(&sent, field)
-}
-
 #[cfg(test)]
 mod tests;
