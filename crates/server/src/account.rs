@@ -37,10 +37,11 @@ use serde_json::json;
 
 use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, set_cookie};
 use crate::error::ServerError;
-use crate::extract::{Peer, field, json_object, optional_field};
+use crate::extract::{Peer, json_body};
 use crate::state::AppState;
-use crate::wire::accounts::{AuthView, SharedSite, TwoFactorSetup, TwoFactorState};
+use crate::wire::accounts::{AuthView, Credentials, PasswordChange, SharedSite, TwoFactorSetup, TwoFactorState};
 use crate::wire::json_ok;
+use crate::wire::sent::Sent;
 
 /// What a client sent as the account, made safe for one log line: at most 254 characters,
 /// printed with `{:?}` (quoted, control characters escaped) after the address.
@@ -92,14 +93,14 @@ pub async fn login(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let r = state.reading()?;
-    let map = json_object(&headers, &body)?;
-    let (email, password) = (field(&map, "email")?, field(&map, "password")?);
+    let body: Credentials = json_body(&headers, &body)?;
+    let (email, password) = (body.email.required("email")?, body.password.required("password")?);
     let client = auth::client_addr(&state, &headers, peer);
     if let Err(wait) = state.attempts.check(client, email) {
         tracing::warn!("authentication throttled; client={client} kind=login account={:?}", loggable(email));
         return Err(throttled(wait));
     }
-    let code = optional_field(&map, "code")?;
+    let code = body.code.optional("code")?;
     match r.accounts.login_with_code(email, password, code).await? {
         Login::SignedIn(token, user) => {
             tracing::info!(email = %user.email, %client, "signed in");
@@ -131,19 +132,21 @@ async fn signed_in_user(
     }
 }
 
-/// A signed-in account's attempt at a two-factor change: the account, the string field `name` of
-/// the JSON body and the client's address, once the attempt is within the limits.
+/// A signed-in account's attempt at a two-factor change: the account, the required string
+/// field `name` of the JSON body (which `field` picks) and the client's address, once the
+/// attempt is within the limits.
 async fn signed_in_attempt<'a>(
     state: &'a AppState,
     peer: Peer,
     headers: &HeaderMap,
     body: &[u8],
     name: &str,
+    field: fn(&Credentials) -> &Sent<String>,
 ) -> Result<(&'a crate::state::Reading, analytics::accounts::User, String, std::net::IpAddr), ServerError> {
     let r = state.reading()?;
     let user = signed_in_user(r, headers).await?;
-    let map = json_object(headers, body)?;
-    let value = field(&map, name)?.to_owned();
+    let body: Credentials = json_body(headers, body)?;
+    let value = field(&body).required(name)?.to_owned();
     let client = auth::client_addr(state, headers, peer);
     state.attempts.check(client, &user.email).map_err(throttled)?;
     Ok((r, user, value, client))
@@ -165,7 +168,7 @@ pub async fn two_factor_enable(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let (r, user, code, client) = signed_in_attempt(&state, peer, &headers, &body, "code").await?;
+    let (r, user, code, client) = signed_in_attempt(&state, peer, &headers, &body, "code", |b| &b.code).await?;
     let codes = r.accounts.totp_enable(&user.email, &code).await?;
     tracing::info!(email = %user.email, %client, "two-factor sign-in turned on");
     Ok(json_ok(TwoFactorState { enabled: true, recovery_codes: Some(&codes) }))
@@ -178,7 +181,8 @@ pub async fn two_factor_disable(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ServerError> {
-    let (r, user, password, client) = signed_in_attempt(&state, peer, &headers, &body, "password").await?;
+    let (r, user, password, client) =
+        signed_in_attempt(&state, peer, &headers, &body, "password", |b| &b.password).await?;
     if !r.accounts.password_matches(&user.email, &password).await? {
         tracing::warn!("authentication failure; client={client} kind=password account={:?}", loggable(&user.email));
         return Err(ServerError::WrongCredentials { message: "the password is wrong".into() });
@@ -231,8 +235,9 @@ pub async fn change_password(
 ) -> Result<Response, ServerError> {
     let r = state.reading()?;
     let user = signed_in_user(r, &headers).await?;
-    let map = json_object(&headers, &body)?;
-    let (current, new) = (field(&map, "current_password")?, field(&map, "new_password")?);
+    let body: PasswordChange = json_body(&headers, &body)?;
+    let (current, new) =
+        (body.current_password.required("current_password")?, body.new_password.required("new_password")?);
     let client = auth::client_addr(&state, &headers, peer);
     if let Err(wait) = state.attempts.check(client, &user.email) {
         tracing::warn!("authentication throttled; client={client} kind=password account={:?}", loggable(&user.email));
@@ -258,8 +263,9 @@ pub async fn setup(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let r = state.reading()?;
-    let map = json_object(&headers, &body)?;
-    let (token, email, password) = (field(&map, "token")?, field(&map, "email")?, field(&map, "password")?);
+    let body: Credentials = json_body(&headers, &body)?;
+    let (token, email, password) =
+        (body.token.required("token")?, body.email.required("email")?, body.password.required("password")?);
     let expected = r.setup_token.as_deref().unwrap_or_default();
     if expected.is_empty() || !constant_time_eq(token.as_bytes(), expected.as_bytes()) {
         let client = auth::client_addr(&state, &headers, peer);
@@ -312,8 +318,8 @@ pub async fn unlock(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let r = state.reading()?;
-    let map = json_object(&headers, &body)?;
-    let password = field(&map, "password")?;
+    let body: Credentials = json_body(&headers, &body)?;
+    let password = body.password.required("password")?;
     let client = auth::client_addr(&state, &headers, peer);
     // The link's account key is a digest of its token, so the limiter never holds a live token.
     let link = format!("share:{}", auth::csrf_token(&token));

@@ -19,22 +19,22 @@
 //! `{site}` is a site id or domain. Bodies are `application/json`; answers are JSON, errors
 //! `{"error": …}`.
 
-use analytics::accounts::{AccountsError, Role};
-use analytics::goal::Goal;
-use analytics::sites::{Scope, Site, SiteChanges, SitesError};
+use analytics::accounts::AccountsError;
+use analytics::sites::{Site, SitesError};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value as Json, json};
+use serde_json::json;
 
 use crate::auth::{Need, Principal, authorize, principal};
 use crate::error::ServerError;
-use crate::extract::{field, json_object, optional_field};
+use crate::extract::json_body;
 use crate::state::{AppState, Reading};
 use crate::wire::admin::{
-    FunnelAdded, GoalAdded, Invited, KeyCreated, KeyView, MemberView, PrincipalView, Removed, Revoked, SegmentView,
-    ShareCreated, ShareEmbed, ShareView, SiteList, SiteView,
+    EMBED_FLAG, EmbedChange, FunnelAdded, GoalAdded, Invited, KeyCreated, KeyView, MemberRole, MemberView,
+    NewCredential, NewFunnel, NewGoal, NewSegment, NewSite, PrincipalView, Removed, Revoked, SegmentView,
+    SettingsChange, ShareCreated, ShareEmbed, ShareView, SiteList, SiteView,
 };
 use crate::wire::json_ok;
 
@@ -95,33 +95,11 @@ pub async fn add(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
     if !matches!(&who, Principal::User(u) if u.is_instance_admin()) {
         return Err(ServerError::Unauthorized);
     }
-    let map = json_object(&headers, &body)?;
-    let domain = field(&map, "domain")?;
-    let timezone = optional_field(&map, "timezone")?.unwrap_or("UTC");
+    let body: NewSite = json_body(&headers, &body)?;
+    let domain = body.domain.required("domain")?;
+    let timezone = body.timezone.optional("timezone")?.unwrap_or("UTC");
     let site = r.sites.add(domain, timezone).await?;
     Ok(created(SiteView::new(&site, true)))
-}
-
-fn days(map: &Map<String, Json>, name: &str) -> Result<Option<u32>, ServerError> {
-    match map.get(name) {
-        None | Some(Json::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| ServerError::bad_request(format!("`{name}` must be a whole number of days"))),
-    }
-}
-
-fn text_list(map: &Map<String, Json>, name: &str) -> Result<Option<Vec<String>>, ServerError> {
-    let wrong = || ServerError::bad_request(format!("`{name}` must be a list of strings"));
-    match map.get(name) {
-        None | Some(Json::Null) => Ok(None),
-        Some(Json::Array(items)) => {
-            items.iter().map(|v| v.as_str().map(str::to_owned).ok_or_else(wrong)).collect::<Result<_, _>>().map(Some)
-        }
-        Some(_) => Err(wrong()),
-    }
 }
 
 /// `PATCH /api/sites/{site}`.
@@ -132,14 +110,7 @@ pub async fn update(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
-    let map = json_object(&headers, &body)?;
-    let changes = SiteChanges {
-        timezone: optional_field(&map, "timezone")?.map(str::to_owned),
-        retention_event_days: days(&map, "retention_event_days")?,
-        retention_hourly_days: days(&map, "retention_hourly_days")?,
-        retention_daily_days: days(&map, "retention_daily_days")?,
-        excluded_ip_ranges: text_list(&map, "excluded_ip_ranges")?,
-    };
+    let changes = json_body::<SettingsChange>(&headers, &body)?.changes()?;
     let site = r.sites.update(&site.site_id, &changes).await?;
     Ok(json_ok(SiteView::new(&site, true)))
 }
@@ -163,8 +134,8 @@ pub async fn add_domain(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
-    let map = json_object(&headers, &body)?;
-    let domain = field(&map, "domain")?;
+    let body: NewSite = json_body(&headers, &body)?;
+    let domain = body.domain.required("domain")?;
     let site = r.sites.add_domain(&site.site_id, domain).await?;
     Ok(created(SiteView::new(&site, true)))
 }
@@ -188,14 +159,8 @@ pub async fn add_goal(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
-    let map = json_object(&headers, &body)?;
-    let goal = match (optional_field(&map, "event_name")?, optional_field(&map, "page_path")?) {
-        (Some(name), None) => Goal::event(name),
-        (None, Some(path)) => Goal::page(path),
-        _ => return Err(ServerError::bad_request("give exactly one of `event_name` and `page_path`")),
-    };
-    let goal = goal.map_err(|e| ServerError::bad_request(e.to_string()))?;
-    let currency = optional_field(&map, "currency")?;
+    let body: NewGoal = json_body(&headers, &body)?;
+    let (goal, currency) = body.goal()?;
     let g = r.sites.add_goal_with_currency(&site.site_id, goal, currency).await?;
     Ok(created(GoalAdded::new(&g)))
 }
@@ -223,9 +188,9 @@ pub async fn add_funnel(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
-    let map = json_object(&headers, &body)?;
-    let name = field(&map, "name")?;
-    let steps = crate::stats::funnel_steps(map.get("steps"))?;
+    let body: NewFunnel = json_body(&headers, &body)?;
+    let name = body.name.required("name")?;
+    let steps = body.steps.goals()?;
     let f = r.sites.add_funnel(&site.site_id, name, steps).await?;
     Ok(created(FunnelAdded { funnel_id: &f.funnel_id, name: &f.name }))
 }
@@ -249,9 +214,9 @@ pub async fn add_segment(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
-    let map = json_object(&headers, &body)?;
-    let name = field(&map, "name")?;
-    let filters = crate::stats::parse_plain_filters(map.get("filters"))?;
+    let body: NewSegment = json_body(&headers, &body)?;
+    let name = body.name.required("name")?;
+    let filters = body.filters.plain()?;
     if filters.iter().any(|f| f.dimension == "segment") {
         return Err(ServerError::bad_request("a segment cannot name another segment"));
     }
@@ -294,15 +259,6 @@ pub async fn keys(
     Ok(json_ok(json!({ "keys": keys.iter().map(KeyView::new).collect::<Vec<_>>() })))
 }
 
-/// A name for a new key or link: at most 200 bytes.
-fn name_of<'a>(map: &'a Map<String, Json>, default: &'static str) -> Result<&'a str, ServerError> {
-    let name = optional_field(map, "name")?.unwrap_or(default);
-    if name.len() > 200 {
-        return Err(ServerError::bad_request("`name` is longer than 200 bytes"));
-    }
-    Ok(name)
-}
-
 /// `POST /api/sites/{site}/keys`: the new key, shown this once.
 pub async fn create_key(
     State(state): State<AppState>,
@@ -311,17 +267,9 @@ pub async fn create_key(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
-    let map = json_object(&headers, &body)?;
-    let name = name_of(&map, "dashboard")?;
-    let mut scopes = Vec::new();
-    for name in text_list(&map, "scopes")?.unwrap_or_default() {
-        let scope = Scope::parse(&name).ok_or_else(|| {
-            ServerError::bad_request(format!(
-                "unknown scope {name:?}: the scopes are stats, visitors, import and admin"
-            ))
-        })?;
-        scopes.push(scope);
-    }
+    let body: NewCredential = json_body(&headers, &body)?;
+    let name = body.name("dashboard")?;
+    let scopes = body.scopes()?;
     let (key, info) = r.sites.create_key(&site.site_id, name, &scopes).await?;
     let scopes = info.scopes.iter().map(|s| s.as_str()).collect();
     Ok(created(KeyCreated { key: &key, key_id: &info.key_id, name: &info.name, scopes }))
@@ -357,10 +305,10 @@ pub async fn create_share(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
-    let map = json_object(&headers, &body)?;
-    let name = name_of(&map, "shared link")?;
-    let password = optional_field(&map, "password")?;
-    let embed = embed_field(&map)?;
+    let body: NewCredential = json_body(&headers, &body)?;
+    let name = body.name("shared link")?;
+    let password = body.password.optional("password")?;
+    let embed = body.embed()?;
     if embed == Some(true) && password.is_some_and(|p| !p.is_empty()) {
         return Err(ServerError::bad_request(NO_EMBED_WITH_PASSWORD));
     }
@@ -385,15 +333,6 @@ pub async fn create_share(
 const NO_EMBED_WITH_PASSWORD: &str = "a link with a password cannot be embedded: browsers do not send its unlock \
                                       cookie inside another site's frame";
 
-/// A body's optional `embed`: `true` or `false`, or a 400.
-fn embed_field(map: &Map<String, Json>) -> Result<Option<bool>, ServerError> {
-    match map.get("embed") {
-        None | Some(Json::Null) => Ok(None),
-        Some(Json::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(ServerError::bad_request("`embed` must be true or false")),
-    }
-}
-
 /// A shared link's error: an unknown link 404, the rest 500.
 fn share_error(e: AccountsError) -> ServerError {
     match e {
@@ -411,8 +350,8 @@ pub async fn update_share(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
-    let map = json_object(&headers, &body)?;
-    let Some(embed) = embed_field(&map)? else {
+    let body: EmbedChange = json_body(&headers, &body)?;
+    let Some(embed) = body.embed.flag(EMBED_FLAG)? else {
         return Err(ServerError::bad_request("`embed` (true or false) is required"));
     };
     if embed {
@@ -436,16 +375,6 @@ pub async fn revoke_share(
     Ok(json_ok(Revoked { revoked: &share }))
 }
 
-fn role_of(map: &Map<String, Json>) -> Result<(Role, bool), ServerError> {
-    let role = Role::parse(field(map, "role")?).map_err(|e| ServerError::bad_request(e.to_string()))?;
-    let visitors = match map.get("visitors") {
-        None | Some(Json::Null) => false,
-        Some(Json::Bool(b)) => *b,
-        Some(_) => return Err(ServerError::bad_request("`visitors` must be true or false")),
-    };
-    Ok((role, visitors))
-}
-
 /// `GET /api/sites/{site}/members`: the site's people (owners and admins may look).
 pub async fn members(
     State(state): State<AppState>,
@@ -465,9 +394,9 @@ pub async fn invite(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = authorized(&state, &headers, &site, Need::Own).await?;
-    let map = json_object(&headers, &body)?;
-    let email = field(&map, "email")?;
-    let (role, visitors) = role_of(&map)?;
+    let body: MemberRole = json_body(&headers, &body)?;
+    let email = body.email.required("email")?;
+    let (role, visitors) = body.role()?;
     let token = r.accounts.invite(&site.site_id, email, role, visitors).await?;
     Ok(created(Invited { link: format!("/invite/{token}"), token: &token, role: role.as_str() }))
 }
@@ -480,8 +409,8 @@ pub async fn set_member(
     body: Bytes,
 ) -> Result<Response, ServerError> {
     let (r, site) = authorized(&state, &headers, &site, Need::Own).await?;
-    let map = json_object(&headers, &body)?;
-    let (role, visitors) = role_of(&map)?;
+    let body: MemberRole = json_body(&headers, &body)?;
+    let (role, visitors) = body.role()?;
     r.accounts.set_member(&site.site_id, &email, role, visitors).await.map_err(|e| match e {
         e @ AccountsError::NoSuchUser(_) => ServerError::not_found(e.to_string()),
         e => ServerError::from(e),

@@ -25,11 +25,11 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value as Json;
 
 use crate::error::ServerError;
 use crate::state::AppState;
-use crate::stats::{json_request, parse_filters, parse_range};
+use crate::stats::json_request;
+use crate::wire::stats::ExportBody;
 
 /// One file of an export: its name (without `.csv`), the dimension it breaks down by (`None`
 /// for the time series) and its metrics.
@@ -150,33 +150,30 @@ pub async fn export(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ServerError> {
-    let (r, body, site) = json_request(&state, &headers, body).await?;
-    let range = parse_range(&body, &site.zone)?;
+    let (r, body, site) = json_request::<ExportBody>(&state, &headers, body).await?;
+    let range = body.dated.range(&site.zone)?;
     analytics::stats::check_range(&range).map_err(|e| ServerError::bad_request(e.to_string()))?;
-    let filters = parse_filters(body.get("filters"), &site)?;
+    let filters = body.filters.resolve(&site)?;
     let stem = format!("tally-{}-{}-{}", site.domain, range.first(), range.last());
     let attachment = |name: &str| {
         HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
             .unwrap_or(HeaderValue::from_static("attachment"))
     };
-    match body.get("panel") {
-        None | Some(Json::Null) => {}
-        Some(Json::String(name)) => {
-            let Some(panel) = PANELS.iter().find(|p| p.name == name) else {
-                return Err(ServerError::bad_request(format!("unknown panel {name:?}; one of {}", panel_names())));
-            };
-            let csv = panel_csv(r, &site, range, &filters, panel).await?;
-            let file = format!("{stem}-{}.csv", panel.name);
-            return Ok((
-                [
-                    (header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8")),
-                    (header::CONTENT_DISPOSITION, attachment(&file)),
-                ],
-                csv,
-            )
-                .into_response());
-        }
-        Some(_) => return Err(ServerError::bad_request(format!("`panel` is one of {}", panel_names()))),
+    let wrong = |_: &_| ServerError::bad_request(format!("`panel` is one of {}", panel_names()));
+    if let Some(name) = body.panel.checked(wrong)? {
+        let Some(panel) = PANELS.iter().find(|p| p.name == name) else {
+            return Err(ServerError::bad_request(format!("unknown panel {name:?}; one of {}", panel_names())));
+        };
+        let csv = panel_csv(r, &site, range, &filters, panel).await?;
+        let file = format!("{stem}-{}.csv", panel.name);
+        return Ok((
+            [
+                (header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8")),
+                (header::CONTENT_DISPOSITION, attachment(&file)),
+            ],
+            csv,
+        )
+            .into_response());
     }
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);

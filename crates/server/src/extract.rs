@@ -1,14 +1,16 @@
 //! What handlers read from a request besides their state: the peer's address ([`Peer`]), a
-//! query string ([`UrlQuery`]), a JSON object body and its string fields, and the body limit.
+//! query string ([`UrlQuery`]), a JSON object body read into its wire type, the checks of its
+//! string and flag fields, and the body limit.
 
 use std::net::SocketAddr;
 
 use axum::Extension;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, header};
-use serde_json::{Map, Value as Json};
+use serde::de::DeserializeOwned;
 
 use crate::error::ServerError;
+use crate::wire::sent::{Object, Sent};
 
 /// Largest request body accepted, as the spec sets it.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -31,34 +33,47 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestP
     }
 }
 
-/// The body of a JSON POST as an object, or the 400/415 to answer.
-pub(crate) fn json_object(headers: &HeaderMap, body: &[u8]) -> Result<Map<String, Json>, ServerError> {
+/// The body of a JSON POST read as `T` (a body of [`Sent`] fields, which always reads), or the
+/// 400/415 to answer when it is not a JSON object.
+pub(crate) fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, ServerError> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if !content_type.to_ascii_lowercase().starts_with("application/json") {
         return Err(ServerError::UnsupportedMediaType);
     }
-    match serde_json::from_slice::<Json>(body) {
-        Ok(Json::Object(map)) => Ok(map),
+    object_body(body)
+}
+
+/// `body` read as `T`, or the 400 saying it is not a JSON object.
+pub(crate) fn object_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ServerError> {
+    match serde_json::from_slice::<Sent<Object<T>>>(body) {
+        Ok(Sent::Value(Object(body))) => Ok(body),
         Ok(_) => Err(ServerError::bad_request("the body must be a JSON object")),
         Err(e) => Err(ServerError::bad_request(format!("the body is not JSON: {e}"))),
     }
 }
 
-/// A required string field.
-pub(crate) fn field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<&'a str, ServerError> {
-    match map.get(name) {
-        Some(Json::String(s)) => Ok(s),
-        Some(_) => Err(ServerError::bad_request(format!("`{name}` must be a string"))),
-        None => Err(ServerError::bad_request(format!("`{name}` is required"))),
+/// The checks of a string field, with the messages every JSON route gives.
+impl Sent<String> {
+    /// A required string.
+    pub(crate) fn required(&self, name: &str) -> Result<&str, ServerError> {
+        match self {
+            Sent::Value(s) => Ok(s),
+            Sent::Absent => Err(ServerError::bad_request(format!("`{name}` is required"))),
+            Sent::Null | Sent::Wrong(_) => Err(ServerError::bad_request(format!("`{name}` must be a string"))),
+        }
+    }
+
+    /// An optional string: absent, `null` and `""` are `None`.
+    pub(crate) fn optional(&self, name: &str) -> Result<Option<&str>, ServerError> {
+        let text = self.checked(|_| ServerError::bad_request(format!("`{name}` must be a string")))?;
+        Ok(text.map(String::as_str).filter(|s| !s.is_empty()))
     }
 }
 
-/// An optional string field (absent, `null` and `""` are `None`).
-pub(crate) fn optional_field<'a>(map: &'a Map<String, Json>, name: &str) -> Result<Option<&'a str>, ServerError> {
-    match map.get(name) {
-        None | Some(Json::Null) => Ok(None),
-        Some(Json::String(s)) if s.is_empty() => Ok(None),
-        Some(Json::String(s)) => Ok(Some(s)),
-        Some(_) => Err(ServerError::bad_request(format!("`{name}` must be a string"))),
+/// The check of an optional flag: absent and `null` are `None`; `message` refuses anything but
+/// `true` and `false`.
+impl Sent<bool> {
+    pub(crate) fn flag(&self, message: &'static str) -> Result<Option<bool>, ServerError> {
+        self.checked(|_| ServerError::bad_request(message)).map(Option::<&bool>::copied)
     }
 }

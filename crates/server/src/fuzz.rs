@@ -14,15 +14,14 @@
 
 use std::sync::LazyLock;
 
+use crate::wire::import::Format;
+use crate::wire::stats::{FunnelBody, QueryBody};
 use analytics::enrich::IpRanges;
 use analytics::event::{Event, Hostname, Limits};
 use analytics::period::SiteZone;
 use analytics::sites::Site;
 use analytics::stats::{MAX_FILTER_VALUES, MAX_FILTERS, MAX_PAGE_ROWS, MAX_QUERY_ROWS, QUERY_YEARS};
 use axum::http::StatusCode;
-use serde_json::Value as Json;
-
-use crate::wire::import::Format;
 
 /// The site the bodies are read for.
 fn site() -> &'static Site {
@@ -47,11 +46,8 @@ fn site() -> &'static Site {
 
 /// Reads `data` as a Stats API query body; panics if an invariant breaks.
 pub fn stats_query_body(data: &[u8]) {
-    let Ok(body) = serde_json::from_slice::<Json>(data) else { return };
-    if !body.is_object() {
-        return;
-    }
-    match crate::stats::parse_query(&body, site()) {
+    let Ok(body) = crate::extract::object_body::<QueryBody>(data) else { return };
+    match body.query(site()) {
         Ok(q) => {
             assert!(!q.metrics.is_empty());
             assert!(q.limit <= MAX_PAGE_ROWS && q.offset <= MAX_QUERY_ROWS);
@@ -64,7 +60,8 @@ pub fn stats_query_body(data: &[u8]) {
         Err(refused) => assert_eq!(refused.status(), StatusCode::BAD_REQUEST),
     }
     // The funnel route reads the same range and its steps.
-    if let Err(refused) = crate::stats::funnel_steps(body.get("steps")) {
+    let Ok(funnel) = crate::extract::object_body::<FunnelBody>(data) else { return };
+    if let Err(refused) = funnel.steps.goals() {
         assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     }
 }

@@ -19,6 +19,7 @@ use crate::error::ServerError;
 use crate::extract::{MAX_BODY_BYTES, Peer};
 use crate::state::AppState;
 pub use crate::state::Ingest;
+use crate::wire::sent::Sent;
 use crate::wire::umami::SendKind;
 use crate::wire::{RequestMeta, plausible, umami};
 
@@ -119,13 +120,12 @@ pub(crate) async fn umami_send(
 ) -> Result<Response, ServerError> {
     let bytes = body(bytes)?;
     let meta = request_meta(&headers, peer.map(|Extension(ConnectInfo(addr))| addr));
-    let answer = umami_one(&state, &bytes, meta).await?;
+    let answer = umami_one(&state, umami::parse(&bytes, meta)?).await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response())
 }
 
-/// One `/api/send` body: its JSON answer, or the error `/api/send` answers with.
-async fn umami_one(state: &AppState, bytes: &[u8], meta: RequestMeta) -> Result<serde_json::Value, ServerError> {
-    let send = umami::parse(bytes, meta)?;
+/// One `/api/send` body that was read: its JSON answer, or the error `/api/send` answers with.
+async fn umami_one(state: &AppState, send: umami::Send) -> Result<serde_json::Value, ServerError> {
     let cache = serde_json::json!({ "cache": format!("tally.{}", send.website) });
     let SendKind::Event(raw) = send.kind else {
         return Ok(cache);
@@ -163,16 +163,12 @@ pub(crate) async fn umami_batch(
             ServerError::BadRequest { message: format!("could not read the body: {rejection}") }
         }
     })?;
-    let items = match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(serde_json::Value::Array(items)) => items,
-        Ok(other) => {
-            return Err(crate::wire::WireError::WrongType {
-                field: "body",
-                expected: "an array of /api/send bodies",
-                found: crate::wire::json_type(&other),
-            }
-            .into());
-        }
+    let not_an_array =
+        |found| crate::wire::WireError::WrongType { field: "body", expected: "an array of /api/send bodies", found };
+    let items = match serde_json::from_slice::<Sent<umami::Batch>>(&bytes) {
+        Ok(Sent::Value(items)) => items,
+        Ok(Sent::Wrong(w)) => return Err(not_an_array(w.found).into()),
+        Ok(Sent::Absent | Sent::Null) => return Err(not_an_array("null").into()),
         Err(e) => return Err(crate::wire::WireError::Json(e.to_string()).into()),
     };
     if items.len() > MAX_BATCH_ITEMS {
@@ -182,9 +178,13 @@ pub(crate) async fn umami_batch(
     }
     let meta = request_meta(&headers, peer.map(|Extension(ConnectInfo(addr))| addr));
     let mut details = Vec::new();
-    for (index, item) in items.iter().enumerate() {
-        let one = serde_json::to_vec(item).unwrap_or_default();
-        if let Err(error) = umami_one(&state, &one, meta.clone()).await {
+    let size = items.len();
+    for (index, item) in items.into_iter().enumerate() {
+        let answer = match umami::parse_item(item, meta.clone()) {
+            Ok(send) => umami_one(&state, send).await,
+            Err(refused) => Err(refused.into()),
+        };
+        if let Err(error) = answer {
             if matches!(error, ServerError::Internal(_)) {
                 return Err(error);
             }
@@ -192,8 +192,8 @@ pub(crate) async fn umami_batch(
         }
     }
     let answer = serde_json::json!({
-        "size": items.len(),
-        "processed": items.len() - details.len(),
+        "size": size,
+        "processed": size - details.len(),
         "errors": details.len(),
         "details": details,
     });

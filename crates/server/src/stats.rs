@@ -7,14 +7,14 @@
 //! A missing, unknown, revoked or other site's key gets `401` with the same message, so a caller
 //! learns nothing about which sites exist.
 
-use analytics::goal::Goal;
-use analytics::period::{DateRange, RangeSpec, SiteZone, parse_date};
+use analytics::period::DateRange;
 use analytics::sites::Site;
-use analytics::stats::{ComparisonMode, Filter, FilterOp, Metric, Query, Value};
+use analytics::stats::{FilterOp, Metric, Query, Value};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
 use serde_json::{Value as Json, json};
 
 use crate::auth::{Need, authorize};
@@ -23,168 +23,14 @@ use crate::extract::UrlQuery;
 use crate::state::{AppState, Reading};
 use crate::wire::import::Format;
 use crate::wire::json_ok;
-use crate::wire::stats::{FunnelStepView, ImportReport, JourneysView, KeyEvents, RealtimeView};
+use crate::wire::sent::Sent;
+use crate::wire::stats::{
+    Dated, EchoTail, Filters, FunnelAnswer, FunnelBody, FunnelQuery, FunnelStepView, ImportReport, JourneysBody,
+    JourneysView, KeyEvents, QueryBody, QueryEcho, RangeEcho, RangeSent, RealtimeView, days, strings,
+};
 
 /// Largest import body accepted.
 pub const MAX_IMPORT_BYTES: usize = 10 * 1024 * 1024;
-
-fn strings(v: Option<&Json>, field: &str) -> Result<Vec<String>, ServerError> {
-    match v {
-        None | Some(Json::Null) => Ok(Vec::new()),
-        Some(Json::Array(items)) => items
-            .iter()
-            .map(|i| {
-                i.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| ServerError::bad_request(format!("`{field}` must be a list of strings")))
-            })
-            .collect(),
-        Some(_) => Err(ServerError::bad_request(format!("`{field}` must be a list of strings"))),
-    }
-}
-
-fn today(zone: &SiteZone) -> Result<jiff::civil::Date, ServerError> {
-    zone.date_of(jiff::Timestamp::now().as_millisecond()).map_err(ServerError::backend)
-}
-
-pub(crate) fn parse_range(body: &Json, zone: &SiteZone) -> Result<DateRange, ServerError> {
-    let date = match body.get("date").and_then(Json::as_str) {
-        Some(d) => parse_date(d).map_err(|e| ServerError::bad_request(format!("`date`: {e}")))?,
-        None => today(zone)?,
-    };
-    let spec = match body.get("date_range") {
-        Some(Json::String(name)) => {
-            RangeSpec::parse(name).map_err(|e| ServerError::bad_request(format!("`date_range`: {e}")))?
-        }
-        Some(Json::Array(pair)) if pair.len() == 2 => {
-            let (Some(from), Some(to)) = (pair[0].as_str(), pair[1].as_str()) else {
-                return Err(ServerError::bad_request("`date_range` must be a name or two dates"));
-            };
-            let day = |s: &str| s.get(..10).unwrap_or(s).to_owned();
-            RangeSpec::custom(&day(from), &day(to))
-                .map_err(|e| ServerError::bad_request(format!("`date_range`: {e}")))?
-        }
-        None => return Err(ServerError::bad_request("`date_range` is required")),
-        Some(_) => return Err(ServerError::bad_request("`date_range` must be a name (such as \"7d\") or two dates")),
-    };
-    spec.resolve(date, None).map_err(|e| ServerError::bad_request(format!("`date_range`: {e}")))
-}
-
-/// A body's `filters`: a list of `[operator, dimension, [values]]` as Plausible's Stats API v2
-/// takes them, where `["is", "segment", [id]]` stands for the filters of the site's saved
-/// segment `id`; checked as a query checks them.
-pub(crate) fn parse_filters(list: Option<&Json>, site: &Site) -> Result<Vec<Filter>, ServerError> {
-    let filters = parse_plain_filters(list)?;
-    let mut out = Vec::with_capacity(filters.len());
-    for f in filters {
-        if f.dimension != "segment" {
-            out.push(f);
-            continue;
-        }
-        let [id] = f.values.as_slice() else {
-            return Err(ServerError::bad_request("a segment filter names one segment: [\"is\", \"segment\", [id]]"));
-        };
-        if f.op != FilterOp::Is {
-            return Err(ServerError::bad_request("a segment filter takes the operator `is`"));
-        }
-        let segment = site
-            .segments
-            .iter()
-            .find(|s| &s.segment_id == id)
-            .ok_or_else(|| ServerError::bad_request(format!("the site has no segment {id:?}")))?;
-        out.extend(segment.filters.iter().cloned());
-    }
-    analytics::stats::check_filters(&out).map_err(|e| ServerError::bad_request(e.to_string()))?;
-    Ok(out)
-}
-
-/// Filters as a body writes them, a segment filter left as it is (for saving a segment).
-pub(crate) fn parse_plain_filters(list: Option<&Json>) -> Result<Vec<Filter>, ServerError> {
-    let mut filters = Vec::new();
-    match list {
-        None | Some(Json::Null) => {}
-        Some(Json::Array(list)) => {
-            for f in list {
-                let parts = f
-                    .as_array()
-                    .filter(|p| p.len() == 3)
-                    .ok_or_else(|| ServerError::bad_request("each filter is [operator, dimension, [values]]"))?;
-                let op = parts[0].as_str().and_then(FilterOp::parse).ok_or_else(|| {
-                    ServerError::bad_request(format!(
-                        "unknown filter operator {}; expected is, is_not, contains, contains_not, matches or matches_not",
-                        parts[0]
-                    ))
-                })?;
-                let dimension = parts[1]
-                    .as_str()
-                    .ok_or_else(|| ServerError::bad_request("a filter's dimension must be a string"))?
-                    .to_owned();
-                let values = strings(Some(&parts[2]), "filter values")?;
-                if matches!(op, FilterOp::Matches | FilterOp::MatchesNot) {
-                    for v in &values {
-                        analytics::stats::compile_pattern(v).map_err(|e| ServerError::bad_request(e.to_string()))?;
-                    }
-                }
-                filters.push(Filter { op, dimension, values });
-            }
-        }
-        Some(_) => return Err(ServerError::bad_request("`filters` must be a list")),
-    }
-    Ok(filters)
-}
-
-pub(crate) fn parse_query(body: &Json, site: &Site) -> Result<Query, ServerError> {
-    let metric_names = strings(body.get("metrics"), "metrics")?;
-    let mut metrics = Vec::new();
-    for m in &metric_names {
-        metrics.push(Metric::parse(m).ok_or_else(|| ServerError::bad_request(format!("unknown metric `{m}`")))?);
-    }
-    let range = parse_range(body, &site.zone)?;
-    let dimensions = strings(body.get("dimensions"), "dimensions")?;
-    let filters = parse_filters(body.get("filters"), site)?;
-    let mut order_by = Vec::new();
-    match body.get("order_by") {
-        None | Some(Json::Null) => {}
-        Some(Json::Array(list)) => {
-            for o in list {
-                let parts = o
-                    .as_array()
-                    .filter(|p| p.len() == 2)
-                    .ok_or_else(|| ServerError::bad_request("each order_by entry is [name, \"asc\"|\"desc\"]"))?;
-                let name = parts[0]
-                    .as_str()
-                    .ok_or_else(|| ServerError::bad_request("order_by names a metric or dimension"))?;
-                let desc = match parts[1].as_str() {
-                    Some("desc") => true,
-                    Some("asc") => false,
-                    _ => return Err(ServerError::bad_request("order_by direction is \"asc\" or \"desc\"")),
-                };
-                order_by.push((name.to_owned(), desc));
-            }
-        }
-        Some(_) => return Err(ServerError::bad_request("`order_by` must be a list")),
-    }
-    let pagination = body.get("pagination");
-    let number = |name: &str, default: usize, max: usize| -> Result<usize, ServerError> {
-        match pagination.and_then(|p| p.get(name)) {
-            None | Some(Json::Null) => Ok(default),
-            Some(v) => v.as_u64().and_then(|n| usize::try_from(n).ok()).filter(|n| *n <= max).ok_or_else(|| {
-                ServerError::bad_request(format!("pagination.{name} must be a whole number up to {max}"))
-            }),
-        }
-    };
-    let limit = number("limit", analytics::stats::MAX_PAGE_ROWS, analytics::stats::MAX_PAGE_ROWS)?;
-    let offset = number("offset", 0, analytics::stats::MAX_QUERY_ROWS)?;
-    let mut query = Query::new(site.site_id.clone(), metrics, range, dimensions, filters, order_by, limit, offset)
-        .map_err(|e| ServerError::bad_request(e.to_string()))?;
-    // `include: {imports: true}`, as Plausible's API: imported history merged in where it applies.
-    query.include_imports = match body.get("include").and_then(|i| i.get("imports")) {
-        None | Some(Json::Null) => false,
-        Some(Json::Bool(b)) => *b,
-        Some(_) => return Err(ServerError::bad_request("`include.imports` must be true or false")),
-    };
-    Ok(query)
-}
 
 /// Why imported history was left out of an answer that asked for it (`None`: it was merged in),
 /// in Plausible's words: the history is daily counts of one dimension.
@@ -204,12 +50,12 @@ fn imports_skip_reason(q: &Query) -> Option<&'static str> {
 }
 
 /// A JSON body naming a `site_id` the caller may read the statistics of: the reading state,
-/// the body and the site, or the answer refusing it.
-pub(crate) async fn json_request<'a>(
+/// the body read as `B` and the site, or the answer refusing it.
+pub(crate) async fn json_request<'a, B: DeserializeOwned + AsRef<Dated>>(
     state: &'a AppState,
     headers: &HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<(&'a Reading, Json, Site), ServerError> {
+) -> Result<(&'a Reading, B, Site), ServerError> {
     let r = state.reading()?;
     let body = match body {
         Ok(b) => b,
@@ -218,35 +64,12 @@ pub(crate) async fn json_request<'a>(
         }
         Err(rejection) => return Err(ServerError::bad_request(format!("could not read the body: {rejection}"))),
     };
-    let body: Json = match serde_json::from_slice(&body) {
-        Ok(v @ Json::Object(_)) => v,
-        Ok(_) => return Err(ServerError::bad_request("the body must be a JSON object")),
-        Err(e) => return Err(ServerError::bad_request(format!("the body is not JSON: {e}"))),
-    };
-    let Some(site_name) = body.get("site_id").and_then(Json::as_str) else {
+    let body: B = crate::extract::object_body(&body)?;
+    let Some(site_name) = body.as_ref().site_id.value() else {
         return Err(ServerError::bad_request("`site_id` is required"));
     };
     let (_, site) = authorize(r, headers, Some(site_name), Need::Stats).await?;
     Ok((r, body, site))
-}
-
-/// A funnel's `steps`: a list of `{"page": pattern}` or `{"event": name}`, or a 400 saying
-/// which step is wrong (how many is the funnel's own check).
-pub(crate) fn funnel_steps(steps: Option<&Json>) -> Result<Vec<Goal>, ServerError> {
-    let Some(list) = steps.and_then(Json::as_array) else {
-        return Err(ServerError::bad_request("`steps` must be a list of {\"page\": pattern} or {\"event\": name}"));
-    };
-    list.iter()
-        .enumerate()
-        .map(|(i, step)| {
-            let goal = match (step.get("page").and_then(Json::as_str), step.get("event").and_then(Json::as_str)) {
-                (Some(page), None) => Goal::page(page),
-                (None, Some(event)) => Goal::event(event),
-                _ => return Err(ServerError::bad_request(format!("step {}: give one of `page` or `event`", i + 1))),
-            };
-            goal.map_err(|e| ServerError::bad_request(format!("step {}: {e}", i + 1)))
-        })
-        .collect()
 }
 
 /// `POST /api/funnel {site_id, date_range, steps: [{"page": "/pricing*"} | {"event": "Signup"}], filters}`:
@@ -260,17 +83,17 @@ pub async fn funnel(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ServerError> {
-    let (r, body, site) = json_request(&state, &headers, body).await?;
-    let range = parse_range(&body, &site.zone)?;
-    let steps = funnel_steps(body.get("steps"))?;
-    let filters = parse_filters(body.get("filters"), &site)?;
+    let (r, body, site) = json_request::<FunnelBody>(&state, &headers, body).await?;
+    let range = body.dated.range(&site.zone)?;
+    let steps = body.steps.goals()?;
+    let filters = body.filters.resolve(&site)?;
     let result = r.stats.funnel_filtered(&site.site_id, &range, &steps, &filters).await?;
     // Per step, also as Plausible's funnels report it: the conversion from the step before and
     // the share of its visitors lost (from the first step's visitors for the first step).
     let steps = FunnelStepView::steps(&result);
     let query =
-        json!({ "site_id": body.get("site_id"), "date_range": [range.first().to_string(), range.last().to_string()] });
-    Ok(json_ok(json!({ "steps": steps, "query": query })))
+        FunnelQuery { site_id: body.dated.site_id.value().map_or("", String::as_str), date_range: days(&range) };
+    Ok(json_ok(FunnelAnswer { steps, query }))
 }
 
 /// The metrics read from engagement events rather than the query engine (`stats::engagement`).
@@ -279,17 +102,15 @@ const ENGAGEMENT_METRICS: [&str; 2] = ["scroll_depth", "time_on_page"];
 /// The query's dimensions, once its shape suits a pair of metrics read apart from the query
 /// engine (engagement's or revenue's): not the last 30 minutes, no dimension but `dimension`,
 /// and not ordered by either metric.
-fn paired_metrics_shape(body: &Json, [a, b]: [&str; 2], dimension: &str) -> Result<Vec<String>, ServerError> {
-    if matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime")) {
+fn paired_metrics_shape(body: &QueryBody, [a, b]: [&str; 2], dimension: &str) -> Result<Vec<String>, ServerError> {
+    if body.dated.is_realtime() {
         return Err(ServerError::bad_request(format!("{a} and {b} are not measured over the last 30 minutes")));
     }
-    let dimensions = strings(body.get("dimensions"), "dimensions")?;
+    let dimensions = strings(&body.dimensions, "dimensions")?;
     if !(dimensions.is_empty() || dimensions == [dimension]) {
         return Err(ServerError::bad_request(format!("{a} and {b} take no dimension or {dimension}")));
     }
-    if let Some(Json::Array(list)) = body.get("order_by")
-        && list.iter().any(|o| o.get(0).and_then(Json::as_str).is_some_and(|n| n == a || n == b))
-    {
+    if body.ordered_by().any(|n| n == a || n == b) {
         return Err(ServerError::bad_request(format!("answers cannot be ordered by {a} or {b}")));
     }
     Ok(dimensions)
@@ -303,15 +124,19 @@ fn engagement_value(e: Option<&analytics::stats::Engagement>, metric: &str) -> O
 /// A query naming `scroll_depth` or `time_on_page`, with Plausible's definitions: by page
 /// (`event:page`) or for the site, under filters on the page; the other metrics are the query
 /// engine's, and comparisons compare both. A metric no engagement event measured is `null`.
-async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, ServerError> {
+async fn engagement_query(
+    r: &Reading,
+    body: &QueryBody,
+    site: &Site,
+    asked: &[String],
+) -> Result<Response, ServerError> {
     let dimensions = paired_metrics_shape(body, ENGAGEMENT_METRICS, "event:page")?;
     let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !ENGAGEMENT_METRICS.contains(m)).collect();
     if others.is_empty() {
         others.push("visitors");
     }
-    let mut inner = body.clone();
-    inner["metrics"] = json!(others);
-    let q = parse_query(&inner, site)?;
+    let inner = QueryBody { metrics: Sent::Value(others.iter().map(|m| (*m).to_owned()).collect()), ..body.clone() };
+    let q = inner.query(site)?;
     let by_page = !dimensions.is_empty();
     let lookup = |(pages, all): &(
         std::collections::HashMap<String, analytics::stats::Engagement>,
@@ -339,16 +164,8 @@ async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String
             .collect()
     };
     let now = r.stats.engagement(&site.site_id, &q.range, &q.filters).await.map_err(ServerError::from)?;
-    let mut echo = json!({
-        "site_id": body.get("site_id"),
-        "metrics": asked,
-        "date_range": [q.range.first().to_string(), q.range.last().to_string()],
-        "dimensions": q.dimensions,
-        "filters": body.get("filters").cloned().unwrap_or(json!([])),
-        "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
-        "pagination": { "limit": q.limit, "offset": q.offset },
-    });
-    let results: Vec<Json> = match parse_include(body, site)? {
+    let mut compared_range = None;
+    let results: Vec<Json> = match body.comparison(site)? {
         None => r
             .stats
             .query(&q)
@@ -360,8 +177,7 @@ async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String
         Some(mode) => {
             let compared = r.stats.query_compared(&q, mode).await.map_err(ServerError::from)?;
             let before = r.stats.engagement(&site.site_id, &compared.range, &q.filters).await.map_err(ServerError::from)?;
-            echo["comparison_date_range"] =
-                json!([compared.range.first().to_string(), compared.range.last().to_string()]);
+            compared_range = Some(days(&compared.range));
             compared
                 .rows
                 .iter()
@@ -393,10 +209,19 @@ async fn engagement_query(r: &Reading, body: &Json, site: &Site, asked: &[String
                 .collect()
         }
     };
-    if let Some(include) = body.get("include") {
-        echo["include"] = include.clone();
-    }
-    Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })))
+    Ok(json_ok(json!({ "results": results, "meta": {}, "query": paired_echo(body, &q, asked, compared_range) })))
+}
+
+/// The `query` of an engagement or revenue answer: the compared range before `include`.
+fn paired_echo<'a>(
+    body: &'a QueryBody,
+    q: &'a Query,
+    asked: &'a [String],
+    compared_range: Option<[String; 2]>,
+) -> QueryEcho<'a> {
+    let mut echo = QueryEcho::new(body, q, asked.iter().map(String::as_str).collect());
+    echo.tail = EchoTail::RangeFirst { comparison_date_range: compared_range, include: body.include.sent.as_ref() };
+    echo
 }
 
 /// The metrics read from revenue goals' events rather than the query engine (`stats::revenue`).
@@ -418,7 +243,7 @@ fn money(amount: &analytics::stats::GoalRevenue, metric: &str) -> Json {
 /// (those an `event:goal` `is` filter names, when there is one) when they share one currency,
 /// else `null`, as Plausible answers a mix of currencies. The other metrics are the query
 /// engine's; comparisons compare both. Answers are not ordered by revenue.
-async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) -> Result<Response, ServerError> {
+async fn revenue_query(r: &Reading, body: &QueryBody, site: &Site, asked: &[String]) -> Result<Response, ServerError> {
     let dimensions = paired_metrics_shape(body, REVENUE_METRICS, "event:goal")?;
     if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
         return Err(ServerError::bad_request("revenue and engagement metrics are asked for in separate queries"));
@@ -427,9 +252,8 @@ async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) 
     if others.is_empty() {
         others.push("visitors");
     }
-    let mut inner = body.clone();
-    inner["metrics"] = json!(others);
-    let q = parse_query(&inner, site)?;
+    let inner = QueryBody { metrics: Sent::Value(others.iter().map(|m| (*m).to_owned()).collect()), ..body.clone() };
+    let q = inner.query(site)?;
     let goals: Vec<analytics::stats::RevenueGoal> = site
         .goals
         .iter()
@@ -472,7 +296,7 @@ async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) 
             .collect()
     };
     let mut echo_range = None;
-    let results: Vec<Json> = match parse_include(body, site)? {
+    let results: Vec<Json> = match body.comparison(site)? {
         None => r
             .stats
             .query(&q)
@@ -491,7 +315,7 @@ async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) 
             let chosen_before: Vec<&analytics::stats::GoalRevenue> =
                 before.iter().filter(|s| named.is_empty() || named.contains(&&s.goal)).collect();
             let combined_before = analytics::stats::GoalRevenue::combined(&chosen_before).map_err(ServerError::from)?;
-            echo_range = Some(json!([compared.range.first().to_string(), compared.range.last().to_string()]));
+            echo_range = Some(days(&compared.range));
             compared
                 .rows
                 .iter()
@@ -528,23 +352,7 @@ async fn revenue_query(r: &Reading, body: &Json, site: &Site, asked: &[String]) 
                 .collect()
         }
     };
-    let echo = json!({
-        "site_id": body.get("site_id"),
-        "metrics": asked,
-        "date_range": [q.range.first().to_string(), q.range.last().to_string()],
-        "dimensions": q.dimensions,
-        "filters": body.get("filters").cloned().unwrap_or(json!([])),
-        "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
-        "pagination": { "limit": q.limit, "offset": q.offset },
-    });
-    let mut echo = echo;
-    if let Some(range) = echo_range {
-        echo["comparison_date_range"] = range;
-    }
-    if let Some(include) = body.get("include") {
-        echo["include"] = include.clone();
-    }
-    Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })))
+    Ok(json_ok(json!({ "results": results, "meta": {}, "query": paired_echo(body, &q, asked, echo_range) })))
 }
 
 /// `POST /api/journeys {site_id, date_range, page, filters}`: within the visits the filters
@@ -556,10 +364,10 @@ pub async fn journeys(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ServerError> {
-    let (r, body, site) = json_request(&state, &headers, body).await?;
-    let range = parse_range(&body, &site.zone)?;
-    let filters = parse_filters(body.get("filters"), &site)?;
-    let page = match body.get("page").and_then(Json::as_str) {
+    let (r, body, site) = json_request::<JourneysBody>(&state, &headers, body).await?;
+    let range = body.dated.range(&site.zone)?;
+    let filters = body.filters.resolve(&site)?;
+    let page = match body.page.value() {
         Some(p) if !p.is_empty() && p.len() <= 2000 => p,
         _ => return Err(ServerError::bad_request("`page` is required: a page path such as \"/pricing\"")),
     };
@@ -574,8 +382,8 @@ pub async fn property_keys(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ServerError> {
-    let (r, body, site) = json_request(&state, &headers, body).await?;
-    let range = parse_range(&body, &site.zone)?;
+    let (r, body, site) = json_request::<Dated>(&state, &headers, body).await?;
+    let range = body.range(&site.zone)?;
     let keys = r.stats.property_keys(&site.site_id, &range).await?;
     let keys: Vec<KeyEvents> = keys.iter().map(|(key, events)| KeyEvents { key, events: *events }).collect();
     Ok(json_ok(json!({ "keys": keys })))
@@ -588,8 +396,8 @@ pub async fn query(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ServerError> {
-    let (r, body, site) = json_request(&state, &headers, body).await?;
-    let asked = strings(body.get("metrics"), "metrics")?;
+    let (r, body, site) = json_request::<QueryBody>(&state, &headers, body).await?;
+    let asked = strings(&body.metrics, "metrics")?;
     if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
         return engagement_query(r, &body, &site, &asked).await;
     }
@@ -597,29 +405,21 @@ pub async fn query(
         return revenue_query(r, &body, &site, &asked).await;
     }
     // `30m` (or `realtime`): the last 30 minutes, read from their event blocks.
-    let realtime = matches!(body.get("date_range").and_then(Json::as_str), Some("30m" | "realtime"));
-    if realtime {
+    if body.dated.is_realtime() {
         let mut today = body.clone();
-        today["date_range"] = json!("day");
-        let q = parse_query(&today, &site)?;
-        if parse_include(&body, &site)?.is_some() {
+        today.dated.date_range = Sent::Value(RangeSent::Name("day".into()));
+        let q = today.query(&site)?;
+        if body.comparison(&site)?.is_some() {
             return Err(ServerError::bad_request("the last 30 minutes have no comparison"));
         }
         let rows = r.stats.query_realtime(&q, jiff::Timestamp::now().as_millisecond()).await?;
         let results: Vec<Json> = rows.iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect();
-        let echo = json!({
-            "site_id": body.get("site_id"),
-            "metrics": q.metrics.iter().map(|m| m.name()).collect::<Vec<_>>(),
-            "date_range": body.get("date_range"),
-            "dimensions": q.dimensions,
-            "filters": body.get("filters").cloned().unwrap_or(json!([])),
-            "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
-            "pagination": { "limit": q.limit, "offset": q.offset },
-        });
+        let mut echo = QueryEcho::new(&body, &q, q.metrics.iter().map(|m| m.name()).collect());
+        echo.date_range = RangeEcho::Sent(&body.dated.date_range);
         return Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })));
     }
-    let q = parse_query(&body, &site)?;
-    let comparison = parse_include(&body, &site)?;
+    let q = body.query(&site)?;
+    let comparison = body.comparison(&site)?;
     let (results, compared_range): (Vec<Json>, Option<DateRange>) = match comparison {
         None => {
             let rows = r.stats.query(&q).await?;
@@ -641,21 +441,11 @@ pub async fn query(
             (rows, Some(compared.range))
         }
     };
-    let mut echo = json!({
-        "site_id": body.get("site_id"),
-        "metrics": q.metrics.iter().map(|m| m.name()).collect::<Vec<_>>(),
-        "date_range": [q.range.first().to_string(), q.range.last().to_string()],
-        "dimensions": q.dimensions,
-        "filters": body.get("filters").cloned().unwrap_or(json!([])),
-        "order_by": body.get("order_by").cloned().unwrap_or(Json::Null),
-        "pagination": { "limit": q.limit, "offset": q.offset },
-    });
-    if let Some(include) = body.get("include") {
-        echo["include"] = include.clone();
-    }
-    if let Some(c) = compared_range {
-        echo["comparison_date_range"] = json!([c.first().to_string(), c.last().to_string()]);
-    }
+    let mut echo = QueryEcho::new(&body, &q, q.metrics.iter().map(|m| m.name()).collect());
+    echo.tail = EchoTail::IncludeFirst {
+        include: body.include.sent.as_ref(),
+        comparison_date_range: compared_range.as_ref().map(days),
+    };
     let meta = match (q.include_imports, imports_skip_reason(&q)) {
         (false, _) => json!({}),
         (true, None) => json!({ "imports_included": true }),
@@ -674,65 +464,6 @@ fn row_json(dimensions: &[String], metrics: &[Value]) -> Json {
         })
         .collect();
     json!({ "metrics": metrics, "dimensions": dimensions })
-}
-
-/// A query's `include`: `{"comparisons": {"mode": "previous_period" | "year_over_year" |
-/// "custom", "date_range": [from, to]}}` as Plausible's Stats API v2 takes it (`imports` is
-/// accepted and means nothing here: imported events are events). Anything else is refused.
-pub(crate) fn parse_include(body: &Json, site: &Site) -> Result<Option<ComparisonMode>, ServerError> {
-    let include = match body.get("include") {
-        None | Some(Json::Null) => return Ok(None),
-        Some(Json::Object(map)) => map,
-        Some(_) => return Err(ServerError::bad_request("`include` must be an object")),
-    };
-    for (key, value) in include {
-        match key.as_str() {
-            "comparisons" | "imports" => {}
-            "time_labels" | "total_rows" if value == &Json::Bool(false) => {}
-            other => {
-                return Err(ServerError::bad_request(format!(
-                    "`include.{other}` is not supported; `include` takes `comparisons`"
-                )));
-            }
-        }
-    }
-    let c = match include.get("comparisons") {
-        None | Some(Json::Null) => return Ok(None),
-        Some(Json::Object(c)) => c,
-        Some(_) => {
-            return Err(ServerError::bad_request(
-                "`include.comparisons` must be an object such as {\"mode\": \"previous_period\"}",
-            ));
-        }
-    };
-    let match_day_of_week = match c.get("match_day_of_week") {
-        None | Some(Json::Null) => false,
-        Some(Json::Bool(b)) => *b,
-        Some(_) => {
-            return Err(ServerError::bad_request("`include.comparisons.match_day_of_week` must be true or false"));
-        }
-    };
-    let mode = match c.get("mode").and_then(Json::as_str) {
-        Some("previous_period") => ComparisonMode::PreviousPeriod { match_day_of_week },
-        Some("year_over_year") => ComparisonMode::YearOverYear { match_day_of_week },
-        Some("custom") => {
-            let Some(Json::Array(pair)) = c.get("date_range") else {
-                return Err(ServerError::bad_request(
-                    "`include.comparisons` with mode `custom` needs `date_range`: two dates",
-                ));
-            };
-            let range = parse_range(&json!({ "date_range": pair }), &site.zone).map_err(|_| {
-                ServerError::bad_request("`include.comparisons.date_range` must be two dates, YYYY-MM-DD")
-            })?;
-            ComparisonMode::Custom(range)
-        }
-        _ => {
-            return Err(ServerError::bad_request(
-                "`include.comparisons.mode` is one of previous_period, year_over_year or custom",
-            ));
-        }
-    };
-    Ok(Some(mode))
 }
 
 /// The `site_id` of a GET route's query string.
@@ -755,9 +486,9 @@ async fn realtime_of(
     let filters = match &p.filters {
         None => Vec::new(),
         Some(text) => {
-            let list: Json = serde_json::from_str(text)
+            let list: Filters = serde_json::from_str(text)
                 .map_err(|e| ServerError::bad_request(format!("`filters` is not JSON: {e}")))?;
-            parse_filters(Some(&list), &site)?
+            list.resolve(&site)?
         }
     };
     r.stats

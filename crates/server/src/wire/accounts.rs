@@ -1,9 +1,12 @@
-//! The account routes' answers ([`crate::account`]), declared: sign-in state, two-factor
-//! set-up, and the site a shared link shows.
+//! The account routes' bodies and answers ([`crate::account`]), declared. The answers: sign-in
+//! state, two-factor set-up, and the site a shared link shows; the bodies: credentials and a
+//! password change, whose fields each route checks in its own order.
 
 use analytics::accounts::ShareInfo;
 use analytics::sites::Site;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::wire::sent::Sent;
 
 /// Whether the browser is signed in: what `GET /api/auth` answers (with `setup_required`), and
 /// what signing in (with `email` and `csrf`) and out (`signed_in` alone) answer.
@@ -88,4 +91,31 @@ mod tests {
         let off = TwoFactorState { enabled: false, recovery_codes: None };
         assert_eq!(serde_json::to_string(&off).unwrap(), r#"{"enabled":false}"#);
     }
+}
+
+/// The bodies that prove who is asking: `POST /api/login {email, password, code}`,
+/// `POST /api/setup {token, email, password}`, `POST /api/share/{token}/unlock {password}`,
+/// `POST /api/2fa/enable {code}` and `POST /api/2fa/disable {password}`. Each route requires the
+/// fields it names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Credentials {
+    /// The account's e-mail address.
+    pub email: Sent<String>,
+    /// The account's (or the shared link's) password.
+    pub password: Sent<String>,
+    /// A code from an authenticator app, or a recovery code.
+    pub code: Sent<String>,
+    /// The setup token `tally serve` printed.
+    pub token: Sent<String>,
+}
+
+/// `POST /api/password {current_password, new_password}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PasswordChange {
+    /// The password the account has, required.
+    pub current_password: Sent<String>,
+    /// The password it is to have, required.
+    pub new_password: Sent<String>,
 }

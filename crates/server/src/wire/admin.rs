@@ -1,10 +1,16 @@
-//! The sites and settings API's answers ([`crate::admin`]), declared: each is built from the
-//! `analytics` value it shows, here and nowhere else, and is written in the order of its fields.
+//! The sites and settings API's bodies and answers ([`crate::admin`]), declared. Each answer is
+//! built from the `analytics` value it shows, here and nowhere else, and is written in the order
+//! of its fields; each body is read into `analytics` values by its own methods, which say what
+//! is wrong in the order the fields are checked.
 
-use analytics::accounts::{Member, ShareInfo};
+use analytics::accounts::{Member, Role, ShareInfo};
 use analytics::goal::Goal;
-use analytics::sites::{ApiKeyInfo, Site, SiteFunnel, SiteGoal, SiteSegment};
-use serde::Serialize;
+use analytics::sites::{ApiKeyInfo, Scope, Site, SiteChanges, SiteFunnel, SiteGoal, SiteSegment};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ServerError;
+use crate::wire::sent::Sent;
+use crate::wire::stats::{Filters, Steps, strings};
 
 /// A site as the sites API shows it: its settings only to signed-in users.
 #[derive(Debug, Serialize)]
@@ -375,5 +381,179 @@ mod tests {
             serde_json::to_string(&segment).unwrap(),
             r#"{"segment_id":"s1","name":"A","filters":[["is","event:page",["/a"]]]}"#
         );
+    }
+}
+
+/// `POST /api/sites {domain, timezone}`; `POST /api/sites/{site}/domains {domain}` sends the
+/// domain alone.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NewSite {
+    /// The site's (or the further) domain, required.
+    pub domain: Sent<String>,
+    /// Its IANA time zone; UTC when absent.
+    pub timezone: Sent<String>,
+}
+
+/// `PATCH /api/sites/{site}`: the settings to change, each left as it is when absent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SettingsChange {
+    /// A new IANA time zone.
+    pub timezone: Sent<String>,
+    /// Days raw events are kept.
+    pub retention_event_days: Sent<u32>,
+    /// Days hourly aggregates are kept.
+    pub retention_hourly_days: Sent<u32>,
+    /// Days daily aggregates are kept.
+    pub retention_daily_days: Sent<u32>,
+    /// Addresses and ranges whose events are dropped, replacing the current list.
+    pub excluded_ip_ranges: Sent<Vec<String>>,
+}
+
+impl SettingsChange {
+    /// The changes to make, or the 400 naming the first field that is wrong.
+    pub fn changes(&self) -> Result<SiteChanges, ServerError> {
+        Ok(SiteChanges {
+            timezone: self.timezone.optional("timezone")?.map(str::to_owned),
+            retention_event_days: days(&self.retention_event_days, "retention_event_days")?,
+            retention_hourly_days: days(&self.retention_hourly_days, "retention_hourly_days")?,
+            retention_daily_days: days(&self.retention_daily_days, "retention_daily_days")?,
+            excluded_ip_ranges: text_list(&self.excluded_ip_ranges, "excluded_ip_ranges")?,
+        })
+    }
+}
+
+/// An optional whole number of days.
+fn days(sent: &Sent<u32>, name: &str) -> Result<Option<u32>, ServerError> {
+    let wrong = |_: &_| ServerError::bad_request(format!("`{name}` must be a whole number of days"));
+    sent.checked(wrong).map(Option::<&u32>::copied)
+}
+
+/// An optional list of strings.
+fn text_list(sent: &Sent<Vec<String>>, name: &str) -> Result<Option<Vec<String>>, ServerError> {
+    Ok(if sent.is_none() { None } else { Some(strings(sent, name)?) })
+}
+
+/// `POST /api/sites/{site}/goals {event_name | page_path, currency?}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NewGoal {
+    /// The custom event the goal counts.
+    pub event_name: Sent<String>,
+    /// Or the page pattern it counts.
+    pub page_path: Sent<String>,
+    /// The currency of a revenue goal.
+    pub currency: Sent<String>,
+}
+
+impl NewGoal {
+    /// The goal and its currency, or the 400 saying what is wrong.
+    pub fn goal(&self) -> Result<(Goal, Option<&str>), ServerError> {
+        let goal = match (self.event_name.optional("event_name")?, self.page_path.optional("page_path")?) {
+            (Some(name), None) => Goal::event(name),
+            (None, Some(path)) => Goal::page(path),
+            _ => return Err(ServerError::bad_request("give exactly one of `event_name` and `page_path`")),
+        };
+        let goal = goal.map_err(|e| ServerError::bad_request(e.to_string()))?;
+        Ok((goal, self.currency.optional("currency")?))
+    }
+}
+
+/// `POST /api/sites/{site}/funnels {name, steps}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NewFunnel {
+    /// The funnel's name, required.
+    pub name: Sent<String>,
+    /// Its steps, as the funnel route takes them.
+    pub steps: Steps,
+}
+
+/// `POST /api/sites/{site}/segments {name, filters}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NewSegment {
+    /// The segment's name, required.
+    pub name: Sent<String>,
+    /// Its filters, as the Stats API takes them.
+    pub filters: Filters,
+}
+
+/// `POST /api/sites/{site}/keys {name, scopes}` and `POST /api/sites/{site}/shares {name,
+/// password, embed}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NewCredential {
+    /// The key's or link's name; a default when absent.
+    pub name: Sent<String>,
+    /// A key's scopes (`stats` when absent).
+    pub scopes: Sent<Vec<String>>,
+    /// A link's password, when it has one.
+    pub password: Sent<String>,
+    /// Whether other sites may frame a link.
+    pub embed: Sent<bool>,
+}
+
+impl NewCredential {
+    /// The name, `default` when absent: at most 200 bytes.
+    pub fn name<'a>(&'a self, default: &'static str) -> Result<&'a str, ServerError> {
+        let name = self.name.optional("name")?.unwrap_or(default);
+        if name.len() > 200 {
+            return Err(ServerError::bad_request("`name` is longer than 200 bytes"));
+        }
+        Ok(name)
+    }
+
+    /// A key's scopes.
+    pub fn scopes(&self) -> Result<Vec<Scope>, ServerError> {
+        let mut scopes = Vec::new();
+        for name in text_list(&self.scopes, "scopes")?.unwrap_or_default() {
+            let scope = Scope::parse(&name).ok_or_else(|| {
+                ServerError::bad_request(format!(
+                    "unknown scope {name:?}: the scopes are stats, visitors, import and admin"
+                ))
+            })?;
+            scopes.push(scope);
+        }
+        Ok(scopes)
+    }
+
+    /// A link's `embed`.
+    pub fn embed(&self) -> Result<Option<bool>, ServerError> {
+        self.embed.flag(EMBED_FLAG)
+    }
+}
+
+/// `PATCH /api/sites/{site}/shares/{share} {embed}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct EmbedChange {
+    /// Whether other sites may frame the link, required.
+    pub embed: Sent<bool>,
+}
+
+/// What a wrong `embed` is told.
+pub(crate) const EMBED_FLAG: &str = "`embed` must be true or false";
+
+/// `POST /api/sites/{site}/invitations {email, role, visitors}` and
+/// `PUT /api/sites/{site}/members/{email} {role, visitors}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct MemberRole {
+    /// Whom to invite (invitations only).
+    pub email: Sent<String>,
+    /// The role, required.
+    pub role: Sent<String>,
+    /// Whether the person may see the visitor log.
+    pub visitors: Sent<bool>,
+}
+
+impl MemberRole {
+    /// The role and whether it sees visitors.
+    pub fn role(&self) -> Result<(Role, bool), ServerError> {
+        let role = Role::parse(self.role.required("role")?).map_err(|e| ServerError::bad_request(e.to_string()))?;
+        let visitors = self.visitors.flag("`visitors` must be true or false")?.unwrap_or(false);
+        Ok((role, visitors))
     }
 }

@@ -7,7 +7,9 @@
 //! and optionally `name`, `referrer`, `user_agent`, `ip`, `visitor`, `country`, `interactive`,
 //! `browser`, `os` and `device` (what another tool recorded, instead of the User-Agent's), and props — an object `props` in NDJSON, one `props.NAME` column per prop in CSV (an empty
 //! cell is no prop). A CSV file starts with a header row naming its columns; a column Tally
-//! does not know is refused up front, so a misspelt header cannot drop a field silently.
+//! does not know is refused up front, so a misspelt header cannot drop a field silently. A line
+//! (and a record, read as the line it stands for) is a declared struct of
+//! [`Sent`](crate::wire::sent::Sent) fields, made an event in one place.
 //!
 //! Visits are worked out in the order events are ingested, so [`Parsed::in_time_order`] sorts
 //! what one body or file holds by timestamp first: the lines of a file may come in any order.
@@ -23,7 +25,11 @@ use analytics::event::RawEvent;
 use analytics::pipeline::{ImportClient, ImportEvent};
 use analytics::sites::Site;
 use analytics::stored::StoredEvent;
+use serde::Deserialize;
 use serde_json::{Map, Value as Json};
+
+use crate::wire::sent::{Object, Sent};
+use crate::wire::{RevenueSent, read_revenue};
 
 /// How an import is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +240,7 @@ fn parse_csv(body: &[u8], site: &Site) -> Result<Parsed, String> {
         if record.iter().all(|field| field.iter().all(u8::is_ascii_whitespace)) {
             continue;
         }
-        match csv_object(&names, &record).and_then(|object| import_object(&object, site)) {
+        match csv_object(&names, &record).and_then(|object| csv_line(object).event(site)) {
             Ok(event) => out.events.push((number, event)),
             Err(e) => out.errors.push(number, e),
         }
@@ -285,73 +291,175 @@ fn csv_object(names: &[&str], record: &csv::ByteRecord) -> Result<Map<String, Js
     Ok(object)
 }
 
-/// One NDJSON import line as an event of `site`.
-pub fn import_line(line: &str, site: &Site) -> Result<ImportEvent, String> {
-    let v: Json = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    import_object(v.as_object().ok_or("each line must be a JSON object")?, site)
+/// A CSV record's object read as the NDJSON line it stands for.
+fn csv_line(object: Map<String, Json>) -> ImportLine {
+    // A map of JSON values reads as any struct of `Sent` fields.
+    ImportLine::deserialize(Json::Object(object)).unwrap_or_default()
 }
 
-fn import_object(obj: &Map<String, Json>, site: &Site) -> Result<ImportEvent, String> {
-    let text = |name: &str| -> Result<Option<String>, String> {
-        match obj.get(name) {
-            None | Some(Json::Null) => Ok(None),
-            Some(Json::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(format!("`{name}` must be a string")),
-        }
-    };
-    let timestamp_ms = match obj.get("timestamp") {
-        Some(Json::Number(n)) => n.as_i64().ok_or("`timestamp` must be whole milliseconds")?,
-        Some(Json::String(s)) => {
-            s.parse::<jiff::Timestamp>().map_err(|e| format!("`timestamp` is not RFC 3339: {e}"))?.as_millisecond()
-        }
-        _ => return Err("`timestamp` is required (RFC 3339 or epoch milliseconds)".into()),
-    };
-    let url = text("url")?.ok_or("`url` is required")?;
-    let mut raw = RawEvent::pageview(&url, &site.domain);
-    raw.timestamp_ms = timestamp_ms;
-    if let Some(name) = text("name")? {
-        raw.name = name;
+/// One NDJSON import line as an event of `site`.
+pub fn import_line(line: &str, site: &Site) -> Result<ImportEvent, String> {
+    match serde_json::from_str::<Sent<Object<ImportLine>>>(line) {
+        Ok(Sent::Value(Object(line))) => line.event(site),
+        Ok(_) => Err("each line must be a JSON object".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
     }
-    raw.referrer = text("referrer")?;
-    raw.user_agent = text("user_agent")?.unwrap_or_default();
-    if let Some(ip) = text("ip")? {
-        raw.peer_ip = ip.parse().map_err(|_| format!("`ip` is not an address: {ip:?}"))?;
-    }
-    match obj.get("interactive") {
-        None | Some(Json::Null) => {}
-        Some(Json::Bool(b)) => raw.interactive = *b,
-        Some(_) => return Err("`interactive` must be true or false".into()),
-    }
-    let width_error = || "`screen_width` must be a whole number of pixels up to 100000".to_owned();
-    raw.screen_width = match obj.get("screen_width") {
-        None | Some(Json::Null) => None,
-        Some(Json::Number(n)) => Some(n.as_u64().filter(|w| *w <= 100_000).ok_or_else(width_error)? as u32),
-        Some(Json::String(s)) => Some(s.trim().parse::<u32>().ok().filter(|w| *w <= 100_000).ok_or_else(width_error)?),
-        Some(_) => return Err(width_error()),
-    };
-    raw.language = text("language")?;
-    raw.revenue = crate::wire::revenue(obj.get("revenue"), "revenue").map_err(|e| e.to_string())?;
-    match obj.get("props") {
-        None | Some(Json::Null) => {}
-        Some(Json::Object(props)) => {
-            for (k, v) in props {
-                let value = match v {
-                    Json::String(s) => s.clone(),
-                    Json::Number(_) | Json::Bool(_) => v.to_string(),
-                    _ => return Err(format!("prop `{k}` must be a string, number or boolean")),
-                };
-                raw.props.push((k.clone(), value));
+}
+
+/// An import line as sent (a CSV record is read as the line it stands for).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ImportLine {
+    /// When the event happened: RFC 3339, or epoch milliseconds.
+    timestamp: Sent<Timestamp>,
+    /// The page's URL, required.
+    url: Sent<String>,
+    /// The event's name; a page view when absent.
+    name: Sent<String>,
+    /// The referrer.
+    referrer: Sent<String>,
+    /// The User-Agent header the event came with.
+    user_agent: Sent<String>,
+    /// The client's address.
+    ip: Sent<String>,
+    /// `false` for an event that does not make a visit engaged.
+    interactive: Sent<bool>,
+    /// The screen's width in pixels: a number, or its decimal text.
+    screen_width: Sent<Width>,
+    /// The browser's language.
+    language: Sent<String>,
+    /// `{currency, amount}`.
+    revenue: Sent<RevenueSent>,
+    /// Custom properties.
+    props: Sent<ImportProps>,
+    /// The browser another tool recorded.
+    browser: Sent<String>,
+    /// The operating system another tool recorded.
+    os: Sent<String>,
+    /// The device class another tool recorded.
+    device: Sent<String>,
+    /// The visitor id another tool recorded.
+    visitor: Sent<String>,
+    /// The country code another tool recorded.
+    country: Sent<String>,
+}
+
+/// An import line's `timestamp` as sent.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Timestamp {
+    /// Epoch milliseconds.
+    Millis(serde_json::Number),
+    /// RFC 3339.
+    Text(String),
+}
+
+/// An import line's `screen_width` as sent.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Width {
+    /// Pixels.
+    Number(serde_json::Number),
+    /// Pixels as decimal text.
+    Text(String),
+}
+
+/// An import line's `props`, in the order sent, each value as sent.
+#[derive(Debug, Default)]
+struct ImportProps(Vec<(String, Sent<PropValue>)>);
+
+/// A prop's value: a string, number or boolean.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PropValue {
+    /// Text, kept as it is.
+    Text(String),
+    /// A number, as JSON writes it.
+    Number(serde_json::Number),
+    /// A boolean, as JSON writes it.
+    Flag(bool),
+}
+
+impl<'de> Deserialize<'de> for ImportProps {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = ImportProps;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ImportProps, A::Error> {
+                let mut props = Vec::new();
+                while let Some((key, value)) = map.next_entry()? {
+                    props.push((key, value));
+                }
+                Ok(ImportProps(props))
             }
         }
-        Some(_) => return Err("`props` must be an object".into()),
+        deserializer.deserialize_map(Entries)
     }
-    let (browser, os, device) = (text("browser")?, text("os")?, text("device")?);
-    let client = (browser.is_some() || os.is_some() || device.is_some()).then(|| ImportClient {
-        browser: browser.unwrap_or_default(),
-        os: os.unwrap_or_default(),
-        device: device.unwrap_or_default(),
-    });
-    Ok(ImportEvent { raw, visitor: text("visitor")?, country: text("country")?, client })
+}
+
+impl ImportLine {
+    /// The line as an event of `site`: every [`ImportEvent`] an import makes is made here.
+    fn event(&self, site: &Site) -> Result<ImportEvent, String> {
+        let text = |sent: &Sent<String>, name: &str| -> Result<Option<String>, String> {
+            sent.checked(|_| format!("`{name}` must be a string")).map(Option::<&String>::cloned)
+        };
+        let timestamp_ms = match &self.timestamp {
+            Sent::Value(Timestamp::Millis(n)) => n.as_i64().ok_or("`timestamp` must be whole milliseconds")?,
+            Sent::Value(Timestamp::Text(s)) => {
+                s.parse::<jiff::Timestamp>().map_err(|e| format!("`timestamp` is not RFC 3339: {e}"))?.as_millisecond()
+            }
+            _ => return Err("`timestamp` is required (RFC 3339 or epoch milliseconds)".into()),
+        };
+        let url = text(&self.url, "url")?.ok_or("`url` is required")?;
+        let mut raw = RawEvent::pageview(&url, &site.domain);
+        raw.timestamp_ms = timestamp_ms;
+        if let Some(name) = text(&self.name, "name")? {
+            raw.name = name;
+        }
+        raw.referrer = text(&self.referrer, "referrer")?;
+        raw.user_agent = text(&self.user_agent, "user_agent")?.unwrap_or_default();
+        if let Some(ip) = text(&self.ip, "ip")? {
+            raw.peer_ip = ip.parse().map_err(|_| format!("`ip` is not an address: {ip:?}"))?;
+        }
+        if let Some(interactive) = self.interactive.checked(|_| "`interactive` must be true or false")? {
+            raw.interactive = *interactive;
+        }
+        let width_error = || "`screen_width` must be a whole number of pixels up to 100000".to_owned();
+        raw.screen_width = match self.screen_width.checked(|_| width_error())? {
+            None => None,
+            Some(Width::Number(n)) => Some(n.as_u64().filter(|w| *w <= 100_000).ok_or_else(width_error)? as u32),
+            Some(Width::Text(s)) => {
+                Some(s.trim().parse::<u32>().ok().filter(|w| *w <= 100_000).ok_or_else(width_error)?)
+            }
+        };
+        raw.language = text(&self.language, "language")?;
+        raw.revenue = read_revenue(&self.revenue, "revenue").map_err(|e| e.to_string())?;
+        for (k, v) in self.props.checked(|_| "`props` must be an object")?.map_or(&[][..], |p| &p.0) {
+            let value = match v {
+                Sent::Value(PropValue::Text(s)) => s.clone(),
+                Sent::Value(PropValue::Number(n)) => n.to_string(),
+                Sent::Value(PropValue::Flag(b)) => b.to_string(),
+                _ => return Err(format!("prop `{k}` must be a string, number or boolean")),
+            };
+            raw.props.push((k.clone(), value));
+        }
+        let (browser, os, device) =
+            (text(&self.browser, "browser")?, text(&self.os, "os")?, text(&self.device, "device")?);
+        let client = (browser.is_some() || os.is_some() || device.is_some()).then(|| ImportClient {
+            browser: browser.unwrap_or_default(),
+            os: os.unwrap_or_default(),
+            device: device.unwrap_or_default(),
+        });
+        Ok(ImportEvent {
+            raw,
+            visitor: text(&self.visitor, "visitor")?,
+            country: text(&self.country, "country")?,
+            client,
+        })
+    }
 }
 
 /// An event as an import line carries it: what `tally export` writes, in the shape

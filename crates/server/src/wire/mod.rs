@@ -3,18 +3,27 @@
 //! domains): [`analytics::event::Event::parse`] does that later. This layer only refuses bodies
 //! whose shape it cannot read, and says what is wrong with them.
 //!
+//! The trackers' and the API's JSON bodies are declared structs of [`sent::Sent`] fields, each
+//! read into `analytics` values in one place.
+//!
 //! Bodies are read as JSON whatever their `Content-Type`, because Plausible's tracker sends JSON
 //! labelled `text/plain` (a "simple" request that needs no CORS preflight).
 
 use std::net::{IpAddr, Ipv4Addr};
 
 use analytics::event::{RawEvent, RawRevenue, RequestHeaders};
-use serde_json::{Map, Value};
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::wire::sent::{Object, Sent, Wrong};
 
 pub mod accounts;
 pub mod admin;
 pub mod import;
 pub mod plausible;
+pub mod sent;
 pub mod stats;
 pub mod umami;
 pub mod visitors;
@@ -107,12 +116,21 @@ impl WireError {
     }
 }
 
-/// Parses `body` as a JSON object.
-fn parse_object(body: &[u8]) -> Result<Map<String, Value>, WireError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(WireError::NotAnObject(json_type(&other))),
+/// Reads `body` as a JSON object of `T`'s fields.
+fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
+    match serde_json::from_slice::<Sent<Object<T>>>(body) {
+        Ok(sent) => object(sent, WireError::NotAnObject),
         Err(e) => Err(WireError::Json(e.to_string())),
+    }
+}
+
+/// A value that must be an object, or the error `wrong` makes of the JSON type that was sent
+/// (`null` when absent).
+fn object<T>(sent: Sent<Object<T>>, wrong: impl FnOnce(&'static str) -> WireError) -> Result<T, WireError> {
+    match sent {
+        Sent::Value(Object(body)) => Ok(body),
+        Sent::Absent | Sent::Null => Err(wrong("null")),
+        Sent::Wrong(w) => Err(wrong(w.found)),
     }
 }
 
@@ -128,75 +146,248 @@ pub(crate) fn json_type(value: &Value) -> &'static str {
     }
 }
 
-/// `value` as a string, or a type error naming `field`.
-fn string(value: &Value, field: &'static str) -> Result<String, WireError> {
-    match value {
-        Value::String(s) => Ok(s.clone()),
-        other => Err(WireError::WrongType { field, expected: "a string", found: json_type(other) }),
+/// The checks of a tracker body's string field, naming it as the wire format does.
+impl Sent<String> {
+    /// A required string: absent is missing, `null` a wrong type.
+    fn string(&self, field: &'static str) -> Result<String, WireError> {
+        match self {
+            Sent::Absent => Err(WireError::Missing(field)),
+            sent => {
+                sent.optional_string(field)?.ok_or(WireError::WrongType { field, expected: "a string", found: "null" })
+            }
+        }
+    }
+
+    /// An optional string: absent and `null` are `None`.
+    fn optional_string(&self, field: &'static str) -> Result<Option<String>, WireError> {
+        let wrong = |w: &Wrong| WireError::WrongType { field, expected: "a string", found: w.found };
+        self.checked(wrong).map(Option::<&String>::cloned)
     }
 }
 
-/// An optional string: absent and `null` are `None`.
-fn optional_string(value: Option<&Value>, field: &'static str) -> Result<Option<String>, WireError> {
-    match value {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => string(v, field).map(Some),
+/// Custom properties read from a JSON object, in the order sent: scalars as text (numbers and
+/// booleans as JSON writes them), `null` and `""` left out, as they say nothing.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Properties(Vec<(String, String)>);
+
+/// How a property whose value is an array or an object is read.
+#[derive(Debug, Clone, Copy)]
+enum Nested {
+    /// Left out.
+    Dropped,
+    /// An object's properties flattened to dotted keys (`cart.total`) while `levels` remain,
+    /// deeper objects and arrays kept as JSON text.
+    Flattened {
+        /// How many more levels of objects are flattened.
+        levels: usize,
+    },
+}
+
+/// Reads a JSON object's properties into `out`, each key after `prefix`.
+struct Entries<'a> {
+    prefix: &'a str,
+    nested: Nested,
+    out: &'a mut Vec<(String, String)>,
+}
+
+impl<'de> Visitor<'de> for Entries<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            let key = if self.prefix.is_empty() { key } else { format!("{}.{key}", self.prefix) };
+            map.next_value_seed(Entry { key, nested: self.nested, out: self.out })?;
+        }
+        Ok(())
     }
 }
 
-/// A scalar property value as text: strings as sent, numbers and booleans as JSON writes them.
-/// `None` for `null` and the empty string (which say nothing) and for arrays and objects.
-fn scalar_text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) if s.is_empty() => None,
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Null | Value::Array(_) | Value::Object(_) => None,
+/// Reads one property's value.
+struct Entry<'a> {
+    key: String,
+    nested: Nested,
+    out: &'a mut Vec<(String, String)>,
+}
+
+impl<'de> DeserializeSeed<'de> for Entry<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
     }
+}
+
+impl Entry<'_> {
+    fn push(self, text: String) {
+        self.out.push((self.key, text));
+    }
+}
+
+impl<'de> Visitor<'de> for Entry<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a property value")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        if !v.is_empty() {
+            self.push(v.to_owned());
+        }
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        self.push(v.to_string());
+        Ok(())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        self.push(v.to_string());
+        Ok(())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        self.push(v.to_string());
+        Ok(())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        if let Some(n) = serde_json::Number::from_f64(v) {
+            self.push(n.to_string());
+        }
+        Ok(())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        match self.nested {
+            Nested::Dropped => IgnoredAny::deserialize(SeqAccessDeserializer::new(seq)).map(|_| ()),
+            // Kept as the JSON text it was sent as.
+            Nested::Flattened { .. } => {
+                let value = Value::deserialize(SeqAccessDeserializer::new(seq))?;
+                self.push(value.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        match self.nested {
+            Nested::Dropped => IgnoredAny::deserialize(MapAccessDeserializer::new(map)).map(|_| ()),
+            Nested::Flattened { levels: 0 } => {
+                let value = Value::deserialize(MapAccessDeserializer::new(map))?;
+                self.push(value.to_string());
+                Ok(())
+            }
+            Nested::Flattened { levels } => {
+                let nested = Nested::Flattened { levels: levels - 1 };
+                Entries { prefix: &self.key, nested, out: self.out }.visit_map(map)
+            }
+        }
+    }
+}
+
+impl Properties {
+    /// Reads an object's properties, nested ones as `nested` says.
+    fn read<'de, D: Deserializer<'de>>(deserializer: D, nested: Nested) -> Result<Self, D::Error> {
+        let mut out = Vec::new();
+        deserializer.deserialize_map(Entries { prefix: "", nested, out: &mut out })?;
+        Ok(Properties(out))
+    }
+}
+
+/// Revenue as a body sends it: `{currency, amount}`, or a string holding that object in JSON.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RevenueSent {
+    /// The object.
+    Object(Object<RevenueFields>),
+    /// Its JSON text.
+    Text(String),
+}
+
+/// Revenue's fields.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+struct RevenueFields {
+    /// An ISO 4217 code.
+    currency: Sent<String>,
+    /// A number or decimal text.
+    amount: Sent<Amount>,
+}
+
+/// A revenue amount as sent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Amount {
+    /// Decimal text, kept exactly.
+    Text(String),
+    /// A JSON number, as JSON writes it.
+    Number(serde_json::Number),
 }
 
 /// Revenue `{currency, amount}`, the amount a number or decimal text; a JSON-encoded string of
 /// that object is read too. Absent and `null` are `None`.
-pub(crate) fn revenue(value: Option<&Value>, field: &'static str) -> Result<Option<RawRevenue>, WireError> {
+fn read_revenue(sent: &Sent<RevenueSent>, field: &'static str) -> Result<Option<RawRevenue>, WireError> {
     const EXPECTED: &str = "an object with currency and amount";
     let decoded;
-    let object = match value {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(map)) => map,
-        Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => {
-                decoded = map;
+    let fields = match sent {
+        Sent::Absent | Sent::Null => return Ok(None),
+        Sent::Value(RevenueSent::Object(Object(fields))) => fields,
+        Sent::Value(RevenueSent::Text(text)) => match serde_json::from_str::<Object<RevenueFields>>(text) {
+            Ok(Object(fields)) => {
+                decoded = fields;
                 &decoded
             }
-            _ => return Err(WireError::WrongType { field, expected: EXPECTED, found: "a string" }),
+            Err(_) => return Err(WireError::WrongType { field, expected: EXPECTED, found: "a string" }),
         },
-        Some(other) => return Err(WireError::WrongType { field, expected: EXPECTED, found: json_type(other) }),
+        Sent::Wrong(w) => return Err(WireError::WrongType { field, expected: EXPECTED, found: w.found }),
     };
-    let currency = match object.get("currency") {
-        Some(Value::String(c)) => c.clone(),
-        Some(other) => {
+    let found = |sent_type: Option<&'static str>| sent_type.unwrap_or("null");
+    let currency = match &fields.currency {
+        Sent::Value(c) => c.clone(),
+        Sent::Absent => return Err(WireError::Missing("revenue.currency")),
+        other => {
             return Err(WireError::WrongType {
                 field: "revenue.currency",
                 expected: "a string",
-                found: json_type(other),
+                found: found(wrong_type(other)),
             });
         }
-        None => return Err(WireError::Missing("revenue.currency")),
     };
-    let amount = match object.get("amount") {
-        Some(Value::String(a)) => a.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(other) => {
+    let amount = match &fields.amount {
+        Sent::Value(Amount::Text(a)) => a.clone(),
+        Sent::Value(Amount::Number(n)) => n.to_string(),
+        Sent::Absent => return Err(WireError::Missing("revenue.amount")),
+        other => {
             return Err(WireError::WrongType {
                 field: "revenue.amount",
                 expected: "a number or a decimal string",
-                found: json_type(other),
+                found: found(wrong_type(other)),
             });
         }
-        None => return Err(WireError::Missing("revenue.amount")),
     };
     Ok(Some(RawRevenue { amount, currency }))
+}
+
+/// The JSON type of a field that does not have its shape (`None` for `null`).
+fn wrong_type<T>(sent: &Sent<T>) -> Option<&'static str> {
+    match sent {
+        Sent::Wrong(w) => Some(w.found),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

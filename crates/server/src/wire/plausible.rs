@@ -16,15 +16,76 @@
 //! | window width | `w` | number of CSS pixels; anything else is ignored |
 //!
 //! As Plausible does, property values that are `null`, empty, arrays or objects are left out
-//! rather than refused, properties that are neither an object nor a string holding one are
-//! ignored, and unknown fields (the tracker's version `v`) are ignored. An `engagement` event's
+//! rather than refused, properties sent as a string that holds no JSON object are ignored (any
+//! other type is refused), and unknown fields (the tracker's version `v`) are ignored. An `engagement` event's
 //! `sd` (scroll depth, percent) and `e` (engaged time, ms) are kept as the properties
 //! `scroll_depth` and `engaged_ms`, the names Tally's tracker sends them under.
 
 use analytics::event::RawEvent;
-use serde_json::{Map, Value};
+use serde::{Deserialize, Deserializer};
 
-use super::{RequestMeta, WireError};
+use super::sent::Sent;
+use super::{Nested, Properties, RequestMeta, RevenueSent, WireError};
+
+/// The Events API body: every field under its short name and its long one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct EventBody {
+    n: Sent<String>,
+    name: Sent<String>,
+    u: Sent<String>,
+    url: Sent<String>,
+    d: Sent<String>,
+    domain: Sent<String>,
+    r: Sent<String>,
+    referrer: Sent<String>,
+    m: Sent<PropsSent>,
+    meta: Sent<PropsSent>,
+    p: Sent<PropsSent>,
+    props: Sent<PropsSent>,
+    h: Sent<HashMode>,
+    #[serde(rename = "hashMode")]
+    hash_mode: Sent<HashMode>,
+    i: Sent<bool>,
+    interactive: Sent<bool>,
+    #[serde(rename = "$")]
+    dollar: Sent<RevenueSent>,
+    revenue: Sent<RevenueSent>,
+    /// An `engagement` event's scroll depth, percent.
+    sd: Sent<f64>,
+    /// An `engagement` event's engaged time, ms.
+    e: Sent<f64>,
+    /// The window's width in CSS pixels.
+    w: Sent<f64>,
+}
+
+/// Properties as sent: an object, or a string that may hold one in JSON.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PropsSent {
+    /// The object, its scalar values read.
+    Object(Props),
+    /// Text, read as JSON when it holds an object.
+    Text(String),
+}
+
+/// An object's scalar properties; arrays and objects are left out.
+#[derive(Debug, Default)]
+struct Props(Properties);
+
+impl<'de> Deserialize<'de> for Props {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Properties::read(deserializer, Nested::Dropped).map(Props)
+    }
+}
+
+/// Hash routing as sent: `true` or `1` turns it on.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum HashMode {
+    Flag(bool),
+    Number(i64),
+}
 
 /// Reads a Plausible Events API body sent with `meta`.
 ///
@@ -37,31 +98,34 @@ use super::{RequestMeta, WireError};
 /// assert_eq!(raw.domain, "example.com");
 /// ```
 pub fn parse(body: &[u8], meta: RequestMeta) -> Result<RawEvent, WireError> {
-    let map = super::parse_object(body)?;
+    let body: EventBody = super::parse_object(body)?;
 
-    let name = super::string(pick(&map, "n", "name").ok_or(WireError::Missing("name"))?, "name")?;
-    let url = super::string(pick(&map, "u", "url").ok_or(WireError::Missing("url"))?, "url")?;
-    let domain = match super::optional_string(pick(&map, "d", "domain"), "domain")? {
+    let name = body.n.or(body.name).optional_string("name")?.ok_or(WireError::Missing("name"))?;
+    let url = body.u.or(body.url).optional_string("url")?.ok_or(WireError::Missing("url"))?;
+    let domain = match body.d.or(body.domain).optional_string("domain")? {
         Some(domain) => domain,
         // Plausible falls back to the page's host; an unreadable URL leaves the domain empty, and
         // validation then reports the URL.
         None => url::Url::parse(url.trim()).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default(),
     };
-    let referrer = super::optional_string(pick(&map, "r", "referrer"), "referrer")?;
-    let props = match ["m", "meta", "p", "props"].iter().find_map(|k| present(&map, k)) {
-        Some(value) => props(value)?,
-        None => Vec::new(),
+    let referrer = body.r.or(body.referrer).optional_string("referrer")?;
+    let mut props = match body.m.or(body.meta).or(body.p).or(body.props) {
+        Sent::Absent | Sent::Null => Vec::new(),
+        Sent::Value(PropsSent::Object(Props(props))) => props.0,
+        // A string that holds no object is ignored, as the tracker may send one.
+        Sent::Value(PropsSent::Text(text)) => serde_json::from_str::<Props>(&text).unwrap_or_default().0.0,
+        // Any other type is refused, so a client learns its properties were not recorded.
+        Sent::Wrong(w) => return Err(WireError::WrongType { field: "props", expected: "an object", found: w.found }),
     };
-    let hash_mode = matches!(pick(&map, "h", "hashMode"), Some(Value::Bool(true)))
-        || pick(&map, "h", "hashMode").and_then(Value::as_i64) == Some(1);
-    // `false` is a value here, so the short name is looked up on its own.
-    let interactive = map.get("i").or_else(|| map.get("interactive")) != Some(&Value::Bool(false));
-    let revenue = super::revenue(pick(&map, "$", "revenue"), "revenue")?;
+    let hash_mode = matches!(body.h.or(body.hash_mode), Sent::Value(HashMode::Flag(true) | HashMode::Number(1)));
+    // `false` is a value here, and `null` under the short name hides the long one.
+    let interactive = if matches!(body.i, Sent::Absent) { body.interactive } else { body.i };
+    let interactive = interactive != Sent::Value(false);
+    let revenue = super::read_revenue(&body.dollar.or(body.revenue), "revenue")?;
 
-    let mut props = props;
     if name == "engagement" {
-        for (field, key) in [("sd", "scroll_depth"), ("e", "engaged_ms")] {
-            if let Some(n) = map.get(field).and_then(Value::as_f64).filter(|n| n.is_finite() && *n >= 0.0)
+        for (sent, key) in [(&body.sd, "scroll_depth"), (&body.e, "engaged_ms")] {
+            if let Some(n) = sent.value().filter(|n| n.is_finite() && **n >= 0.0)
                 && !props.iter().any(|(k, _)| k == key)
             {
                 props.push((key.to_owned(), (n.round() as u64).to_string()));
@@ -75,40 +139,6 @@ pub fn parse(body: &[u8], meta: RequestMeta) -> Result<RawEvent, WireError> {
     raw.interactive = interactive;
     raw.revenue = revenue;
     // Plausible's tracker sends `window.innerWidth`, which Plausible turns into a screen size class.
-    raw.screen_width = map
-        .get("w")
-        .and_then(Value::as_f64)
-        .filter(|w| w.is_finite() && *w >= 0.0 && *w <= 100_000.0)
-        .map(|w| w as u32);
+    raw.screen_width = body.w.value().filter(|w| w.is_finite() && **w >= 0.0 && **w <= 100_000.0).map(|w| *w as u32);
     Ok(raw)
-}
-
-/// The value under `short`, else under `long`; `null` counts as absent.
-fn pick<'a>(map: &'a Map<String, Value>, short: &str, long: &str) -> Option<&'a Value> {
-    present(map, short).or_else(|| present(map, long))
-}
-
-fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    map.get(key).filter(|v| !v.is_null())
-}
-
-/// Properties from an object or from a string holding one, scalar values only. A string that
-/// holds no object is ignored, as the tracker may send one; any other type is refused, so a
-/// client learns its properties were not recorded.
-fn props(value: &Value) -> Result<Vec<(String, String)>, WireError> {
-    let decoded;
-    let object = match value {
-        Value::Object(map) => map,
-        Value::String(text) => match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => {
-                decoded = map;
-                &decoded
-            }
-            _ => return Ok(Vec::new()),
-        },
-        other => {
-            return Err(WireError::WrongType { field: "props", expected: "an object", found: super::json_type(other) });
-        }
-    };
-    Ok(object.iter().filter_map(|(k, v)| Some((k.clone(), super::scalar_text(v)?))).collect())
 }

@@ -13,10 +13,11 @@
 //! checked for a website, and acknowledged without an event.
 
 use analytics::event::RawEvent;
-use serde_json::{Map, Value};
+use serde::{Deserialize, Deserializer};
 use url::Url;
 
-use super::{RequestMeta, WireError};
+use super::sent::{Object, Sent};
+use super::{Nested, Properties, RequestMeta, WireError};
 
 /// A `/api/send` body that was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +43,52 @@ pub enum SendKind {
 /// Deepest nesting of `data` that is flattened; deeper values are kept as JSON text.
 const MAX_DATA_DEPTH: usize = 4;
 
+/// A `/api/send` body as sent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SendBody {
+    /// `event`, `identify`, `performance` or `engagement`.
+    #[serde(rename = "type")]
+    kind: Sent<String>,
+    /// What the type carries.
+    payload: Sent<Object<Payload>>,
+}
+
+/// A `/api/send` payload as sent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Payload {
+    /// The Umami website id.
+    website: Sent<String>,
+    /// The page's host name.
+    hostname: Sent<String>,
+    /// The page's path and query.
+    url: Sent<String>,
+    /// The previous page: a path, or an absolute URL.
+    referrer: Sent<String>,
+    /// A custom event's name; a page view has none.
+    name: Sent<String>,
+    /// The event's data.
+    data: Sent<Data>,
+    /// `WIDTHxHEIGHT`.
+    screen: Sent<String>,
+    /// `navigator.language`.
+    language: Sent<String>,
+}
+
+/// An event's `data` as properties: nested objects flattened, arrays kept as JSON text.
+#[derive(Debug, Default)]
+struct Data(Properties);
+
+impl<'de> Deserialize<'de> for Data {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Properties::read(deserializer, Nested::Flattened { levels: MAX_DATA_DEPTH }).map(Data)
+    }
+}
+
+/// The bodies of a `/api/batch`, each read as `/api/send` reads its body.
+pub type Batch = Vec<Sent<Object<SendBody>>>;
+
 /// Reads an Umami `/api/send` body sent with `meta`.
 ///
 /// ```
@@ -55,21 +102,22 @@ const MAX_DATA_DEPTH: usize = 4;
 /// assert_eq!(raw.name, "pageview");
 /// ```
 pub fn parse(body: &[u8], meta: RequestMeta) -> Result<Send, WireError> {
-    let map = super::parse_object(body)?;
-    let kind = super::string(map.get("type").ok_or(WireError::Missing("type"))?, "type")?;
-    let payload = match map.get("payload") {
-        Some(Value::Object(payload)) => payload,
-        Some(other) => {
-            return Err(WireError::WrongType {
-                field: "payload",
-                expected: "an object",
-                found: super::json_type(other),
-            });
-        }
-        None => return Err(WireError::Missing("payload")),
-    };
-    let website =
-        super::string(payload.get("website").ok_or(WireError::Missing("payload.website"))?, "payload.website")?;
+    read(super::parse_object(body)?, meta)
+}
+
+/// Reads one body of a `/api/batch` sent with `meta`, as [`parse`] reads a whole body.
+pub fn parse_item(item: Sent<Object<SendBody>>, meta: RequestMeta) -> Result<Send, WireError> {
+    read(super::object(item, WireError::NotAnObject)?, meta)
+}
+
+fn read(body: SendBody, meta: RequestMeta) -> Result<Send, WireError> {
+    let kind = body.kind.string("type")?;
+    if matches!(body.payload, Sent::Absent) {
+        return Err(WireError::Missing("payload"));
+    }
+    let payload =
+        super::object(body.payload, |found| WireError::WrongType { field: "payload", expected: "an object", found })?;
+    let website = payload.website.string("payload.website")?;
     if !is_uuid(&website) {
         return Err(WireError::Invalid { field: "payload.website", problem: "must be a UUID".into() });
     }
@@ -87,63 +135,44 @@ pub fn parse(body: &[u8], meta: RequestMeta) -> Result<Send, WireError> {
     Ok(Send { website, kind })
 }
 
-fn event(payload: &Map<String, Value>, meta: RequestMeta) -> Result<RawEvent, WireError> {
-    let hostname = super::optional_string(payload.get("hostname"), "payload.hostname")?.unwrap_or_default();
+fn event(payload: Payload, meta: RequestMeta) -> Result<RawEvent, WireError> {
+    let hostname = payload.hostname.optional_string("payload.hostname")?.unwrap_or_default();
     let hostname = hostname.trim();
     let base = if hostname.is_empty() { "https://localhost".to_owned() } else { format!("https://{hostname}") };
     let base = Url::parse(&base)
         .map_err(|e| WireError::Invalid { field: "payload.hostname", problem: format!("is not a host name: {e}") })?;
-    let path = super::optional_string(payload.get("url"), "payload.url")?.unwrap_or_default();
+    let path = payload.url.optional_string("payload.url")?.unwrap_or_default();
     let url = base
         .join(if path.is_empty() { "/" } else { &path })
         .map_err(|e| WireError::Invalid { field: "payload.url", problem: format!("is not a URL or path: {e}") })?;
     // A path-only referrer (the previous page of a single-page app) is on the same host.
-    let referrer = super::optional_string(payload.get("referrer"), "payload.referrer")?
+    let referrer = payload
+        .referrer
+        .optional_string("payload.referrer")?
         .filter(|r| !r.trim().is_empty())
         .map(|r| base.join(&r).map(String::from).unwrap_or(r));
-    let name = super::optional_string(payload.get("name"), "payload.name")?
+    let name = payload
+        .name
+        .optional_string("payload.name")?
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "pageview".to_owned());
-    let mut props = Vec::new();
-    match payload.get("data") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(data)) => flatten("", data, 0, &mut props),
-        Some(other) => {
-            return Err(WireError::WrongType {
-                field: "payload.data",
-                expected: "an object",
-                found: super::json_type(other),
-            });
+    let props = match payload.data {
+        Sent::Absent | Sent::Null => Vec::new(),
+        Sent::Value(Data(props)) => props.0,
+        Sent::Wrong(w) => {
+            return Err(WireError::WrongType { field: "payload.data", expected: "an object", found: w.found });
         }
-    }
+    };
     let domain = url.host_str().unwrap_or_default().to_owned();
     let mut raw = meta.event(name, url.into(), domain);
     raw.referrer = referrer;
     raw.props = props;
     // `screen` is `WIDTHxHEIGHT`; `language` is `navigator.language`. Either, unreadable, is left
     // out rather than refused, as Umami does.
-    raw.screen_width = payload
-        .get("screen")
-        .and_then(Value::as_str)
-        .and_then(|s| s.split_once('x'))
-        .and_then(|(w, _)| w.trim().parse::<u32>().ok());
-    raw.language = payload.get("language").and_then(Value::as_str).map(str::to_owned);
+    raw.screen_width =
+        payload.screen.value().and_then(|s| s.split_once('x')).and_then(|(w, _)| w.trim().parse::<u32>().ok());
+    raw.language = payload.language.value().cloned();
     Ok(raw)
-}
-
-fn flatten(prefix: &str, data: &Map<String, Value>, depth: usize, out: &mut Vec<(String, String)>) {
-    for (key, value) in data {
-        let key = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
-        match value {
-            Value::Object(inner) if depth < MAX_DATA_DEPTH => flatten(&key, inner, depth + 1, out),
-            Value::Object(_) | Value::Array(_) => out.push((key, value.to_string())),
-            scalar => {
-                if let Some(text) = super::scalar_text(scalar) {
-                    out.push((key, text));
-                }
-            }
-        }
-    }
 }
 
 /// Whether `text` is a UUID in its usual hyphenated form.
