@@ -1,12 +1,12 @@
 //! The block scan against the reference: any sessions written to blocks, any filters, any
 //! breakdown, the scan's items equal the sum of every event's deltas.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use proptest::prelude::*;
 
 use super::*;
-use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
+use crate::stored::{PrevState, StoredEvent, TOTAL, VisitAttrs, visitor_shard};
 
 const PAGES: [&str; 4] = ["/", "/pricing", "/blog/a", "/docs"];
 const SOURCES: [&str; 3] = ["", "Google", "Newsletter"];
@@ -258,4 +258,87 @@ proptest! {
         }
         prop_assert_eq!(scanned, reference);
     }
+}
+
+/// The values of `dimension` for one stored event, as a filter sees them (the reference's).
+fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
+    // Bounded as the aggregates' values are, so both paths filter alike.
+    let one = |v: &str| vec![crate::key_bound::bound_value(v).into_owned()];
+    match dimension {
+        "event:page" => one(&e.path),
+        "event:hostname" => one(&e.hostname),
+        "event:name" => one(&e.name),
+        "event:goal" => e.goals.iter().map(|g| crate::key_bound::bound_value(g).into_owned()).collect(),
+        "visit:exit_page" => one(&e.next().exit_page),
+        d if let Some(key) = d.strip_prefix(crate::stored::PROPS_PREFIX) => {
+            e.props.get(key).map(|v| one(v)).unwrap_or_default()
+        }
+        d => crate::dimension::VisitDimension::parse(d)
+            .and_then(|visit| visit.value(&e.visit))
+            .map(|v| one(&display_value(d, v).unwrap_or_default()))
+            .unwrap_or_default(),
+    }
+}
+
+/// Whether the filters select a visit (its events, in order): its visit attributes pass each
+/// visit filter (the exit page as the visit ends), and for each event filter some event passes
+/// it — or, for `is_not`, every event does (a visit that never viewed the page). So a filter on
+/// a page gives visit metrics of the visits that viewed it, as Plausible's do.
+fn session_selected(session: &[crate::stored::StoredEvent], filters: &[Filter]) -> bool {
+    let Some(last) = session.last() else { return false };
+    filters.iter().all(|f| {
+        if !f.dimension.starts_with("event:") {
+            passes(f, last)
+        } else if f.op.is_negated() {
+            session.iter().all(|e| passes(f, e))
+        } else {
+            session.iter().any(|e| passes(f, e))
+        }
+    })
+}
+
+fn passes(f: &Filter, e: &crate::stored::StoredEvent) -> bool {
+    let values = event_value(e, &f.dimension);
+    if f.op.is_negated() { values.iter().all(|v| f.accepts(v)) } else { values.iter().any(|v| f.accepts(v)) }
+}
+
+/// The items of `dimensions` that `events` (sorted by session, each session whole) passing the
+/// filters add up to, by summing each event's deltas: the reference the block scan ([`scan`])
+/// is tested against.
+fn reference_items(
+    events: &[crate::stored::StoredEvent],
+    zone: &SiteZone,
+    filters: &[Filter],
+    dimensions: &[&str],
+    periods: &[Period],
+) -> HashMap<crate::stored::AggKey, Sum> {
+    let mut items: HashMap<crate::stored::AggKey, Sum> = HashMap::new();
+    let mut add = |e: &crate::stored::StoredEvent, event_part: bool, visit_part: bool| {
+        crate::aggregate::for_each_delta_of_periods(e, zone, periods, |key, delta| {
+            let (events, visits) = delta.counters.split();
+            let mut counters = Counters::default();
+            if event_part {
+                counters.add(&events);
+            }
+            if visit_part {
+                counters.add(&visits);
+            }
+            let visitor = delta.visitor.filter(|_| event_part);
+            if (counters.is_zero() && visitor.is_none()) || !dimensions.contains(&key.dimension) {
+                return;
+            }
+            let entry = items.entry(key.to_owned_key()).or_default();
+            entry.counters.add(&counters);
+            if let Some(v) = visitor {
+                entry.sketch.insert_u64(v);
+            }
+        });
+    };
+    for session in events.chunk_by(|a, b| a.visitor_id == b.visitor_id && a.session_id == b.session_id) {
+        let selected = session_selected(session, filters);
+        for e in session {
+            add(e, filters.iter().all(|f| passes(f, e)), selected);
+        }
+    }
+    items
 }
