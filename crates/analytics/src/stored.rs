@@ -80,7 +80,7 @@ pub struct StoredEvent {
 pub struct SessionRef {
     /// The UTC day the session started.
     pub day: UtcDay,
-    /// Its visitor.
+    /// The visitor whose session it is, under the salt of the session's start day.
     pub visitor: VisitorId,
     /// Its ULID.
     pub session: Ulid,

@@ -82,7 +82,7 @@ pub struct Traffic {
     pub events_per_day: f64,
     /// Dashboards opened per day.
     pub dashboards_per_day: f64,
-    /// Sites.
+    /// How many sites share the table (each adds its own aggregate items).
     pub sites: f64,
     /// Days raw events are kept.
     pub raw_retention_days: f64,

@@ -22,7 +22,7 @@ pub struct Connection {
 pub struct Response {
     /// The status code.
     pub status: u16,
-    /// The body.
+    /// The body's bytes, whole (the client reads until the connection's end or the length).
     pub body: Vec<u8>,
 }
 

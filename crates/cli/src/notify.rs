@@ -78,7 +78,7 @@ pub struct Smtp {
     pub security: Option<String>,
     /// The account to sign in with, if any.
     pub username: Option<String>,
-    /// Its password.
+    /// The password of `username` on the SMTP server.
     pub password: Option<String>,
     /// The sender, `Name <address>` or an address.
     pub from: String,

@@ -151,7 +151,7 @@ pub enum Error {
 pub struct ItemFailure {
     /// The item's position in the request.
     pub index: usize,
-    /// Its entity.
+    /// The entity the item was written as, so the error names what the caller wrote.
     pub entity: String,
     /// DynamoDB's reason code.
     pub code: CancellationCode,

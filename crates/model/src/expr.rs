@@ -346,7 +346,7 @@ pub enum SortCondition {
 pub struct KeyCondition {
     /// Partition key attribute name.
     pub partition_attribute: String,
-    /// Its value.
+    /// The value the partition key must equal (the rendered key for a template key).
     pub partition_value: AttributeValue,
     /// The sort key attribute name and condition.
     pub sort: Option<(String, SortCondition)>,

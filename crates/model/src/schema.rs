@@ -335,7 +335,7 @@ impl fmt::Display for Index {
 /// An entity's key on one index: the templates and the attributes they fill.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EntityKey {
-    /// The index.
+    /// The table or secondary index these templates key the entity on.
     pub index: Index,
     /// The partition key template (for a local index, the table's).
     pub partition: KeyTemplate,
@@ -356,7 +356,7 @@ pub struct EntityKey {
 pub struct KeyPart<'a> {
     /// The key attribute name.
     pub attribute: &'a str,
-    /// Its template.
+    /// The template that renders the attribute's value from the entity's fields.
     pub template: &'a KeyTemplate,
     /// Its type: `S` for rendered keys, `N` or `B` for a raw single field.
     pub ty: ScalarType,
@@ -723,7 +723,7 @@ pub struct AccessPattern {
     pub entities: Vec<String>,
     /// The index it reads (resolved by [`SchemaBuilder::build`]).
     pub index: Index,
-    /// The operation.
+    /// Whether the pattern is a get, a query or a scan.
     pub operation: Operation,
     /// The sort key condition.
     pub sort: SortShape,

@@ -264,7 +264,7 @@ pub struct Query {
     pub exclusive_start_key: Option<Item>,
     /// Strongly consistent read (tables and LSIs only).
     pub consistent_read: bool,
-    /// `Select`.
+    /// What each item returned holds (`Select`): all attributes, projected ones or a count.
     pub select: Select,
 }
 
@@ -350,7 +350,7 @@ pub struct Scan {
     pub segment: Option<(u32, u32)>,
     /// Strongly consistent read.
     pub consistent_read: bool,
-    /// `Select`.
+    /// What each item returned holds (`Select`): all attributes, projected ones or a count.
     pub select: Select,
 }
 

@@ -119,7 +119,7 @@ pub enum BillingMode {
 pub struct GlobalSecondaryIndex {
     /// Index name.
     pub name: String,
-    /// Its key schema.
+    /// The attributes the index is keyed on (partition, and sort if any).
     pub key_schema: KeySchema,
     /// What it stores.
     pub projection: Projection,
@@ -254,7 +254,7 @@ pub enum TableStatus {
 pub struct TableDescription {
     /// The definition the table was created with.
     pub definition: TableDefinition,
-    /// Its status.
+    /// Whether the table is being created, active, or being deleted.
     pub status: TableStatus,
     /// Approximate item count.
     pub item_count: u64,

@@ -23,9 +23,9 @@ use crate::schema::{Entity, Generated, Index, KeyPart, Schema};
 pub struct Capacity {
     /// Requests sent (each page, batch chunk and retry counts).
     pub requests: u64,
-    /// Read units.
+    /// Read capacity units the responses reported (or the engine metered).
     pub read_units: f64,
-    /// Write units.
+    /// Write capacity units, likewise.
     pub write_units: f64,
     /// All units: table plus indexes.
     pub total_units: f64,
