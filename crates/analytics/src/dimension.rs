@@ -231,6 +231,20 @@ impl Dimension {
     pub fn is_aggregated(&self) -> bool {
         !matches!(self, Dimension::Time(_))
     }
+
+    /// The unit of a time dimension; `None` for every other.
+    pub fn time_unit(&self) -> Option<Unit> {
+        match self {
+            Dimension::Time(unit) => Some(*unit),
+            _ => None,
+        }
+    }
+
+    /// Whether its value is the event's own (`event:*`, custom properties included) rather than
+    /// its visit's: a visit metric cannot be broken down by it.
+    pub fn is_of_event(&self) -> bool {
+        matches!(self, Dimension::Event(_) | Dimension::Prop(_))
+    }
 }
 
 impl std::fmt::Display for Dimension {

@@ -51,14 +51,14 @@ pub use journeys::{ENTRANCE, EXIT, Journeys, MAX_JOURNEY_ROWS};
 pub use props::MAX_PROPERTY_KEYS;
 pub use query::{
     Filter, FilterOp, MAX_FILTER_VALUES, MAX_FILTERS, MAX_PAGE_ROWS, MAX_PATTERN_LEN, MAX_QUERY_BUCKETS,
-    MAX_QUERY_ROWS, Metric, QUERY_YEARS, Query, Row, StatsError, Value, check_filters, check_range, compile_pattern,
+    MAX_QUERY_ROWS, Metric, OrderKey, QUERY_YEARS, Query, Row, StatsError, Value, check_filters, check_range,
+    compile_pattern,
 };
 pub use realtime::Realtime;
 pub use revenue::{GoalRevenue, RevenueGoal, mean_to_cents};
 pub use sessions::{SessionSummary, parse_visitor};
 
 use plan::{order, time_label};
-use query::time_unit;
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
 use crate::period::SiteZone;

@@ -608,8 +608,8 @@ async fn time_each_query(
         for _ in 0..20 {
             stats.query(q).await?;
         }
-        let name = q.dimensions.first().map_or("overview", String::as_str);
-        let name = if q.limit == 300 { "visit:country (map, every country)" } else { name };
+        let name = q.dimensions.first().map_or("overview".into(), |d| d.name());
+        let name = if q.limit == 300 { "visit:country (map, every country)" } else { &name };
         println!("  query {name}: {:.2} ms alone (mean of 20)", t.elapsed().as_secs_f64() * 1000.0 / 20.0);
     }
     // The goals panel's revenue is read from event blocks (budget 200 ms at 1 M events).

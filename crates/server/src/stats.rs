@@ -35,13 +35,12 @@ pub const MAX_IMPORT_BYTES: usize = 10 * 1024 * 1024;
 /// Why imported history was left out of an answer that asked for it (`None`: it was merged in),
 /// in Plausible's words: the history is daily counts of one dimension.
 fn imports_skip_reason(q: &Query) -> Option<&'static str> {
-    let breakdown = q.dimensions.iter().find(|d| !d.starts_with("time:"));
+    let breakdown = q.dimensions.iter().find(|d| d.time_unit().is_none()).map(|d| d.name());
     let mut filtered: Vec<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
     filtered.dedup();
-    if q.dimensions.iter().any(|d| d == "time:hour") {
+    if q.dimensions.iter().any(|d| d.time_unit() == Some(analytics::period::Unit::Hour)) {
         Some("unsupported_interval")
-    } else if filtered.iter().any(|f| Some(&f.to_string()) != breakdown)
-        && !(breakdown.is_none() && filtered.len() == 1)
+    } else if filtered.iter().any(|f| Some(*f) != breakdown.as_deref()) && !(breakdown.is_none() && filtered.len() == 1)
     {
         Some("unsupported_query")
     } else {

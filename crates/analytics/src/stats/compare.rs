@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use jiff::ToSpan;
 
-use super::{Metric, Query, Row, Stats, StatsError, Value, time_label, time_unit};
+use super::{Metric, Query, Row, Stats, StatsError, Value, time_label};
 use crate::period::{DateRange, Unit};
 
 /// Which range a query is compared with.
@@ -151,13 +151,13 @@ impl Stats {
         let compared_range = mode.range_for(&q.range)?;
         let mut other = q.clone();
         other.range = compared_range;
-        let time = q.dimensions.iter().position(|d| time_unit(d).is_some());
+        let time = q.dimensions.iter().position(|d| d.time_unit().is_some());
         let mut rows = self.all_rows(q).await?;
         let before = self.all_rows(&other).await?;
         // Bucket i of the range is compared with bucket i of the comparison's.
         let mut to_compared: HashMap<String, String> = HashMap::new();
         if let Some(t) = time {
-            let unit = time_unit(&q.dimensions[t]).unwrap_or(Unit::Day);
+            let unit = q.dimensions[t].time_unit().unwrap_or(Unit::Day);
             let labels = self.time_labels(&q.site_id, &q.range, unit).await?;
             let compared_labels = self.time_labels(&q.site_id, &compared_range, unit).await?;
             if q.dimensions.len() == 1 {

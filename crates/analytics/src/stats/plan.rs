@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::query::time_unit;
 use super::{
-    MAX_QUERY_BUCKETS, MAX_QUERY_ROWS, Metric, Query, Row, Stats, StatsError, Sum, Value, display_value, scan,
+    MAX_QUERY_BUCKETS, MAX_QUERY_ROWS, Metric, OrderKey, Query, Row, Stats, StatsError, Sum, Value, display_value, scan,
 };
+use crate::dimension::Dimension;
 use crate::period::{Bucket, SiteZone, Unit};
 use crate::sketch::VisitorSketch;
 use crate::stored::{HOUR_DIMENSIONS, Period, TOTAL};
@@ -87,8 +87,8 @@ impl Stats {
     async fn plan(&self, q: &Query) -> Result<Plan, StatsError> {
         let (zone, weeks_from) = self.zone_and_weeks(&q.site_id).await?;
         let bounds = zone.bounds_ms(&q.range).map_err(|e| StatsError::Invalid(e.to_string()))?;
-        let time = q.dimensions.iter().find_map(|d| time_unit(d));
-        let breakdown = q.dimensions.iter().find(|d| time_unit(d).is_none()).cloned();
+        let time = q.dimensions.iter().find_map(Dimension::time_unit);
+        let breakdown = q.dimensions.iter().find(|d| d.time_unit().is_none()).map(|d| d.name().into_owned());
         let session_metrics = q.metrics.iter().any(|m| m.is_session_metric());
         let (mut source, mut raw) = source_of(q, breakdown.as_deref(), session_metrics);
         if session_metrics && source.starts_with("event:") {
@@ -353,25 +353,27 @@ pub(super) fn row_of(
             }
         })
         .collect();
-    let dimensions =
-        q.dimensions.iter().map(|d| if time_unit(d).is_some() { label.to_owned() } else { value.to_owned() }).collect();
+    let dimensions = q
+        .dimensions
+        .iter()
+        .map(|d| if d.time_unit().is_some() { label.to_owned() } else { value.to_owned() })
+        .collect();
     Row { dimensions, metrics }
 }
 
 pub(super) fn order(rows: &mut [Row], q: &Query) {
     let keys: Vec<(Option<usize>, Option<usize>, bool)> = if q.order_by.is_empty() {
         // Series in time order; breakdowns by their first metric, largest first.
-        match q.dimensions.iter().position(|d| time_unit(d).is_some()) {
+        match q.dimensions.iter().position(|d| d.time_unit().is_some()) {
             Some(i) => vec![(None, Some(i), false)],
             None => vec![(Some(0), None, true)],
         }
     } else {
         q.order_by
             .iter()
-            .map(|(name, desc)| {
-                let metric = Metric::parse(name).and_then(|m| q.metrics.iter().position(|x| *x == m));
-                let dim = q.dimensions.iter().position(|d| d == name);
-                (metric, dim, *desc)
+            .map(|(key, desc)| match key {
+                OrderKey::Metric(m) => (q.metrics.iter().position(|x| x == m), None, *desc),
+                OrderKey::Dimension(d) => (None, q.dimensions.iter().position(|x| x == d), *desc),
             })
             .collect()
     };

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::period::{DateRange, Unit};
+use crate::dimension::{Dimension, EventDimension};
+use crate::period::DateRange;
 use crate::sites::SiteId;
 use crate::stored::TOTAL;
 
@@ -181,12 +182,13 @@ pub struct Query {
     pub metrics: Vec<Metric>,
     /// The dates, in site time.
     pub range: DateRange,
-    /// Breakdown dimensions: at most one aggregate dimension and at most one `time:*`.
-    pub dimensions: Vec<String>,
+    /// Breakdown dimensions, parsed from their names: at most one aggregate dimension and at
+    /// most one time dimension, in the order the answer's rows list their values.
+    pub dimensions: Vec<Dimension>,
     /// Filters; an event or a value is counted only if it passes all of them.
     pub filters: Vec<Filter>,
-    /// Ordering: a metric or dimension name and whether descending.
-    pub order_by: Vec<(String, bool)>,
+    /// Ordering: one of the query's metrics or dimensions and whether descending.
+    pub order_by: Vec<(OrderKey, bool)>,
     /// Rows to return.
     pub limit: usize,
     /// Rows to skip.
@@ -194,6 +196,16 @@ pub struct Query {
     /// Whether imported history (`crate::imported`) is merged in where the query can use it:
     /// daily counts of the breakdown's (or the one filter's) dimension, before the cut-over.
     pub include_imports: bool,
+}
+
+/// What a query's rows are ordered by: one of its metrics or one of its dimensions, as
+/// `order_by` names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrderKey {
+    /// A metric of the query, by its value.
+    Metric(Metric),
+    /// A dimension of the query, by its value as the row shows it.
+    Dimension(Dimension),
 }
 
 /// What is wrong with a query, or why it could not be answered.
@@ -319,16 +331,10 @@ pub fn check_filters(filters: &[Filter]) -> Result<(), StatsError> {
     Ok(())
 }
 
-pub(super) fn time_unit(d: &str) -> Option<Unit> {
-    match crate::dimension::Dimension::parse(d) {
-        Some(crate::dimension::Dimension::Time(unit)) => Some(unit),
-        _ => None,
-    }
-}
-
 impl Query {
     /// Checks a query's shape: known metrics and dimensions, at most one breakdown dimension and
-    /// one time dimension, session metrics only with visit dimensions.
+    /// one time dimension, session metrics only with visit dimensions. The dimensions and the
+    /// `order_by` entries are given by name, as the Stats API spells them, and parsed here.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         site_id: impl Into<SiteId>,
@@ -368,19 +374,24 @@ impl Query {
         }
         let mut time = 0;
         let mut other = 0;
+        let mut parsed = Vec::with_capacity(dimensions.len());
         for d in &dimensions {
-            if time_unit(d).is_some() {
-                time += 1;
-            } else if is_aggregate_dimension(d) && d != TOTAL {
-                other += 1;
-                if d.starts_with("event:") && metrics.iter().any(|m| m.is_session_metric()) {
-                    let m = metrics.iter().find(|m| m.is_session_metric()).map_or("", |m| m.name());
-                    return Err(StatsError::Invalid(format!(
-                        "session metric `{m}` cannot be broken down by the event dimension `{d}`"
-                    )));
+            match Dimension::parse(d) {
+                Some(dimension @ Dimension::Time(_)) => {
+                    time += 1;
+                    parsed.push(dimension);
                 }
-            } else {
-                return Err(StatsError::Invalid(format!("unknown dimension `{d}`")));
+                Some(dimension) if dimension != Dimension::Total => {
+                    other += 1;
+                    if dimension.is_of_event() && metrics.iter().any(|m| m.is_session_metric()) {
+                        let m = metrics.iter().find(|m| m.is_session_metric()).map_or("", |m| m.name());
+                        return Err(StatsError::Invalid(format!(
+                            "session metric `{m}` cannot be broken down by the event dimension `{d}`"
+                        )));
+                    }
+                    parsed.push(dimension);
+                }
+                _ => return Err(StatsError::Invalid(format!("unknown dimension `{d}`"))),
             }
         }
         if time > 1 || other > 1 {
@@ -389,30 +400,41 @@ impl Query {
             ));
         }
         if metrics.contains(&Metric::ConversionRate)
-            && !dimensions.iter().any(|d| d == "event:goal")
+            && !parsed.contains(&Dimension::Event(EventDimension::Goal))
             && !filters.iter().any(|f| f.dimension == "event:goal")
         {
             return Err(StatsError::Invalid(
                 "conversion_rate needs the event:goal dimension or a filter on event:goal".into(),
             ));
         }
-        for (name, _) in &order_by {
-            if Metric::parse(name).is_none_or(|m| !metrics.contains(&m)) && !dimensions.contains(name) {
-                return Err(StatsError::Invalid(format!(
-                    "cannot order by `{name}`: it is not a queried metric or dimension"
-                )));
-            }
+        let mut keys = Vec::with_capacity(order_by.len());
+        for (name, desc) in &order_by {
+            let key = match (Metric::parse(name), dimensions.iter().position(|d| d == name)) {
+                (Some(m), _) if metrics.contains(&m) => OrderKey::Metric(m),
+                (_, Some(i)) => OrderKey::Dimension(parsed[i].clone()),
+                _ => {
+                    return Err(StatsError::Invalid(format!(
+                        "cannot order by `{name}`: it is not a queried metric or dimension"
+                    )));
+                }
+            };
+            keys.push((key, *desc));
         }
         Ok(Query {
             site_id: site_id.into(),
             metrics,
             range,
-            dimensions,
+            dimensions: parsed,
             filters,
-            order_by,
+            order_by: keys,
             limit,
             offset,
             include_imports: false,
         })
+    }
+
+    /// The names of its dimensions, as the Stats API spells them (and answers echo them).
+    pub fn dimension_names(&self) -> Vec<String> {
+        self.dimensions.iter().map(|d| d.name().into_owned()).collect()
     }
 }

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::query::time_unit;
 use super::{Filter, Query, Row, Stats, StatsError, Sum, check_filters, display_value, order, plan::row_of};
 use crate::sketch::VisitorSketch;
 use crate::stored::{Period, TOTAL, minute_label};
@@ -26,7 +25,7 @@ impl Stats {
     /// Every dimension and filter a query takes, no time dimension (minutes are
     /// [`Stats::realtime_filtered`]'s).
     pub async fn query_realtime(&self, q: &Query, now_ms: i64) -> Result<Vec<Row>, StatsError> {
-        if q.dimensions.iter().any(|d| time_unit(d).is_some()) {
+        if q.dimensions.iter().any(|d| d.time_unit().is_some()) {
             return Err(StatsError::Invalid(
                 "the last 30 minutes take no time dimension; GET /api/realtime has page views per minute".into(),
             ));
@@ -34,7 +33,7 @@ impl Stats {
         let this_minute = now_ms.div_euclid(60_000);
         let (start, end) = ((this_minute - 29) * 60_000, (this_minute + 1) * 60_000);
         let partitions = self.check_raw(&q.site_id, (start, end)).await?;
-        let breakdown = q.dimensions.first().cloned();
+        let breakdown = q.dimensions.first().map(|d| d.name().into_owned());
         let source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
         let visits = q.metrics.iter().any(|m| m.is_session_metric()) || source == "visit:exit_page";
         // The 30 minutes are one group.

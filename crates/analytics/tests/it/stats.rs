@@ -12,7 +12,7 @@ use analytics::period::{DateRange, SiteZone};
 use analytics::pipeline::{ImportEvent, IngestResult, Pipeline};
 use analytics::schema::tally_schema;
 use analytics::sites::{Site, SiteChanges, Sites};
-use analytics::stats::{Filter, FilterOp, Metric, Query, Row, Stats, StatsError, Value};
+use analytics::stats::{Filter, FilterOp, Metric, OrderKey, Query, Row, Stats, StatsError, Value};
 use model::Table;
 use store::Store;
 use store_embedded::EmbeddedStore;
@@ -168,7 +168,8 @@ async fn filters_ordering_and_pagination() {
     let got = w.stats.query(&q(&w, &[Metric::Pageviews], &["event:page"], vec![contains])).await.unwrap();
     assert_eq!(rows(&got), vec![(vec!["/pricing".into()], vec![Int(1)])]);
     let mut paged = q(&w, &[Metric::Pageviews], &["event:page"], vec![]);
-    paged.order_by = vec![("pageviews".into(), true), ("event:page".into(), false)];
+    let page = analytics::dimension::Dimension::parse("event:page").unwrap();
+    paged.order_by = vec![(OrderKey::Metric(Metric::Pageviews), true), (OrderKey::Dimension(page), false)];
     paged.limit = 1;
     paged.offset = 1;
     assert_eq!(rows(&w.stats.query(&paged).await.unwrap()), vec![(vec!["/blog".into()], vec![Int(1)])]);

@@ -665,8 +665,8 @@ pub struct QueryEcho<'a> {
     pub metrics: Vec<&'a str>,
     /// The range: `[first, last]`, or the name sent for the last 30 minutes.
     pub date_range: RangeEcho<'a>,
-    /// The dimensions.
-    pub dimensions: &'a [String],
+    /// The dimensions, by name.
+    pub dimensions: Vec<String>,
     /// The filters as sent.
     pub filters: &'a Filters,
     /// The order as sent (`null` when absent).
@@ -753,7 +753,7 @@ impl<'a> QueryEcho<'a> {
             site_id: body.dated.site_id.value().map_or("", String::as_str),
             metrics,
             date_range: RangeEcho::Days(days(&q.range)),
-            dimensions: &q.dimensions,
+            dimensions: q.dimension_names(),
             filters: &body.filters,
             order_by: &body.order_by,
             pagination: PageEcho { limit: q.limit, offset: q.offset },
