@@ -797,9 +797,6 @@ impl Sites {
                 filters.len()
             )));
         }
-        if filters.iter().any(|f| f.dimension == "segment") {
-            return Err(SitesError::InvalidFunnel("a segment cannot name another segment".into()));
-        }
         if site.segments.len() >= MAX_SEGMENTS {
             return Err(SitesError::InvalidFunnel(format!("a site keeps at most {MAX_SEGMENTS} segments")));
         }
@@ -1060,7 +1057,7 @@ fn step_from_value(value: &AttributeValue) -> Result<Goal, SitesError> {
 fn filter_to_value(f: &crate::stats::Filter) -> AttributeValue {
     let mut m = std::collections::BTreeMap::new();
     m.insert("op".to_owned(), AttributeValue::S(f.op.name().to_owned()));
-    m.insert("dimension".to_owned(), AttributeValue::S(f.dimension.clone()));
+    m.insert("dimension".to_owned(), AttributeValue::S(f.dimension.name().into_owned()));
     m.insert("values".to_owned(), AttributeValue::L(f.values.iter().cloned().map(AttributeValue::S).collect()));
     AttributeValue::M(m.into_iter().collect())
 }
@@ -1083,5 +1080,5 @@ fn filter_from_value(v: &AttributeValue) -> Result<crate::stats::Filter, SitesEr
             .collect::<Result<Vec<_>, _>>()?,
         _ => return Err(bad()),
     };
-    Ok(crate::stats::Filter { op, dimension: text("dimension")?, values })
+    crate::stats::Filter::new(op, &text("dimension")?, values).map_err(|_| bad())
 }

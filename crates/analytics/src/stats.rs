@@ -61,6 +61,7 @@ pub use sessions::{SessionSummary, parse_visitor};
 use plan::{order, time_label};
 
 use crate::aggregate::{SiteSettingsSource, StoredAggregate};
+use crate::dimension::{Dimension, VisitDimension};
 use crate::period::SiteZone;
 use crate::sketch::VisitorSketch;
 use crate::stored::{Counters, Period};
@@ -92,11 +93,18 @@ impl std::fmt::Debug for Stats {
     }
 }
 
-fn display_value(dimension: &str, value: &str) -> Option<String> {
+/// The exit page: the one visit dimension the session's state tells (the previous states)
+/// rather than its attributes, and whose visitors are its visits.
+const EXIT_PAGE: Dimension = Dimension::Visit(VisitDimension::ExitPage);
+
+/// A stored value of `dimension` as answers show it: the empty source or referrer is
+/// `Direct / None`; `None` for an empty value of any other dimension (a row not shown).
+fn display_value(dimension: &Dimension, value: &str) -> Option<String> {
     if !value.is_empty() {
         return Some(value.to_owned());
     }
-    matches!(dimension, "visit:source" | "visit:referrer").then(|| "Direct / None".to_owned())
+    matches!(dimension, Dimension::Visit(VisitDimension::Source | VisitDimension::Referrer))
+        .then(|| "Direct / None".to_owned())
 }
 
 impl Stats {

@@ -153,7 +153,7 @@ async fn raw_queries(
 ) -> Result<()> {
     use analytics::stats::{Filter, FilterOp};
     let filter =
-        |op, dimension: &str, value: &str| Filter { op, dimension: dimension.into(), values: vec![value.into()] };
+        |op, dimension: &str, value: &str| Filter::new(op, dimension, vec![value.into()]).expect("a filter dimension");
     let metrics = vec![Metric::Visitors, Metric::Pageviews];
     let sources = |f: Filter| {
         Query::new(site.site_id.clone(), metrics.clone(), range, vec!["visit:source".into()], vec![f], vec![], 100, 0)

@@ -37,6 +37,7 @@ use crate::wire::admin::{
     SettingsChange, ShareCreated, ShareEmbed, ShareView, SiteList, SiteView,
 };
 use crate::wire::json_ok;
+use crate::wire::stats::BodyFilter;
 
 /// The site named in a settings route's path, if the caller may manage it.
 async fn manage(state: &AppState, headers: &HeaderMap, site: &str) -> Result<(Reading, Site), ServerError> {
@@ -216,10 +217,15 @@ pub async fn add_segment(
     let (r, site) = manage(&state, &headers, &site).await?;
     let body: NewSegment = json_body(&headers, &body)?;
     let name = body.name.required("name")?;
-    let filters = body.filters.plain()?;
-    if filters.iter().any(|f| f.dimension == "segment") {
-        return Err(ServerError::bad_request("a segment cannot name another segment"));
-    }
+    let filters = body
+        .filters
+        .plain()?
+        .into_iter()
+        .map(|f| match f {
+            BodyFilter::Filter(f) => Ok(f),
+            BodyFilter::Segment { .. } => Err(ServerError::bad_request("a segment cannot name another segment")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if filters.is_empty() {
         return Err(ServerError::bad_request("a segment needs at least one filter"));
     }

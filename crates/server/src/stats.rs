@@ -7,6 +7,7 @@
 //! A missing, unknown, revoked or other site's key gets `401` with the same message, so a caller
 //! learns nothing about which sites exist.
 
+use analytics::dimension::{Dimension, EventDimension};
 use analytics::period::DateRange;
 use analytics::sites::Site;
 use analytics::stats::{FilterOp, Metric, Query, Value};
@@ -36,11 +37,12 @@ pub const MAX_IMPORT_BYTES: usize = 10 * 1024 * 1024;
 /// in Plausible's words: the history is daily counts of one dimension.
 fn imports_skip_reason(q: &Query) -> Option<&'static str> {
     let breakdown = q.dimensions.iter().find(|d| d.time_unit().is_none()).map(|d| d.name());
-    let mut filtered: Vec<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
+    let mut filtered: Vec<_> = q.filters.iter().map(|f| f.dimension.name()).collect();
     filtered.dedup();
     if q.dimensions.iter().any(|d| d.time_unit() == Some(analytics::period::Unit::Hour)) {
         Some("unsupported_interval")
-    } else if filtered.iter().any(|f| Some(*f) != breakdown.as_deref()) && !(breakdown.is_none() && filtered.len() == 1)
+    } else if filtered.iter().any(|f| Some(f.as_ref()) != breakdown.as_deref())
+        && !(breakdown.is_none() && filtered.len() == 1)
     {
         Some("unsupported_query")
     } else {
@@ -266,7 +268,7 @@ async fn revenue_query(r: &Reading, body: &QueryBody, site: &Site, asked: &[Stri
     let named: Vec<&String> = q
         .filters
         .iter()
-        .filter(|f| f.dimension == "event:goal" && f.op == FilterOp::Is)
+        .filter(|f| f.dimension == Dimension::Event(EventDimension::Goal) && f.op == FilterOp::Is)
         .flat_map(|f| &f.values)
         .collect();
     let chosen: Vec<&analytics::stats::GoalRevenue> =

@@ -17,6 +17,7 @@ use futures::StreamExt;
 
 use super::{Filter, Stats, StatsError, check_range};
 use crate::block::{Col, Cols};
+use crate::dimension::{Dimension, EventDimension};
 use crate::period::DateRange;
 
 /// One page's (or the site's) engagement; `None` where no engagement event said it.
@@ -74,7 +75,7 @@ impl Stats {
         filters: &[Filter],
     ) -> Result<(HashMap<String, Engagement>, Engagement), StatsError> {
         check_range(range)?;
-        if let Some(f) = filters.iter().find(|f| f.dimension != "event:page") {
+        if let Some(f) = filters.iter().find(|f| f.dimension != Dimension::Event(EventDimension::Page)) {
             return Err(StatsError::Invalid(format!(
                 "scroll_depth and time_on_page take filters on event:page only, not on {}",
                 f.dimension

@@ -4,8 +4,9 @@
 use futures::StreamExt;
 
 use super::{Stats, StatsError, display_value};
+use crate::dimension::{Dimension, EventDimension, VisitDimension};
 use crate::period::DateRange;
-use crate::stored::{Counters, EVENT_DIMENSIONS, Period, TOTAL, VISIT_DIMENSIONS};
+use crate::stored::{Counters, Period};
 
 /// One daily aggregate item, as `tally export --aggregates` writes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,14 +54,16 @@ impl Stats {
     pub async fn export_days(&self, site_id: &str, range: &DateRange) -> Result<Vec<DayItem>, StatsError> {
         let (first, last) = (range.first().to_string(), range.last().to_string());
         let mut out = Vec::new();
-        for dimension in
-            std::iter::once(TOTAL).chain(EVENT_DIMENSIONS.iter().copied()).chain(VISIT_DIMENSIONS.iter().copied())
-        {
-            for (bucket, value, sum) in self.read(site_id, Period::Day, dimension, &first, &last).await? {
+        let every = std::iter::once(Dimension::Total)
+            .chain(EventDimension::ALL.map(Dimension::Event))
+            .chain(VisitDimension::ALL.map(Dimension::Visit));
+        for dimension in every {
+            let name = dimension.name();
+            for (bucket, value, sum) in self.read(site_id, Period::Day, &name, &first, &last).await? {
                 out.push(DayItem {
                     date: bucket,
-                    dimension: dimension.to_owned(),
-                    value: display_value(dimension, &value).unwrap_or(value),
+                    dimension: name.clone().into_owned(),
+                    value: display_value(&dimension, &value).unwrap_or(value),
                     visitors: sum.sketch.estimate(),
                     counters: sum.counters,
                 });

@@ -1,10 +1,11 @@
 //! The aggregate query path, [`Stats::query`]: a query planned (which dimension is read, from
 //! its aggregate items or from the raw events, over which buckets), read, made rows and ordered.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use super::{
-    MAX_QUERY_BUCKETS, MAX_QUERY_ROWS, Metric, OrderKey, Query, Row, Stats, StatsError, Sum, Value, display_value, scan,
+    EXIT_PAGE, MAX_QUERY_BUCKETS, MAX_QUERY_ROWS, Metric, OrderKey, Query, Row, Stats, StatsError, Sum, Value,
+    display_value, scan,
 };
 use crate::dimension::Dimension;
 use crate::period::{Bucket, SiteZone, Unit};
@@ -88,10 +89,10 @@ impl Stats {
         let (zone, weeks_from) = self.zone_and_weeks(&q.site_id).await?;
         let bounds = zone.bounds_ms(&q.range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let time = q.dimensions.iter().find_map(Dimension::time_unit);
-        let breakdown = q.dimensions.iter().find(|d| d.time_unit().is_none()).map(|d| d.name().into_owned());
+        let breakdown = q.dimensions.iter().find(|d| d.time_unit().is_none()).cloned();
         let session_metrics = q.metrics.iter().any(|m| m.is_session_metric());
-        let (mut source, mut raw) = source_of(q, breakdown.as_deref(), session_metrics);
-        if session_metrics && source.starts_with("event:") {
+        let (mut source, mut raw) = source_of(q, breakdown.as_ref(), session_metrics);
+        if session_metrics && source.is_of_event() {
             return Err(StatsError::Invalid(format!(
                 "session metrics cannot be combined with an event dimension ({source}) as the breakdown"
             )));
@@ -99,8 +100,8 @@ impl Stats {
         let wanted = wanted_buckets(&zone, time, bounds, weeks_from)?;
         // Hour items are stored for a few dimensions only: an hourly series or a part-day range
         // of any other is answered from the raw events (as far back as the site keeps them).
-        if wanted.iter().any(|(p, _)| *p == Period::Hour) && !HOUR_DIMENSIONS.contains(&source.as_str()) {
-            source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
+        if wanted.iter().any(|(p, _)| *p == Period::Hour) && !HOUR_DIMENSIONS.contains(&&*source.name()) {
+            source = breakdown.clone().unwrap_or(Dimension::Total);
             raw = true;
         }
         Ok(Plan { zone, bounds, time, breakdown, source, raw, session_metrics, wanted })
@@ -113,12 +114,12 @@ impl Stats {
         let raw_sums = if plan.raw { Some(self.read_raw(q, plan).await?) } else { None };
         let groups = match &raw_sums {
             Some((sums, labels)) => sums.labelled(&plan.source, labels),
-            None => self.gather(&q.site_id, &plan.source, &plan.wanted, &label_of).await?,
+            None => self.gather(&q.site_id, &plan.source.name(), &plan.wanted, &label_of).await?,
         };
         // Conversion rates divide by all of the range's visitors.
         let total_visitors = if q.metrics.contains(&Metric::ConversionRate) {
             let totals = match &raw_sums {
-                Some((sums, labels)) => sums.labelled(TOTAL, labels),
+                Some((sums, labels)) => sums.labelled(&Dimension::Total, labels),
                 None => self.gather(&q.site_id, TOTAL, &plan.wanted, &label_of).await?,
             };
             let mut by_label: HashMap<String, VisitorSketch> = HashMap::new();
@@ -132,7 +133,7 @@ impl Stats {
         // Imported history, when asked for, on the aggregate path only: it holds daily counts per
         // dimension, so neither filters on another dimension nor an hourly series can use it.
         let imported = if q.include_imports && !plan.raw && plan.time != Some(Unit::Hour) {
-            crate::imported::read(&self.table, &q.site_id, &plan.source, &q.range)
+            crate::imported::read(&self.table, &q.site_id, &plan.source.name(), &q.range)
                 .await
                 .map_err(|e| StatsError::Corrupt(e.to_string()))?
         } else {
@@ -161,7 +162,7 @@ impl Stats {
         buckets.sort_unstable();
         // Visit counters only for the metrics made of them (and the exit page's visitors,
         // which are its visits).
-        let visits = plan.session_metrics || plan.source == "visit:exit_page";
+        let visits = plan.session_metrics || plan.source == EXIT_PAGE;
         let sums = self.raw_sums(&q.site_id, partitions, &q.filters, &plan.source, visits, buckets).await?;
         Ok((sums, labels))
     }
@@ -176,9 +177,9 @@ struct Plan {
     /// The unit of the query's time dimension, if it has one.
     time: Option<Unit>,
     /// The query's breakdown dimension, if it has one.
-    breakdown: Option<String>,
-    /// The dimension read: the breakdown, the one filtered, or the site totals ([`TOTAL`]).
-    source: String,
+    breakdown: Option<Dimension>,
+    /// The dimension read: the breakdown, the one filtered, or the site totals ([`Dimension::Total`]).
+    source: Dimension,
     /// Whether the raw events are read rather than `source`'s aggregate items.
     raw: bool,
     /// Whether a metric is made of visit counters.
@@ -209,25 +210,25 @@ struct Read {
 /// The aggregate path reads one dimension's items; filters on any other dimension need the raw
 /// events, filtered event by event and aggregated in memory. Visit metrics under an event filter
 /// describe the visits with a matching event, which only the raw events tell.
-fn source_of(q: &Query, breakdown: Option<&str>, session_metrics: bool) -> (String, bool) {
-    let filtered: BTreeSet<&str> = q.filters.iter().map(|f| f.dimension.as_str()).collect();
-    let event_filtered = filtered.iter().any(|d| d.starts_with("event:"));
-    let (mut source, mut raw) = match (breakdown, filtered.len()) {
-        (Some(b), _) if filtered.iter().all(|f| *f == b) => (b.to_owned(), false),
-        (None, 0) => (TOTAL.to_owned(), false),
-        (None, 1) if !(session_metrics && event_filtered) => {
-            (filtered.iter().next().map(|s| (*s).to_owned()).unwrap_or_default(), false)
+fn source_of(q: &Query, breakdown: Option<&Dimension>, session_metrics: bool) -> (Dimension, bool) {
+    let mut filtered: Vec<&Dimension> = Vec::new();
+    for f in &q.filters {
+        if !filtered.contains(&&f.dimension) {
+            filtered.push(&f.dimension);
         }
-        (Some(b), _) => (b.to_owned(), true),
-        (None, _) => (TOTAL.to_owned(), true),
+    }
+    let event_filtered = filtered.iter().any(|d| d.is_of_event());
+    let (mut source, mut raw) = match (breakdown, filtered.as_slice()) {
+        (Some(b), _) if filtered.iter().all(|f| *f == b) => (b.clone(), false),
+        (None, []) => (Dimension::Total, false),
+        (None, [only]) if !(session_metrics && event_filtered) => ((*only).clone(), false),
+        (Some(b), _) => (b.clone(), true),
+        (None, _) => (Dimension::Total, true),
     };
     // Region, city, screen size and language keep no item for visits without a value, which
     // a negated filter on them must count: the raw events have them.
-    if q.filters
-        .iter()
-        .any(|f| f.op.is_negated() && crate::stored::SPARSE_VISIT_DIMENSIONS.contains(&f.dimension.as_str()))
-    {
-        source = breakdown.map_or_else(|| TOTAL.to_owned(), str::to_owned);
+    if q.filters.iter().any(|f| f.op.is_negated() && matches!(&f.dimension, Dimension::Visit(v) if v.is_sparse())) {
+        source = breakdown.cloned().unwrap_or(Dimension::Total);
         raw = true;
     }
     (source, raw)
@@ -277,7 +278,7 @@ fn rows(q: &Query, plan: &Plan, read: Read) -> Vec<Row> {
     let mut rows: BTreeMap<(String, String), Sum> = BTreeMap::new();
     for ((label, value), sum) in read.groups {
         if !raw
-            && source != TOTAL
+            && *source != Dimension::Total
             && !q.filters.iter().all(|f| f.accepts(&display_value(source, &value).unwrap_or_default()))
         {
             continue;
@@ -296,7 +297,7 @@ fn rows(q: &Query, plan: &Plan, read: Read) -> Vec<Row> {
     }
     let mut imported_visitors: HashMap<(String, String), i64> = HashMap::new();
     for (date, value, counts) in read.imported {
-        if source != TOTAL && !q.filters.iter().all(|f| f.accepts(&value)) {
+        if *source != Dimension::Total && !q.filters.iter().all(|f| f.accepts(&value)) {
             continue;
         }
         let Ok(day) = plan.zone.bucket_by_label(Unit::Day, &date.to_string()) else { continue };
@@ -325,7 +326,7 @@ fn rows(q: &Query, plan: &Plan, read: Read) -> Vec<Row> {
 /// `imported_visitors` are added to its visitors (imported history, `crate::imported`).
 pub(super) fn row_of(
     q: &Query,
-    source: &str,
+    source: &Dimension,
     label: &str,
     value: &str,
     s: &Sum,
@@ -333,8 +334,7 @@ pub(super) fn row_of(
     imported_visitors: u64,
 ) -> Row {
     let c = &s.counters;
-    let visitors =
-        if source == "visit:exit_page" { c.visits.max(0) as u64 } else { s.sketch.estimate() + imported_visitors };
+    let visitors = if *source == EXIT_PAGE { c.visits.max(0) as u64 } else { s.sketch.estimate() + imported_visitors };
     let per_visit = |x: i64| if c.visits > 0 { x as f64 / c.visits as f64 } else { 0.0 };
     let metrics = q
         .metrics

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use crate::dimension::{Dimension, EventDimension};
 use crate::period::DateRange;
 use crate::sites::SiteId;
-use crate::stored::TOTAL;
 
 /// A metric of the Stats API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,13 +150,24 @@ fn pattern(text: &str) -> Option<Arc<regex::Regex>> {
 pub struct Filter {
     /// The operator.
     pub op: FilterOp,
-    /// The dimension (`visit:source`, `event:page`, …).
-    pub dimension: String,
+    /// The dimension filtered, parsed from its name (`visit:source`, `event:page`, …) by
+    /// [`Filter::new`]: an aggregate dimension, not the totals.
+    pub dimension: Dimension,
     /// The values (or, for `matches`, the patterns) compared with; one matching is enough.
     pub values: Vec<String>,
 }
 
 impl Filter {
+    /// A filter on the dimension named `dimension`, or the error a query gives for a name that
+    /// is not an aggregate dimension (a time dimension, the totals, an unknown name).
+    pub fn new(op: FilterOp, dimension: &str, values: Vec<String>) -> Result<Filter, StatsError> {
+        match Dimension::parse(dimension) {
+            Some(d) if d.is_aggregated() && d != Dimension::Total => Ok(Filter { op, dimension: d, values }),
+            _ => Err(unknown_filter_dimension(dimension)),
+        }
+    }
+
+    /// Whether `value` passes the filter.
     pub(super) fn accepts(&self, value: &str) -> bool {
         match self.op {
             // Stored values are bounded (`key_bound`); a filter may name the whole value or
@@ -265,8 +275,8 @@ pub struct Row {
     pub metrics: Vec<Value>,
 }
 
-fn is_aggregate_dimension(d: &str) -> bool {
-    crate::dimension::Dimension::parse(d).is_some_and(|d| d.is_aggregated())
+fn unknown_filter_dimension(name: &str) -> StatsError {
+    StatsError::Invalid(format!("unknown filter dimension `{name}`"))
 }
 
 /// The years a query's date range may cover: wide enough for any real site, narrow enough that
@@ -316,8 +326,8 @@ pub fn check_filters(filters: &[Filter]) -> Result<(), StatsError> {
         )));
     }
     for f in filters {
-        if !is_aggregate_dimension(&f.dimension) || f.dimension == TOTAL {
-            return Err(StatsError::Invalid(format!("unknown filter dimension `{}`", f.dimension)));
+        if !f.dimension.is_aggregated() || f.dimension == Dimension::Total {
+            return Err(unknown_filter_dimension(&f.dimension.name()));
         }
         if f.values.is_empty() {
             return Err(StatsError::Invalid(format!("the filter on `{}` needs at least one value", f.dimension)));
@@ -401,7 +411,7 @@ impl Query {
         }
         if metrics.contains(&Metric::ConversionRate)
             && !parsed.contains(&Dimension::Event(EventDimension::Goal))
-            && !filters.iter().any(|f| f.dimension == "event:goal")
+            && !filters.iter().any(|f| f.dimension == Dimension::Event(EventDimension::Goal))
         {
             return Err(StatsError::Invalid(
                 "conversion_rate needs the event:goal dimension or a filter on event:goal".into(),

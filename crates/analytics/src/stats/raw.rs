@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::{Filter, Stats, StatsError, scan};
+use crate::dimension::Dimension;
 use crate::period::SiteZone;
 
 /// A scan that stopped without an answer (it panicked, or the runtime is shutting down).
@@ -86,12 +87,12 @@ impl Stats {
         site_id: &str,
         (first, last): (crate::visitor::UtcDay, crate::visitor::UtcDay),
         filters: &[Filter],
-        dimension: &str,
+        dimension: &Dimension,
         visits: bool,
         buckets: Vec<(i64, i64, u32)>,
     ) -> Result<scan::Sums, StatsError> {
         let deadline = self.deadline();
-        let shared = Arc::new((filters.to_vec(), dimension.to_owned(), buckets));
+        let shared = Arc::new((filters.to_vec(), dimension.clone(), buckets));
         let mut days = self.scan_days(
             site_id,
             (first, last),

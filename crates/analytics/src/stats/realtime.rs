@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Filter, Query, Row, Stats, StatsError, Sum, check_filters, display_value, order, plan::row_of};
+use super::{EXIT_PAGE, Filter, Query, Row, Stats, StatsError, Sum, check_filters, display_value, order, plan::row_of};
+use crate::dimension::{Dimension, EventDimension};
 use crate::sketch::VisitorSketch;
 use crate::stored::{Period, TOTAL, minute_label};
 
@@ -33,15 +34,15 @@ impl Stats {
         let this_minute = now_ms.div_euclid(60_000);
         let (start, end) = ((this_minute - 29) * 60_000, (this_minute + 1) * 60_000);
         let partitions = self.check_raw(&q.site_id, (start, end)).await?;
-        let breakdown = q.dimensions.first().map(|d| d.name().into_owned());
-        let source = breakdown.clone().unwrap_or_else(|| TOTAL.to_owned());
-        let visits = q.metrics.iter().any(|m| m.is_session_metric()) || source == "visit:exit_page";
+        let breakdown = q.dimensions.first();
+        let source = breakdown.cloned().unwrap_or(Dimension::Total);
+        let visits = q.metrics.iter().any(|m| m.is_session_metric()) || source == EXIT_PAGE;
         // The 30 minutes are one group.
         let raw = self.raw_sums(&q.site_id, partitions, &q.filters, &source, visits, vec![(start, end, 0)]).await?;
         let labels = [String::new()];
         let mut sums: BTreeMap<String, Sum> = BTreeMap::new();
         let mut total = VisitorSketch::new();
-        for sum in raw.labelled(TOTAL, &labels).values() {
+        for sum in raw.labelled(&Dimension::Total, &labels).values() {
             total.merge(&sum.sketch);
         }
         for ((_, value), sum) in raw.labelled(&source, &labels) {
@@ -97,11 +98,12 @@ impl Stats {
         let minutes: Vec<(i64, i64, u32)> =
             (0..30).map(|n| (start + n * 60_000, start + (n + 1) * 60_000, n as u32)).collect();
         let labels: Vec<String> = minutes.iter().map(|&(s, _, _)| minute_label(s)).collect();
-        let raw = self.raw_sums(site_id, partitions, filters, "event:page", false, minutes).await?;
-        let items = |dimension: &str| -> Vec<(String, String, Sum)> {
+        let page = Dimension::Event(EventDimension::Page);
+        let raw = self.raw_sums(site_id, partitions, filters, &page, false, minutes).await?;
+        let items = |dimension: &Dimension| -> Vec<(String, String, Sum)> {
             raw.labelled(dimension, &labels).into_iter().map(|((label, value), sum)| (label, value, sum)).collect()
         };
-        Ok(realtime_of(this_minute, items(TOTAL), items("event:page")))
+        Ok(realtime_of(this_minute, items(&Dimension::Total), items(&page)))
     }
 }
 

@@ -25,16 +25,16 @@ use std::borrow::Cow;
 use hashbrown::HashMap;
 
 use crate::block::{Block, Col, Cols, SessionKey, VISIT_TEXT};
-use crate::dimension::VisitDimension;
+use crate::dimension::{Dimension, EventDimension, VisitDimension};
 use crate::event_store::StoredBlock;
-use crate::stored::{Counters, ENGAGEMENT, PROPS_PREFIX, PrevState};
+use crate::stored::{Counters, ENGAGEMENT, PrevState};
 
-use super::{Filter, StatsError, Sum, display_value};
+use super::{EXIT_PAGE, Filter, StatsError, Sum, display_value};
 
 /// What a scan computes: the sums of `dimension`'s values and of the site totals, per group.
 pub(super) struct Spec<'a> {
     pub filters: &'a [Filter],
-    pub dimension: &'a str,
+    pub dimension: &'a Dimension,
     /// Whether visit counters (visits, bounces, duration, the visit's page views) are wanted:
     /// without them a scan reads neither the previous states nor the sessions' order.
     pub visits: bool,
@@ -54,9 +54,13 @@ pub(super) struct Sums {
 impl Sums {
     /// The sums of `dimension` ([`crate::stored::TOTAL`] for the totals) by (label of their
     /// group, value), as [`super::Stats::gather`] returns stored ones.
-    pub fn labelled(&self, dimension: &str, labels: &[String]) -> std::collections::BTreeMap<(String, String), Sum> {
+    pub fn labelled(
+        &self,
+        dimension: &Dimension,
+        labels: &[String],
+    ) -> std::collections::BTreeMap<(String, String), Sum> {
         let label = |g: &u32| labels.get(*g as usize).cloned().unwrap_or_default();
-        if dimension == crate::stored::TOTAL {
+        if *dimension == Dimension::Total {
             self.totals.iter().map(|(g, s)| ((label(g), String::new()), s.clone())).collect()
         } else {
             self.values.iter().map(|((g, v), s)| ((label(g), v.clone()), s.clone())).collect()
@@ -94,18 +98,17 @@ enum Source<'a> {
     None,
 }
 
-fn source(dimension: &str) -> Source<'_> {
-    use crate::dimension::{Dimension, EventDimension};
-    match Dimension::parse(dimension) {
-        Some(Dimension::Total) => Source::Total,
-        Some(Dimension::Event(EventDimension::Page)) => Source::Page,
-        Some(Dimension::Event(EventDimension::Hostname)) => Source::Hostname,
-        Some(Dimension::Event(EventDimension::Name)) => Source::Name,
-        Some(Dimension::Event(EventDimension::Goal)) => Source::Goal,
-        Some(Dimension::Visit(VisitDimension::ExitPage)) => Source::ExitPage,
-        Some(Dimension::Visit(d)) => visit_col(d).map_or(Source::None, Source::Visit),
-        Some(Dimension::Prop(_)) => Source::Prop(&dimension[PROPS_PREFIX.len()..]),
-        Some(Dimension::Time(_)) | None => Source::None,
+fn source(dimension: &Dimension) -> Source<'_> {
+    match dimension {
+        Dimension::Total => Source::Total,
+        Dimension::Event(EventDimension::Page) => Source::Page,
+        Dimension::Event(EventDimension::Hostname) => Source::Hostname,
+        Dimension::Event(EventDimension::Name) => Source::Name,
+        Dimension::Event(EventDimension::Goal) => Source::Goal,
+        Dimension::Visit(VisitDimension::ExitPage) => Source::ExitPage,
+        Dimension::Visit(d) => visit_col(*d).map_or(Source::None, Source::Visit),
+        Dimension::Prop(key) => Source::Prop(key),
+        Dimension::Time(_) => Source::None,
     }
 }
 
@@ -139,8 +142,7 @@ fn visit_col(dimension: VisitDimension) -> Option<usize> {
 /// Whether a scan needs the visit columns: for visit counters, and for the exit page (which
 /// the previous states tell).
 fn needs_visits(spec: &Spec<'_>) -> bool {
-    spec.visits
-        || spec.filters.iter().map(|f| f.dimension.as_str()).chain([spec.dimension]).any(|d| d == "visit:exit_page")
+    spec.visits || spec.filters.iter().map(|f| &f.dimension).chain([spec.dimension]).any(|d| *d == EXIT_PAGE)
 }
 
 /// The columns a scan reads.
@@ -149,8 +151,7 @@ fn columns(spec: &Spec<'_>) -> Cols {
     if needs_visits(spec) {
         cols = cols.with(Col::Seq).with(Col::Interactive).with(Col::Prev).with(Col::PrevExit).with(Col::VisitStart);
     }
-    let dimensions = spec.filters.iter().map(|f| f.dimension.as_str()).chain([spec.dimension]);
-    for d in dimensions {
+    for d in spec.filters.iter().map(|f| &f.dimension).chain([spec.dimension]) {
         cols = match source(d) {
             Source::Hostname => cols.with(Col::Hostname),
             Source::Goal => cols.with(Col::Goals),
@@ -188,7 +189,7 @@ impl<'a> Filters<'a> {
         Filters {
             filters,
             sources: filters.iter().map(|f| source(&f.dimension)).collect(),
-            on_event: filters.iter().map(|f| f.dimension.starts_with("event:")).collect(),
+            on_event: filters.iter().map(|f| f.dimension.is_of_event()).collect(),
         }
     }
 
@@ -203,11 +204,10 @@ impl<'a> Filters<'a> {
                     Source::Hostname => &block.hostname,
                     Source::Name => &block.name,
                     Source::Visit(i) => {
-                        let d = &f.dimension;
                         return Some(
                             block.visit[*i]
                                 .values()
-                                .map(|v| accepts(f, &display_value(d, v).unwrap_or_default()))
+                                .map(|v| accepts(f, &display_value(&f.dimension, v).unwrap_or_default()))
                                 .collect(),
                         );
                     }
@@ -470,7 +470,7 @@ fn selected_sessions(
     filters: &[Filter],
     extra: Cols,
 ) -> Result<(Vec<Block>, Vec<SessionEvents>), StatsError> {
-    let spec = Spec { filters, dimension: crate::stored::TOTAL, visits: false, buckets: &[] };
+    let spec = Spec { filters, dimension: &Dimension::Total, visits: false, buckets: &[] };
     let cols = columns(&spec).with(Col::Seq).union(extra);
     let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
     let by = Filters::new(filters);

@@ -99,10 +99,8 @@ fn filter() -> impl Strategy<Value = Filter> {
         Just(("event:goal", vec!["Signup"])),
         Just(("event:name", vec!["Signup", "pageview"])),
     ];
-    (op, dim_values, any::<prop::sample::Index>()).prop_map(|(op, (dimension, values), i)| Filter {
-        op,
-        dimension: dimension.into(),
-        values: vec![values[i.index(values.len())].to_owned()],
+    (op, dim_values, any::<prop::sample::Index>()).prop_map(|(op, (dimension, values), i)| {
+        Filter::new(op, dimension, vec![values[i.index(values.len())].to_owned()]).unwrap()
     })
 }
 
@@ -196,7 +194,7 @@ proptest! {
         }
         let mut scanned = scan::Sums::default();
         for blocks in blocks_by_day(&events, split) {
-            let spec = scan::Spec { filters: &filters, dimension, visits, buckets: &buckets };
+            let spec = scan::Spec { filters: &filters, dimension: &Dimension::parse(dimension).unwrap(), visits, buckets: &buckets };
             scanned.merge(scan::scan_day(&blocks, &spec).unwrap());
         }
         crate::event_store::sort_sessions(&mut events);
@@ -213,7 +211,7 @@ proptest! {
                     .filter(|(_, (c, v))| !c.is_zero() || *v > 0)
                     .collect();
             }
-            prop_assert_eq!(settle(scanned.labelled(d, &labels)), expected, "{}", d);
+            prop_assert_eq!(settle(scanned.labelled(&Dimension::parse(d).unwrap(), &labels)), expected, "{}", d);
         }
     }
 
@@ -261,22 +259,23 @@ proptest! {
 }
 
 /// The values of `dimension` for one stored event, as a filter sees them (the reference's).
-fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
+fn event_value(e: &crate::stored::StoredEvent, dimension: &Dimension) -> Vec<String> {
+    use crate::dimension::EventDimension;
     // Bounded as the aggregates' values are, so both paths filter alike.
     let one = |v: &str| vec![crate::key_bound::bound_value(v).into_owned()];
     match dimension {
-        "event:page" => one(&e.path),
-        "event:hostname" => one(&e.hostname),
-        "event:name" => one(&e.name),
-        "event:goal" => e.goals.iter().map(|g| crate::key_bound::bound_value(g).into_owned()).collect(),
-        "visit:exit_page" => one(&e.next().exit_page),
-        d if let Some(key) = d.strip_prefix(crate::stored::PROPS_PREFIX) => {
-            e.props.get(key).map(|v| one(v)).unwrap_or_default()
+        Dimension::Event(EventDimension::Page) => one(&e.path),
+        Dimension::Event(EventDimension::Hostname) => one(&e.hostname),
+        Dimension::Event(EventDimension::Name) => one(&e.name),
+        Dimension::Event(EventDimension::Goal) => {
+            e.goals.iter().map(|g| crate::key_bound::bound_value(g).into_owned()).collect()
         }
-        d => crate::dimension::VisitDimension::parse(d)
-            .and_then(|visit| visit.value(&e.visit))
-            .map(|v| one(&display_value(d, v).unwrap_or_default()))
-            .unwrap_or_default(),
+        Dimension::Visit(VisitDimension::ExitPage) => one(&e.next().exit_page),
+        Dimension::Prop(key) => e.props.get(key.as_str()).map(|v| one(v)).unwrap_or_default(),
+        Dimension::Visit(visit) => {
+            visit.value(&e.visit).map(|v| one(&display_value(dimension, v).unwrap_or_default())).unwrap_or_default()
+        }
+        Dimension::Total | Dimension::Time(_) => Vec::new(),
     }
 }
 
@@ -287,7 +286,7 @@ fn event_value(e: &crate::stored::StoredEvent, dimension: &str) -> Vec<String> {
 fn session_selected(session: &[crate::stored::StoredEvent], filters: &[Filter]) -> bool {
     let Some(last) = session.last() else { return false };
     filters.iter().all(|f| {
-        if !f.dimension.starts_with("event:") {
+        if !f.dimension.is_of_event() {
             passes(f, last)
         } else if f.op.is_negated() {
             session.iter().all(|e| passes(f, e))

@@ -84,7 +84,7 @@ async fn the_longest_accepted_url_and_prop_value_are_aggregated_and_filterable()
     // Filtering by the whole path or by the value shown finds the row, from the aggregates
     // (a filter on the breakdown) and from the raw events (a filter on another dimension).
     for value in [whole.clone(), shown.clone()] {
-        let filter = || vec![Filter { op: FilterOp::Is, dimension: "event:page".into(), values: vec![value.clone()] }];
+        let filter = || vec![Filter::new(FilterOp::Is, "event:page", vec![value.clone()]).unwrap()];
         let by_aggregates = w.stats.query(&query(&w, (&day, &day), &["event:page"], filter()).unwrap()).await.unwrap();
         assert_eq!(by_aggregates.len(), 1);
         let by_raw = w.stats.query(&query(&w, (&day, &day), &["event:props:plan"], filter()).unwrap()).await.unwrap();
@@ -116,7 +116,7 @@ async fn a_query_is_refused_past_its_bounds_with_the_bound_named() {
     let new = |metrics: Vec<Metric>, filters: Vec<Filter>, order: Vec<(String, bool)>, limit| {
         Query::new(w.site.site_id.clone(), metrics, range, vec![], filters, order, limit, 0)
     };
-    let is = |n: usize| Filter { op: FilterOp::Is, dimension: "event:page".into(), values: vec!["/".into(); n] };
+    let is = |n: usize| Filter::new(FilterOp::Is, "event:page", vec!["/".into(); n]).unwrap();
     assert!(err(new(vec![Metric::Visitors; 2], vec![], vec![], 10)).contains("listed twice"));
     assert!(err(new(vec![Metric::Visitors], vec![], vec![], 10_001)).contains("at most 10000"));
     assert!(

@@ -158,13 +158,13 @@ async fn breakdowns_by_page_source_exit_page_goal_and_day() {
 #[tokio::test]
 async fn filters_ordering_and_pagination() {
     let w = world().await;
-    let google = Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Google".into()] };
+    let google = Filter::new(FilterOp::Is, "visit:source", vec!["Google".into()]).unwrap();
     let got = w.stats.query(&q(&w, &[Metric::Visitors, Metric::Pageviews], &[], vec![google])).await.unwrap();
     assert_eq!(rows(&got), vec![(vec![], vec![Int(1), Int(2)])]);
-    let not_home = Filter { op: FilterOp::IsNot, dimension: "event:page".into(), values: vec!["/".into()] };
+    let not_home = Filter::new(FilterOp::IsNot, "event:page", vec!["/".into()]).unwrap();
     let got = w.stats.query(&q(&w, &[Metric::Pageviews], &["event:page"], vec![not_home])).await.unwrap();
     assert_eq!(rows(&got).len(), 2);
-    let contains = Filter { op: FilterOp::Contains, dimension: "event:page".into(), values: vec!["pri".into()] };
+    let contains = Filter::new(FilterOp::Contains, "event:page", vec!["pri".into()]).unwrap();
     let got = w.stats.query(&q(&w, &[Metric::Pageviews], &["event:page"], vec![contains])).await.unwrap();
     assert_eq!(rows(&got), vec![(vec!["/pricing".into()], vec![Int(1)])]);
     let mut paged = q(&w, &[Metric::Pageviews], &["event:page"], vec![]);
@@ -179,7 +179,7 @@ async fn filters_ordering_and_pagination() {
 async fn filters_on_another_dimension_read_raw_events_and_agree_with_aggregates() {
     let w = world().await;
     // Page views by page of visits from Google: a's two pages.
-    let google = Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Google".into()] };
+    let google = Filter::new(FilterOp::Is, "visit:source", vec!["Google".into()]).unwrap();
     let got =
         w.stats.query(&q(&w, &[Metric::Visitors, Metric::Pageviews], &["event:page"], vec![google])).await.unwrap();
     assert_eq!(
@@ -187,8 +187,8 @@ async fn filters_on_another_dimension_read_raw_events_and_agree_with_aggregates(
         vec![(vec!["/".into()], vec![Int(1), Int(1)]), (vec!["/pricing".into()], vec![Int(1), Int(1)])]
     );
     // Two filters on other dimensions: direct visits on Linux, by source — b and c.
-    let direct = Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Direct / None".into()] };
-    let linux = Filter { op: FilterOp::Is, dimension: "visit:os".into(), values: vec!["Linux".into()] };
+    let direct = Filter::new(FilterOp::Is, "visit:source", vec!["Direct / None".into()]).unwrap();
+    let linux = Filter::new(FilterOp::Is, "visit:os", vec!["Linux".into()]).unwrap();
     let all = [Metric::Visitors, Metric::Visits, Metric::Pageviews, Metric::BounceRate, Metric::VisitDuration];
     let raw = w.stats.query(&q(&w, &all, &["visit:browser"], vec![direct.clone(), linux])).await.unwrap();
     // The same numbers as the aggregate path's one-filter answer for the same visits.
@@ -199,13 +199,12 @@ async fn filters_on_another_dimension_read_raw_events_and_agree_with_aggregates(
     assert_eq!(raw[0].metrics, vec![Int(2), Int(2), Int(2), Int(50), Int(150)]);
     // Regular expressions and negations answer the same: sources matching `^Goo` are Google's,
     // and "not matching" or "not containing" it leaves the direct visits.
-    let goo = Filter { op: FilterOp::Matches, dimension: "visit:source".into(), values: vec!["^Goo".into()] };
+    let goo = Filter::new(FilterOp::Matches, "visit:source", vec!["^Goo".into()]).unwrap();
     let by_page = |f: Filter| q(&w, &[Metric::Visitors, Metric::Pageviews], &["event:page"], vec![f]);
     assert_eq!(rows(&w.stats.query(&by_page(goo)).await.unwrap()), rows(&got));
-    let not_goo = Filter { op: FilterOp::MatchesNot, dimension: "visit:source".into(), values: vec!["^Goo".into()] };
-    let no_google = Filter { op: FilterOp::ContainsNot, dimension: "visit:source".into(), values: vec!["oogl".into()] };
-    let direct_only =
-        Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Direct / None".into()] };
+    let not_goo = Filter::new(FilterOp::MatchesNot, "visit:source", vec!["^Goo".into()]).unwrap();
+    let no_google = Filter::new(FilterOp::ContainsNot, "visit:source", vec!["oogl".into()]).unwrap();
+    let direct_only = Filter::new(FilterOp::Is, "visit:source", vec!["Direct / None".into()]).unwrap();
     let expected = rows(&w.stats.query(&by_page(direct_only)).await.unwrap());
     assert!(!expected.is_empty());
     assert_eq!(rows(&w.stats.query(&by_page(not_goo)).await.unwrap()), expected);
@@ -219,8 +218,7 @@ async fn filters_on_another_dimension_read_raw_events_and_agree_with_aggregates(
 async fn an_event_filter_gives_the_visit_metrics_of_the_visits_it_matches() {
     let w = world().await;
     let all = [Metric::Visitors, Metric::Visits, Metric::Pageviews, Metric::BounceRate, Metric::VisitDuration];
-    let filter =
-        |op, dimension: &str, value: &str| Filter { op, dimension: dimension.into(), values: vec![value.into()] };
+    let filter = |op, dimension: &str, value: &str| Filter::new(op, dimension, vec![value.into()]).unwrap();
     let world = &w;
     let totals = |filters: Vec<Filter>| {
         let query = q(world, &all, &[], filters);
@@ -292,7 +290,7 @@ async fn funnels_count_the_visitors_who_did_each_step_in_order() {
 #[tokio::test]
 async fn filtered_reads_reach_as_far_back_as_raw_events_are_kept_and_no_further() {
     let w = world().await;
-    let google = Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Google".into()] };
+    let google = Filter::new(FilterOp::Is, "visit:source", vec!["Google".into()]).unwrap();
     let mut quarter = q(&w, &[Metric::Visitors, Metric::Pageviews], &["event:page"], vec![google]);
     quarter.range = DateRange::new(w.day.checked_sub(jiff::Span::new().days(89)).unwrap(), w.day).unwrap();
     let expected = vec![(vec!["/".into()], vec![Int(1), Int(1)]), (vec!["/pricing".into()], vec![Int(1), Int(1)])];
@@ -349,7 +347,7 @@ async fn bad_queries_say_what_is_wrong() {
     assert!(make(vec![Metric::Visitors], vec!["event:nope"]).unwrap_err().to_string().contains("event:nope"));
     assert!(make(vec![Metric::BounceRate], vec!["event:page"]).unwrap_err().to_string().contains("bounce_rate"));
     assert!(make(vec![Metric::ConversionRate], vec![]).unwrap_err().to_string().contains("event:goal"));
-    let google = Filter { op: FilterOp::Is, dimension: "visit:source".into(), values: vec!["Google".into()] };
+    let google = Filter::new(FilterOp::Is, "visit:source", vec!["Google".into()]).unwrap();
     let err = w.stats.query(&q(&w, &[Metric::BounceRate], &["visit:source"], vec![google.clone()])).await;
     assert!(err.is_ok(), "a visit filter with its own breakdown is fine: {err:?}");
     let err = make(vec![Metric::Visits], vec!["event:page"]).unwrap_err();
@@ -517,7 +515,7 @@ async fn recent_sessions_cost_what_they_list_not_the_days_traffic() {
 async fn hourly_series_of_any_dimension_come_from_the_raw_events() {
     let w = world().await;
     let metrics = [Metric::Visitors, Metric::Visits, Metric::Pageviews, Metric::Events];
-    let firefox = Filter { op: FilterOp::Is, dimension: "visit:browser".into(), values: vec!["Firefox".into()] };
+    let firefox = Filter::new(FilterOp::Is, "visit:browser", vec!["Firefox".into()]).unwrap();
     let stored = rows(&w.stats.query(&q(&w, &metrics, &["time:hour"], vec![])).await.unwrap());
     let filtered = rows(&w.stats.query(&q(&w, &metrics, &["time:hour"], vec![firefox])).await.unwrap());
     let day = w.day.to_string();
@@ -532,6 +530,6 @@ async fn hourly_series_of_any_dimension_come_from_the_raw_events() {
         by_browser.into_iter().map(|(d, m)| (d[0].clone(), d[1].clone(), m[0])).collect();
     let hours = ["10", "11", "12"].map(|h| (format!("{day} {h}:00:00"), "Firefox".to_owned(), Int(1)));
     assert_eq!(labels, hours);
-    let safari = Filter { op: FilterOp::Is, dimension: "visit:browser".into(), values: vec!["Safari".into()] };
+    let safari = Filter::new(FilterOp::Is, "visit:browser", vec!["Safari".into()]).unwrap();
     assert!(w.stats.query(&q(&w, &metrics, &["time:hour"], vec![safari])).await.unwrap().is_empty());
 }

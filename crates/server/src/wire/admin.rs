@@ -175,13 +175,13 @@ pub struct SegmentView<'a> {
     /// Its name.
     pub name: &'a str,
     /// Its filters.
-    pub filters: Vec<(&'static str, &'a str, &'a [String])>,
+    pub filters: Vec<(&'static str, std::borrow::Cow<'static, str>, &'a [String])>,
 }
 
 impl<'a> SegmentView<'a> {
     /// `s` as shown.
     pub fn new(s: &'a SiteSegment) -> Self {
-        let filters = s.filters.iter().map(|f| (f.op.name(), f.dimension.as_str(), f.values.as_slice())).collect();
+        let filters = s.filters.iter().map(|f| (f.op.name(), f.dimension.name(), f.values.as_slice())).collect();
         SegmentView { segment_id: &s.segment_id, name: &s.name, filters }
     }
 }
@@ -376,7 +376,7 @@ mod tests {
             r#"{"funnel_id":"f1","name":"Signup","steps":[{"page":"/pricing*"},{"event":"Signup"}]}"#
         );
         let values = vec!["/a".to_owned()];
-        let segment = SegmentView { segment_id: "s1", name: "A", filters: vec![("is", "event:page", &values)] };
+        let segment = SegmentView { segment_id: "s1", name: "A", filters: vec![("is", "event:page".into(), &values)] };
         assert_eq!(
             serde_json::to_string(&segment).unwrap(),
             r#"{"segment_id":"s1","name":"A","filters":[["is","event:page",["/a"]]]}"#

@@ -292,16 +292,19 @@ impl Filters {
         let filters = self.plain()?;
         let mut out = Vec::with_capacity(filters.len());
         for f in filters {
-            if f.dimension != "segment" {
-                out.push(f);
-                continue;
-            }
-            let [id] = f.values.as_slice() else {
+            let (op, ids) = match f {
+                BodyFilter::Filter(f) => {
+                    out.push(f);
+                    continue;
+                }
+                BodyFilter::Segment { op, ids } => (op, ids),
+            };
+            let [id] = ids.as_slice() else {
                 return Err(ServerError::bad_request(
                     "a segment filter names one segment: [\"is\", \"segment\", [id]]",
                 ));
             };
-            if f.op != FilterOp::Is {
+            if op != FilterOp::Is {
                 return Err(ServerError::bad_request("a segment filter takes the operator `is`"));
             }
             let segment = site
@@ -317,7 +320,7 @@ impl Filters {
 
     /// The filters as sent, a segment filter left as it is (for saving a segment): every
     /// [`Filter`] a body names is made here.
-    pub fn plain(&self) -> Result<Vec<Filter>, ServerError> {
+    pub fn plain(&self) -> Result<Vec<BodyFilter>, ServerError> {
         let Some(list) = self.0.checked(|_| ServerError::bad_request("`filters` must be a list"))? else {
             return Ok(Vec::new());
         };
@@ -336,20 +339,38 @@ impl Filters {
                     "unknown filter operator {sent}; expected is, is_not, contains, contains_not, matches or matches_not"
                 ))
             })?;
-            let dimension = dimension
-                .value()
-                .ok_or_else(|| ServerError::bad_request("a filter's dimension must be a string"))?
-                .clone();
+            let dimension =
+                dimension.value().ok_or_else(|| ServerError::bad_request("a filter's dimension must be a string"))?;
             let values = strings(values, "filter values")?;
             if matches!(op, FilterOp::Matches | FilterOp::MatchesNot) {
                 for v in &values {
                     analytics::stats::compile_pattern(v).map_err(|e| ServerError::bad_request(e.to_string()))?;
                 }
             }
-            filters.push(Filter { op, dimension, values });
+            filters.push(if dimension == "segment" {
+                BodyFilter::Segment { op, ids: values }
+            } else {
+                BodyFilter::Filter(
+                    Filter::new(op, dimension, values).map_err(|e| ServerError::bad_request(e.to_string()))?,
+                )
+            });
         }
         Ok(filters)
     }
+}
+
+/// A filter as a body writes it: a filter on a dimension, or `[op, "segment", ids]`, which
+/// stands for the filters of a saved segment (kept as written until the site's segments expand it).
+pub enum BodyFilter {
+    /// A filter on a dimension.
+    Filter(Filter),
+    /// A segment filter: its operator and the segment ids it names.
+    Segment {
+        /// The operator (a segment filter takes `is` only).
+        op: FilterOp,
+        /// The segment ids (a segment filter names one).
+        ids: Vec<String>,
+    },
 }
 
 /// A funnel's `steps`: a list of `{"page": pattern}` or `{"event": name}`.
