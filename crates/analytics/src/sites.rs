@@ -499,8 +499,18 @@ impl Sites {
         let mut segments = Vec::new();
         for g in records.iter().filter(|r| r.entity() == "Segment") {
             let filters = match g.get("filters") {
-                Some(AttributeValue::L(list)) => list.iter().map(filter_from_value).collect::<Result<Vec<_>, _>>()?,
-                _ => return Err(SitesError::Corrupt { entity: "Segment", message: "no filters".into() }),
+                Some(AttributeValue::L(list)) => list.iter().map(filter_from_value).collect::<Result<Vec<_>, _>>(),
+                _ => Err(SitesError::Corrupt { entity: "Segment", message: "no filters".into() }),
+            };
+            // A segment this Tally cannot read (written by hand, or by a later version with a
+            // dimension this one lacks) is left out, not the whole site: the site's
+            // ingestion and every other question go on, and the log says which.
+            let filters = match filters {
+                Ok(filters) => filters,
+                Err(e) => {
+                    tracing::warn!(site = %site_id, segment = ?g.opt_string("segment_id").ok().flatten(), error = %e, "a saved segment cannot be read; it is left out");
+                    continue;
+                }
             };
             segments.push(SiteSegment {
                 segment_id: g.string("segment_id").map_err(corrupt("Segment"))?.to_owned(),

@@ -129,3 +129,33 @@ async fn site_settings_change_and_a_new_site_is_found_at_once() {
     assert!(!sites.remove_goal(&site.site_id, &goal.goal_id).await.unwrap());
     assert!(sites.get(&site.site_id).await.unwrap().unwrap().goals.is_empty());
 }
+
+/// A saved segment this Tally cannot read (a hand edit, or a later version's dimension) is left
+/// out when its site loads; the site and its other segments load as before.
+#[tokio::test]
+async fn an_unreadable_segment_is_left_out_not_the_site() {
+    use analytics::stats::{Filter, FilterOp};
+    let (_dir, table) = table().await;
+    let sites = Sites::new(table.clone());
+    let site = sites.add("segments.example", "UTC").await.unwrap();
+    let filter = |dimension: &str| Filter::new(FilterOp::Is, dimension, vec!["DE".into()]).unwrap();
+    let kept = sites.add_segment(&site.site_id, "Germany", vec![filter("visit:country")]).await.unwrap();
+    let broken = sites.add_segment(&site.site_id, "Broken", vec![filter("visit:source")]).await.unwrap();
+    let mut unreadable = store::Item::new();
+    unreadable.insert("op".into(), store::AttributeValue::S("is".into()));
+    unreadable.insert("dimension".into(), store::AttributeValue::S("visit:not_a_dimension".into()));
+    unreadable.insert("values".into(), store::AttributeValue::L(vec![store::AttributeValue::S("x".into())]));
+    table
+        .update(
+            "Segment",
+            store::item! { "site_id" => site.site_id.as_str(), "segment_id" => broken.segment_id.as_str() },
+            model::expr::Update::new()
+                .set("filters", store::AttributeValue::L(vec![store::AttributeValue::M(unreadable)])),
+        )
+        .await
+        .unwrap();
+    let loaded = Sites::new(table).get(&site.site_id).await.unwrap().expect("the site still loads");
+    let names: Vec<&str> = loaded.segments.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["Germany"], "only the unreadable segment is left out");
+    assert_eq!(loaded.segments[0].segment_id, kept.segment_id);
+}
