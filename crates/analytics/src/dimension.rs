@@ -27,9 +27,33 @@ pub enum Dimension {
     /// A property of the visit (session) an event belongs to.
     Visit(VisitDimension),
     /// A custom property, by key (`event:props:{key}`).
-    Prop(String),
+    Prop(PropKey),
     /// A time series at a unit (`time:hour`, `time:day`, `time:week`, `time:month`).
     Time(Unit),
+}
+
+/// A custom property's key as a dimension names it: non-empty, at most [`MAX_PROP_KEY`] bytes,
+/// free of control characters (checked once, by [`PropKey::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PropKey(String);
+
+impl PropKey {
+    /// `key` when it is one a dimension may name.
+    pub fn parse(key: &str) -> Option<PropKey> {
+        let fits = !key.is_empty() && key.len() <= MAX_PROP_KEY && !key.chars().any(char::is_control);
+        fits.then(|| PropKey(key.to_owned()))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for PropKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// The event dimensions.
@@ -207,8 +231,7 @@ impl Dimension {
             return Some(Dimension::Total);
         }
         if let Some(key) = name.strip_prefix(PROPS_PREFIX) {
-            let fits = !key.is_empty() && key.len() <= MAX_PROP_KEY && !key.chars().any(char::is_control);
-            return fits.then(|| Dimension::Prop(key.to_owned()));
+            return PropKey::parse(key).map(Dimension::Prop);
         }
         if let Some(unit) = name.strip_prefix("time:") {
             return Unit::parse(unit).map(Dimension::Time);

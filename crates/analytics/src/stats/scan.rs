@@ -107,7 +107,7 @@ fn source(dimension: &Dimension) -> Source<'_> {
         Dimension::Event(EventDimension::Goal) => Source::Goal,
         Dimension::Visit(VisitDimension::ExitPage) => Source::ExitPage,
         Dimension::Visit(d) => visit_col(*d).map_or(Source::None, Source::Visit),
-        Dimension::Prop(key) => Source::Prop(key),
+        Dimension::Prop(key) => Source::Prop(key.as_str()),
         Dimension::Time(_) => Source::None,
     }
 }
