@@ -55,17 +55,11 @@ impl Stats {
         let (first, last) = self.check_raw(site_id, (start, end)).await?;
         let deadline = self.deadline();
         let filters: Arc<Vec<Filter>> = Arc::new(filters.to_vec());
-        let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
-            .map(|day| {
-                let filters = filters.clone();
-                async move {
-                    let (_, blocks) = day?;
-                    tokio::task::spawn_blocking(move || scan::page_sequences(&blocks, (start, end), &filters))
-                        .await
-                        .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
-                }
-            })
-            .buffer_unordered(2);
+        let mut days = self.scan_days(
+            site_id,
+            (first, last),
+            Arc::new(move |blocks| scan::page_sequences(&blocks, (start, end), &filters)),
+        );
         let mut before: HashMap<String, HashSet<u64>> = HashMap::new();
         let mut after: HashMap<String, HashSet<u64>> = HashMap::new();
         let mut paths: HashMap<Vec<String>, HashSet<u64>> = HashMap::new();

@@ -125,19 +125,11 @@ impl Stats {
         let filters: Arc<Vec<Filter>> = Arc::new(filters.to_vec());
         let wanted: Arc<HashMap<String, (usize, String)>> =
             Arc::new(goals.iter().enumerate().map(|(i, g)| (g.goal.clone(), (i, g.currency.clone()))).collect());
-        let mut days = crate::event_store::blocks_of_days(&self.table, site_id, first, last, false)
-            .map(|day| {
-                let (filters, wanted) = (filters.clone(), wanted.clone());
-                async move {
-                    let (_, blocks) = day?;
-                    tokio::task::spawn_blocking(move || {
-                        scan::goal_revenue_day(&blocks, (start, end), &filters, &wanted)
-                    })
-                    .await
-                    .map_err(|e| StatsError::Corrupt(format!("a scan stopped: {e}")))?
-                }
-            })
-            .buffer_unordered(2);
+        let mut days = self.scan_days(
+            site_id,
+            (first, last),
+            Arc::new(move |blocks| scan::goal_revenue_day(&blocks, (start, end), &filters, &wanted)),
+        );
         while let Some(day) = days.next().await {
             for (i, (total, events)) in day?.into_iter().enumerate() {
                 let sum = &mut sums[i];
