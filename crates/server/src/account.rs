@@ -33,13 +33,14 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::auth::{self, SESSION_COOKIE, SHARE_COOKIE, csrf_token, set_cookie};
 use crate::error::ServerError;
 use crate::extract::{Peer, json_body};
 use crate::state::AppState;
-use crate::wire::accounts::{AuthView, Credentials, PasswordChange, SharedSite, TwoFactorSetup, TwoFactorState};
+use crate::wire::accounts::{
+    AuthView, CodeRequired, Credentials, PasswordChange, SharedSite, TwoFactorSetup, TwoFactorState,
+};
 use crate::wire::json_ok;
 use crate::wire::sent::Sent;
 
@@ -110,8 +111,7 @@ pub async fn login(
         Login::CodeRequired => Ok((
             StatusCode::UNAUTHORIZED,
             [(header::CONTENT_TYPE, "application/json")],
-            json!({ "error": "enter the code from your authenticator app, or a recovery code", "two_factor": true })
-                .to_string(),
+            serde_json::to_string(&CodeRequired::ANSWER).unwrap_or_default(),
         )
             .into_response()),
         _ => {

@@ -25,16 +25,15 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::auth::{Need, Principal, authorize, principal};
 use crate::error::ServerError;
 use crate::extract::json_body;
 use crate::state::{AppState, Reading};
 use crate::wire::admin::{
-    EMBED_FLAG, EmbedChange, FunnelAdded, GoalAdded, Invited, KeyCreated, KeyView, MemberRole, MemberView,
-    NewCredential, NewFunnel, NewGoal, NewSegment, NewSite, PrincipalView, Removed, Revoked, SegmentView,
-    SettingsChange, ShareCreated, ShareEmbed, ShareView, SiteList, SiteView,
+    EMBED_FLAG, EmbedChange, FunnelAdded, GoalAdded, Invited, KeyCreated, KeyList, KeyView, MemberList, MemberRole,
+    MemberView, NewCredential, NewFunnel, NewGoal, NewSegment, NewSite, PrincipalView, Removed, Revoked, SegmentList,
+    SegmentView, SettingsChange, ShareCreated, ShareEmbed, ShareList, ShareView, SiteList, SiteView,
 };
 use crate::wire::json_ok;
 use crate::wire::stats::BodyFilter;
@@ -203,7 +202,7 @@ pub async fn segments(
     Path(site): Path<String>,
 ) -> Result<Response, ServerError> {
     let (_, site) = authorized(&state, &headers, &site, Need::Stats).await?;
-    Ok(json_ok(json!({ "segments": site.segments.iter().map(SegmentView::new).collect::<Vec<_>>() })))
+    Ok(json_ok(SegmentList { segments: site.segments.iter().map(SegmentView::new).collect() }))
 }
 
 /// `POST /api/sites/{site}/segments {name, filters}`: filters as the Stats API takes them,
@@ -262,7 +261,7 @@ pub async fn keys(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     let keys = r.sites.keys(&site.site_id).await?;
-    Ok(json_ok(json!({ "keys": keys.iter().map(KeyView::new).collect::<Vec<_>>() })))
+    Ok(json_ok(KeyList { keys: keys.iter().map(KeyView::new).collect() }))
 }
 
 /// `POST /api/sites/{site}/keys`: the new key, shown this once.
@@ -300,7 +299,7 @@ pub async fn shares(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     let list = r.accounts.shares(&site.site_id).await.map_err(ServerError::backend)?;
-    Ok(json_ok(json!({ "shares": list.iter().map(ShareView::new).collect::<Vec<_>>() })))
+    Ok(json_ok(ShareList { shares: list.iter().map(ShareView::new).collect() }))
 }
 
 /// `POST /api/sites/{site}/shares`: the new link's path, shown this once.
@@ -389,7 +388,7 @@ pub async fn members(
 ) -> Result<Response, ServerError> {
     let (r, site) = manage(&state, &headers, &site).await?;
     let list = r.accounts.members(&site.site_id).await.map_err(ServerError::backend)?;
-    Ok(json_ok(json!({ "members": list.iter().map(MemberView::new).collect::<Vec<_>>() })))
+    Ok(json_ok(MemberList { members: list.iter().map(MemberView::new).collect() }))
 }
 
 /// `POST /api/sites/{site}/invitations` `{email, role, visitors}`: an invitation link, shown once.

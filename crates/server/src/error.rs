@@ -8,7 +8,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::wire::WireError;
+use crate::wire::{ErrorBody, WireError};
 use analytics::accounts::AccountsError;
 use analytics::event::EventError;
 use analytics::sites::SitesError;
@@ -150,15 +150,13 @@ impl ServerError {
     }
 
     /// The JSON body this error is answered with.
-    pub fn body(&self) -> serde_json::Value {
-        match self {
-            ServerError::Internal(_) => serde_json::json!({ "error": "internal server error" }),
-            ServerError::Backend(_) => serde_json::json!({ "error": "internal error" }),
-            client => match client.field() {
-                Some(field) => serde_json::json!({ "error": client.to_string(), "field": field }),
-                None => serde_json::json!({ "error": client.to_string() }),
-            },
-        }
+    pub fn body(&self) -> ErrorBody {
+        let error = match self {
+            ServerError::Internal(_) => "internal server error".to_owned(),
+            ServerError::Backend(_) => "internal error".to_owned(),
+            client => client.to_string(),
+        };
+        ErrorBody { error, field: self.field() }
     }
 
     /// The `Retry-After` this error is answered with, if any.
@@ -179,7 +177,8 @@ impl IntoResponse for ServerError {
             tracing::error!(error = %source, "request failed");
         }
         let body = self.body();
-        let mut response = (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+        let text = serde_json::to_string(&body).unwrap_or_default();
+        let mut response = (status, [(header::CONTENT_TYPE, "application/json")], text).into_response();
         if let Some(secs) = self.retry_after() {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }

@@ -20,8 +20,8 @@ use crate::extract::{MAX_BODY_BYTES, Peer};
 use crate::state::AppState;
 pub use crate::state::Ingest;
 use crate::wire::sent::Sent;
-use crate::wire::umami::SendKind;
-use crate::wire::{RequestMeta, plausible, umami};
+use crate::wire::umami::{BatchAnswer, BatchRefusal, SendAnswer, SendKind};
+use crate::wire::{RequestMeta, json_ok, plausible, umami};
 
 /// Trackers post from any site's pages, without credentials, so any origin may.
 pub(crate) async fn allow_any_origin(mut response: Response) -> Response {
@@ -121,18 +121,18 @@ pub(crate) async fn umami_send(
     let bytes = body(bytes)?;
     let meta = request_meta(&headers, peer.map(|Extension(ConnectInfo(addr))| addr));
     let answer = umami_one(&state, umami::parse(&bytes, meta)?).await?;
-    Ok(([(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response())
+    Ok(json_ok(answer))
 }
 
-/// One `/api/send` body that was read: its JSON answer, or the error `/api/send` answers with.
-async fn umami_one(state: &AppState, send: umami::Send) -> Result<serde_json::Value, ServerError> {
-    let cache = serde_json::json!({ "cache": format!("tally.{}", send.website) });
+/// One `/api/send` body that was read: its answer, or the error `/api/send` answers with.
+async fn umami_one(state: &AppState, send: umami::Send) -> Result<SendAnswer, ServerError> {
+    let taken = SendAnswer::taken(&send.website);
     let SendKind::Event(raw) = send.kind else {
-        return Ok(cache);
+        return Ok(taken);
     };
     match state.ingest.ingest(*raw, SiteSelector::UmamiWebsite(send.website)).await {
-        IngestResult::Accepted => Ok(cache),
-        IngestResult::Dropped(_) => Ok(serde_json::json!({ "beep": "boop" })),
+        IngestResult::Accepted => Ok(taken),
+        IngestResult::Dropped(_) => Ok(SendAnswer::dropped()),
         IngestResult::UnknownSite => Err(ServerError::BadRequest { message: "Website not found.".into() }),
         IngestResult::Invalid(error) => Err(error.into()),
         IngestResult::Failed(error) => Err(ServerError::Internal(Box::new(error))),
@@ -188,14 +188,8 @@ pub(crate) async fn umami_batch(
             if matches!(error, ServerError::Internal(_)) {
                 return Err(error);
             }
-            details.push(serde_json::json!({ "index": index, "response": error.body() }));
+            details.push(BatchRefusal { index, response: error.body() });
         }
     }
-    let answer = serde_json::json!({
-        "size": size,
-        "processed": size - details.len(),
-        "errors": details.len(),
-        "details": details,
-    });
-    Ok(([(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response())
+    Ok(json_ok(BatchAnswer::new(size, details)))
 }

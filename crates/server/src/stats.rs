@@ -8,7 +8,6 @@
 //! learns nothing about which sites exist.
 
 use analytics::dimension::{Dimension, EventDimension};
-use analytics::period::DateRange;
 use analytics::sites::Site;
 use analytics::stats::{FilterOp, Metric, Query, Value};
 use axum::body::Bytes;
@@ -16,7 +15,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
-use serde_json::{Value as Json, json};
 
 use crate::auth::{Need, authorize};
 use crate::error::ServerError;
@@ -24,10 +22,11 @@ use crate::extract::UrlQuery;
 use crate::state::{AppState, Reading};
 use crate::wire::import::Format;
 use crate::wire::json_ok;
+use crate::wire::query::{Meta, MetricValue, Paired, QueryAnswer, ResultRow};
 use crate::wire::sent::Sent;
 use crate::wire::stats::{
     Dated, EchoTail, Filters, FunnelAnswer, FunnelBody, FunnelQuery, FunnelStepView, ImportReport, JourneysBody,
-    JourneysView, KeyEvents, QueryBody, QueryEcho, RangeEcho, RangeSent, RealtimeView, days, strings,
+    JourneysView, PropertyKeys, QueryBody, QueryEcho, RangeEcho, RangeSent, RealtimeView, days, strings,
 };
 
 /// Largest import body accepted.
@@ -117,6 +116,7 @@ fn paired_metrics_shape(body: &QueryBody, [a, b]: [&str; 2], dimension: &str) ->
     Ok(dimensions)
 }
 
+/// The mean `metric` (`scroll_depth` or `time_on_page`) of an engagement, when one was measured.
 fn engagement_value(e: Option<&analytics::stats::Engagement>, metric: &str) -> Option<u64> {
     let e = e?;
     if metric == "scroll_depth" { e.scroll_depth } else { e.time_on_page }
@@ -132,12 +132,7 @@ async fn engagement_query(
     asked: &[String],
 ) -> Result<Response, ServerError> {
     let dimensions = paired_metrics_shape(body, ENGAGEMENT_METRICS, "event:page")?;
-    let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !ENGAGEMENT_METRICS.contains(m)).collect();
-    if others.is_empty() {
-        others.push("visitors");
-    }
-    let inner = QueryBody { metrics: Sent::Value(others.iter().map(|m| (*m).to_owned()).collect()), ..body.clone() };
-    let q = inner.query(site)?;
+    let q = paired_inner_query(body, site, asked, ENGAGEMENT_METRICS)?;
     let by_page = !dimensions.is_empty();
     let lookup = |(pages, all): &(
         std::collections::HashMap<String, analytics::stats::Engagement>,
@@ -146,97 +141,74 @@ async fn engagement_query(
                   dims: &[String]| {
         if by_page { pages.get(dims.first().map_or("", String::as_str)).copied() } else { Some(*all) }
     };
-    // The answer's metrics in the asked order: the engine's in turn, engagement's looked up.
-    let merge = |values: &[Value], e: Option<analytics::stats::Engagement>| -> Vec<Json> {
-        let mut engine = values.iter();
-        asked
-            .iter()
-            .map(|m| {
-                if ENGAGEMENT_METRICS.contains(&m.as_str()) {
-                    json!(engagement_value(e.as_ref(), m))
-                } else {
-                    match engine.next() {
-                        Some(Value::Int(i)) => json!(i),
-                        Some(Value::Float(f)) => json!(f),
-                        None => Json::Null,
-                    }
-                }
-            })
-            .collect()
-    };
+    let paired = Paired { asked, names: ENGAGEMENT_METRICS };
+    let measured =
+        |e: Option<analytics::stats::Engagement>| move |m: &str| MetricValue::measured(engagement_value(e.as_ref(), m));
     let now = r.stats.engagement(&site.site_id, &q.range, &q.filters).await.map_err(ServerError::from)?;
-    let mut compared_range = None;
-    let results: Vec<Json> = match body.comparison(site)? {
-        None => r
-            .stats
-            .query(&q)
-            .await
-            .map_err(ServerError::from)?
-            .iter()
-            .map(|row| json!({ "metrics": merge(&row.metrics, lookup(&now, &row.dimensions)), "dimensions": row.dimensions }))
-            .collect(),
+    match body.comparison(site)? {
+        None => {
+            let rows = r.stats.query(&q).await.map_err(ServerError::from)?;
+            let results = rows.iter().map(|row| paired.row(row, measured(lookup(&now, &row.dimensions)))).collect();
+            Ok(paired_answer(body, &q, asked, results, None))
+        }
         Some(mode) => {
             let compared = r.stats.query_compared(&q, mode).await.map_err(ServerError::from)?;
-            let before = r.stats.engagement(&site.site_id, &compared.range, &q.filters).await.map_err(ServerError::from)?;
-            compared_range = Some(days(&compared.range));
-            compared
+            let before =
+                r.stats.engagement(&site.site_id, &compared.range, &q.filters).await.map_err(ServerError::from)?;
+            let results = compared
                 .rows
                 .iter()
                 .map(|(row, c)| {
                     let (e_now, e_before) = (lookup(&now, &row.dimensions), lookup(&before, &c.dimensions));
-                    let mut engine_change = c.change.iter();
-                    let change: Vec<Json> = asked
-                        .iter()
-                        .map(|m| {
-                            if !ENGAGEMENT_METRICS.contains(&m.as_str()) {
-                                return json!(engine_change.next().copied().flatten());
-                            }
-                            let (Some(a), Some(b)) =
-                                (engagement_value(e_now.as_ref(), m), engagement_value(e_before.as_ref(), m))
-                            else {
-                                return Json::Null;
-                            };
-                            // Scroll depth is a percentage: its change is in points, as a rate's.
-                            let metric = if m == "scroll_depth" { Metric::BounceRate } else { Metric::Visitors };
-                            json!(analytics::stats::change(metric, Value::Int(a as i64), Value::Int(b as i64)))
-                        })
-                        .collect();
-                    json!({
-                        "metrics": merge(&row.metrics, e_now),
-                        "dimensions": row.dimensions,
-                        "comparison": { "metrics": merge(&c.metrics, e_before), "dimensions": c.dimensions, "change": change },
-                    })
+                    let change = |m: &str| {
+                        let (a, b) = (engagement_value(e_now.as_ref(), m)?, engagement_value(e_before.as_ref(), m)?);
+                        // Scroll depth is a percentage: its change is in points, as a rate's.
+                        let metric = if m == "scroll_depth" { Metric::BounceRate } else { Metric::Visitors };
+                        analytics::stats::change(metric, Value::Int(a as i64), Value::Int(b as i64))
+                    };
+                    paired.compared((row, c), measured(e_now), measured(e_before), change)
                 })
-                .collect()
+                .collect();
+            Ok(paired_answer(body, &q, asked, results, Some(days(&compared.range))))
         }
-    };
-    Ok(json_ok(json!({ "results": results, "meta": {}, "query": paired_echo(body, &q, asked, compared_range) })))
+    }
 }
 
-/// The `query` of an engagement or revenue answer: the compared range before `include`.
-fn paired_echo<'a>(
-    body: &'a QueryBody,
-    q: &'a Query,
-    asked: &'a [String],
+/// The query of a query body naming metrics read apart from the query engine (`paired`): the
+/// body's, for its other metrics (`visitors` when it names no other).
+fn paired_inner_query(
+    body: &QueryBody,
+    site: &Site,
+    asked: &[String],
+    paired: [&str; 2],
+) -> Result<Query, ServerError> {
+    let mut others: Vec<String> = asked.iter().filter(|m| !paired.contains(&m.as_str())).cloned().collect();
+    if others.is_empty() {
+        others.push("visitors".to_owned());
+    }
+    QueryBody { metrics: Sent::Value(others), ..body.clone() }.query(site)
+}
+
+/// The answer of an engagement or revenue query: `results`, an empty `meta`, and the query
+/// echoed with the compared range before `include`.
+fn paired_answer(
+    body: &QueryBody,
+    q: &Query,
+    asked: &[String],
+    results: Vec<ResultRow<'_>>,
     compared_range: Option<[String; 2]>,
-) -> QueryEcho<'a> {
-    let mut echo = QueryEcho::new(body, q, asked.iter().map(String::as_str).collect());
-    echo.tail = EchoTail::RangeFirst { comparison_date_range: compared_range, include: body.include.sent.as_ref() };
-    echo
+) -> Response {
+    let mut query = QueryEcho::new(body, q, asked.iter().map(String::as_str).collect());
+    query.tail = EchoTail::RangeFirst { comparison_date_range: compared_range, include: body.include.sent.as_ref() };
+    json_ok(QueryAnswer { results, meta: Meta::default(), query })
 }
 
 /// The metrics read from revenue goals' events rather than the query engine (`stats::revenue`).
 const REVENUE_METRICS: [&str; 2] = ["total_revenue", "average_revenue"];
 
-/// A money value as Plausible's Stats API gives one (`value`, `currency`), with the exact
-/// decimal beside it (`amount`): `value` is a JSON number for Plausible's clients, `amount` is
-/// the sum as Tally counted it, to the last digit.
-fn money(amount: &analytics::stats::GoalRevenue, metric: &str) -> Json {
-    let value = if metric == "total_revenue" { Some(amount.total.clone()) } else { amount.average() };
-    match value {
-        Some(v) => json!({ "value": v.to_f64(), "amount": v.to_string(), "currency": amount.currency }),
-        None => Json::Null,
-    }
+/// The amount `metric` (`total_revenue` or `average_revenue`) of a goal's revenue.
+fn revenue_value(s: &analytics::stats::GoalRevenue, metric: &str) -> Option<store::Number> {
+    if metric == "total_revenue" { Some(s.total.clone()) } else { s.average() }
 }
 
 /// A query naming `total_revenue` or `average_revenue`: by goal (`event:goal`), each revenue
@@ -249,12 +221,7 @@ async fn revenue_query(r: &Reading, body: &QueryBody, site: &Site, asked: &[Stri
     if asked.iter().any(|m| ENGAGEMENT_METRICS.contains(&m.as_str())) {
         return Err(ServerError::bad_request("revenue and engagement metrics are asked for in separate queries"));
     }
-    let mut others: Vec<&str> = asked.iter().map(String::as_str).filter(|m| !REVENUE_METRICS.contains(m)).collect();
-    if others.is_empty() {
-        others.push("visitors");
-    }
-    let inner = QueryBody { metrics: Sent::Value(others.iter().map(|m| (*m).to_owned()).collect()), ..body.clone() };
-    let q = inner.query(site)?;
+    let q = paired_inner_query(body, site, asked, REVENUE_METRICS)?;
     let goals: Vec<analytics::stats::RevenueGoal> = site
         .goals
         .iter()
@@ -271,89 +238,55 @@ async fn revenue_query(r: &Reading, body: &QueryBody, site: &Site, asked: &[Stri
         .filter(|f| f.dimension == Dimension::Event(EventDimension::Goal) && f.op == FilterOp::Is)
         .flat_map(|f| &f.values)
         .collect();
-    let chosen: Vec<&analytics::stats::GoalRevenue> =
-        sums.iter().filter(|s| named.is_empty() || named.contains(&&s.goal)).collect();
-    let combined = analytics::stats::GoalRevenue::combined(&chosen).map_err(ServerError::from)?;
+    let combined = |sums: &[analytics::stats::GoalRevenue]| {
+        let chosen: Vec<&analytics::stats::GoalRevenue> =
+            sums.iter().filter(|s| named.is_empty() || named.contains(&&s.goal)).collect();
+        analytics::stats::GoalRevenue::combined(&chosen).map_err(ServerError::from)
+    };
+    let combined_now = combined(&sums)?;
     let pick =
         |sums: &[analytics::stats::GoalRevenue], combined: Option<analytics::stats::GoalRevenue>, dims: &[String]| {
             if dimensions.is_empty() { combined } else { sums.iter().find(|s| Some(&s.goal) == dims.first()).cloned() }
         };
-    // The answer's metrics in the asked order: the engine's in turn, revenue's looked up.
-    let merge = |values: &[Value], revenue: Option<&analytics::stats::GoalRevenue>| -> Vec<Json> {
-        let mut engine = values.iter();
-        asked
-            .iter()
-            .map(|m| {
-                if REVENUE_METRICS.contains(&m.as_str()) {
-                    revenue.map_or(Json::Null, |s| money(s, m))
-                } else {
-                    match engine.next() {
-                        Some(Value::Int(i)) => json!(i),
-                        Some(Value::Float(f)) => json!(f),
-                        None => Json::Null,
-                    }
-                }
-            })
-            .collect()
+    let paired = Paired { asked, names: REVENUE_METRICS };
+    let money = |revenue: Option<analytics::stats::GoalRevenue>| {
+        move |m: &str| match &revenue {
+            Some(s) => MetricValue::money(revenue_value(s, m), &s.currency),
+            None => MetricValue::Null,
+        }
     };
-    let mut echo_range = None;
-    let results: Vec<Json> = match body.comparison(site)? {
-        None => r
-            .stats
-            .query(&q)
-            .await
-            .map_err(ServerError::from)?
-            .iter()
-            .map(|row| {
-                let revenue = pick(&sums, combined.clone(), &row.dimensions);
-                json!({ "metrics": merge(&row.metrics, revenue.as_ref()), "dimensions": row.dimensions })
-            })
-            .collect(),
+    match body.comparison(site)? {
+        None => {
+            let rows = r.stats.query(&q).await.map_err(ServerError::from)?;
+            let results = rows
+                .iter()
+                .map(|row| paired.row(row, money(pick(&sums, combined_now.clone(), &row.dimensions))))
+                .collect();
+            Ok(paired_answer(body, &q, asked, results, None))
+        }
         Some(mode) => {
             let compared = r.stats.query_compared(&q, mode).await.map_err(ServerError::from)?;
             let before =
                 r.stats.revenue(&site.site_id, &compared.range, &q.filters, &goals).await.map_err(ServerError::from)?;
-            let chosen_before: Vec<&analytics::stats::GoalRevenue> =
-                before.iter().filter(|s| named.is_empty() || named.contains(&&s.goal)).collect();
-            let combined_before = analytics::stats::GoalRevenue::combined(&chosen_before).map_err(ServerError::from)?;
-            echo_range = Some(days(&compared.range));
-            compared
+            let combined_before = combined(&before)?;
+            let results = compared
                 .rows
                 .iter()
                 .map(|(row, c)| {
-                    let now = pick(&sums, combined.clone(), &row.dimensions);
+                    let now = pick(&sums, combined_now.clone(), &row.dimensions);
                     let then = pick(&before, combined_before.clone(), &c.dimensions);
-                    let mut engine_change = c.change.iter();
-                    let change: Vec<Json> = asked
-                        .iter()
-                        .map(|m| {
-                            if !REVENUE_METRICS.contains(&m.as_str()) {
-                                return json!(engine_change.next().copied().flatten());
-                            }
-                            let value = |s: &Option<analytics::stats::GoalRevenue>| {
-                                s.as_ref().and_then(|s| if m == "total_revenue" { Some(s.total.clone()) } else { s.average() })
-                            };
-                            match (value(&now), value(&then)) {
-                                // A percentage for display; the amounts themselves stay exact.
-                                (Some(a), Some(b)) => json!(analytics::stats::change(
-                                    Metric::Visitors,
-                                    Value::Float(a.to_f64()),
-                                    Value::Float(b.to_f64())
-                                )),
-                                _ => Json::Null,
-                            }
-                        })
-                        .collect();
-                    json!({
-                        "metrics": merge(&row.metrics, now.as_ref()),
-                        "dimensions": row.dimensions,
-                        "comparison": { "metrics": merge(&c.metrics, then.as_ref()), "dimensions": c.dimensions, "change": change },
-                    })
+                    let change = |m: &str| {
+                        let value = |s: &Option<analytics::stats::GoalRevenue>| revenue_value(s.as_ref()?, m);
+                        let (a, b) = (value(&now)?, value(&then)?);
+                        // A percentage for display; the amounts themselves stay exact.
+                        analytics::stats::change(Metric::Visitors, Value::Float(a.to_f64()), Value::Float(b.to_f64()))
+                    };
+                    paired.compared((row, c), money(now.clone()), money(then.clone()), change)
                 })
-                .collect()
+                .collect();
+            Ok(paired_answer(body, &q, asked, results, Some(days(&compared.range))))
         }
-    };
-    Ok(json_ok(json!({ "results": results, "meta": {}, "query": paired_echo(body, &q, asked, echo_range) })))
+    }
 }
 
 /// `POST /api/journeys {site_id, date_range, page, filters}`: within the visits the filters
@@ -386,8 +319,7 @@ pub async fn property_keys(
     let (r, body, site) = json_request::<Dated>(&state, &headers, body).await?;
     let range = body.range(&site.zone)?;
     let keys = r.stats.property_keys(&site.site_id, &range).await?;
-    let keys: Vec<KeyEvents> = keys.iter().map(|(key, events)| KeyEvents { key, events: *events }).collect();
-    Ok(json_ok(json!({ "keys": keys })))
+    Ok(json_ok(PropertyKeys::new(&keys)))
 }
 
 /// `POST /api/v2/query`: Plausible's Stats API v2, with `include.comparisons`; a `date_range`
@@ -414,57 +346,27 @@ pub async fn query(
             return Err(ServerError::bad_request("the last 30 minutes have no comparison"));
         }
         let rows = r.stats.query_realtime(&q, jiff::Timestamp::now().as_millisecond()).await?;
-        let results: Vec<Json> = rows.iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect();
-        let mut echo = QueryEcho::new(&body, &q, q.metrics.iter().map(|m| m.name()).collect());
-        echo.date_range = RangeEcho::Sent(&body.dated.date_range);
-        return Ok(json_ok(json!({ "results": results, "meta": {}, "query": echo })));
+        let mut query = QueryEcho::new(&body, &q, q.metrics.iter().map(|m| m.name()).collect());
+        query.date_range = RangeEcho::Sent(&body.dated.date_range);
+        let results = rows.iter().map(ResultRow::new).collect();
+        return Ok(json_ok(QueryAnswer { results, meta: Meta::default(), query }));
     }
     let q = body.query(&site)?;
-    let comparison = body.comparison(&site)?;
-    let (results, compared_range): (Vec<Json>, Option<DateRange>) = match comparison {
-        None => {
-            let rows = r.stats.query(&q).await?;
-            (rows.into_iter().map(|row| row_json(&row.dimensions, &row.metrics)).collect(), None)
-        }
-        Some(mode) => {
-            let compared = r.stats.query_compared(&q, mode).await?;
-            let rows = compared
-                .rows
-                .iter()
-                .map(|(row, c)| {
-                    let mut out = row_json(&row.dimensions, &row.metrics);
-                    let mut other = row_json(&c.dimensions, &c.metrics);
-                    other["change"] = json!(c.change);
-                    out["comparison"] = other;
-                    out
-                })
-                .collect();
-            (rows, Some(compared.range))
-        }
+    let (rows, compared) = match body.comparison(&site)? {
+        None => (r.stats.query(&q).await?, None),
+        Some(mode) => (Vec::new(), Some(r.stats.query_compared(&q, mode).await?)),
     };
-    let mut echo = QueryEcho::new(&body, &q, q.metrics.iter().map(|m| m.name()).collect());
-    echo.tail = EchoTail::IncludeFirst {
+    let results = match &compared {
+        None => rows.iter().map(ResultRow::new).collect(),
+        Some(compared) => compared.rows.iter().map(|(row, c)| ResultRow::compared(row, c)).collect(),
+    };
+    let mut query = QueryEcho::new(&body, &q, q.metrics.iter().map(|m| m.name()).collect());
+    query.tail = EchoTail::IncludeFirst {
         include: body.include.sent.as_ref(),
-        comparison_date_range: compared_range.as_ref().map(days),
+        comparison_date_range: compared.as_ref().map(|c| days(&c.range)),
     };
-    let meta = match (q.include_imports, imports_skip_reason(&q)) {
-        (false, _) => json!({}),
-        (true, None) => json!({ "imports_included": true }),
-        (true, Some(reason)) => json!({ "imports_included": false, "imports_skip_reason": reason }),
-    };
-    let answer = json!({ "results": results, "meta": meta, "query": echo });
-    Ok(json_ok(answer))
-}
-
-fn row_json(dimensions: &[String], metrics: &[Value]) -> Json {
-    let metrics: Vec<Json> = metrics
-        .iter()
-        .map(|v| match v {
-            Value::Int(i) => json!(i),
-            Value::Float(f) => json!(f),
-        })
-        .collect();
-    json!({ "metrics": metrics, "dimensions": dimensions })
+    let meta = Meta::imports(q.include_imports, imports_skip_reason(&q));
+    Ok(json_ok(QueryAnswer { results, meta, query }))
 }
 
 /// The `site_id` of a GET route's query string.

@@ -8,14 +8,15 @@ use analytics::sites::Site;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use serde_json::json;
 
 use crate::auth::{Need, authorize};
 use crate::error::ServerError;
 use crate::extract::UrlQuery;
 use crate::state::{AppState, Reading};
 use crate::wire::json_ok;
-use crate::wire::visitors::{SessionEventView, SessionEvents, SessionView, VisitorEventView, VisitorEvents};
+use crate::wire::visitors::{
+    Deleted, SessionEventView, SessionEvents, SessionList, SessionView, VisitorEventView, VisitorEvents,
+};
 
 /// The parameters of the session routes.
 #[derive(Debug, serde::Deserialize)]
@@ -27,7 +28,7 @@ pub struct SessionParams {
 
 /// `{"sessions": [...]}`: the answer of the routes that list sessions.
 fn sessions_answer(list: &[analytics::stats::SessionSummary]) -> Result<Response, ServerError> {
-    Ok(json_ok(json!({ "sessions": list.iter().map(SessionView::new).collect::<Vec<_>>() })))
+    Ok(json_ok(SessionList { sessions: list.iter().map(SessionView::new).collect() }))
 }
 
 async fn session_site(
@@ -125,5 +126,5 @@ pub async fn delete_visitor(
 ) -> Result<Response, ServerError> {
     let (r, site, day) = session_day(&state, &headers, &p).await?;
     let n = r.stats.delete_visitor(&site.site_id, &day, &visitor).await?;
-    Ok(json_ok(json!({ "deleted_events": n })))
+    Ok(json_ok(Deleted { deleted_events: n }))
 }

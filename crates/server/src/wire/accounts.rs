@@ -1,6 +1,7 @@
 //! The account routes' bodies and answers ([`crate::account`]), declared. The answers: sign-in
-//! state, two-factor set-up, and the site a shared link shows; the bodies: credentials and a
-//! password change, whose fields each route checks in its own order.
+//! state (and the second factor a sign-in still needs), two-factor set-up, and the site a shared
+//! link shows; the bodies: credentials and a password change, whose fields each route checks in
+//! its own order.
 
 use analytics::accounts::ShareInfo;
 use analytics::sites::Site;
@@ -23,6 +24,22 @@ pub struct AuthView<'a> {
     /// Whether no account exists yet, so the page offers the first-run setup.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub setup_required: Option<bool>,
+}
+
+/// The 401 of a sign-in whose password was right but needs a second factor: the page asks for
+/// the code.
+#[derive(Debug, Serialize)]
+pub struct CodeRequired {
+    /// What the page shows.
+    pub error: &'static str,
+    /// Always `true`: the sign-in needs the code.
+    pub two_factor: bool,
+}
+
+impl CodeRequired {
+    /// The one answer.
+    pub const ANSWER: CodeRequired =
+        CodeRequired { error: "enter the code from your authenticator app, or a recovery code", two_factor: true };
 }
 
 /// A new authenticator secret, pending until confirmed.

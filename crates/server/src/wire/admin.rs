@@ -339,6 +339,34 @@ pub struct SiteList<'a> {
     pub principal: PrincipalView<'a>,
 }
 
+/// The answer of `GET /api/sites/{site}/segments`.
+#[derive(Debug, Serialize)]
+pub struct SegmentList<'a> {
+    /// The site's saved segments.
+    pub segments: Vec<SegmentView<'a>>,
+}
+
+/// The answer of `GET /api/sites/{site}/keys`.
+#[derive(Debug, Serialize)]
+pub struct KeyList<'a> {
+    /// The site's API keys, without their secrets.
+    pub keys: Vec<KeyView<'a>>,
+}
+
+/// The answer of `GET /api/sites/{site}/shares`.
+#[derive(Debug, Serialize)]
+pub struct ShareList<'a> {
+    /// The site's shared links.
+    pub shares: Vec<ShareView<'a>>,
+}
+
+/// The answer of `GET /api/sites/{site}/members`.
+#[derive(Debug, Serialize)]
+pub struct MemberList<'a> {
+    /// The site's members.
+    pub members: Vec<MemberView<'a>>,
+}
+
 /// `{"removed": id}`: what a `DELETE` removed.
 #[derive(Debug, Serialize)]
 pub struct Removed<'a> {

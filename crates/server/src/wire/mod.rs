@@ -4,7 +4,9 @@
 //! whose shape it cannot read, and says what is wrong with them.
 //!
 //! The trackers' and the API's JSON bodies are declared structs of [`sent::Sent`] fields, each
-//! read into `analytics` values in one place.
+//! read into `analytics` values in one place. The answers are declared `Serialize` structs, each
+//! made from the `analytics` values it shows in one place and written in the order of its
+//! fields; a refusal's body is an [`ErrorBody`].
 //!
 //! Bodies are read as JSON whatever their `Content-Type`, because Plausible's tracker sends JSON
 //! labelled `text/plain` (a "simple" request that needs no CORS preflight).
@@ -23,6 +25,7 @@ pub mod accounts;
 pub mod admin;
 pub mod import;
 pub mod plausible;
+pub mod query;
 pub mod sent;
 pub mod stats;
 pub mod umami;
@@ -33,6 +36,17 @@ pub(crate) fn json_ok(body: impl serde::Serialize) -> axum::response::Response {
     use axum::response::IntoResponse;
     let text = serde_json::to_string(&body).unwrap_or_default();
     ([(axum::http::header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+/// The body of every refusal: what is wrong, in Tally's words, and the request field at fault
+/// when one is (on the ingestion routes).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ErrorBody {
+    /// What is wrong.
+    pub error: String,
+    /// The field at fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<&'static str>,
 }
 
 /// What the server knows about a request besides its body.

@@ -1,6 +1,6 @@
 //! The Stats API's bodies and answers ([`crate::stats`]), declared. The answers: realtime,
 //! funnels, journeys, property keys and imports, and the query a `POST /api/v2/query` answer
-//! echoes. The bodies: the query ([`QueryBody`]), the funnel, journeys and export bodies, and the
+//! echoes (the rest of that answer is [`crate::wire::query`]'s). The bodies: the query ([`QueryBody`]), the funnel, journeys and export bodies, and the
 //! filters and funnel steps the sites API saves too; each is read into `analytics` values by its
 //! own methods, which check its fields in a fixed order and say what is wrong in Tally's words.
 
@@ -158,6 +158,20 @@ pub struct KeyEvents<'a> {
     pub key: &'a str,
     /// Events with it.
     pub events: u64,
+}
+
+/// The answer of `POST /api/properties`: the custom property keys, most used first.
+#[derive(Debug, Serialize)]
+pub struct PropertyKeys<'a> {
+    /// Each key and its events.
+    pub keys: Vec<KeyEvents<'a>>,
+}
+
+impl<'a> PropertyKeys<'a> {
+    /// The keys `keys` with their events, in their order.
+    pub fn new(keys: &'a [(String, u64)]) -> Self {
+        PropertyKeys { keys: keys.iter().map(|(key, events)| KeyEvents { key, events: *events }).collect() }
+    }
 }
 
 /// A refused import line.

@@ -1,4 +1,6 @@
-//! Unit tests for the wire parsers: one body per line, the event read (or the error) below it.
+//! Unit tests for the wire formats. The parsers: one body per line, the event read (or the
+//! error) below it. The answers: one answer made from `analytics` values per line, its exact
+//! JSON below it (key order, integers against floats, `null`s and left-out keys included).
 
 use analytics::event::RawEvent;
 use expect_test::{Expect, expect};
@@ -248,5 +250,99 @@ fn umami_malformed() {
     check_umami(
         &format!(r#"{{"type":"event","payload":{{"website":"{SITE}","hostname":"a b/c"}}}}"#),
         expect!["error[payload.hostname]: payload.hostname is not a host name: invalid international domain name"],
+    );
+}
+
+fn check_answer(answer: impl serde::Serialize, expect: Expect) {
+    expect.assert_eq(&serde_json::to_string(&answer).unwrap());
+}
+
+fn row(dimensions: &[&str], metrics: Vec<analytics::stats::Value>) -> analytics::stats::Row {
+    analytics::stats::Row { dimensions: dimensions.iter().map(|d| (*d).to_owned()).collect(), metrics }
+}
+
+#[test]
+fn query_rows_keep_integers_floats_and_nulls() {
+    use super::query::{MetricValue, ResultRow};
+    use analytics::stats::{Comparison, Value};
+
+    let now = row(&["/a"], vec![Value::Int(3), Value::Float(41.5), Value::Float(5.0), Value::Float(f64::NAN)]);
+    check_answer(ResultRow::new(&now), expect![[r#"{"metrics":[3,41.5,5.0,null],"dimensions":["/a"]}"#]]);
+    let c = Comparison {
+        dimensions: vec!["/a".into()],
+        metrics: vec![Value::Int(0), Value::Float(0.0), Value::Float(4.0), Value::Float(1.0)],
+        change: vec![Some(100.0), None, Some(25.0), Some(-3.0)],
+    };
+    check_answer(
+        ResultRow::compared(&now, &c),
+        expect![[
+            r#"{"metrics":[3,41.5,5.0,null],"dimensions":["/a"],"comparison":{"metrics":[0,0.0,4.0,1.0],"dimensions":["/a"],"change":[100.0,null,25.0,-3.0]}}"#
+        ]],
+    );
+    check_answer(ResultRow::new(&row(&[], Vec::new())), expect![[r#"{"metrics":[],"dimensions":[]}"#]]);
+    check_answer(
+        [MetricValue::measured(Some(40)), MetricValue::measured(None), MetricValue::Null],
+        expect!["[40,null,null]"],
+    );
+}
+
+#[test]
+fn paired_metrics_take_their_asked_places() {
+    use super::query::{MetricValue, Paired};
+    use analytics::stats::{Comparison, Value};
+
+    let asked: Vec<String> = ["scroll_depth", "visitors", "time_on_page", "bounce_rate"].map(String::from).to_vec();
+    let paired = Paired { asked: &asked, names: ["scroll_depth", "time_on_page"] };
+    let engine = row(&["/pricing"], vec![Value::Int(7), Value::Float(50.0)]);
+    let measured = |m: &str| MetricValue::measured((m == "scroll_depth").then_some(62));
+    check_answer(paired.row(&engine, measured), expect![[r#"{"metrics":[62,7,null,50.0],"dimensions":["/pricing"]}"#]]);
+    // The engine's comparison may have fewer values than asked: the rest are `null`.
+    let c = Comparison { dimensions: vec!["/pricing".into()], metrics: vec![Value::Int(5)], change: vec![Some(40.0)] };
+    check_answer(
+        paired.compared((&engine, &c), measured, |_| MetricValue::Null, |m| (m == "time_on_page").then_some(-12.5)),
+        expect![[
+            r#"{"metrics":[62,7,null,50.0],"dimensions":["/pricing"],"comparison":{"metrics":[null,5,null,null],"dimensions":["/pricing"],"change":[null,40.0,-12.5,null]}}"#
+        ]],
+    );
+    // With no metric of the engine's asked, the engine's row (of visitors) gives only dimensions.
+    let asked = ["total_revenue".to_owned()];
+    let revenue = Paired { asked: &asked, names: ["total_revenue", "average_revenue"] };
+    let amount = |_: &str| MetricValue::money(Some("1322.20".parse().unwrap()), "EUR");
+    check_answer(
+        revenue.row(&row(&["Purchase"], vec![Value::Int(4)]), amount),
+        expect![[r#"{"metrics":[{"value":1322.2,"amount":"1322.2","currency":"EUR"}],"dimensions":["Purchase"]}"#]],
+    );
+    check_answer(MetricValue::money(None, "EUR"), expect!["null"]);
+}
+
+#[test]
+fn query_meta_says_whether_imports_are_in() {
+    use super::query::Meta;
+
+    check_answer(Meta::imports(false, Some("unsupported_query")), expect!["{}"]);
+    check_answer(Meta::imports(true, None), expect![[r#"{"imports_included":true}"#]]);
+    check_answer(
+        Meta::imports(true, Some("unsupported_interval")),
+        expect![[r#"{"imports_included":false,"imports_skip_reason":"unsupported_interval"}"#]],
+    );
+}
+
+#[test]
+fn umami_answers() {
+    use super::ErrorBody;
+    use super::umami::{BatchAnswer, BatchRefusal, SendAnswer};
+
+    check_answer(SendAnswer::taken(SITE), expect![[r#"{"cache":"tally.c37edc28-ee5f-4c62-9ce3-377fa6f600a8"}"#]]);
+    check_answer(SendAnswer::dropped(), expect![[r#"{"beep":"boop"}"#]]);
+    check_answer(BatchAnswer::new(2, Vec::new()), expect![[r#"{"size":2,"processed":2,"errors":0,"details":[]}"#]]);
+    let details = vec![
+        BatchRefusal { index: 0, response: ErrorBody { error: "payload is required".into(), field: Some("payload") } },
+        BatchRefusal { index: 2, response: ErrorBody { error: "Website not found.".into(), field: None } },
+    ];
+    check_answer(
+        BatchAnswer::new(3, details),
+        expect![[
+            r#"{"size":3,"processed":1,"errors":2,"details":[{"index":0,"response":{"error":"payload is required","field":"payload"}},{"index":2,"response":{"error":"Website not found."}}]}"#
+        ]],
     );
 }

@@ -11,13 +11,16 @@
 //! `identify` sends visitor traits Tally does not keep (it stores no identities), and
 //! `performance` and `engagement` carry measurements Tally does not record yet: they are read,
 //! checked for a website, and acknowledged without an event.
+//!
+//! The answers are declared too: [`SendAnswer`] for a body taken or dropped, [`BatchAnswer`] for
+//! a `/api/batch`, which lists the refused bodies with the error each would have got alone.
 
 use analytics::event::RawEvent;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use url::Url;
 
 use super::sent::{Object, Sent};
-use super::{Nested, Properties, RequestMeta, WireError};
+use super::{ErrorBody, Nested, Properties, RequestMeta, WireError};
 
 /// A `/api/send` body that was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +176,63 @@ fn event(payload: Payload, meta: RequestMeta) -> Result<RawEvent, WireError> {
         payload.screen.value().and_then(|s| s.split_once('x')).and_then(|(w, _)| w.trim().parse::<u32>().ok());
     raw.language = payload.language.value().cloned();
     Ok(raw)
+}
+
+/// Umami's answer to a `/api/send` body that was taken or dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum SendAnswer {
+    /// Taken: `{"cache": token}`, a token the tracker sends back in `x-umami-cache`.
+    Taken {
+        /// `tally.` and the website id.
+        cache: String,
+    },
+    /// Dropped on purpose: `{"beep": "boop"}`, as Umami answers a bot.
+    Dropped {
+        /// Always `boop`.
+        beep: &'static str,
+    },
+}
+
+impl SendAnswer {
+    /// The answer to a body of `website` that was taken.
+    pub fn taken(website: &str) -> Self {
+        SendAnswer::Taken { cache: format!("tally.{website}") }
+    }
+
+    /// The answer to a body that was dropped.
+    pub fn dropped() -> Self {
+        SendAnswer::Dropped { beep: "boop" }
+    }
+}
+
+/// The answer of `POST /api/batch`, as Umami gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchAnswer {
+    /// How many bodies the batch held.
+    pub size: usize,
+    /// How many were taken or dropped.
+    pub processed: usize,
+    /// How many were refused.
+    pub errors: usize,
+    /// The refused ones, in order.
+    pub details: Vec<BatchRefusal>,
+}
+
+/// A refused body of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchRefusal {
+    /// Its place in the batch, from 0.
+    pub index: usize,
+    /// The error body `/api/send` would have answered it with.
+    pub response: ErrorBody,
+}
+
+impl BatchAnswer {
+    /// The answer to a batch of `size` bodies of which `details` were refused.
+    pub fn new(size: usize, details: Vec<BatchRefusal>) -> Self {
+        BatchAnswer { size, processed: size - details.len(), errors: details.len(), details }
+    }
 }
 
 /// Whether `text` is a UUID in its usual hyphenated form.

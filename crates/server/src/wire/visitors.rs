@@ -1,5 +1,6 @@
 //! The session and visitor routes' answers ([`crate::visitors`]), declared: a session's
-//! summary, a session's events, and everything kept about a visitor (a GDPR access request).
+//! summary, a session's events, and everything kept about a visitor (a GDPR access request),
+//! and how many events deleting a visitor removed.
 
 use std::collections::BTreeMap;
 
@@ -7,6 +8,20 @@ use analytics::stats::SessionSummary;
 use analytics::stored::{SessionRef, StoredEvent};
 use analytics::visitor::VisitorId;
 use serde::Serialize;
+
+/// The answer of the routes that list sessions.
+#[derive(Debug, Serialize)]
+pub struct SessionList<'a> {
+    /// The sessions.
+    pub sessions: Vec<SessionView<'a>>,
+}
+
+/// The answer of `DELETE /api/visitors/{visitor}`.
+#[derive(Debug, Serialize)]
+pub struct Deleted {
+    /// How many of the visitor's events were deleted.
+    pub deleted_events: usize,
+}
 
 /// A session as the lists of sessions show it.
 #[derive(Debug, Serialize)]
