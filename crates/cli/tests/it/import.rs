@@ -206,10 +206,12 @@ fn an_export_imports_into_another_site_with_the_same_numbers() {
     let ua = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
     let lines = [
         json!({ "timestamp": "2026-10-05T10:00:00Z", "url": "https://from.test/?utm_source=mail&utm_campaign=fall",
-                "referrer": "https://news.example/item", "user_agent": ua, "visitor": "a", "country": "DE" }),
+                "referrer": "https://news.example/item", "user_agent": ua, "visitor": "a", "country": "DE",
+                "language": "de-DE" }),
         json!({ "timestamp": "2026-10-05T10:01:00Z", "url": "https://from.test/pricing", "user_agent": ua, "visitor": "a" }),
         json!({ "timestamp": "2026-10-05T10:02:00Z", "url": "https://from.test/pricing", "name": "Signup",
-                "props": { "plan": "pro, yearly" }, "user_agent": ua, "visitor": "a" }),
+                "props": { "plan": "pro, yearly" }, "revenue": { "amount": "19.99", "currency": "EUR" },
+                "user_agent": ua, "visitor": "a" }),
         json!({ "timestamp": "2026-10-05T11:00:00Z", "url": "https://from.test/", "user_agent": ua, "visitor": "b" }),
         json!({ "timestamp": "2026-10-06T09:00:00Z", "url": "https://from.test/later", "user_agent": ua, "visitor": "b" }),
     ];
@@ -234,11 +236,28 @@ fn an_export_imports_into_another_site_with_the_same_numbers() {
     assert!(ndjson.contains(r#""props":{"plan":"pro, yearly"}"#), "{ndjson}");
     assert!(!ndjson.contains(ua) && !ndjson.contains("\"ip\""), "no User-Agent or address is kept, so none leaves");
     let (csv_path, csv) = export(&["--format", "csv"], "out.csv");
-    assert!(csv.starts_with("timestamp,url,name,referrer,visitor,country,interactive,props.plan\n"), "{csv}");
+    let header = "timestamp,url,name,referrer,visitor,country,interactive,language,revenue_amount,revenue_currency";
+    assert!(csv.starts_with(&format!("{header},props.plan\n")), "{csv}");
     assert_eq!(csv.lines().count(), 5);
     for (path, site) in [(&ndjson_path, "ndjson.test"), (&csv_path, "csv.test")] {
         let out = crate::support::tally_ok(&store, &["import", path.to_str().unwrap(), "--site", site]);
         assert!(out.contains("imported: 4") && out.contains("refused: 0"), "{site}: {out}");
+    }
+    // Regression: the CSV export once left out the visit's language and the revenue, so a site
+    // imported from it lost both.
+    let kept = |events: &[serde_json::Value]| {
+        let language = events.iter().find_map(|e| e.get("language")).cloned();
+        let revenue = events.iter().find_map(|e| e.get("revenue")).cloned();
+        (language, revenue)
+    };
+    assert_eq!(kept(&events), (Some(json!("de-DE")), Some(json!({ "amount": "19.99", "currency": "EUR" }))));
+    for site in ["ndjson.test", "csv.test"] {
+        let path = dir.path().join(format!("{site}.ndjson"));
+        let args = ["export", "--site", site, "--from", "2026-10-05", "--to", "2026-10-05", "--output"];
+        crate::support::tally_ok(&store, &[&args[..], &[path.to_str().unwrap()]].concat());
+        let again: Vec<serde_json::Value> =
+            std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(kept(&again), kept(&events), "{site}");
     }
     let (_, days) = export(&["--aggregates", "--format", "csv"], "days.csv");
     assert!(

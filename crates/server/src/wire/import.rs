@@ -5,9 +5,17 @@
 //!
 //! Both formats carry the same fields: `timestamp` (RFC 3339, or epoch milliseconds), `url`,
 //! and optionally `name`, `referrer`, `user_agent`, `ip`, `visitor`, `country`, `interactive`,
-//! `browser`, `os` and `device` (what another tool recorded, instead of the User-Agent's), and props — an object `props` in NDJSON, one `props.NAME` column per prop in CSV (an empty
-//! cell is no prop). A CSV file starts with a header row naming its columns; a column Tally
-//! does not know is refused up front, so a misspelt header cannot drop a field silently. A line
+//! `screen_width`, `language`, `browser`, `os` and `device` (what another tool recorded,
+//! instead of the User-Agent's), revenue — an object `revenue: {amount, currency}` in NDJSON,
+//! the columns `revenue_amount` and `revenue_currency` in CSV — and props — an object `props` in
+//! NDJSON, one `props.NAME` column per prop in CSV (an empty cell is no prop, or no field). A
+//! CSV file starts with a header row naming its columns; a column Tally does not know is
+//! refused up front, so a misspelt header cannot drop a field silently.
+//!
+//! An export carries every field of an [`EventRecord`]: as CSV, the columns `timestamp`, `url`,
+//! `name`, `referrer`, `visitor`, `country`, `interactive`, `language`, `revenue_amount` and
+//! `revenue_currency`, then one `props.NAME` column per prop key any event has, so a CSV export
+//! imports back as the NDJSON one does. A line
 //! (and a record, read as the line it stands for) is a declared struct of
 //! [`Sent`](crate::wire::sent::Sent) fields, made an event in one place.
 //!
@@ -551,8 +559,20 @@ impl EventRecord {
     }
 }
 
-/// The columns [`write_csv`] writes, before one `props.NAME` column per prop key.
-const WRITTEN_COLUMNS: [&str; 7] = ["timestamp", "url", "name", "referrer", "visitor", "country", "interactive"];
+/// The columns [`write_csv`] writes, before one `props.NAME` column per prop key: every field of
+/// an [`EventRecord`], revenue in the two columns [`parse`] reads it from.
+const WRITTEN_COLUMNS: [&str; 10] = [
+    "timestamp",
+    "url",
+    "name",
+    "referrer",
+    "visitor",
+    "country",
+    "interactive",
+    "language",
+    "revenue_amount",
+    "revenue_currency",
+];
 
 /// Writes `records` as CSV: a header row naming every prop key any record has, then one row a
 /// record.
@@ -577,6 +597,9 @@ pub fn write_csv(out: &mut dyn Write, records: &[EventRecord]) -> Result<(), csv
             r.visitor.clone(),
             text(&r.country),
             r.interactive.map(|b| b.to_string()).unwrap_or_default(),
+            text(&r.language),
+            r.revenue.as_ref().map(|m| m.amount.clone()).unwrap_or_default(),
+            r.revenue.as_ref().map(|m| m.currency.clone()).unwrap_or_default(),
         ]
         .into_iter()
         .chain(props.iter().map(|p| r.props.get(*p).cloned().unwrap_or_default()));
@@ -751,6 +774,46 @@ mod tests {
                 proptest::prop_assert!(parsed.events.windows(2).all(|w| w[0].1.raw.timestamp_ms <= w[1].1.raw.timestamp_ms));
             }
         }
+    }
+
+    /// Regression: the CSV export once left out `language` and revenue, which the NDJSON
+    /// export and both imports carry, so a CSV export imported back lost them.
+    #[test]
+    fn a_csv_export_imports_back_with_language_and_revenue() {
+        let record = EventRecord {
+            timestamp: "2026-10-05T10:00:00Z".into(),
+            url: "https://shop.test/checkout".into(),
+            name: "Purchase".into(),
+            referrer: None,
+            visitor: "v1".into(),
+            country: Some("DE".into()),
+            interactive: None,
+            props: BTreeMap::from([("plan".to_owned(), "pro".to_owned())]),
+            language: Some("de-DE".into()),
+            revenue: Some(RevenueRecord { amount: "1322.22".into(), currency: "EUR".into() }),
+        };
+        let plain = EventRecord { language: None, revenue: None, props: BTreeMap::new(), ..record.clone() };
+        let mut csv = Vec::new();
+        write_csv(&mut csv, &[record, plain]).unwrap();
+        let text = String::from_utf8(csv).unwrap();
+        assert!(
+            text.starts_with(
+                "timestamp,url,name,referrer,visitor,country,interactive,language,revenue_amount,revenue_currency,\
+                 props.plan\n"
+            ),
+            "{text}"
+        );
+        let parsed = parse(text.as_bytes(), Format::Csv, &site()).unwrap();
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let read: Vec<_> = parsed
+            .events
+            .iter()
+            .map(|(_, e)| {
+                let revenue = e.raw.revenue.as_ref().map(|r| (r.amount.as_str(), r.currency.as_str()));
+                (e.raw.language.as_deref(), revenue, e.raw.props.len())
+            })
+            .collect();
+        assert_eq!(read, [(Some("de-DE"), Some(("1322.22", "EUR")), 1), (None, None, 0)]);
     }
 
     #[test]
