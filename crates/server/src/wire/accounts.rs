@@ -64,7 +64,7 @@ pub struct TwoFactorState<'a> {
 /// The site a shared link shows, and whether it still needs its password.
 #[derive(Debug, Serialize)]
 pub struct SharedSite<'a> {
-    /// The site's id.
+    /// The shared site's id, for the Stats API calls the page makes.
     pub site_id: &'a str,
     /// Its main domain.
     pub domain: &'a str,

@@ -15,7 +15,7 @@ use crate::wire::stats::{Filters, Steps, strings};
 /// A site as the sites API shows it: its settings only to signed-in users.
 #[derive(Debug, Serialize)]
 pub struct SiteView<'a> {
-    /// The site's id.
+    /// The site's id (a ULID), as every site route names it.
     pub site_id: &'a str,
     /// Its main domain.
     pub domain: &'a str,
@@ -24,7 +24,7 @@ pub struct SiteView<'a> {
     /// Its settings, when the caller is a signed-in user.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub settings: Option<SiteSettings<'a>>,
-    /// Its goals.
+    /// The goals events are matched against, oldest first.
     pub goals: Vec<GoalView<'a>>,
     /// Its saved funnels.
     pub funnels: Vec<FunnelView<'a>>,
@@ -74,7 +74,7 @@ impl<'a> SiteView<'a> {
 /// A goal: `kind` is `page` or `event`, `target` the page pattern or event name.
 #[derive(Debug, Serialize)]
 pub struct GoalView<'a> {
-    /// The goal's id.
+    /// The id that removes the goal.
     pub goal_id: &'a str,
     /// `page` or `event`.
     pub kind: &'static str,
@@ -124,9 +124,9 @@ impl<'a> GoalAdded<'a> {
 /// A saved funnel.
 #[derive(Debug, Serialize)]
 pub struct FunnelView<'a> {
-    /// The funnel's id.
+    /// The id that removes the funnel.
     pub funnel_id: &'a str,
-    /// Its name.
+    /// What the owner called the funnel.
     pub name: &'a str,
     /// Its steps, in order.
     pub steps: Vec<StepView<'a>>,
@@ -163,18 +163,18 @@ impl<'a> FunnelView<'a> {
 pub struct FunnelAdded<'a> {
     /// The new funnel's id.
     pub funnel_id: &'a str,
-    /// Its name.
+    /// What the owner called the funnel.
     pub name: &'a str,
 }
 
 /// A saved segment: its filters as the Stats API takes them, `[operator, dimension, [values]]`.
 #[derive(Debug, Serialize)]
 pub struct SegmentView<'a> {
-    /// The segment's id.
+    /// The id that removes the segment or names it in a query's filters.
     pub segment_id: &'a str,
-    /// Its name.
+    /// What the owner called the segment.
     pub name: &'a str,
-    /// Its filters.
+    /// The filters the segment stands for, as a query sends them.
     pub filters: Vec<(&'static str, std::borrow::Cow<'static, str>, &'a [String])>,
 }
 
@@ -189,9 +189,9 @@ impl<'a> SegmentView<'a> {
 /// An API key, without its secret.
 #[derive(Debug, Serialize)]
 pub struct KeyView<'a> {
-    /// The key's id.
+    /// The id that revokes the key.
     pub key_id: &'a str,
-    /// Its name.
+    /// What the owner called the key.
     pub name: &'a str,
     /// Whether it was revoked.
     pub revoked: bool,
@@ -221,7 +221,7 @@ pub struct KeyCreated<'a> {
     pub key: &'a str,
     /// Its id.
     pub key_id: &'a str,
-    /// Its name.
+    /// What the owner called the key.
     pub name: &'a str,
     /// What it may do.
     pub scopes: Vec<&'static str>,
@@ -232,7 +232,7 @@ pub struct KeyCreated<'a> {
 pub struct ShareView<'a> {
     /// The link's id.
     pub share_id: &'a str,
-    /// Its name.
+    /// What the owner called the link.
     pub name: &'a str,
     /// Whether it asks for a password.
     pub has_password: bool,
@@ -260,7 +260,7 @@ impl<'a> ShareView<'a> {
 pub struct ShareCreated<'a> {
     /// The link's id.
     pub share_id: &'a str,
-    /// Its name.
+    /// What the owner called the link.
     pub name: &'a str,
     /// Whether it asks for a password.
     pub has_password: bool,
@@ -304,7 +304,7 @@ impl<'a> MemberView<'a> {
 pub struct Invited<'a> {
     /// The invitation's path, `/invite/TOKEN`.
     pub link: String,
-    /// Its token.
+    /// The invitation's secret, shown once; the table keeps only its hash.
     pub token: &'a str,
     /// The role it grants.
     pub role: &'static str,
@@ -377,7 +377,7 @@ pub struct Removed<'a> {
 /// `{"revoked": id}`: what a `DELETE` revoked.
 #[derive(Debug, Serialize)]
 pub struct Revoked<'a> {
-    /// The id revoked.
+    /// The id of the key or link that was revoked.
     pub revoked: &'a str,
 }
 

@@ -41,7 +41,7 @@ pub struct MinuteView {
 pub struct TopPage<'a> {
     /// The page's path.
     pub page: &'a str,
-    /// Its visitors.
+    /// Unique visitors who viewed the page in the range.
     pub visitors: u64,
     /// Its page views.
     pub pageviews: i64,
@@ -111,7 +111,7 @@ impl<'a> FunnelStepView<'a> {
 pub struct PageVisitors<'a> {
     /// The page's path.
     pub page: &'a str,
-    /// Its visitors.
+    /// Unique visitors who went that way.
     pub visitors: u64,
 }
 
@@ -154,7 +154,7 @@ impl<'a> JourneysView<'a> {
 /// A custom property key and how many events carry it.
 #[derive(Debug, Serialize)]
 pub struct KeyEvents<'a> {
-    /// The key.
+    /// The custom property's key, as events carry it.
     pub key: &'a str,
     /// Events with it.
     pub events: u64,
@@ -439,7 +439,7 @@ pub struct QueryBody {
     pub metrics: Sent<Vec<String>>,
     /// Up to two dimensions to break the metrics down by.
     pub dimensions: Sent<Vec<String>>,
-    /// The filters.
+    /// The filters and segments sent, each checked when the query is built.
     pub filters: Filters,
     /// How rows are ordered: `[name, direction]` entries.
     pub order_by: Sent<Vec<OrderSent>>,

@@ -12,7 +12,7 @@ use serde::Serialize;
 /// The answer of the routes that list sessions.
 #[derive(Debug, Serialize)]
 pub struct SessionList<'a> {
-    /// The sessions.
+    /// The sessions, latest activity first.
     pub sessions: Vec<SessionView<'a>>,
 }
 
@@ -28,7 +28,7 @@ pub struct Deleted {
 pub struct SessionView<'a> {
     /// The session's reference, for `GET /api/sessions/{session}`.
     pub session: SessionRef,
-    /// The visitor's id.
+    /// The visitor the session belongs to, for `GET /api/visitors/{visitor}/sessions`.
     pub visitor_id: VisitorId,
     /// Its first event, in epoch milliseconds.
     pub started_at: i64,
@@ -175,11 +175,11 @@ pub struct VisitorEventView<'a> {
     pub device: &'a str,
     /// The visitor's browser.
     pub browser: &'a str,
-    /// Its version.
+    /// The browser's major version.
     pub browser_version: &'a str,
     /// The visitor's operating system.
     pub os: &'a str,
-    /// Its version.
+    /// The operating system's version.
     pub os_version: &'a str,
 }
 
