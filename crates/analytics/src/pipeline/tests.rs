@@ -59,3 +59,16 @@ fn when_most_are_live_the_older_half_goes_and_slots_in_use_stay() {
     // An empty slot (nothing cached) carries nothing worth keeping.
     assert!(!sessions.contains_key(&key(MAX_CACHED_SESSIONS)));
 }
+
+/// The borrowed key finds what the owned key stored, so a cache hit allocates nothing.
+#[test]
+fn a_borrowed_session_key_finds_the_owned_one() {
+    let mut sessions = Sessions::new();
+    let visitor = VisitorId::from_u64(0x3f2a_9c0d_1e4b_5a67);
+    let slot = live(NOW);
+    sessions.insert(("site".to_owned(), visitor), slot.clone());
+    let found = sessions.get(&SessionKeyRef("site", visitor)).expect("found by the borrowed key");
+    assert!(Arc::ptr_eq(found, &slot));
+    assert!(sessions.get(&SessionKeyRef("site", VisitorId::from_u64(1))).is_none());
+    assert!(sessions.get(&SessionKeyRef("other", visitor)).is_none());
+}
