@@ -236,7 +236,8 @@ fn an_export_imports_into_another_site_with_the_same_numbers() {
     assert!(ndjson.contains(r#""props":{"plan":"pro, yearly"}"#), "{ndjson}");
     assert!(!ndjson.contains(ua) && !ndjson.contains("\"ip\""), "no User-Agent or address is kept, so none leaves");
     let (csv_path, csv) = export(&["--format", "csv"], "out.csv");
-    let header = "timestamp,url,name,referrer,visitor,country,interactive,language,revenue_amount,revenue_currency";
+    let header = "timestamp,url,name,referrer,visitor,country,interactive,language,revenue_amount,revenue_currency,\
+                  browser,os,device";
     assert!(csv.starts_with(&format!("{header},props.plan\n")), "{csv}");
     assert_eq!(csv.lines().count(), 5);
     for (path, site) in [(&ndjson_path, "ndjson.test"), (&csv_path, "csv.test")] {
@@ -246,11 +247,15 @@ fn an_export_imports_into_another_site_with_the_same_numbers() {
     // Regression: the CSV export once left out the visit's language and the revenue, so a site
     // imported from it lost both.
     let kept = |events: &[serde_json::Value]| {
-        let language = events.iter().find_map(|e| e.get("language")).cloned();
-        let revenue = events.iter().find_map(|e| e.get("revenue")).cloned();
-        (language, revenue)
+        let field = |name: &str| events.iter().find_map(|e| e.get(name)).cloned();
+        (field("language"), field("revenue"), field("browser"), field("os"), field("device"))
     };
-    assert_eq!(kept(&events), (Some(json!("de-DE")), Some(json!({ "amount": "19.99", "currency": "EUR" }))));
+    let (language, revenue, browser, os, device) = kept(&events);
+    assert_eq!((language, revenue), (Some(json!("de-DE")), Some(json!({ "amount": "19.99", "currency": "EUR" }))));
+    assert!(
+        browser.is_some() && os.is_some() && device.is_some(),
+        "a visit's first event names its browser, operating system and device: {ndjson}"
+    );
     for site in ["ndjson.test", "csv.test"] {
         let path = dir.path().join(format!("{site}.ndjson"));
         let args = ["export", "--site", site, "--from", "2026-10-05", "--to", "2026-10-05", "--output"];

@@ -13,9 +13,11 @@
 //! refused up front, so a misspelt header cannot drop a field silently.
 //!
 //! An export carries every field of an [`EventRecord`]: as CSV, the columns `timestamp`, `url`,
-//! `name`, `referrer`, `visitor`, `country`, `interactive`, `language`, `revenue_amount` and
-//! `revenue_currency`, then one `props.NAME` column per prop key any event has, so a CSV export
-//! imports back as the NDJSON one does. A line
+//! `name`, `referrer`, `visitor`, `country`, `interactive`, `language`, `revenue_amount`,
+//! `revenue_currency`, `browser`, `os` and `device`, then one `props.NAME` column per prop key
+//! any event has, so a CSV export imports back as the NDJSON one does. (A browser's or an
+//! operating system's version and the screen size class are not exported: the import reads no
+//! field for them.) A line
 //! (and a record, read as the line it stands for) is a declared struct of
 //! [`Sent`](crate::wire::sent::Sent) fields, made an event in one place.
 //!
@@ -471,9 +473,10 @@ impl ImportLine {
 }
 
 /// An event as an import line carries it: what `tally export` writes, in the shape
-/// [`import_line`] reads back. A visit's first event carries its referrer, its language and its
-/// `utm_*` parameters in the URL, so visits, sources and campaigns come back the same. Fields an
-/// event does not have are left out.
+/// [`import_line`] reads back. A visit's first event carries its referrer, its language, its
+/// browser, operating system and device, and its `utm_*` parameters in the URL, so visits,
+/// sources, campaigns and devices come back the same. Fields an event does not have are left
+/// out.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct EventRecord {
     /// RFC 3339.
@@ -502,6 +505,15 @@ pub struct EventRecord {
     /// Revenue, exact as stored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revenue: Option<RevenueRecord>,
+    /// The visit's browser family, on its first event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub browser: Option<String>,
+    /// The visit's operating system family, on its first event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    /// The visit's device type (`Desktop`, `Mobile`, `Tablet`), on its first event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 /// A revenue amount as an import line carries it.
@@ -519,6 +531,7 @@ impl EventRecord {
         let v = &e.visit;
         let mut url = format!("https://{}{}", e.hostname, e.path);
         let first = e.seq == 0;
+        let visit_text = |text: &str| (first && !text.is_empty()).then(|| text.to_owned());
         if first {
             let utm: Vec<(&str, &str)> = [
                 ("utm_source", &v.utm_source),
@@ -550,6 +563,9 @@ impl EventRecord {
                 .revenue
                 .as_ref()
                 .map(|(amount, currency)| RevenueRecord { amount: amount.clone(), currency: currency.clone() }),
+            browser: visit_text(&v.browser),
+            os: visit_text(&v.os),
+            device: visit_text(&v.device),
         }
     }
 
@@ -561,7 +577,7 @@ impl EventRecord {
 
 /// The columns [`write_csv`] writes, before one `props.NAME` column per prop key: every field of
 /// an [`EventRecord`], revenue in the two columns [`parse`] reads it from.
-const WRITTEN_COLUMNS: [&str; 10] = [
+const WRITTEN_COLUMNS: [&str; 13] = [
     "timestamp",
     "url",
     "name",
@@ -572,6 +588,9 @@ const WRITTEN_COLUMNS: [&str; 10] = [
     "language",
     "revenue_amount",
     "revenue_currency",
+    "browser",
+    "os",
+    "device",
 ];
 
 /// Writes `records` as CSV: a header row naming every prop key any record has, then one row a
@@ -600,6 +619,9 @@ pub fn write_csv(out: &mut dyn Write, records: &[EventRecord]) -> Result<(), csv
             text(&r.language),
             r.revenue.as_ref().map(|m| m.amount.clone()).unwrap_or_default(),
             r.revenue.as_ref().map(|m| m.currency.clone()).unwrap_or_default(),
+            text(&r.browser),
+            text(&r.os),
+            text(&r.device),
         ]
         .into_iter()
         .chain(props.iter().map(|p| r.props.get(*p).cloned().unwrap_or_default()));
@@ -777,7 +799,8 @@ mod tests {
     }
 
     /// Regression: the CSV export once left out `language` and revenue, which the NDJSON
-    /// export and both imports carry, so a CSV export imported back lost them.
+    /// export and both imports carry, so a CSV export imported back lost them; and no export
+    /// carried the visit's browser, operating system and device, which both imports read.
     #[test]
     fn a_csv_export_imports_back_with_language_and_revenue() {
         let record = EventRecord {
@@ -791,15 +814,26 @@ mod tests {
             props: BTreeMap::from([("plan".to_owned(), "pro".to_owned())]),
             language: Some("de-DE".into()),
             revenue: Some(RevenueRecord { amount: "1322.22".into(), currency: "EUR".into() }),
+            browser: Some("Firefox".into()),
+            os: Some("Linux".into()),
+            device: Some("Desktop".into()),
         };
-        let plain = EventRecord { language: None, revenue: None, props: BTreeMap::new(), ..record.clone() };
+        let plain = EventRecord {
+            language: None,
+            revenue: None,
+            props: BTreeMap::new(),
+            browser: None,
+            os: None,
+            device: None,
+            ..record.clone()
+        };
         let mut csv = Vec::new();
         write_csv(&mut csv, &[record, plain]).unwrap();
         let text = String::from_utf8(csv).unwrap();
         assert!(
             text.starts_with(
                 "timestamp,url,name,referrer,visitor,country,interactive,language,revenue_amount,revenue_currency,\
-                 props.plan\n"
+                 browser,os,device,props.plan\n"
             ),
             "{text}"
         );
@@ -810,10 +844,17 @@ mod tests {
             .iter()
             .map(|(_, e)| {
                 let revenue = e.raw.revenue.as_ref().map(|r| (r.amount.as_str(), r.currency.as_str()));
-                (e.raw.language.as_deref(), revenue, e.raw.props.len())
+                let client = e.client.as_ref().map(|c| (c.browser.as_str(), c.os.as_str(), c.device.as_str()));
+                (e.raw.language.as_deref(), revenue, e.raw.props.len(), client)
             })
             .collect();
-        assert_eq!(read, [(Some("de-DE"), Some(("1322.22", "EUR")), 1), (None, None, 0)]);
+        assert_eq!(
+            read,
+            [
+                (Some("de-DE"), Some(("1322.22", "EUR")), 1, Some(("Firefox", "Linux", "Desktop"))),
+                (None, None, 0, None)
+            ]
+        );
     }
 
     #[test]
