@@ -19,7 +19,6 @@ fn pageview() -> StoredEvent {
     StoredEvent {
         site_id: "01JDB3Y5C8M9V7T2X4K6P0SITE".into(),
         day: analytics::visitor::UtcDay::parse("2026-11-22").unwrap(),
-        shard: 3,
         visitor_id: analytics::visitor::VisitorId::parse("5d41402abc4b2a76").unwrap(),
         session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".parse().unwrap(),
         seq: 2,

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::sites::SiteId;
-use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
+use crate::stored::{PrevState, StoredEvent, VisitAttrs};
 use crate::visitor::{UtcDay, VisitorId};
 
 /// The format's magic and version.
@@ -383,9 +383,6 @@ pub fn encode(site_id: &str, day: UtcDay, events: &[StoredEvent]) -> Result<Vec<
             return Err(BlockError::Unencodable(format!("session {} has differing visit attributes", e.session_id)));
         }
     }
-    if events.iter().any(|e| e.shard != visitor_shard(e.visitor_id)) {
-        return Err(BlockError::Unencodable("an event's shard is not its visitor's".into()));
-    }
 
     let mut out = Vec::with_capacity(64 + events.len() * 24);
     out.extend_from_slice(MAGIC);
@@ -723,7 +720,6 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
             StoredEvent {
                 site_id: b.site_id.clone(),
                 day: b.day,
-                shard: visitor_shard(key.visitor_id()),
                 visitor_id: key.visitor_id(),
                 session_id: key.session_id(),
                 seq: b.seq[i],

@@ -683,10 +683,12 @@ async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u6
     while let Some(page) = scan.next().await {
         for record in page?.records {
             let e = crate::aggregate::event_from_record(&record).map_err(|e| EventStoreError::Write(e.to_string()))?;
+            // The item's own shard, not one worked out again: the key must be the one it has.
+            let shard = record.opt_i64("shard").map_err(|e| EventStoreError::Write(e.to_string()))?.unwrap_or(0);
             let key = item! {
                 "site_id" => e.site_id.as_str(),
                 "day" => e.day.to_string(),
-                "shard" => e.shard,
+                "shard" => shard,
                 "visitor_id" => e.visitor_id.to_string(),
                 "session_id" => e.session_id.to_string(),
                 "seq" => e.seq,

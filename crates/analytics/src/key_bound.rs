@@ -184,7 +184,6 @@ mod tests {
         StoredEvent {
             site_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
             day: crate::visitor::UtcDay::parse("2026-11-22").unwrap(),
-            shard: 7,
             visitor_id: crate::visitor::VisitorId::parse("3f2a9c0d1e4b5a67").unwrap(),
             session_id: "01JDB3Y5C8M9V7T2X4K6P0QWES".parse().unwrap(),
             seq: 3,

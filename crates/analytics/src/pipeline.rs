@@ -35,7 +35,7 @@ use crate::enrich::{DropReason, Enricher, Enrichment, SiteContext};
 use crate::event::{Event, EventError, Limits, RawEvent};
 use crate::event_store::{BlockWriter, EventStoreError};
 use crate::sites::{Site, Sites, SitesError};
-use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
+use crate::stored::{PrevState, StoredEvent, VisitAttrs};
 use crate::visitor::{Salt, UtcDay, VisitorId, salt_expires_at_ms, salts_to_try, visitor_id};
 
 /// A visit ends after this long without an event.
@@ -790,7 +790,6 @@ impl Pipeline {
         let stored = StoredEvent {
             site_id: site.site_id.clone(),
             day,
-            shard: visitor_shard(visitor_id),
             visitor_id,
             session_id,
             seq,

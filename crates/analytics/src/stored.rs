@@ -26,17 +26,15 @@ use crate::sites::SiteId;
 use crate::visitor::{UtcDay, VisitorId};
 
 /// One raw event, as ingestion made it and as an event block holds it ([`crate::block`]), in the
-/// blocks of its site and of the UTC day its session started (`day`). (`shard` and the
-/// per-event `Event` item of [`crate::schema`] are how an earlier Tally stored it; they are
-/// kept to read such a store once, when it is converted.)
+/// blocks of its site and of the UTC day its session started (`day`). (The per-event `Event`
+/// item of [`crate::schema`], keyed by [`visitor_shard`], is how an earlier Tally stored it; it
+/// is kept to read such a store once, when it is converted.)
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoredEvent {
     /// The id of the site the event was sent to: part of the partition key.
     pub site_id: SiteId,
     /// The UTC day the session started: part of the partition key.
     pub day: UtcDay,
-    /// `visitor_shard(visitor_id)`.
-    pub shard: u32,
     /// The visitor, as the day's salt hashes it.
     pub visitor_id: VisitorId,
     /// The session, a ULID made when its first event arrived.

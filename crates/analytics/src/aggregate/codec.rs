@@ -64,7 +64,7 @@ pub fn event_item(e: &StoredEvent) -> Item {
         text("revenue", amount);
         text("currency", currency);
     }
-    item.insert("shard".into(), e.shard.into());
+    item.insert("shard".into(), crate::stored::visitor_shard(e.visitor_id).into());
     item.insert("seq".into(), e.seq.into());
     item.insert("ts".into(), e.ts.into());
     item.insert("start_ts".into(), v.start_ts.into());
@@ -137,7 +137,6 @@ pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
     Ok(StoredEvent {
         site_id: SiteId::new(r.string("site_id")?),
         day: parsed(r, "day", UtcDay::parse)?,
-        shard: number(r, "shard")?,
         visitor_id: parsed(r, "visitor_id", VisitorId::parse)?,
         session_id: parsed(r, "session_id", |t| Ulid::from_string(t).ok())?,
         seq: number(r, "seq")?,

@@ -136,7 +136,6 @@ mod tests {
         StoredEvent {
             site_id: site.into(),
             day: UtcDay::from_unix_ms(ts),
-            shard: 0,
             visitor_id: VisitorId::from_u64(visitor),
             session_id: ulid::Ulid(session),
             seq: 0,

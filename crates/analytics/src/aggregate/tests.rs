@@ -12,7 +12,6 @@ fn pageview(path: &str, ts: i64, prev: &PrevState) -> StoredEvent {
     StoredEvent {
         site_id: "S1".into(),
         day: crate::visitor::UtcDay::parse("2026-11-22").unwrap(),
-        shard: 3,
         visitor_id: crate::visitor::VisitorId::from_u64(0xff),
         session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".parse().unwrap(),
         seq: prev.events,

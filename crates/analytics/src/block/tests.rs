@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::stored::{PrevState, StoredEvent, VisitAttrs, visitor_shard};
+use crate::stored::{PrevState, StoredEvent, VisitAttrs};
 
 /// A small alphabet, so dictionaries repeat, plus long and odd text.
 fn text() -> impl Strategy<Value = String> {
@@ -72,7 +72,6 @@ fn events() -> impl Strategy<Value = Vec<StoredEvent>> {
                     StoredEvent {
                         site_id: "site-1".into(),
                         day: day("2026-11-22"),
-                        shard: visitor_shard(visitor_id),
                         visitor_id,
                         session_id: ulid::Ulid(*session),
                         seq,
@@ -216,7 +215,6 @@ fn repetitive_events_are_compact() {
     for i in 0..2000u32 {
         let mut e = one();
         e.visitor_id = VisitorId::from_u64(u64::from(i / 3).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        e.shard = visitor_shard(e.visitor_id);
         e.session_id = ulid::Ulid::from_parts(1_795_000_000_000 + u64::from(i / 3), u128::from(i / 3));
         e.seq = i % 3;
         e.ts = 1_795_332_600_000 + i64::from(i) * 1700;
@@ -285,7 +283,6 @@ fn one() -> StoredEvent {
     StoredEvent {
         site_id: "site-1".into(),
         day: day("2026-11-22"),
-        shard: visitor_shard(visitor_id),
         visitor_id,
         session_id: "01JDB3Y5C8M9V7T2X4K6P0QWER".parse().expect("a ULID"),
         seq: 0,

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use proptest::prelude::*;
 
 use super::*;
-use crate::stored::{PrevState, StoredEvent, TOTAL, VisitAttrs, visitor_shard};
+use crate::stored::{PrevState, StoredEvent, TOTAL, VisitAttrs};
 
 const PAGES: [&str; 4] = ["/", "/pricing", "/blog/a", "/docs"];
 const SOURCES: [&str; 3] = ["", "Google", "Newsletter"];
@@ -53,7 +53,6 @@ fn events_of(specs: &[SessionSpec]) -> Vec<StoredEvent> {
             let e = StoredEvent {
                 site_id: "S".into(),
                 day: crate::visitor::UtcDay::from_unix_ms(start),
-                shard: visitor_shard(visitor_id),
                 visitor_id,
                 session_id,
                 seq: seq as u32,

@@ -14,7 +14,7 @@ use analytics::aggregate::{
 };
 use analytics::period::{SiteZone, parse_date};
 use analytics::schema::tally_schema;
-use analytics::stored::{Counters, PrevState, StoredEvent, VisitAttrs, visitor_shard};
+use analytics::stored::{Counters, PrevState, StoredEvent, VisitAttrs};
 use async_trait::async_trait;
 use model::Table;
 use proptest::prelude::*;
@@ -102,7 +102,6 @@ impl Session {
         let e = StoredEvent {
             site_id: self.site_id.as_str().into(),
             day: analytics::visitor::UtcDay::from_unix_ms(self.visit.start_ts),
-            shard: visitor_shard(self.visitor_id),
             visitor_id: self.visitor_id,
             session_id: self.session_id,
             seq: self.state.events,
