@@ -6,10 +6,20 @@
 //! every event waiting when it is free, groups them by (site, UTC day of the session's start),
 //! and writes one `EventBlock` item per group (more when a group would pass [`MAX_BLOCK_BYTES`]),
 //! all at once; each event's wait ends when its block is durable. This is a group commit: one
-//! writer, no timer, so a lone event is written at once, and under load a block holds what
-//! arrived during the previous write. A block's key names its run and a number the run never
+//! writer, so a lone event is written at once, and under load a block holds what arrived during
+//! the previous write, plus the events ingestion was already preparing when the writer woke:
+//! ingestion counts an event from the moment it starts on it until it is handed over
+//! ([`BlockWriter::preparing`]), except while it waits for its session, which may wait for
+//! this very writer, and the writer waits for those (at most [`LINGER`]) before it writes. So
+//! under load a write takes every event in flight at once rather than whichever happened to be
+//! ready, and blocks are several times larger for the same traffic. A block's key names its run and a number the run never
 //! reuses, and it is written create-only, so a retried write that already happened is recognised
 //! (the condition fails on our own block) rather than written twice.
+//!
+//! **Sessions in flight.** Alone, ingestion does not hold a session while its event is written
+//! ([`BlockWriter::queue`]): the session's next event may be queued before the previous one is
+//! durable. It carries that one's [`Written`], and fails, unwritten, if that one failed; a
+//! session's events are of one partition, whose blocks are written one after another.
 //!
 //! **Reading.** Every block of a (site, day) is one Query (`EB#{site}#{day}`); a reader decodes
 //! only the columns it needs. A session's events are all in the partition of its start day.
@@ -27,14 +37,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use store::sync::lock;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use model::expr::{Update, attr};
 use model::{PutMode, Record, Table};
 use store::{AttributeValue, item};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::block::{self, Block, BlockError, Cols};
 use crate::sites::SiteId;
@@ -48,6 +58,14 @@ pub const MAX_BLOCK_BYTES: usize = 256 * 1024;
 
 /// The most events in one block: bounds what one block costs to decode.
 pub const MAX_BLOCK_EVENTS: usize = 8192;
+
+/// The longest the writer waits for events being prepared before it writes what it has (the
+/// timer's resolution is a millisecond, so the wait is one or two): enough for ingestion to finish
+/// the events it is on, far below what a tracker's request would notice.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The writer stops waiting for events being prepared once it holds this many.
+const LINGER_EVENTS: usize = 1024;
 
 /// How many block Queries a reader keeps in flight.
 pub const PARALLEL_READS: usize = 16;
@@ -85,11 +103,114 @@ struct Pending {
     event: StoredEvent,
     /// Gets the event back once its block is durable (so nobody copies it to keep it), or why not.
     done: oneshot::Sender<Result<StoredEvent, String>>,
+    /// Settled when the block is durable or the event failed.
+    written: Settle,
+    /// The previous event of the same session, when it was queued before this one was durable:
+    /// if it fails, this one fails too (its state was computed from it).
+    after: Option<Arc<Written>>,
+}
+
+impl Pending {
+    /// Settles the event: its block is durable (no error), or it is not stored, and why.
+    fn finish(self, error: Option<&str>) {
+        let Pending { event, done, written, after: _ } = self;
+        written.0.settle(error.is_none());
+        let _ = done.send(match error {
+            None => Ok(event),
+            Some(e) => Err(e.to_owned()),
+        });
+    }
+
+    /// Whether the session's previous event failed, so this one must too.
+    fn orphaned(&self) -> bool {
+        self.after.as_ref().is_some_and(|w| w.is_failed())
+    }
+}
+
+/// Whether an event queued for the writer is stored yet: pending, stored, or failed. A session's
+/// next event may be computed from its previous one while that one is still being written
+/// ([`BlockWriter::queue`]); this is how it learns the outcome, and how whoever writes a
+/// session's `VisitorSession` item waits for its latest event first.
+#[derive(Debug, Default)]
+pub struct Written {
+    state: std::sync::atomic::AtomicU8,
+    settled: Notify,
+}
+
+const WRITTEN_PENDING: u8 = 0;
+const WRITTEN_STORED: u8 = 1;
+const WRITTEN_FAILED: u8 = 2;
+
+impl Written {
+    fn settle(&self, stored: bool) {
+        let state = if stored { WRITTEN_STORED } else { WRITTEN_FAILED };
+        if self.state.compare_exchange(WRITTEN_PENDING, state, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.settled.notify_waiters();
+        }
+    }
+
+    /// Whether the event is durable.
+    pub fn is_stored(&self) -> bool {
+        self.state.load(Ordering::Acquire) == WRITTEN_STORED
+    }
+
+    /// Whether the event will never be stored.
+    pub fn is_failed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == WRITTEN_FAILED
+    }
+
+    /// Waits until the event is settled; whether it is stored.
+    pub async fn wait(&self) -> bool {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            match self.state.load(Ordering::Acquire) {
+                WRITTEN_STORED => return true,
+                WRITTEN_FAILED => return false,
+                _ => settled.await,
+            }
+        }
+    }
+}
+
+/// Settles its [`Written`] as failed if dropped unsettled (the writer stopped), so nobody waits
+/// for it forever.
+struct Settle(Arc<Written>);
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        self.0.settle(false);
+    }
+}
+
+/// An event handed to the writer ([`BlockWriter::queue`]): wait for it with [`Queued::done`].
+#[derive(Debug)]
+pub struct Queued {
+    written: Arc<Written>,
+    wait: Result<oneshot::Receiver<Result<StoredEvent, String>>, EventStoreError>,
+}
+
+impl Queued {
+    /// The event's outcome as the writer settles it, for the session's next event.
+    pub fn written(&self) -> Arc<Written> {
+        self.written.clone()
+    }
+
+    /// The event back once its block is durable, or why it is not stored.
+    pub async fn done(self) -> Result<StoredEvent, EventStoreError> {
+        match self.wait?.await {
+            Ok(Ok(event)) => Ok(event),
+            Ok(Err(e)) => Err(EventStoreError::Write(e)),
+            Err(_) => Err(EventStoreError::Stopped),
+        }
+    }
 }
 
 /// Writes events in blocks: see the module documentation.
 pub struct BlockWriter {
     tx: mpsc::UnboundedSender<Pending>,
+    incoming: Arc<Incoming>,
     counters: Arc<WriterCounters>,
     compact: Arc<std::sync::atomic::AtomicBool>,
     shared: Arc<Shared>,
@@ -120,6 +241,35 @@ const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The epoch up to which this run's flushes are recorded: blocks of those epochs only are merged.
 pub type FlushedEpoch = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The events on their way to the writer: how many ingestion is preparing, and a signal each
+/// time one is handed over or given up.
+#[derive(Default)]
+struct Incoming {
+    preparing: AtomicUsize,
+    changed: Notify,
+}
+
+/// An event ingestion is preparing for the writer (see the module documentation): the writer
+/// waits a little for it before it writes. Handed to [`BlockWriter::append`] with the event, or
+/// dropped when the event will not come (dropped, refused, or waiting for its session).
+#[must_use]
+pub struct Preparing {
+    incoming: Arc<Incoming>,
+}
+
+impl std::fmt::Debug for Preparing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Preparing").finish_non_exhaustive()
+    }
+}
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        self.incoming.preparing.fetch_sub(1, Ordering::AcqRel);
+        self.incoming.changed.notify_one();
+    }
+}
 
 /// What the writer shares with its compaction task.
 struct Shared {
@@ -160,9 +310,17 @@ impl BlockWriter {
             counters: counters.clone(),
         });
         let compact = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        tokio::spawn(write_task(shared.clone(), rx));
+        let incoming = Arc::new(Incoming::default());
+        tokio::spawn(write_task(shared.clone(), rx, incoming.clone()));
         tokio::spawn(compact_task(Arc::downgrade(&shared), flushed.clone(), compact.clone()));
-        Arc::new(BlockWriter { tx, counters, compact, shared, flushed })
+        Arc::new(BlockWriter { tx, incoming, counters, compact, shared, flushed })
+    }
+
+    /// Counts an event ingestion starts preparing, until the returned guard is handed to
+    /// [`append`](Self::append) or dropped.
+    pub fn preparing(&self) -> Preparing {
+        self.incoming.preparing.fetch_add(1, Ordering::AcqRel);
+        Preparing { incoming: self.incoming.clone() }
     }
 
     /// Merges the small blocks of every partition written to, now, as far as their epochs are
@@ -187,15 +345,27 @@ impl BlockWriter {
         self.compact.store(on, Ordering::Relaxed);
     }
 
-    /// Writes `event` in a block; returns it once that block is durable.
-    pub async fn append(&self, event: StoredEvent) -> Result<StoredEvent, EventStoreError> {
+    /// Writes `event` in a block; returns it once that block is durable. `preparing`, if the
+    /// event was counted, is released once the event is queued.
+    pub async fn append(
+        &self,
+        event: StoredEvent,
+        preparing: Option<Preparing>,
+    ) -> Result<StoredEvent, EventStoreError> {
+        self.queue(event, preparing, None).done().await
+    }
+
+    /// Hands `event` to the writer now and returns at once: [`Queued::done`] waits for its
+    /// block. `after` is the outcome of the session's previous event if that one may not be
+    /// durable yet: should it fail, `event` fails too, and is never stored without it (both
+    /// are of one partition, so they share a block or are written in queue order).
+    pub fn queue(&self, event: StoredEvent, preparing: Option<Preparing>, after: Option<Arc<Written>>) -> Queued {
         let (done, wait) = oneshot::channel();
-        self.tx.send(Pending { event, done }).map_err(|_| EventStoreError::Stopped)?;
-        match wait.await {
-            Ok(Ok(event)) => Ok(event),
-            Ok(Err(e)) => Err(EventStoreError::Write(e)),
-            Err(_) => Err(EventStoreError::Stopped),
-        }
+        let written = Arc::new(Written::default());
+        let after = after.filter(|w| !w.is_stored());
+        let sent = self.tx.send(Pending { event, done, written: Settle(written.clone()), after });
+        drop(preparing);
+        Queued { written, wait: sent.map(|()| wait).map_err(|_| EventStoreError::Stopped) }
     }
 
     /// The writer's counters.
@@ -204,15 +374,10 @@ impl BlockWriter {
     }
 }
 
-async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending>) {
+async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending>, incoming: Arc<Incoming>) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        while batch.len() < MAX_BLOCK_EVENTS * 4 {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
-            }
-        }
+        gather(&mut rx, &incoming, &mut batch).await;
         // Group by partition, keeping arrival order within each.
         let mut groups: Vec<((SiteId, UtcDay), Vec<Pending>)> = Vec::new();
         let mut index: HashMap<(SiteId, UtcDay), usize> = HashMap::new();
@@ -224,46 +389,83 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
             });
             groups[i].1.push(p);
         }
-        let mut writes = Vec::new();
-        for ((site, day), pending) in groups {
-            for chunk in cut(pending) {
-                writes.push((site.clone(), day, shared.next_block.fetch_add(1, Ordering::Relaxed), chunk));
-            }
-        }
+        // Partitions are written at once; a partition's blocks one after another, so an event
+        // whose session's previous event failed in an earlier block fails before its own.
         let shared = &shared;
-        futures::future::join_all(writes.into_iter().map(|(site, day, number, chunk)| async move {
-            let (events, dones): (Vec<StoredEvent>, Vec<_>) = chunk.into_iter().map(|p| (p.event, p.done)).unzip();
-            let result = write_block(&shared.table, &shared.run_id, number, &site, day, &events, &[]).await;
-            let counters = &shared.counters;
-            match &result {
-                Ok(bytes) => {
-                    counters.blocks.fetch_add(1, Ordering::Relaxed);
-                    counters.events.fetch_add(events.len() as u64, Ordering::Relaxed);
-                    counters.bytes.fetch_add(*bytes as u64, Ordering::Relaxed);
-                    if *bytes < SMALL_BLOCK_BYTES {
-                        *lock(&shared.small).entry((site.clone(), day)).or_default() += 1;
-                    }
-                }
-                Err(e) => {
-                    counters.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(site = %site, day = %day, error = %e, "writing an event block failed");
-                }
-            }
-            match result {
-                Ok(_) => {
-                    for (event, done) in events.into_iter().zip(dones) {
-                        let _ = done.send(Ok(event));
-                    }
-                }
-                Err(e) => {
-                    let e = e.to_string();
-                    for done in dones {
-                        let _ = done.send(Err(e.clone()));
-                    }
-                }
+        futures::future::join_all(groups.into_iter().map(|((site, day), pending)| async move {
+            for chunk in cut(pending) {
+                write_chunk(shared, &site, day, chunk).await;
             }
         }))
         .await;
+    }
+}
+
+/// Writes one block of `(site, day)` and settles its events, failing first those whose
+/// session's previous event failed.
+async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pending>) {
+    let mut pending = Vec::with_capacity(chunk.len());
+    for p in chunk {
+        // In queue order, so a failure passes down a session's chain of events.
+        if p.orphaned() {
+            p.finish(Some("the session's previous event was not stored"));
+        } else {
+            pending.push(p);
+        }
+    }
+    if pending.is_empty() {
+        return;
+    }
+    let number = shared.next_block.fetch_add(1, Ordering::Relaxed);
+    let (events, rest): (Vec<StoredEvent>, Vec<_>) =
+        pending.into_iter().map(|p| (p.event, (p.done, p.written, p.after))).unzip();
+    let result = write_block(&shared.table, &shared.run_id, number, site, day, &events, &[]).await;
+    let counters = &shared.counters;
+    match &result {
+        Ok(bytes) => {
+            counters.blocks.fetch_add(1, Ordering::Relaxed);
+            counters.events.fetch_add(events.len() as u64, Ordering::Relaxed);
+            counters.bytes.fetch_add(*bytes as u64, Ordering::Relaxed);
+            if *bytes < SMALL_BLOCK_BYTES {
+                *lock(&shared.small).entry((site.clone(), day)).or_default() += 1;
+            }
+        }
+        Err(e) => {
+            counters.failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(site = %site, day = %day, error = %e, "writing an event block failed");
+        }
+    }
+    let error = result.err().map(|e| e.to_string());
+    for (event, (done, written, after)) in events.into_iter().zip(rest) {
+        Pending { event, done, written, after }.finish(error.as_deref());
+    }
+}
+
+/// Adds to `batch` every event waiting, then, while events are being prepared, those as they
+/// come, for at most [`LINGER`] or until [`LINGER_EVENTS`].
+async fn gather(rx: &mut mpsc::UnboundedReceiver<Pending>, incoming: &Incoming, batch: &mut Vec<Pending>) {
+    let drain = |rx: &mut mpsc::UnboundedReceiver<Pending>, batch: &mut Vec<Pending>| {
+        while batch.len() < MAX_BLOCK_EVENTS * 4 {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+    };
+    drain(rx, batch);
+    let deadline = tokio::time::Instant::now() + LINGER;
+    while batch.len() < LINGER_EVENTS && incoming.preparing.load(Ordering::Acquire) > 0 {
+        tokio::select! {
+            biased;
+            p = rx.recv() => match p {
+                Some(p) => batch.push(p),
+                None => return,
+            },
+            // A handover or a give-up: look again (a signal given before this wait is kept).
+            () = incoming.changed.notified() => {}
+            () = tokio::time::sleep_until(deadline) => return,
+        }
+        drain(rx, batch);
     }
 }
 

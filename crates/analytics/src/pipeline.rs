@@ -33,7 +33,7 @@ use store::item;
 use crate::aggregate::Aggregator;
 use crate::enrich::{DropReason, Enricher, Enrichment, SiteContext};
 use crate::event::{Event, EventError, Limits, RawEvent};
-use crate::event_store::{BlockWriter, EventStoreError};
+use crate::event_store::{BlockWriter, EventStoreError, Preparing, Written};
 use crate::sites::{Site, Sites, SitesError};
 use crate::stored::{PrevState, StoredEvent, VisitAttrs};
 use crate::visitor::{Salt, UtcDay, VisitorId, salt_expires_at_ms, salts_to_try, visitor_id};
@@ -174,6 +174,9 @@ impl ImportClient {
 struct Live {
     last: StoredEvent,
     state: PrevState,
+    /// Whether `last` is durable yet, when it was queued by [`Pipeline::store_alone`] (`None`:
+    /// it is).
+    written: Option<Arc<Written>>,
 }
 
 /// What a new session's first event starts from.
@@ -339,10 +342,17 @@ impl Pipeline {
     /// ingests (switching to shared, stopping alone). Returns how many.
     pub async fn write_heads(&self, since_ts: Option<i64>) -> Result<usize, PipelineError> {
         let slots: Vec<Slot> = lock(&self.sessions).values().cloned().collect();
-        // Each session is held (after its in-flight event, if any) until every item is written.
+        // Each session is held until every item is written, once its latest event is durable:
+        // an item never names an event that is not stored.
         let mut held = Vec::new();
         for slot in slots {
-            let guard = slot.lock_owned().await;
+            let mut guard = slot.lock_owned().await;
+            if let Some(written) = guard.live.as_ref().and_then(|l| l.written.clone())
+                && !written.wait().await
+            {
+                // It failed: the session is forgotten, as its task would.
+                *guard = Cached::default();
+            }
             if guard.live.as_ref().is_some_and(|live| since_ts.is_none_or(|t| live.last.ts >= t)) {
                 held.push(guard);
             }
@@ -502,6 +512,9 @@ impl Pipeline {
         selector: SiteSelector,
         import: Option<(Option<String>, Option<String>, Option<ImportClient>)>,
     ) -> IngestResult {
+        // Counted from here until the event is handed to the block writer or its session is
+        // waited for, so the writer can take it in the block it is about to write.
+        let mut preparing = Some(self.writer.preparing());
         let event = match Event::parse(raw, &self.limits) {
             Ok(e) => e,
             Err(e) => return IngestResult::Invalid(e),
@@ -514,7 +527,7 @@ impl Pipeline {
         // is accepted, a failure anywhere is a failure.
         let mut outcome = IngestResult::UnknownSite;
         for site in &sites {
-            let result = self.ingest_for(&event, site, import.as_ref()).await;
+            let result = self.ingest_for(&event, site, import.as_ref(), &mut preparing).await;
             outcome = match (outcome, result) {
                 (IngestResult::Failed(e), _) | (_, IngestResult::Failed(e)) => IngestResult::Failed(e),
                 (IngestResult::Accepted, _) | (_, IngestResult::Accepted) => IngestResult::Accepted,
@@ -530,6 +543,7 @@ impl Pipeline {
         event: &Event,
         site: &Site,
         import: Option<&(Option<String>, Option<String>, Option<ImportClient>)>,
+        preparing: &mut Option<Preparing>,
     ) -> IngestResult {
         let context = SiteContext { domains: &site.domains, excluded_ips: &site.excluded_ips };
         let enriched = match import {
@@ -562,7 +576,7 @@ impl Pipeline {
                 }
             }
         };
-        match self.store(site, event, &enrichment, &visitors).await {
+        match self.store(site, event, &enrichment, &visitors, preparing.take()).await {
             Ok(()) => IngestResult::Accepted,
             Err(e) => IngestResult::Failed(e),
         }
@@ -695,7 +709,7 @@ impl Pipeline {
         let (last, head_version) = self.load_head(site_id, visitor).await?;
         let live = last.and_then(|e| {
             let state = e.next();
-            live_at(&state, ts).then_some(Live { last: e, state })
+            live_at(&state, ts).then_some(Live { last: e, state, written: None })
         });
         Ok(Cached { live, head_version })
     }
@@ -709,13 +723,26 @@ impl Pipeline {
         event: &Event,
         enrichment: &Enrichment,
         visitors: &[VisitorId],
+        preparing: Option<Preparing>,
     ) -> Result<(), PipelineError> {
         let ts = event.timestamp_ms;
         self.newest_ts.fetch_max(ts, Ordering::Relaxed);
+        // The session may be held by an event the writer is about to write: not counted while
+        // waiting for it, so the writer never waits for an event that waits for the writer.
+        drop(preparing);
         let (visitor, slot) = self.session_slot(site, visitors, ts).await?;
         let mut guard = slot.lock().await;
+        if guard.live.as_ref().is_some_and(|l| l.written.as_ref().is_some_and(|w| w.is_failed())) {
+            // The session's latest event failed and its task has not forgotten the session yet.
+            *guard = Cached::default();
+        }
+        if self.is_alone() {
+            let preparing = self.writer.preparing();
+            return self.store_alone(guard, &slot, site, event, enrichment, visitor, preparing).await;
+        }
         for _ in 0..MAX_SLOT_ATTEMPTS {
-            match self.store_in(&mut guard, site, event, enrichment, visitor).await? {
+            let preparing = self.writer.preparing();
+            match self.store_in(&mut guard, site, event, enrichment, visitor, preparing).await? {
                 Stored::Done => return Ok(()),
                 Stored::Moved => continue,
             }
@@ -763,16 +790,58 @@ impl Pipeline {
         Ok((id, slot))
     }
 
-    /// One attempt at storing `event` in the session `guard` holds: [`Stored::Moved`] when
-    /// another process moved the session on (it has been read back; try again).
-    async fn store_in(
+    /// Alone, stores `event` in the session `guard` holds without holding it while the block is
+    /// written: the event is queued, the session moves on in memory at once, and the session is
+    /// let go, so its next event can be prepared (and usually join the same block) meanwhile.
+    /// Should the block fail, every later event of the session queued meanwhile fails with it
+    /// (the writer sees to that, [`crate::event_store::Written`]), and the session is forgotten.
+    #[allow(clippy::too_many_arguments)]
+    async fn store_alone(
         &self,
-        guard: &mut Cached,
+        mut guard: tokio::sync::MutexGuard<'_, Cached>,
+        slot: &Slot,
         site: &Site,
         event: &Event,
         enrichment: &Enrichment,
         visitor: VisitorId,
-    ) -> Result<Stored, PipelineError> {
+        preparing: Preparing,
+    ) -> Result<(), PipelineError> {
+        let (stored, ticket) = self.next_event(&guard, site, event, enrichment, visitor).await?;
+        let after = guard.live.as_ref().and_then(|l| l.written.clone());
+        let mine = (stored.session_id, stored.seq);
+        let queued = self.writer.queue(stored.clone(), Some(preparing), after);
+        let head_version = guard.head_version;
+        let written = Some(queued.written());
+        *guard = Cached { live: Some(Live { state: stored.next(), last: stored, written }), head_version };
+        drop(guard);
+        match queued.done().await {
+            Ok(stored) => {
+                ticket.commit(&stored);
+                Ok(())
+            }
+            Err(e) => {
+                drop(ticket);
+                // Forget the session unless a later event moved it on (that one fails too, and
+                // forgets it then).
+                let mut guard = slot.lock().await;
+                if guard.live.as_ref().is_some_and(|l| (l.last.session_id, l.last.seq) == mine) {
+                    *guard = Cached::default();
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The event `event` makes in the session `guard` holds (continuing it, or a new one), with
+    /// its aggregation ticket; its partition is registered first.
+    async fn next_event(
+        &self,
+        guard: &Cached,
+        site: &Site,
+        event: &Event,
+        enrichment: &Enrichment,
+        visitor: VisitorId,
+    ) -> Result<(StoredEvent, crate::aggregate::Ticket), PipelineError> {
         let ts = event.timestamp_ms;
         // The session this event continues, or a new one.
         let fresh;
@@ -818,8 +887,25 @@ impl Pipeline {
             // midnight in site time, so its first morning is still there to be read.
             ttl: now_ms() / 1000 + (i64::from(site.retention_event_days) + 1) * 86_400,
         };
+        Ok((stored, ticket))
+    }
+
+    /// One attempt at storing `event` in the session `guard` holds while other processes ingest:
+    /// [`Stored::Moved`] when another process moved the session on (it has been read back; try
+    /// again).
+    async fn store_in(
+        &self,
+        guard: &mut Cached,
+        site: &Site,
+        event: &Event,
+        enrichment: &Enrichment,
+        visitor: VisitorId,
+        preparing: Preparing,
+    ) -> Result<Stored, PipelineError> {
+        let ts = event.timestamp_ms;
+        let (stored, ticket) = self.next_event(guard, site, event, enrichment, visitor).await?;
         let mut head_version = guard.head_version;
-        if !self.is_alone() {
+        {
             // Claim the session's next slot: the visitor's item must be as this process
             // last saw it.
             let version = head_version.unwrap_or(0) + 1;
@@ -835,7 +921,7 @@ impl Pipeline {
                 Ok(()) => head_version = Some(version),
                 Err(e) if e.is_condition_failed() => {
                     // Another process moved the session on: read it back and try again.
-                    drop(ticket);
+                    drop((ticket, preparing));
                     *guard = self.load_session(&site.site_id, stored.visitor_id, ts).await?;
                     return Ok(Stored::Moved);
                 }
@@ -846,7 +932,9 @@ impl Pipeline {
                 }
             }
         }
-        let stored = match self.writer.append(stored).await {
+        // The session's previous event may still be on its way (queued while alone).
+        let after = guard.live.as_ref().and_then(|l| l.written.clone());
+        let stored = match self.writer.queue(stored, Some(preparing), after).done().await {
             Ok(stored) => stored,
             Err(e) => {
                 // Not stored: give the slot back (the item still names our claim, so a later
@@ -866,7 +954,7 @@ impl Pipeline {
             }
         };
         ticket.commit(&stored);
-        *guard = Cached { live: Some(Live { state: stored.next(), last: stored }), head_version };
+        *guard = Cached { live: Some(Live { state: stored.next(), last: stored, written: None }), head_version };
         Ok(Stored::Done)
     }
 }
@@ -931,6 +1019,10 @@ async fn evict_chunk(
     let mut writes = Vec::new();
     for (key, slot) in chosen {
         let Ok(guard) = slot.clone().try_lock_owned() else { continue };
+        if guard.live.as_ref().is_some_and(|l| l.written.as_ref().is_some_and(|w| !w.is_stored())) {
+            // Its latest event is still being written (or failed, and its task forgets it).
+            continue;
+        }
         let version = match guard.live.as_ref().filter(|l| l.state.last_ts >= horizon) {
             Some(live) => {
                 let version = guard.head_version.unwrap_or(0) + 1;

@@ -10,6 +10,7 @@ fn live(last_ts: i64) -> Slot {
         live: Some(Live {
             last: StoredEvent { day: UtcDay::from_unix_ms(last_ts), ts: last_ts, ..StoredEvent::default() },
             state,
+            written: None,
         }),
         head_version: None,
     }))

@@ -371,9 +371,16 @@ struct FailingStore {
     inner: Arc<dyn Store>,
     /// Writes still allowed; negative means unarmed.
     left: AtomicI64,
+    /// Writes to fail before any of the above applies.
+    fail_first: AtomicI64,
 }
 
 impl FailingStore {
+    /// Fails the next `n` writes, then lets writes through (as armed before, if it was).
+    fn fail_next(&self, n: i64) {
+        self.fail_first.store(n, Ordering::SeqCst);
+    }
+
     fn arm(&self, n: i64) {
         self.left.store(n, Ordering::SeqCst);
     }
@@ -383,6 +390,10 @@ impl FailingStore {
     }
 
     fn write(&self) -> store::Result<()> {
+        if self.fail_first.fetch_sub(1, Ordering::SeqCst) > 0 {
+            return Err(StoreError::Internal("injected write failure".into()));
+        }
+        self.fail_first.store(0, Ordering::SeqCst);
         let left = self.left.load(Ordering::SeqCst);
         if left < 0 {
             return Ok(());
@@ -450,7 +461,8 @@ impl Store for FailingStore {
 }
 
 async fn failing(h: &Harness) -> (Arc<FailingStore>, Table) {
-    let failing = Arc::new(FailingStore { inner: h.store.clone(), left: AtomicI64::new(-1) });
+    let failing =
+        Arc::new(FailingStore { inner: h.store.clone(), left: AtomicI64::new(-1), fail_first: AtomicI64::new(0) });
     let table = Table::new(failing.clone(), tally_schema("tally"));
     (failing, table)
 }
@@ -913,4 +925,58 @@ async fn an_item_refused_by_validation_does_not_hold_back_its_epoch_or_later_one
     assert_eq!(item(&h.table, "day", "total", "2026-11-22", "").await.map(|(c, _)| c.pageviews), Some(3));
     assert_eq!(agg.stats().flush_errors, 0);
     agg.shutdown().await.expect("shuts down");
+}
+
+/// Alone, a session's next event is queued while its previous one is still being written, and
+/// computed from it: if the previous one's block fails, the next must fail too, even when its
+/// own block is written, and so must every later one; nothing else is held back.
+#[tokio::test]
+async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile() {
+    use analytics::event_store::{BlockWriter, events_of_day};
+    let h = harness().await;
+    let (failing, table) = failing(&h).await;
+    let writer = BlockWriter::start(table, "01JDB3Y5C8M9V7T2X4K6P00RUN", Arc::new(|| 0));
+    let mut session = Session::new("S1", 0xa, 1, T0, "Google");
+    let first = session.pageview("/", T0);
+    // Enough other events of the partition that the batch is cut into several blocks, the
+    // session's first event in the first block and its second in the last.
+    let others: Vec<StoredEvent> = (0..3_000u32)
+        .map(|i| Session::new("S1", 0x100 + u64::from(i), 10 + i, T0, "").pageview("/other", T0 + 1))
+        .collect();
+    let second = session.pageview("/pricing", T0 + 60_000);
+    failing.fail_next(1);
+    // Queued together before the writer runs: one batch.
+    let first_queued = writer.queue(first, None, None);
+    let after_first = first_queued.written();
+    let others_queued: Vec<_> = others.iter().map(|e| writer.queue(e.clone(), None, None)).collect();
+    let second_queued = writer.queue(second, None, Some(after_first.clone()));
+    let after_second = second_queued.written();
+    assert!(first_queued.done().await.is_err(), "the first block's write fails");
+    assert!(second_queued.done().await.is_err(), "the next event of the session fails with it");
+    assert!(after_first.is_failed() && after_second.is_failed());
+    let mut stored_others = Vec::new();
+    for (e, q) in others.iter().zip(others_queued) {
+        if q.done().await.is_ok() {
+            stored_others.push(e.session_id);
+        }
+    }
+    assert!(!stored_others.is_empty() && stored_others.len() < others.len(), "only the first block failed");
+    // A third event queued after the second failed fails without a write; another session's
+    // event is stored.
+    let third = session.pageview("/signup", T0 + 120_000);
+    assert!(writer.queue(third, None, Some(after_second)).done().await.is_err());
+    let unrelated = Session::new("S1", 0xb, 2, T0, "").pageview("/", T0 + 5);
+    let unrelated_id = unrelated.session_id;
+    assert!(writer.queue(unrelated, None, None).done().await.is_ok());
+    let mut stored: Vec<ulid::Ulid> = events_of_day(&h.table, "S1", analytics::visitor::UtcDay::from_unix_ms(T0))
+        .await
+        .expect("the day reads")
+        .into_iter()
+        .map(|e| e.session_id)
+        .collect();
+    stored.sort();
+    let mut expected = stored_others;
+    expected.push(unrelated_id);
+    expected.sort();
+    assert_eq!(stored, expected, "exactly the events whose writes were acknowledged are stored");
 }

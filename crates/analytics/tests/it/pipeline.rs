@@ -546,3 +546,62 @@ async fn import_all_counts_stored_dropped_and_refused_lines_in_line_order() {
     assert!(report.refused.iter().all(|(_, reason)| !reason.is_empty()));
     assert_eq!(stored_events(&w).await.len(), 3, "exactly the imported events are stored");
 }
+
+/// Alone, a session's next event is prepared while its previous one is still being written (the
+/// session is not held across the write): visitors sending many events at once still get one
+/// session each, numbered without gaps, each event's previous state the fold of the events
+/// before it, blocks holding several of a session's events, and aggregates equal to a rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alone_a_sessions_events_in_flight_together_stay_one_session_equal_to_a_rebuild() {
+    let w = world().await;
+    let site = w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    p.set_alone(0);
+    let t = now() - 3_600_000;
+    let visitors = 8u8;
+    let per_visitor = 40i64;
+    let mut tasks = Vec::new();
+    for v in 0..visitors {
+        for step in 0..per_visitor {
+            let p = p.clone();
+            let path = ["/", "/pricing", "/docs", "/blog"][(step % 4) as usize];
+            let raw = pageview(&format!("https://example.com{path}"), FIREFOX, [10, 0, 1, v], t + step * 1_000);
+            tasks.push(tokio::spawn(async move { p.ingest(raw, SiteSelector::Domain).await }));
+        }
+    }
+    for task in tasks {
+        assert!(matches!(task.await.unwrap(), IngestResult::Accepted));
+    }
+    a.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), usize::from(visitors) * per_visitor as usize);
+    let mut sessions: std::collections::BTreeMap<ulid::Ulid, Vec<&StoredEvent>> = Default::default();
+    for e in &events {
+        sessions.entry(e.session_id).or_default().push(e);
+    }
+    assert_eq!(sessions.len(), usize::from(visitors), "one session per visitor");
+    for events in sessions.values_mut() {
+        events.sort_by_key(|e| e.seq);
+        let mut state = analytics::stored::PrevState::default();
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(e.seq, i as u32, "no gap in the session's numbering");
+            assert_eq!(e.prev, state, "the previous state is the fold of the events before");
+            state = e.next();
+        }
+    }
+    let blocks = p.block_counters();
+    let written = blocks.blocks.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(written < events.len() as u64, "{written} blocks for {} events", events.len());
+    let today = site.zone.date_of(now()).unwrap();
+    let report = rebuild(
+        &w.table,
+        w.sites.as_ref(),
+        &site.site_id,
+        RebuildRange::new(site.zone.date_of(t).unwrap(), today),
+        RebuildMode::Verify,
+        &|_| {},
+    )
+    .await
+    .expect("rebuild runs");
+    assert!(report.differences.is_empty(), "live aggregates equal the rebuild: {:#?}", report.differences);
+}
