@@ -281,6 +281,28 @@ fn allocated_bytes(dir: &std::path::Path) -> Option<u64> {
     Some(total)
 }
 
+/// Each file's allocated bytes under `dir` (subdirectories' files named by their path), the
+/// largest first: where the disk figure goes (the database, the journal).
+fn files_allocated(dir: &std::path::Path) -> Vec<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else { continue };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                let name = entry.path().strip_prefix(dir).map_or_else(|_| entry.path(), |p| p.to_path_buf());
+                out.push((name.display().to_string(), meta.blocks() * 512));
+            }
+        }
+    }
+    out.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+    out
+}
+
 fn rate(n: u64, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64().max(1e-9)
 }
@@ -521,9 +543,14 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     );
     if let Some(bytes) = allocated_bytes(s._dir.path()) {
         println!(
-            "disk: {:.1} MB allocated, {:.0} bytes per event, everything included",
+            "disk: {:.1} MB allocated, {:.0} bytes per event, everything included ({})",
             bytes as f64 / 1e6,
-            bytes as f64 / accepted as f64
+            bytes as f64 / accepted as f64,
+            files_allocated(s._dir.path())
+                .iter()
+                .map(|(name, bytes)| format!("{name} {:.1} MB", *bytes as f64 / 1e6))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let by_entity = item_bytes_by_entity(&s.table).await?;
