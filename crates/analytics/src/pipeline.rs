@@ -222,6 +222,12 @@ pub struct Pipeline {
     /// The newest event time seen, for telling live sessions from idle ones when the events
     /// are imported ones with old times.
     newest_ts: AtomicI64,
+    /// While an import runs, the oldest time of an event it has still to ingest
+    /// ([`Pipeline::hold_sessions_from`]); `i64::MAX` otherwise.
+    import_floor: AtomicI64,
+    /// While an import runs, the number of cached sessions at which the next sweep of ended
+    /// ones runs.
+    sweep_at: AtomicUsize,
     /// Whether a task is writing evicted sessions' items.
     evicting: Arc<AtomicBool>,
     /// How many sessions the cache holds before it makes room (20,000 unless set).
@@ -276,6 +282,8 @@ impl Pipeline {
             writer,
             alone: AtomicBool::new(false),
             newest_ts: AtomicI64::new(0),
+            import_floor: AtomicI64::new(i64::MAX),
+            sweep_at: AtomicUsize::new(0),
             evicting: Arc::new(AtomicBool::new(false)),
             session_limit: AtomicUsize::new(MAX_CACHED_SESSIONS),
             lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
@@ -298,6 +306,18 @@ impl Pipeline {
     /// The block writer's counters (blocks, events, bytes written).
     pub fn block_counters(&self) -> &crate::event_store::WriterCounters {
         self.writer.counters()
+    }
+
+    /// Tells the session cache that every event still to come is at or after `ts` (an import in
+    /// time order: its oldest event not yet stored), or, with `None`, that no import runs. While
+    /// it is set, and this process ingests alone, a full cache drops the sessions that ended a
+    /// visit's timeout before `ts`, unwritten (no event to come continues them), and keeps every
+    /// other: a visitor whose events are ingested later than others' (on another lane) still
+    /// continues its visit, however far the newest event ingested is ahead of it. The cache then
+    /// holds at most the sessions of the events in flight beyond its limit. For one import at a
+    /// time per process (`tally import`).
+    pub fn hold_sessions_from(&self, ts: Option<i64>) {
+        self.import_floor.store(ts.unwrap_or(i64::MAX), Ordering::SeqCst);
     }
 
     /// Caps the sessions kept in memory at `limit` instead of 20,000: for a
@@ -655,7 +675,21 @@ impl Pipeline {
             return slot.clone();
         }
         let limit = self.session_limit.load(Ordering::Relaxed);
-        if sessions.len() >= limit {
+        let floor = self.import_floor.load(Ordering::SeqCst);
+        if sessions.len() >= limit && self.is_alone() && floor != i64::MAX {
+            // An import in time order: a session that ended more than a visit's timeout before
+            // its oldest event still to come is over for good, and leaves memory unwritten; the
+            // others stay, however many (they belong to the events being ingested, bounded by
+            // the import's events in flight).
+            if sessions.len() >= self.sweep_at.load(Ordering::Relaxed) {
+                let bar = floor - SESSION_TIMEOUT_MS;
+                sessions.retain(|_, slot| {
+                    Arc::strong_count(slot) > 1
+                        || slot.try_lock().map_or(true, |c| c.live.as_ref().is_some_and(|l| l.state.last_ts >= bar))
+                });
+                self.sweep_at.store(sessions.len().max(limit) + limit / 2, Ordering::Relaxed);
+            }
+        } else if sessions.len() >= limit {
             if self.is_alone() {
                 // Alone, memory is the truth: a live session leaves it only once its item is
                 // written, by a task (the map may pass its bound by what arrives meanwhile).

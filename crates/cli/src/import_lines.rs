@@ -8,10 +8,11 @@
 //! id is there, then ingests the rest in chunks of [`CHUNK_LINES`]: before a chunk it stores the
 //! chunk's ids as `pending` with the importing run's id, after it as `done`.
 //!
-//! A run that dies leaves at most one chunk pending per process. A later import resolves it from
-//! the store itself: the event blocks that run wrote hold exactly the events it stored, so each
-//! pending line is matched against them by (timestamp, event name); a line matched is done, the
-//! others are imported. So neither a rerun of the same file, nor `--force` after a crash, nor a
+//! A run ingests a few chunks at once (`import_events::CHUNKS_IN_FLIGHT`), in time order, no two
+//! of them sharing an event time; one that dies leaves at most those pending. A later import
+//! resolves them from the store itself: the event blocks that run wrote hold exactly the events
+//! it stored, so each pending line is matched against them by (timestamp, event name), each
+//! stored event once; a line matched is done, the others are imported. So neither a rerun of the same file, nor `--force` after a crash, nor a
 //! file that repeats part of an earlier one counts a line twice. A chunk whose run is still alive
 //! (its heartbeat fresh, its process there) belongs to an import in flight: a second import into
 //! the same site then stops rather than guess.
@@ -33,6 +34,10 @@ pub type LineId = [u8; 16];
 /// Lines ingested between two writes of the ledger: the most a crash can leave in doubt (and
 /// 256 KB of ids to an item, within DynamoDB's 400 KB).
 pub const CHUNK_LINES: usize = 16_384;
+
+/// The most lines a chunk grows to when the events after its [`CHUNK_LINES`] share its last
+/// event's time (320 KB of ids).
+pub const MAX_CHUNK_LINES: usize = 20_480;
 
 /// How old a run's heartbeat may be while it still counts as alive (the aggregator's own
 /// `dead_after`).
@@ -152,36 +157,47 @@ impl Ledger {
                 );
             }
         }
+        // A run's chunks are settled together: their lines may share times with each other's
+        // (a run ingests a few chunks at once), and each stored event is matched once.
+        let mut runs: Vec<(String, Vec<Pending>)> = Vec::new();
         for p in std::mem::take(&mut self.pending) {
+            match runs.iter_mut().find(|(run, _)| *run == p.run_id) {
+                Some((_, chunks)) => chunks.push(p),
+                None => runs.push((p.run_id.clone(), vec![p])),
+            }
+        }
+        for (run_id, chunks) in runs {
             let mut stored: HashMap<(i64, String), usize> = HashMap::new();
-            let first = UtcDay::from_unix_ms(p.first_ts).previous();
-            let last = UtcDay::from_unix_ms(p.last_ts);
+            let first = UtcDay::from_unix_ms(chunks.iter().map(|p| p.first_ts).min().unwrap_or(0)).previous();
+            let last = UtcDay::from_unix_ms(chunks.iter().map(|p| p.last_ts).max().unwrap_or(0));
             for d in first.days()..=last.days() {
                 let blocks = event_store::blocks_of_day(table, &site.site_id, UtcDay::from_days(d)).await?;
-                for block in blocks.into_iter().filter(|b| b.run_id == p.run_id) {
+                for block in blocks.into_iter().filter(|b| b.run_id == run_id) {
                     for e in block.events()? {
                         *stored.entry((e.ts, e.name)).or_default() += 1;
                     }
                 }
             }
-            let mut done = Vec::new();
-            for (id, event) in lines.iter().filter(|(id, _)| p.ids.contains(id)) {
-                if let Some(n) = stored.get_mut(&(event.raw.timestamp_ms, event.raw.name.clone()))
-                    && *n > 0
-                {
-                    *n -= 1;
-                    done.push(*id);
+            for p in chunks {
+                let mut done = Vec::new();
+                for (id, event) in lines.iter().filter(|(id, _)| p.ids.contains(id)) {
+                    if let Some(n) = stored.get_mut(&(event.raw.timestamp_ms, event.raw.name.clone()))
+                        && *n > 0
+                    {
+                        *n -= 1;
+                        done.push(*id);
+                    }
                 }
+                eprintln!(
+                    "… an earlier import (run {}) stopped in chunk {}: {} of its lines here were stored, the others are imported now",
+                    p.run_id,
+                    p.chunk,
+                    done.len()
+                );
+                found += done.len() as u64;
+                write(table, site, &p.chunk, "done", None, &done).await?;
+                self.done.extend(done);
             }
-            eprintln!(
-                "… an earlier import (run {}) stopped in chunk {}: {} of its lines here were stored, the others are imported now",
-                p.run_id,
-                p.chunk,
-                done.len()
-            );
-            found += done.len() as u64;
-            write(table, site, &p.chunk, "done", None, &done).await?;
-            self.done.extend(done);
         }
         Ok(found)
     }

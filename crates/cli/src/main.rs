@@ -14,6 +14,7 @@ mod export;
 mod history;
 #[allow(dead_code)]
 mod http;
+mod import_events;
 mod import_lines;
 mod logging;
 mod notify;

@@ -369,11 +369,9 @@ pub async fn key_revoke(config: &Config, site: &str, key_id: &str) -> Result<()>
     Ok(())
 }
 
-/// How many visitors an import ingests at once.
-const IMPORT_LANES: usize = 1024;
-
 /// `tally import FILE`: NDJSON or CSV events with timestamps, through the ingestion pipeline,
-/// in time order (the whole file is read first; about 0.5 KB of memory per event); or, with
+/// in time order (the whole file is read first, on every core: `import_events`; about 1 KB of
+/// memory per event); or, with
 /// `--umami-postgres`, Umami's events read from its database.
 pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &ImportOptions) -> Result<()> {
     let table = crate::store::open(config).await?;
@@ -420,8 +418,12 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
         }
     };
     let what = file.map(|f| f.display().to_string()).unwrap_or_else(|| "the Umami database".to_owned());
-    let parsed =
-        server::wire::import::parse(&readable, format, &site).map_err(|e| anyhow!("{what}: {e}"))?.in_time_order();
+    let reading = std::time::Instant::now();
+    let (parsed, line_ids) =
+        crate::import_events::read(&readable, format, &site).map_err(|e| anyhow!("{what}: {e}"))?;
+    drop(readable);
+    let parsed = parsed.in_time_order();
+    eprintln!("… {} events read in {:.1} s", parsed.events.len(), reading.elapsed().as_secs_f64());
     if let Some((file_id, name)) = &file_record {
         println!("import id: {file_id}");
         if crate::history::begin_events_file(&table, &site, file_id, name, options.force).await? {
@@ -433,8 +435,6 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
             return Ok(());
         }
     }
-    let line_ids = crate::import_lines::ids_of_lines(&readable);
-    drop(readable);
     let id_of = |line: usize| ids.get(&line).copied().unwrap_or_else(|| line_ids[line - 1]);
     let mut ledger = crate::import_lines::Ledger::load(&table, &site).await?;
     let known = ledger.len();
@@ -460,52 +460,21 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
     let app = Application::build(table.clone(), sites, Settings::from_config(config)?).await?;
     let (aggregator, pipeline) = (app.aggregator.clone(), app.pipeline.clone());
     let mut refused = parsed.errors;
-    let (mut imported, mut dropped) = (0u64, 0u64);
     let total = fresh.len();
     let started = std::time::Instant::now();
-    let before = std::sync::atomic::AtomicUsize::new(0);
     let progress = |done: usize| {
-        let done = before.load(Ordering::Relaxed) + done;
         let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
         let eta = (total - done.min(total)) as f64 / rate.max(1.0);
         eprintln!("… {done} of {total} events, {rate:.0} events/s, about {eta:.0} s left");
     };
     // In chunks, each recorded as pending (with this run's id) before it is ingested and as done
-    // after: a crash leaves one chunk in doubt, which the next import settles from the store.
+    // after, a few at once: a crash leaves those in doubt, which the next import settles from the
+    // store.
     let run_id = aggregator.run_id().to_owned();
-    let mut rest = fresh.into_iter().peekable();
-    let mut chunk_number = 0u32;
-    while rest.peek().is_some() {
-        let chunk: Vec<_> = rest.by_ref().take(crate::import_lines::CHUNK_LINES).collect();
-        let chunk_name = format!("{run_id}-{chunk_number:06}");
-        chunk_number += 1;
-        let chunk_ids: Vec<_> = chunk.iter().map(|(_, id, _)| *id).collect();
-        let first_ts = chunk.iter().map(|(_, _, e)| e.raw.timestamp_ms).min().unwrap_or(0);
-        let last_ts = chunk.iter().map(|(_, _, e)| e.raw.timestamp_ms).max().unwrap_or(0);
-        crate::import_lines::write(
-            &table,
-            &site,
-            &chunk_name,
-            "pending",
-            Some((&run_id, first_ts, last_ts)),
-            &chunk_ids,
-        )
-        .await?;
-        let size = chunk.len();
-        let events = chunk.into_iter().map(|(line, _, event)| (line, event)).collect();
-        // Many visitors at once, each visitor's events in order: their events share event blocks.
-        let report = pipeline
-            .import_all(&site, events, IMPORT_LANES, &progress)
-            .await
-            .map_err(|(line, e)| anyhow!("line {line}: {e}"))?;
-        imported += report.imported;
-        dropped += report.dropped;
-        for (line, reason) in report.refused {
-            refused.push(line, reason);
-        }
-        // The chunk's events are durable (acknowledged): its lines are done.
-        crate::import_lines::write(&table, &site, &chunk_name, "done", None, &chunk_ids).await?;
-        before.fetch_add(size, Ordering::Relaxed);
+    let report = crate::import_events::ingest(&pipeline, &table, &site, &run_id, fresh, &progress).await?;
+    let (imported, dropped) = (report.imported, report.dropped);
+    for (line, reason) in report.refused {
+        refused.push(line, reason);
     }
     eprintln!("{total} events in {:.1} s", started.elapsed().as_secs_f64());
     app.stop().await?;

@@ -129,12 +129,22 @@ impl Refusals {
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }
+
+    /// Adds the refusals of `other` (another part of the same body) to these.
+    pub fn merge(&mut self, other: Refusals) {
+        let omitted = other.omitted();
+        for (line, reason) in other.first {
+            self.push(line, reason);
+        }
+        self.total += omitted;
+    }
 }
 
 impl Parsed {
     /// The events sorted by timestamp (ties keep their order), as visits must be ingested.
     pub fn in_time_order(mut self) -> Parsed {
-        self.events.sort_by_key(|(_, e)| e.raw.timestamp_ms);
+        // Sorting the keys and moving each event once, not the events at every step of the sort.
+        self.events.sort_by_cached_key(|(_, e)| e.raw.timestamp_ms);
         self
     }
 }
@@ -170,9 +180,15 @@ pub fn parse(body: &[u8], format: Format, site: &Site) -> Result<Parsed, String>
 }
 
 fn parse_ndjson(body: &[u8], site: &Site) -> Parsed {
+    parse_ndjson_from(body, 1, site)
+}
+
+/// Reads `body`, whole NDJSON lines the first of which is line `first_line` of its file (so a
+/// file's parts can be read apart, each from a line's start, and their results put together).
+pub fn parse_ndjson_from(body: &[u8], first_line: usize, site: &Site) -> Parsed {
     let mut out = Parsed::default();
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
-        let number = i + 1;
+        let number = i + first_line;
         let Ok(line) = std::str::from_utf8(line) else {
             out.errors.push(number, "the line is not UTF-8");
             continue;
