@@ -319,3 +319,77 @@ fn hold_from(pipeline: &Pipeline, in_flight: &BTreeMap<usize, (String, Vec<LineI
         pipeline.hold_sessions_from(Some(*first_ts));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site() -> Site {
+        Site {
+            site_id: "01SITE".into(),
+            domain: "shop.test".into(),
+            domains: Vec::new(),
+            umami_id: String::new(),
+            zone: analytics::period::SiteZone::new("UTC").unwrap(),
+            retention_event_days: 30,
+            retention_hourly_days: 90,
+            retention_daily_days: 730,
+            weeks_from_ms: 0,
+            excluded_ips: analytics::enrich::IpRanges::new(),
+            goals: Vec::new(),
+            funnels: Vec::new(),
+            segments: Vec::new(),
+            import_salt: None,
+        }
+    }
+
+    #[test]
+    fn a_file_read_in_parts_reads_as_it_does_whole() {
+        // More than a part per core, with blank, bad and CRLF lines among the good ones.
+        let mut body = Vec::new();
+        for i in 0..40_000 {
+            let line = match i % 1000 {
+                7 => String::new(),
+                13 => "not json".to_owned(),
+                17 => format!("{{\"timestamp\":{i},\"url\":\"https://shop.test/crlf\"}}\r"),
+                _ => format!("{{\"timestamp\":{},\"url\":\"https://shop.test/p{i}\",\"visitor\":\"v{}\"}}", 1_000 + i, i % 77),
+            };
+            body.extend_from_slice(line.as_bytes());
+            body.push(b'\n');
+        }
+        assert!(body.len() > PARALLEL_FROM_BYTES);
+        let site = site();
+        let (parts, ids) = read(&body, Format::Ndjson, &site).unwrap();
+        let whole = server::wire::import::parse(&body, Format::Ndjson, &site).unwrap();
+        assert_eq!(ids, crate::import_lines::ids_of_lines(&body));
+        let lines = |p: &Parsed| p.events.iter().map(|(n, e)| (*n, e.raw.url.clone())).collect::<Vec<_>>();
+        assert_eq!(lines(&parts), lines(&whole));
+        assert_eq!(parts.errors, whole.errors);
+        assert_eq!(parts.errors.total(), 40);
+        // Without a last line end, and tiny parts.
+        let short = b"{\"timestamp\":1,\"url\":\"https://shop.test/\"}\n\n{\"timestamp\":2,\"url\":\"https://shop.test/\"}";
+        assert_eq!(crate::import_lines::ids_of_lines(short).len(), 3);
+    }
+
+    #[test]
+    fn chunks_keep_the_events_of_one_time_together() {
+        let event = |ts: i64| {
+            let mut raw = analytics::event::RawEvent::pageview("https://shop.test/", "shop.test");
+            raw.timestamp_ms = ts;
+            ImportEvent { raw, visitor: None, country: None, client: None }
+        };
+        // The chunk's last time runs on past its size, and the next chunk starts at a new time.
+        let n = CHUNK_LINES + 10;
+        let events: Vec<_> =
+            (0..n).map(|i| (i + 1, [0u8; 16], event(if i < CHUNK_LINES - 5 { i as i64 } else { 1 << 40 }))).collect();
+        let chunks = cut("RUN", events);
+        assert_eq!(chunks.iter().map(|c| c.events.len()).collect::<Vec<_>>(), [n]);
+        let events: Vec<_> = (0..n).map(|i| (i + 1, [0u8; 16], event(i as i64))).collect();
+        let chunks = cut("RUN", events);
+        assert_eq!(chunks.iter().map(|c| c.events.len()).collect::<Vec<_>>(), [CHUNK_LINES, 10]);
+        assert_eq!((chunks[1].name.as_str(), chunks[1].first_ts, chunks[1].last_ts), ("RUN-000001", 16_384, 16_393));
+        // One time across more lines than a chunk may hold: cut at the most.
+        let events: Vec<_> = (0..MAX_CHUNK_LINES + 1).map(|i| (i + 1, [0u8; 16], event(5))).collect();
+        assert_eq!(cut("RUN", events).iter().map(|c| c.events.len()).collect::<Vec<_>>(), [MAX_CHUNK_LINES, 1]);
+    }
+}
