@@ -352,7 +352,11 @@ mod tests {
                 7 => String::new(),
                 13 => "not json".to_owned(),
                 17 => format!("{{\"timestamp\":{i},\"url\":\"https://shop.test/crlf\"}}\r"),
-                _ => format!("{{\"timestamp\":{},\"url\":\"https://shop.test/p{i}\",\"visitor\":\"v{}\"}}", 1_000 + i, i % 77),
+                _ => format!(
+                    "{{\"timestamp\":{},\"url\":\"https://shop.test/p{i}\",\"visitor\":\"v{}\"}}",
+                    1_000 + i,
+                    i % 77
+                ),
             };
             body.extend_from_slice(line.as_bytes());
             body.push(b'\n');
@@ -367,7 +371,8 @@ mod tests {
         assert_eq!(parts.errors, whole.errors);
         assert_eq!(parts.errors.total(), 40);
         // Without a last line end, and tiny parts.
-        let short = b"{\"timestamp\":1,\"url\":\"https://shop.test/\"}\n\n{\"timestamp\":2,\"url\":\"https://shop.test/\"}";
+        let short =
+            b"{\"timestamp\":1,\"url\":\"https://shop.test/\"}\n\n{\"timestamp\":2,\"url\":\"https://shop.test/\"}";
         assert_eq!(crate::import_lines::ids_of_lines(short).len(), 3);
     }
 

@@ -310,15 +310,37 @@ fn a_part_of_a_file_then_the_whole_then_force_import_each_line_once() {
 }
 
 /// Regression: `--force` after an import stopped partway counted the lines it had stored twice.
-/// Now the chunk it was ingesting is settled from the event blocks its run wrote.
+/// Now the chunks it was ingesting (a few at once) are settled from the event blocks its run wrote.
 #[test]
 fn an_import_killed_midway_is_finished_by_a_rerun_without_counting_twice() {
+    kill_midway_then_finish(lines(40_000));
+}
+
+/// The same with four lines to a second, so lines of one time could straddle two chunks in
+/// flight at the kill (a run keeps one time's lines in one chunk), over four chunks.
+#[test]
+fn an_import_killed_with_chunks_in_flight_whose_lines_share_times_counts_each_line_once() {
+    let start = jiff::Timestamp::from_second(1_791_619_200).unwrap(); // 2026-10-10T08:00:00Z
+    let lines = (0..60_000)
+        .map(|i| {
+            let at = start + jiff::SignedDuration::from_secs(i as i64 / 4);
+            json!({ "timestamp": at.to_string(), "url": format!("https://hist.test/p{}", i % 7),
+                    "user_agent": UA, "visitor": format!("v{}", i % 10) })
+            .to_string()
+        })
+        .collect();
+    kill_midway_then_finish(lines);
+}
+
+/// Imports `lines` (10 visitors on 10 October), kills the import at its first progress line,
+/// imports the file again with `--force`, and checks every line counted once.
+fn kill_midway_then_finish(lines: Vec<String>) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let w = world();
-    let n = 40_000;
+    let n = lines.len();
     let file = w.dir.join("big.ndjson");
-    std::fs::write(&file, lines(n).join("\n")).unwrap();
+    std::fs::write(&file, lines.join("\n")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tally"))
         .args(["import", file.to_str().unwrap(), "--site", "hist.test", "--store"])
         .arg(&w.store)
@@ -327,12 +349,13 @@ fn an_import_killed_midway_is_finished_by_a_rerun_without_counting_twice() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Killed at its first progress line: 10,000 events into its first chunk.
+    // Killed at its first progress line: 10,000 events in, with its first chunks in flight.
+    let of_n = format!(" of {n} events");
     let stderr = BufReader::new(child.stderr.take().unwrap());
     let mut seen = Vec::new();
     for line in stderr.lines() {
         let line = line.unwrap();
-        let progress = line.contains(" of 40000 events");
+        let progress = line.contains(&of_n);
         seen.push(line);
         if progress {
             break;
@@ -340,14 +363,14 @@ fn an_import_killed_midway_is_finished_by_a_rerun_without_counting_twice() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(seen.last().is_some_and(|l| l.contains(" of 40000 events")), "no progress before the kill: {seen:?}");
+    assert!(seen.last().is_some_and(|l| l.contains(&of_n)), "no progress before the kill: {seen:?}");
     let out = tally(&w.store, &["import", file.to_str().unwrap(), "--site", "hist.test", "--force"]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}{stderr}");
     let imported: usize = field(&stdout, "imported:").parse().unwrap();
     let skipped: usize = field(&stdout, "skipped (imported before):").parse().unwrap();
     assert!(imported > 0 && imported < n, "the kill came midway: {stdout}{stderr}");
-    assert!(stderr.contains("stopped in chunk"), "the chunk in doubt was settled: {stderr}");
+    assert!(stderr.contains("stopped in chunk"), "the chunks in doubt were settled: {stderr}");
     eprintln!("rerun: {imported} imported, {skipped} skipped");
     let server = Server::start(&w.store);
     assert_eq!(october(&server, &w.key), json!([10, n, n]), "every line counted once: {stderr}");
