@@ -31,8 +31,9 @@ use store::item;
 /// A line's import id.
 pub type LineId = [u8; 16];
 
-/// Lines ingested between two writes of the ledger: the most a crash can leave in doubt (and
-/// 256 KB of ids to an item, within DynamoDB's 400 KB).
+/// Lines to a chunk, recorded pending before they are ingested and done after (256 KB of ids to
+/// an item, within DynamoDB's 400 KB); a crash leaves in doubt at most the chunks in flight
+/// (`import_events::CHUNKS_IN_FLIGHT`).
 pub const CHUNK_LINES: usize = 16_384;
 
 /// The most lines a chunk grows to when the events after its [`CHUNK_LINES`] share its last
