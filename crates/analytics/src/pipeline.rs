@@ -417,16 +417,8 @@ impl Pipeline {
     pub async fn import(&self, site: &Site, event: ImportEvent) -> IngestResult {
         let mut raw = event.raw;
         raw.domain = site.domain.clone();
-        let import = Some((event.visitor, event.country, event.client));
-        let result = if site.import_salt.is_some() {
-            // The site is known, salt and all: not looked up again by its domain for each event.
-            match Event::parse(raw, &self.limits) {
-                Ok(event) => self.ingest_for(&event, site, import.as_ref()).await,
-                Err(e) => IngestResult::Invalid(e),
-            }
-        } else {
-            self.ingest_inner(raw, SiteSelector::Domain, import).await
-        };
+        let result =
+            self.ingest_inner(raw, SiteSelector::Domain, Some((event.visitor, event.country, event.client))).await;
         self.count(&result);
         result
     }

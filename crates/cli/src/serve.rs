@@ -457,10 +457,6 @@ pub async fn import(config: &Config, file: Option<&Path>, site: &str, options: &
     if known > 0 {
         eprintln!("… {known} lines imported into the site before; {skipped} of these are among them and skipped");
     }
-    // The site's salt for imported visitors, made now if it has none, so that each event need
-    // not look the site up again.
-    let mut site = site;
-    site.import_salt = Some(sites.import_salt(&site).await?);
     let app = Application::build(table.clone(), sites, Settings::from_config(config)?).await?;
     let (aggregator, pipeline) = (app.aggregator.clone(), app.pipeline.clone());
     let mut refused = parsed.errors;
