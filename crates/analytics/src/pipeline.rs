@@ -34,7 +34,7 @@ use crate::aggregate::Aggregator;
 use crate::enrich::{DropReason, Enricher, Enrichment, SiteContext};
 use crate::event::{Event, EventError, Limits, RawEvent};
 use crate::event_store::{BlockWriter, EventStoreError, Preparing, Written};
-use crate::sites::{Site, Sites, SitesError};
+use crate::sites::{Site, SiteId, Sites, SitesError};
 use crate::stored::{PrevState, StoredEvent, VisitAttrs};
 use crate::visitor::{Salt, UtcDay, VisitorId, salt_expires_at_ms, salts_to_try, visitor_id};
 
@@ -168,15 +168,29 @@ impl ImportClient {
     }
 }
 
-/// A live session in memory: its latest event (what its next event continues, and what its
-/// `VisitorSession` item holds) and the state after it.
+/// A live session in memory: its latest event, what its next event continues and what its
+/// `VisitorSession` item holds. The state after it is worked out from it when an event needs
+/// it, not kept beside it: a cached session is one event, not an event and a second copy of its
+/// counters and exit page (20,000 of them are held under sustained ingestion).
 #[derive(Debug, Clone)]
 struct Live {
     last: StoredEvent,
-    state: PrevState,
     /// Whether `last` is durable yet, when it was queued by [`Pipeline::store_alone`] (`None`:
     /// it is).
     written: Option<Arc<Written>>,
+}
+
+impl Live {
+    /// The session's latest event time: `self.last.next().last_ts`, without building the state.
+    fn last_ts(&self) -> i64 {
+        let last = &self.last;
+        if last.prev.is_empty() { last.ts } else { last.ts.max(last.prev.last_ts) }
+    }
+
+    /// Whether the session is still live for an event at `ts`: within 30 minutes of its latest.
+    fn live_at(&self, ts: i64) -> bool {
+        (ts - self.last_ts()).abs() < SESSION_TIMEOUT_MS
+    }
 }
 
 /// What a new session's first event starts from.
@@ -256,10 +270,12 @@ fn now_ms() -> i64 {
 }
 
 /// Largest number of sessions kept in memory. Any session can be dropped safely — the next
-/// event of its visitor finds it in the table — so this bounds memory (a cached session is
-/// about 1 KB, so at most 20 MB), trading it for a Query per returning visitor whose session
-/// was dropped. 20,000 sessions live at once is a site with some 40,000 visitors an hour;
-/// BENCHMARKS.md ("Server memory") has the measurements behind the number.
+/// event of its visitor finds it in the table — so this bounds memory, trading it for a Query
+/// per returning visitor whose session was dropped. A cached session (its latest event, its
+/// visit's attributes, its key and map entry) held about 1.4 KB in a heap profile of sustained
+/// ingestion, 33 MB for the 24,000 held while eviction was writing, the largest single part of
+/// the server's heap. 20,000 sessions live at once is a site with some 40,000 visitors an hour;
+/// BENCHMARKS.md ("Server memory", "sixth session") has the measurements behind the number.
 const MAX_CACHED_SESSIONS: usize = 20_000;
 
 impl Pipeline {
@@ -669,9 +685,9 @@ impl Pipeline {
         Ok(Some(salt))
     }
 
-    fn slot(&self, site_id: &str, visitor: VisitorId) -> Slot {
+    fn slot(&self, site_id: &SiteId, visitor: VisitorId) -> Slot {
         let mut sessions = lock(&self.sessions);
-        if let Some(slot) = sessions.get(&SessionKeyRef(site_id, visitor)) {
+        if let Some(slot) = sessions.get(&SessionKeyRef(site_id.as_str(), visitor)) {
             return slot.clone();
         }
         let limit = self.session_limit.load(Ordering::Relaxed);
@@ -685,7 +701,7 @@ impl Pipeline {
                 let bar = floor - SESSION_TIMEOUT_MS;
                 sessions.retain(|_, slot| {
                     Arc::strong_count(slot) > 1
-                        || slot.try_lock().map_or(true, |c| c.live.as_ref().is_some_and(|l| l.state.last_ts >= bar))
+                        || slot.try_lock().map_or(true, |c| c.live.as_ref().is_some_and(|l| l.last_ts() >= bar))
                 });
                 self.sweep_at.store(sessions.len().max(limit) + limit / 2, Ordering::Relaxed);
             }
@@ -718,7 +734,7 @@ impl Pipeline {
                 make_room(&mut sessions, now_ms(), limit);
             }
         }
-        sessions.entry((site_id.to_owned(), visitor)).or_default().clone()
+        sessions.entry((site_id.clone(), visitor)).or_default().clone()
     }
 
     /// The visitor's latest event as the table has it (`VisitorSession`), and the item's version.
@@ -741,10 +757,7 @@ impl Pipeline {
     /// The visitor's session as the table has it, if it is live at `ts`.
     async fn load_session(&self, site_id: &str, visitor: VisitorId, ts: i64) -> Result<Cached, PipelineError> {
         let (last, head_version) = self.load_head(site_id, visitor).await?;
-        let live = last.and_then(|e| {
-            let state = e.next();
-            live_at(&state, ts).then_some(Live { last: e, state, written: None })
-        });
+        let live = last.map(|last| Live { last, written: None }).filter(|l| l.live_at(ts));
         Ok(Cached { live, head_version })
     }
 
@@ -791,7 +804,7 @@ impl Pipeline {
         for &id in ids.iter().rev().skip(usize::from(ids.len() < 2)).chain(ids.first()) {
             let slot = self.slot(&site.site_id, id);
             let guard = slot.lock().await;
-            let live = guard.live.as_ref().is_some_and(|l| live_at(&l.state, ts));
+            let live = guard.live.as_ref().is_some_and(|l| l.live_at(ts));
             drop(guard);
             if live {
                 return Ok((id, slot));
@@ -846,7 +859,7 @@ impl Pipeline {
         let queued = self.writer.queue(stored.clone(), Some(preparing), after);
         let head_version = guard.head_version;
         let written = Some(queued.written());
-        *guard = Cached { live: Some(Live { state: stored.next(), last: stored, written }), head_version };
+        *guard = Cached { live: Some(Live { last: stored, written }), head_version };
         drop(guard);
         match queued.done().await {
             Ok(stored) => {
@@ -879,15 +892,13 @@ impl Pipeline {
         let ts = event.timestamp_ms;
         // The session this event continues, or a new one.
         let fresh;
-        let empty = PrevState::default();
-        let (day, visitor_id, session_id, seq, visit, prev) =
-            match guard.live.as_ref().filter(|l| live_at(&l.state, ts)) {
-                Some(l) => (l.last.day, l.last.visitor_id, l.last.session_id, l.last.seq + 1, &l.last.visit, &l.state),
-                None => {
-                    fresh = new_session(ts, event, enrichment);
-                    (fresh.day, visitor, fresh.session_id, 0, &fresh.visit, &empty)
-                }
-            };
+        let (day, visitor_id, session_id, seq, visit, prev) = match guard.live.as_ref().filter(|l| l.live_at(ts)) {
+            Some(l) => (l.last.day, l.last.visitor_id, l.last.session_id, l.last.seq + 1, &l.last.visit, l.last.next()),
+            None => {
+                fresh = new_session(ts, event, enrichment);
+                (fresh.day, visitor, fresh.session_id, 0, &fresh.visit, PrevState::default())
+            }
+        };
         self.aggregator.register_partition(&site.site_id, day).await?;
         let ticket = self.aggregator.begin();
         let stored = StoredEvent {
@@ -914,7 +925,7 @@ impl Pipeline {
                 .map(|g| g.goal.display_name())
                 .collect(),
             visit: visit.clone(),
-            prev: prev.clone(),
+            prev,
             run: ticket.run(),
             epoch: ticket.epoch(),
             // A day more than the retention: a range of the last N days starts N days ago at
@@ -988,7 +999,7 @@ impl Pipeline {
             }
         };
         ticket.commit(&stored);
-        *guard = Cached { live: Some(Live { state: stored.next(), last: stored, written: None }), head_version };
+        *guard = Cached { live: Some(Live { last: stored, written: None }), head_version };
         Ok(Stored::Done)
     }
 }
@@ -1009,7 +1020,7 @@ pub(crate) fn head_item_for(last: &StoredEvent, version: i64) -> Result<store::I
 /// The sessions to drop from a full cache: idle ones, and if most are live, the older half.
 fn eviction_candidates(sessions: &Sessions, now: i64, limit: usize) -> Vec<SessionKey> {
     let cutoff = now - SESSION_TIMEOUT_MS;
-    let last_ts = |slot: &Slot| slot.try_lock().ok().map(|c| c.live.as_ref().map(|l| l.state.last_ts));
+    let last_ts = |slot: &Slot| slot.try_lock().ok().map(|c| c.live.as_ref().map(Live::last_ts));
     let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
     let middle = times.len() / 2;
     let median = if middle > 0 { *times.select_nth_unstable(middle).1 } else { i64::MIN };
@@ -1057,7 +1068,7 @@ async fn evict_chunk(
             // Its latest event is still being written (or failed, and its task forgets it).
             continue;
         }
-        let version = match guard.live.as_ref().filter(|l| l.state.last_ts >= horizon) {
+        let version = match guard.live.as_ref().filter(|l| l.last_ts() >= horizon) {
             Some(live) => {
                 let version = guard.head_version.unwrap_or(0) + 1;
                 match head_item_for(&live.last, version) {
@@ -1093,8 +1104,9 @@ async fn evict_chunk(
     Some(written)
 }
 
-/// A cached session's key: its site and visitor.
-type SessionKey = (String, VisitorId);
+/// A cached session's key: its site (shared with the site's other sessions and events, not
+/// copied) and visitor.
+type SessionKey = (SiteId, VisitorId);
 
 type Sessions = hashbrown::HashMap<SessionKey, Slot>;
 
@@ -1105,7 +1117,7 @@ struct SessionKeyRef<'a>(&'a str, VisitorId);
 
 impl hashbrown::Equivalent<SessionKey> for SessionKeyRef<'_> {
     fn equivalent(&self, key: &SessionKey) -> bool {
-        self.0 == key.0 && self.1 == key.1
+        self.0 == key.0.as_str() && self.1 == key.1
     }
 }
 
@@ -1125,7 +1137,7 @@ fn visitor_hash(site_id: &str, visitor: VisitorId) -> u64 {
 /// older half of them too. A slot in use (locked) stays, since its task holds it.
 fn make_room(sessions: &mut Sessions, now: i64, limit: usize) {
     let cutoff = now - SESSION_TIMEOUT_MS;
-    let last_ts = |slot: &Slot| slot.try_lock().map(|c| c.live.as_ref().map(|l| l.state.last_ts)).ok();
+    let last_ts = |slot: &Slot| slot.try_lock().map(|c| c.live.as_ref().map(Live::last_ts)).ok();
     sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts >= cutoff)));
     if sessions.len() >= limit * 3 / 4 {
         let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
@@ -1136,11 +1148,6 @@ fn make_room(sessions: &mut Sessions, now: i64, limit: usize) {
             sessions.retain(|_, slot| last_ts(slot).is_none_or(|ts| ts.is_some_and(|ts| ts > median)));
         }
     }
-}
-
-/// Whether a session in `state` is still live for an event at `ts`.
-fn live_at(state: &PrevState, ts: i64) -> bool {
-    !state.is_empty() && (ts - state.last_ts).abs() < SESSION_TIMEOUT_MS
 }
 
 fn new_session(ts: i64, event: &Event, e: &Enrichment) -> NewSession {

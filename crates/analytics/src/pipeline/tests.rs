@@ -1,15 +1,13 @@
-//! The session cache's bound: what [`make_room`] keeps and drops.
+//! The session cache: what [`make_room`] keeps and drops, and what a cached session tells.
 
 use super::*;
 
 const NOW: i64 = 1_800_000_000_000;
 
 fn live(last_ts: i64) -> Slot {
-    let state = PrevState { events: 1, pageviews: 1, interactive: 1, last_ts, exit_page: "/".to_owned() };
     Arc::new(tokio::sync::Mutex::new(Cached {
         live: Some(Live {
             last: StoredEvent { day: UtcDay::from_unix_ms(last_ts), ts: last_ts, ..StoredEvent::default() },
-            state,
             written: None,
         }),
         head_version: None,
@@ -17,7 +15,36 @@ fn live(last_ts: i64) -> Slot {
 }
 
 fn key(i: usize) -> SessionKey {
-    ("site".to_owned(), VisitorId::from_u64(i as u64))
+    (SiteId::new("site"), VisitorId::from_u64(i as u64))
+}
+
+/// A cached session keeps only its latest event: the latest time it reports is the one the state
+/// after that event holds, events out of time order included, and so is its liveness.
+#[test]
+fn a_cached_session_tells_its_latest_time_as_the_state_after_its_event_does() {
+    let state = |events, last_ts| PrevState {
+        events,
+        pageviews: events,
+        interactive: events,
+        last_ts,
+        exit_page: "/a".to_owned(),
+    };
+    let cases = [
+        (PrevState::default(), NOW),   // a session's first event
+        (state(3, NOW - 60_000), NOW), // in time order
+        (state(3, NOW + 90_000), NOW), // arrived after a later one
+        (state(1, NOW), NOW),          // at the same millisecond
+    ];
+    for (prev, ts) in cases {
+        let live =
+            Live { last: StoredEvent { ts, path: "/b".to_owned(), prev, ..StoredEvent::default() }, written: None };
+        let state = live.last.next();
+        assert_eq!(live.last_ts(), state.last_ts);
+        assert!(live.live_at(state.last_ts - SESSION_TIMEOUT_MS + 1));
+        assert!(live.live_at(state.last_ts + SESSION_TIMEOUT_MS - 1));
+        assert!(!live.live_at(state.last_ts - SESSION_TIMEOUT_MS));
+        assert!(!live.live_at(state.last_ts + SESSION_TIMEOUT_MS));
+    }
 }
 
 #[test]
@@ -67,7 +94,7 @@ fn a_borrowed_session_key_finds_the_owned_one() {
     let mut sessions = Sessions::new();
     let visitor = VisitorId::from_u64(0x3f2a_9c0d_1e4b_5a67);
     let slot = live(NOW);
-    sessions.insert(("site".to_owned(), visitor), slot.clone());
+    sessions.insert((SiteId::new("site"), visitor), slot.clone());
     let found = sessions.get(&SessionKeyRef("site", visitor)).expect("found by the borrowed key");
     assert!(Arc::ptr_eq(found, &slot));
     assert!(sessions.get(&SessionKeyRef("site", VisitorId::from_u64(1))).is_none());
