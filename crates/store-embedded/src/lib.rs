@@ -81,9 +81,12 @@ pub struct Options {
     /// How often the background thread deletes expired items; `None` turns it off
     /// (tests then call [`EmbeddedStore::sweep_expired`]).
     pub ttl_sweep_interval: Option<Duration>,
-    /// redb's page cache, in bytes (default 16 MiB, so that a server stays small; the
-    /// operating system's file cache serves the rest, and 64 MiB measured no faster in
-    /// `tally bench`); `None` keeps redb's own default of 1 GiB.
+    /// redb's page cache, in bytes; `None` keeps redb's own default of 1 GiB. The default is
+    /// 8 MiB, so that a server stays small: the cache (its write buffer and its read pages) is
+    /// what a heap profile of `tally serve` under sustained ingestion found full, and the
+    /// operating system's file cache serves the pages it drops. 64 MiB measured no faster than
+    /// 16 MiB in `tally bench`, and 8 MiB no slower than 16 MiB in process or over HTTP, while it
+    /// held 8 MiB less of the server's peak (BENCHMARKS.md, "sixth session: server memory").
     pub cache_size: Option<usize>,
     /// When writes already durable in the journal are made durable in the database file and
     /// the journal emptied (default: every 2 s of writing, or at 64 MiB of journal).
@@ -94,7 +97,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             ttl_sweep_interval: Some(Duration::from_secs(10)),
-            cache_size: Some(16 * 1024 * 1024),
+            cache_size: Some(8 * 1024 * 1024),
             checkpoint: Checkpoint::default(),
         }
     }
