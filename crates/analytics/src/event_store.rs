@@ -6,13 +6,8 @@
 //! every event waiting when it is free, groups them by (site, UTC day of the session's start),
 //! and writes one `EventBlock` item per group (more when a group would pass [`MAX_BLOCK_BYTES`]),
 //! all at once; each event's wait ends when its block is durable. This is a group commit: one
-//! writer, so a lone event is written at once, and under load a block holds what arrived during
-//! the previous write, plus the events ingestion was already preparing when the writer woke:
-//! ingestion counts an event from the moment it starts on it until it is handed over
-//! ([`BlockWriter::preparing`]), except while it waits for its session, which may wait for
-//! this very writer, and the writer waits for those (at most [`LINGER`]) before it writes. So
-//! under load a write takes every event in flight at once rather than whichever happened to be
-//! ready, and blocks are several times larger for the same traffic. A block's key names its run and a number the run never
+//! writer, no timer, so a lone event is written at once, and under load a block holds what
+//! arrived during the previous write. A block's key names its run and a number the run never
 //! reuses, and it is written create-only, so a retried write that already happened is recognised
 //! (the condition fails on our own block) rather than written twice.
 //!
@@ -37,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use store::sync::lock;
 
 use futures::{StreamExt, TryStreamExt, stream};
@@ -58,14 +53,6 @@ pub const MAX_BLOCK_BYTES: usize = 256 * 1024;
 
 /// The most events in one block: bounds what one block costs to decode.
 pub const MAX_BLOCK_EVENTS: usize = 8192;
-
-/// The longest the writer waits for events being prepared before it writes what it has (the
-/// timer's resolution is a millisecond, so the wait is one or two): enough for ingestion to finish
-/// the events it is on, far below what a tracker's request would notice.
-pub const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
-
-/// The writer stops waiting for events being prepared once it holds this many.
-const LINGER_EVENTS: usize = 1024;
 
 /// How many block Queries a reader keeps in flight.
 pub const PARALLEL_READS: usize = 16;
@@ -210,7 +197,6 @@ impl Queued {
 /// Writes events in blocks: see the module documentation.
 pub struct BlockWriter {
     tx: mpsc::UnboundedSender<Pending>,
-    incoming: Arc<Incoming>,
     counters: Arc<WriterCounters>,
     compact: Arc<std::sync::atomic::AtomicBool>,
     shared: Arc<Shared>,
@@ -241,35 +227,6 @@ const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The epoch up to which this run's flushes are recorded: blocks of those epochs only are merged.
 pub type FlushedEpoch = Arc<dyn Fn() -> u64 + Send + Sync>;
-
-/// The events on their way to the writer: how many ingestion is preparing, and a signal each
-/// time one is handed over or given up.
-#[derive(Default)]
-struct Incoming {
-    preparing: AtomicUsize,
-    changed: Notify,
-}
-
-/// An event ingestion is preparing for the writer (see the module documentation): the writer
-/// waits a little for it before it writes. Handed to [`BlockWriter::append`] with the event, or
-/// dropped when the event will not come (dropped, refused, or waiting for its session).
-#[must_use]
-pub struct Preparing {
-    incoming: Arc<Incoming>,
-}
-
-impl std::fmt::Debug for Preparing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Preparing").finish_non_exhaustive()
-    }
-}
-
-impl Drop for Preparing {
-    fn drop(&mut self) {
-        self.incoming.preparing.fetch_sub(1, Ordering::AcqRel);
-        self.incoming.changed.notify_one();
-    }
-}
 
 /// What the writer shares with its compaction task.
 struct Shared {
@@ -310,17 +267,9 @@ impl BlockWriter {
             counters: counters.clone(),
         });
         let compact = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let incoming = Arc::new(Incoming::default());
-        tokio::spawn(write_task(shared.clone(), rx, incoming.clone()));
+        tokio::spawn(write_task(shared.clone(), rx));
         tokio::spawn(compact_task(Arc::downgrade(&shared), flushed.clone(), compact.clone()));
-        Arc::new(BlockWriter { tx, incoming, counters, compact, shared, flushed })
-    }
-
-    /// Counts an event ingestion starts preparing, until the returned guard is handed to
-    /// [`append`](Self::append) or dropped.
-    pub fn preparing(&self) -> Preparing {
-        self.incoming.preparing.fetch_add(1, Ordering::AcqRel);
-        Preparing { incoming: self.incoming.clone() }
+        Arc::new(BlockWriter { tx, counters, compact, shared, flushed })
     }
 
     /// Merges the small blocks of every partition written to, now, as far as their epochs are
@@ -345,26 +294,15 @@ impl BlockWriter {
         self.compact.store(on, Ordering::Relaxed);
     }
 
-    /// Writes `event` in a block; returns it once that block is durable. `preparing`, if the
-    /// event was counted, is released once the event is queued.
-    pub async fn append(
-        &self,
-        event: StoredEvent,
-        preparing: Option<Preparing>,
-    ) -> Result<StoredEvent, EventStoreError> {
-        self.queue(event, preparing, None).done().await
-    }
-
-    /// Hands `event` to the writer now and returns at once: [`Queued::done`] waits for its
-    /// block. `after` is the outcome of the session's previous event if that one may not be
+    /// Hands `event` to the writer now and returns at once: [`Queued::done`] waits until its
+    /// block is durable. `after` is the outcome of the session's previous event if that one may not be
     /// durable yet: should it fail, `event` fails too, and is never stored without it (both
     /// are of one partition, so they share a block or are written in queue order).
-    pub fn queue(&self, event: StoredEvent, preparing: Option<Preparing>, after: Option<Arc<Written>>) -> Queued {
+    pub fn queue(&self, event: StoredEvent, after: Option<Arc<Written>>) -> Queued {
         let (done, wait) = oneshot::channel();
         let written = Arc::new(Written::default());
         let after = after.filter(|w| !w.is_stored());
         let sent = self.tx.send(Pending { event, done, written: Settle(written.clone()), after });
-        drop(preparing);
         Queued { written, wait: sent.map(|()| wait).map_err(|_| EventStoreError::Stopped) }
     }
 
@@ -374,10 +312,15 @@ impl BlockWriter {
     }
 }
 
-async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending>, incoming: Arc<Incoming>) {
+async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending>) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        gather(&mut rx, &incoming, &mut batch).await;
+        while batch.len() < MAX_BLOCK_EVENTS * 4 {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
         // Group by partition, keeping arrival order within each.
         let mut groups: Vec<((SiteId, UtcDay), Vec<Pending>)> = Vec::new();
         let mut index: HashMap<(SiteId, UtcDay), usize> = HashMap::new();
@@ -438,34 +381,6 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
     let error = result.err().map(|e| e.to_string());
     for (event, (done, written, after)) in events.into_iter().zip(rest) {
         Pending { event, done, written, after }.finish(error.as_deref());
-    }
-}
-
-/// Adds to `batch` every event waiting, then, while events are being prepared, those as they
-/// come, for at most [`LINGER`] or until [`LINGER_EVENTS`].
-async fn gather(rx: &mut mpsc::UnboundedReceiver<Pending>, incoming: &Incoming, batch: &mut Vec<Pending>) {
-    let drain = |rx: &mut mpsc::UnboundedReceiver<Pending>, batch: &mut Vec<Pending>| {
-        while batch.len() < MAX_BLOCK_EVENTS * 4 {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
-            }
-        }
-    };
-    drain(rx, batch);
-    let deadline = tokio::time::Instant::now() + LINGER;
-    while batch.len() < LINGER_EVENTS && incoming.preparing.load(Ordering::Acquire) > 0 {
-        tokio::select! {
-            biased;
-            p = rx.recv() => match p {
-                Some(p) => batch.push(p),
-                None => return,
-            },
-            // A handover or a give-up: look again (a signal given before this wait is kept).
-            () = incoming.changed.notified() => {}
-            () = tokio::time::sleep_until(deadline) => return,
-        }
-        drain(rx, batch);
     }
 }
 

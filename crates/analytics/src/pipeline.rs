@@ -33,7 +33,7 @@ use store::item;
 use crate::aggregate::Aggregator;
 use crate::enrich::{DropReason, Enricher, Enrichment, SiteContext};
 use crate::event::{Event, EventError, Limits, RawEvent};
-use crate::event_store::{BlockWriter, EventStoreError, Preparing, Written};
+use crate::event_store::{BlockWriter, EventStoreError, Written};
 use crate::sites::{Site, SiteId, Sites, SitesError};
 use crate::stored::{PrevState, StoredEvent, VisitAttrs};
 use crate::visitor::{Salt, UtcDay, VisitorId, salt_expires_at_ms, salts_to_try, visitor_id};
@@ -548,9 +548,6 @@ impl Pipeline {
         selector: SiteSelector,
         import: Option<(Option<String>, Option<String>, Option<ImportClient>)>,
     ) -> IngestResult {
-        // Counted from here until the event is handed to the block writer or its session is
-        // waited for, so the writer can take it in the block it is about to write.
-        let mut preparing = Some(self.writer.preparing());
         let event = match Event::parse(raw, &self.limits) {
             Ok(e) => e,
             Err(e) => return IngestResult::Invalid(e),
@@ -563,7 +560,7 @@ impl Pipeline {
         // is accepted, a failure anywhere is a failure.
         let mut outcome = IngestResult::UnknownSite;
         for site in &sites {
-            let result = self.ingest_for(&event, site, import.as_ref(), &mut preparing).await;
+            let result = self.ingest_for(&event, site, import.as_ref()).await;
             outcome = match (outcome, result) {
                 (IngestResult::Failed(e), _) | (_, IngestResult::Failed(e)) => IngestResult::Failed(e),
                 (IngestResult::Accepted, _) | (_, IngestResult::Accepted) => IngestResult::Accepted,
@@ -579,7 +576,6 @@ impl Pipeline {
         event: &Event,
         site: &Site,
         import: Option<&(Option<String>, Option<String>, Option<ImportClient>)>,
-        preparing: &mut Option<Preparing>,
     ) -> IngestResult {
         let context = SiteContext { domains: &site.domains, excluded_ips: &site.excluded_ips };
         let enriched = match import {
@@ -612,7 +608,7 @@ impl Pipeline {
                 }
             }
         };
-        match self.store(site, event, &enrichment, &visitors, preparing.take()).await {
+        match self.store(site, event, &enrichment, &visitors).await {
             Ok(()) => IngestResult::Accepted,
             Err(e) => IngestResult::Failed(e),
         }
@@ -770,13 +766,9 @@ impl Pipeline {
         event: &Event,
         enrichment: &Enrichment,
         visitors: &[VisitorId],
-        preparing: Option<Preparing>,
     ) -> Result<(), PipelineError> {
         let ts = event.timestamp_ms;
         self.newest_ts.fetch_max(ts, Ordering::Relaxed);
-        // The session may be held by an event the writer is about to write: not counted while
-        // waiting for it, so the writer never waits for an event that waits for the writer.
-        drop(preparing);
         let (visitor, slot) = self.session_slot(site, visitors, ts).await?;
         let mut guard = slot.lock().await;
         if guard.live.as_ref().is_some_and(|l| l.written.as_ref().is_some_and(|w| w.is_failed())) {
@@ -784,12 +776,10 @@ impl Pipeline {
             *guard = Cached::default();
         }
         if self.is_alone() {
-            let preparing = self.writer.preparing();
-            return self.store_alone(guard, &slot, site, event, enrichment, visitor, preparing).await;
+            return self.store_alone(guard, &slot, site, event, enrichment, visitor).await;
         }
         for _ in 0..MAX_SLOT_ATTEMPTS {
-            let preparing = self.writer.preparing();
-            match self.store_in(&mut guard, site, event, enrichment, visitor, preparing).await? {
+            match self.store_in(&mut guard, site, event, enrichment, visitor).await? {
                 Stored::Done => return Ok(()),
                 Stored::Moved => continue,
             }
@@ -851,12 +841,11 @@ impl Pipeline {
         event: &Event,
         enrichment: &Enrichment,
         visitor: VisitorId,
-        preparing: Preparing,
     ) -> Result<(), PipelineError> {
         let (stored, ticket) = self.next_event(&guard, site, event, enrichment, visitor).await?;
         let after = guard.live.as_ref().and_then(|l| l.written.clone());
         let mine = (stored.session_id, stored.seq);
-        let queued = self.writer.queue(stored.clone(), Some(preparing), after);
+        let queued = self.writer.queue(stored.clone(), after);
         let head_version = guard.head_version;
         let written = Some(queued.written());
         *guard = Cached { live: Some(Live { last: stored, written }), head_version };
@@ -945,7 +934,6 @@ impl Pipeline {
         event: &Event,
         enrichment: &Enrichment,
         visitor: VisitorId,
-        preparing: Preparing,
     ) -> Result<Stored, PipelineError> {
         let ts = event.timestamp_ms;
         let (stored, ticket) = self.next_event(guard, site, event, enrichment, visitor).await?;
@@ -966,7 +954,7 @@ impl Pipeline {
                 Ok(()) => head_version = Some(version),
                 Err(e) if e.is_condition_failed() => {
                     // Another process moved the session on: read it back and try again.
-                    drop((ticket, preparing));
+                    drop(ticket);
                     *guard = self.load_session(&site.site_id, stored.visitor_id, ts).await?;
                     return Ok(Stored::Moved);
                 }
@@ -979,7 +967,7 @@ impl Pipeline {
         }
         // The session's previous event may still be on its way (queued while alone).
         let after = guard.live.as_ref().and_then(|l| l.written.clone());
-        let stored = match self.writer.queue(stored, Some(preparing), after).done().await {
+        let stored = match self.writer.queue(stored, after).done().await {
             Ok(stored) => stored,
             Err(e) => {
                 // Not stored: give the slot back (the item still names our claim, so a later

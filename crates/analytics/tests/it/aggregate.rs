@@ -946,10 +946,10 @@ async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile()
     let second = session.pageview("/pricing", T0 + 60_000);
     failing.fail_next(1);
     // Queued together before the writer runs: one batch.
-    let first_queued = writer.queue(first, None, None);
+    let first_queued = writer.queue(first, None);
     let after_first = first_queued.written();
-    let others_queued: Vec<_> = others.iter().map(|e| writer.queue(e.clone(), None, None)).collect();
-    let second_queued = writer.queue(second, None, Some(after_first.clone()));
+    let others_queued: Vec<_> = others.iter().map(|e| writer.queue(e.clone(), None)).collect();
+    let second_queued = writer.queue(second, Some(after_first.clone()));
     let after_second = second_queued.written();
     assert!(first_queued.done().await.is_err(), "the first block's write fails");
     assert!(second_queued.done().await.is_err(), "the next event of the session fails with it");
@@ -964,10 +964,10 @@ async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile()
     // A third event queued after the second failed fails without a write; another session's
     // event is stored.
     let third = session.pageview("/signup", T0 + 120_000);
-    assert!(writer.queue(third, None, Some(after_second)).done().await.is_err());
+    assert!(writer.queue(third, Some(after_second)).done().await.is_err());
     let unrelated = Session::new("S1", 0xb, 2, T0, "").pageview("/", T0 + 5);
     let unrelated_id = unrelated.session_id;
-    assert!(writer.queue(unrelated, None, None).done().await.is_ok());
+    assert!(writer.queue(unrelated, None).done().await.is_ok());
     let mut stored: Vec<ulid::Ulid> = events_of_day(&h.table, "S1", analytics::visitor::UtcDay::from_unix_ms(T0))
         .await
         .expect("the day reads")
