@@ -7,7 +7,9 @@
 //! and writes one `EventBlock` item per group (more when a group would pass [`MAX_BLOCK_BYTES`]),
 //! all at once; each event's wait ends when its block is durable. This is a group commit: one
 //! writer, no timer, so a lone event is written at once, and under load a block holds what
-//! arrived during the previous write. A block's key names its run and a number the run never
+//! arrived during the previous write; a block that would start a write unit it fills only in
+//! part ends on the previous unit's boundary instead, holding its newest events back to lead the
+//! partition's next block ([`fit`]). A block's key names its run and a number the run never
 //! reuses, and it is written create-only, so a retried write that already happened is recognised
 //! (the condition fails on our own block) rather than written twice.
 //!
@@ -95,12 +97,14 @@ struct Pending {
     /// The previous event of the same session, when it was queued before this one was durable:
     /// if it fails, this one fails too (its state was computed from it).
     after: Option<Arc<Written>>,
+    /// Whether a block already held this event back ([`fit`]): it is not held back again.
+    held: bool,
 }
 
 impl Pending {
     /// Settles the event: its block is durable (no error), or it is not stored, and why.
     fn finish(self, error: Option<&str>) {
-        let Pending { event, done, written, after: _ } = self;
+        let Pending { event, done, written, after: _, held: _ } = self;
         written.0.settle(error.is_none());
         let _ = done.send(match error {
             None => Ok(event),
@@ -251,6 +255,8 @@ pub struct WriterCounters {
     pub failures: AtomicU64,
     /// Small blocks merged into larger ones.
     pub compacted: AtomicU64,
+    /// Events a block held back to end on a write unit's boundary (each once at most).
+    pub held: AtomicU64,
 }
 
 impl BlockWriter {
@@ -302,7 +308,7 @@ impl BlockWriter {
         let (done, wait) = oneshot::channel();
         let written = Arc::new(Written::default());
         let after = after.filter(|w| !w.is_stored());
-        let sent = self.tx.send(Pending { event, done, written: Settle(written.clone()), after });
+        let sent = self.tx.send(Pending { event, done, written: Settle(written.clone()), after, held: false });
         Queued { written, wait: sent.map(|()| wait).map_err(|_| EventStoreError::Stopped) }
     }
 
@@ -313,12 +319,23 @@ impl BlockWriter {
 }
 
 async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending>) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BLOCK_EVENTS * 4 {
+    // Events the last round held back so its blocks ended on a write unit's boundary: written
+    // this round, first in their partitions, and never held back again.
+    let mut held: Vec<Pending> = Vec::new();
+    let mut open = true;
+    loop {
+        let mut batch = std::mem::take(&mut held);
+        if batch.is_empty() {
+            match rx.recv().await {
+                Some(p) => batch.push(p),
+                None => return,
+            }
+        }
+        while open && batch.len() < MAX_BLOCK_EVENTS * 4 {
             match rx.try_recv() {
                 Ok(p) => batch.push(p),
-                Err(_) => break,
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
             }
         }
         // Group by partition, keeping arrival order within each.
@@ -333,20 +350,29 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
             groups[i].1.push(p);
         }
         // Partitions are written at once; a partition's blocks one after another, so an event
-        // whose session's previous event failed in an earlier block fails before its own.
+        // whose session's previous event failed in an earlier block fails before its own. Only
+        // a partition's last block may hold events back, and only while more may come.
         let shared = &shared;
-        futures::future::join_all(groups.into_iter().map(|((site, day), pending)| async move {
-            for chunk in cut(pending) {
-                write_chunk(shared, &site, day, chunk).await;
+        let back = futures::future::join_all(groups.into_iter().map(|((site, day), pending)| async move {
+            let chunks = cut(pending);
+            let last = chunks.len() - 1;
+            let mut back = Vec::new();
+            for (i, chunk) in chunks.into_iter().enumerate() {
+                back.extend(write_chunk(shared, &site, day, chunk, open && i == last).await);
             }
+            back
         }))
         .await;
+        held = back.into_iter().flatten().collect();
+        shared.counters.held.fetch_add(held.len() as u64, Ordering::Relaxed);
     }
 }
 
 /// Writes one block of `(site, day)` and settles its events, failing first those whose
-/// session's previous event failed.
-async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pending>) {
+/// session's previous event failed. With `may_hold`, the block may end before its last events
+/// (never one held back before) so that its item ends on a write unit's boundary ([`fit`]);
+/// those are returned, to lead the partition's next block.
+async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pending>, may_hold: bool) -> Vec<Pending> {
     let mut pending = Vec::with_capacity(chunk.len());
     for p in chunk {
         // In queue order, so a failure passes down a session's chain of events.
@@ -357,12 +383,27 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
         }
     }
     if pending.is_empty() {
-        return;
+        return Vec::new();
     }
     let number = shared.next_block.fetch_add(1, Ordering::Relaxed);
-    let (events, rest): (Vec<StoredEvent>, Vec<_>) =
+    // Events held back once lead the chunk; the rest may be held back now.
+    let keep = if may_hold { pending.iter().take_while(|p| p.held).count().max(1) } else { pending.len() };
+    let (mut events, mut rest): (Vec<StoredEvent>, Vec<_>) =
         pending.into_iter().map(|p| (p.event, (p.done, p.written, p.after))).unzip();
-    let result = write_block(&shared.table, &shared.run_id, number, site, day, &events, &[]).await;
+    let encoded = fit(&shared.table, (&shared.run_id, number), site, day, &events, keep);
+    let later: Vec<Pending> = match &encoded {
+        Ok((n, _)) => events
+            .split_off(*n)
+            .into_iter()
+            .zip(rest.split_off(*n))
+            .map(|(event, (done, written, after))| Pending { event, done, written, after, held: true })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let result = match encoded {
+        Ok((_, data)) => write_block(&shared.table, (&shared.run_id, number), site, day, &events, data).await,
+        Err(e) => Err(e.into()),
+    };
     let counters = &shared.counters;
     match &result {
         Ok(bytes) => {
@@ -380,8 +421,50 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
     }
     let error = result.err().map(|e| e.to_string());
     for (event, (done, written, after)) in events.into_iter().zip(rest) {
-        Pending { event, done, written, after }.finish(error.as_deref());
+        Pending { event, done, written, after, held: false }.finish(error.as_deref());
     }
+    later
+}
+
+/// Encodes the block of the first `n` of `events`, `n` at least `keep`: all of them, unless
+/// the item they make would start a write unit it fills only in part, and fewer of them end it
+/// on or just under the previous unit's boundary. Write units are billed per started KB, and a
+/// busy writer's blocks are a KB or two, so rounding up cost about a third of their units; the
+/// events left out lead the partition's next block, which is written as soon as this one is.
+fn fit(
+    table: &Table,
+    key: (&str, u64),
+    site: &str,
+    day: UtcDay,
+    events: &[StoredEvent],
+    keep: usize,
+) -> Result<(usize, Vec<u8>), BlockError> {
+    let data = block::encode(site, day, events)?;
+    let unit = store::limits::WRITE_UNIT_BYTES;
+    let size = |events: &[StoredEvent], data: usize| -> Option<usize> {
+        let item = table.build_item("EventBlock", block_item(key, site, day, events, Vec::new(), 0, &[])).ok()?;
+        Some(store::item_size(&item) + data)
+    };
+    let Some(whole) = size(events, data.len()) else { return Ok((events.len(), data)) };
+    let bound = whole / unit * unit;
+    if keep >= events.len() || bound == 0 || whole == bound {
+        return Ok((events.len(), data));
+    }
+    // A first guess from the bytes per event, then one event fewer at a time.
+    let overhead = whole - data.len();
+    let per_event = data.len().div_ceil(events.len()).max(1);
+    let mut n = (bound.saturating_sub(overhead) / per_event).clamp(keep, events.len() - 1);
+    for _ in 0..4 {
+        let prefix = block::encode(site, day, &events[..n])?;
+        if size(&events[..n], prefix.len()).is_some_and(|s| s <= bound) {
+            return Ok((n, prefix));
+        }
+        if n == keep {
+            break;
+        }
+        n -= 1;
+    }
+    Ok((events.len(), data))
 }
 
 /// Counts the small blocks a compaction of `partition` left (merged ones among them), so the
@@ -536,20 +619,18 @@ pub fn approx_size(e: &StoredEvent) -> usize {
         + visit
 }
 
-/// Writes one block (create-only under its unique key); returns its encoded size. A failed
-/// condition means an earlier attempt of this same write succeeded.
+/// Writes one block of `events`, encoded as `data` (create-only under its unique key); returns
+/// its encoded size. A failed condition means an earlier attempt of this same write succeeded.
 async fn write_block(
     table: &Table,
-    run_id: &str,
-    number: u64,
+    (run_id, number): (&str, u64),
     site: &str,
     day: UtcDay,
     events: &[StoredEvent],
-    replaces: &[u64],
+    data: Vec<u8>,
 ) -> Result<usize, EventStoreError> {
-    let data = block::encode(site, day, events)?;
     let len = data.len();
-    let item = block_item((run_id, number), site, day, events, data, 0, replaces);
+    let item = block_item((run_id, number), site, day, events, data, 0, &[]);
     match table.write("EventBlock", item, PutMode::Create, None).await {
         Ok(()) => Ok(len),
         Err(e) if e.is_condition_failed() || e.is_already_exists() => Ok(len),
@@ -833,7 +914,8 @@ async fn migrate_event_items(table: &Table, progress: &dyn Fn(u64)) -> Result<u6
                 end += 1;
             }
             let end = end.max(at + 1);
-            write_block(table, &run, number, &site, day, &events[at..end], &[]).await?;
+            let these = &events[at..end];
+            write_block(table, (&run, number), &site, day, these, block::encode(&site, day, these)?).await?;
             number += 1;
             at = end;
         }
@@ -860,7 +942,7 @@ pub async fn store_events(table: &Table, events: &[StoredEvent]) -> Result<(), E
     }
     for ((site, day, run), events) in groups {
         let number = STORED_DIRECTLY.fetch_add(1, Ordering::Relaxed);
-        write_block(table, run, number, site, day, &events, &[]).await?;
+        write_block(table, (run, number), site, day, &events, block::encode(site, day, &events)?).await?;
     }
     Ok(())
 }

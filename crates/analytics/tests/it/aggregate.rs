@@ -373,6 +373,13 @@ struct FailingStore {
     left: AtomicI64,
     /// Writes to fail before any of the above applies.
     fail_first: AtomicI64,
+    /// When set, each put waits for a permit of `gate` (the test lets writes through one by one).
+    gated: std::sync::atomic::AtomicBool,
+    gate: tokio::sync::Semaphore,
+    /// Puts begun, let through the gate or not.
+    puts_begun: std::sync::atomic::AtomicUsize,
+    /// The size of each item put, in order, by DynamoDB's rules.
+    put_sizes: std::sync::Mutex<Vec<usize>>,
 }
 
 impl FailingStore {
@@ -424,8 +431,15 @@ impl Store for FailingStore {
         self.inner.get_item(r).await
     }
     async fn put_item(&self, r: store::PutItem) -> store::Result<store::WriteOutput> {
+        self.puts_begun.fetch_add(1, Ordering::SeqCst);
+        if self.gated.load(Ordering::SeqCst) {
+            self.gate.acquire().await.expect("the gate stays open").forget();
+        }
         self.write()?;
-        self.inner.put_item(r).await
+        let size = store::item_size(&r.item);
+        let out = self.inner.put_item(r).await;
+        self.put_sizes.lock().expect("not poisoned").push(size);
+        out
     }
     async fn update_item(&self, r: store::UpdateItem) -> store::Result<store::WriteOutput> {
         self.write()?;
@@ -461,8 +475,15 @@ impl Store for FailingStore {
 }
 
 async fn failing(h: &Harness) -> (Arc<FailingStore>, Table) {
-    let failing =
-        Arc::new(FailingStore { inner: h.store.clone(), left: AtomicI64::new(-1), fail_first: AtomicI64::new(0) });
+    let failing = Arc::new(FailingStore {
+        inner: h.store.clone(),
+        left: AtomicI64::new(-1),
+        fail_first: AtomicI64::new(0),
+        gated: Default::default(),
+        gate: tokio::sync::Semaphore::new(0),
+        puts_begun: Default::default(),
+        put_sizes: Default::default(),
+    });
     let table = Table::new(failing.clone(), tally_schema("tally"));
     (failing, table)
 }
@@ -979,4 +1000,65 @@ async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile()
     expected.push(unrelated_id);
     expected.sort();
     assert_eq!(stored, expected, "exactly the events whose writes were acknowledged are stored");
+}
+
+/// Write units are billed per started KB, so a busy writer's blocks of a KB or two used to pay
+/// for a part-filled unit each. A block now ends on a unit's boundary, holding its last events
+/// back to lead the partition's next block: under a steady stream only the final block rounds
+/// up, every event is stored exactly once, and an event is held back at most once.
+#[tokio::test]
+async fn blocks_end_on_a_write_unit_and_the_events_held_back_lead_the_next_block() {
+    use analytics::event_store::{BlockWriter, events_of_day};
+    let h = harness().await;
+    let (failing, table) = failing(&h).await;
+    failing.gated.store(true, Ordering::SeqCst);
+    let writer = BlockWriter::start(table, "01JDB3Y5C8M9V7T2X4K6P00RUN", Arc::new(|| 0));
+    let event = |i: u32| {
+        let mut s = Session::new("S1", 0x100 + u64::from(i), 10 + i, T0, "Google");
+        s.pageview(&format!("/page/{}", i % 7), T0 + i64::from(i))
+    };
+    // A lone event is written at once, whole: nothing is held back without a reason.
+    let mut queued = vec![writer.queue(event(0), None)];
+    // Three bursts, each queued while the block before it is being written.
+    let mut next = 1;
+    for round in 1..=3 {
+        // The writer waits at the gate with the previous round's block.
+        while failing.puts_begun.load(Ordering::SeqCst) < round {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..40 {
+            queued.push(writer.queue(event(next), None));
+            next += 1;
+        }
+        failing.gate.add_permits(1);
+    }
+    // Let everything through.
+    failing.gate.add_permits(1_000);
+    for q in queued {
+        q.done().await.expect("every event is stored");
+    }
+    let mut stored: Vec<ulid::Ulid> = events_of_day(&h.table, "S1", analytics::visitor::UtcDay::from_unix_ms(T0))
+        .await
+        .expect("the day reads")
+        .into_iter()
+        .map(|e| e.session_id)
+        .collect();
+    assert_eq!(stored.len(), next as usize, "every event once");
+    stored.sort();
+    stored.dedup();
+    assert_eq!(stored.len(), next as usize, "no event twice");
+    let sizes = failing.put_sizes.lock().expect("not poisoned").clone();
+    let unit = store::limits::WRITE_UNIT_BYTES;
+    assert!(sizes[0] < unit, "the lone event's block: {sizes:?}");
+    assert!(writer.counters().held.load(Ordering::SeqCst) > 0, "{sizes:?}");
+    // Every block but the lone one and the last ends within a few events of a unit's boundary.
+    for size in &sizes[1..sizes.len() - 1] {
+        assert!(
+            *size > unit && size % unit > unit - 400,
+            "a block of {size} bytes pays for a part-filled unit: {sizes:?}"
+        );
+    }
+    let units: usize = sizes.iter().map(|s| s.div_ceil(unit)).sum();
+    let bytes: usize = sizes[1..].iter().sum();
+    assert!(units <= 1 + bytes.div_ceil(unit), "{units} units for {bytes} bytes: {sizes:?}");
 }
