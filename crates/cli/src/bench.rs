@@ -303,6 +303,22 @@ fn files_allocated(dir: &std::path::Path) -> Vec<(String, u64)> {
     out
 }
 
+/// Prints the disk figure of the store in `dir`: allocated bytes, per accepted event, by file.
+fn print_disk(label: &str, dir: &std::path::Path, accepted: u64) {
+    if let Some(bytes) = allocated_bytes(dir) {
+        println!(
+            "{label}: {:.1} MB allocated, {:.0} bytes per event, everything included ({})",
+            bytes as f64 / 1e6,
+            bytes as f64 / accepted as f64,
+            files_allocated(dir)
+                .iter()
+                .map(|(name, bytes)| format!("{name} {:.1} MB", *bytes as f64 / 1e6))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
+
 fn rate(n: u64, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64().max(1e-9)
 }
@@ -542,18 +558,16 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         sum(|c| &c.compacted).max(compacted as u64),
         sum(|c| &c.held)
     );
-    if let Some(bytes) = allocated_bytes(s._dir.path()) {
-        println!(
-            "disk: {:.1} MB allocated, {:.0} bytes per event, everything included ({})",
-            bytes as f64 / 1e6,
-            bytes as f64 / accepted as f64,
-            files_allocated(s._dir.path())
-                .iter()
-                .map(|(name, bytes)| format!("{name} {:.1} MB", *bytes as f64 / 1e6))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+    print_disk("disk", s._dir.path(), accepted);
+    // Once ingestion stops the engine's writer goes idle, checkpoints and cuts its journal
+    // (store-embedded's DESIGN.md, "The journal"): the store at rest, as a server whose load
+    // fell keeps it. Only the aggregator's heartbeat writes meanwhile.
+    let journal = s._dir.path().join(store_embedded::JOURNAL_FILE);
+    let waited = Instant::now();
+    while std::fs::metadata(&journal).map_or(0, |m| m.len()) > 1 << 20 && waited.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    print_disk("disk at rest (the journal cut once the writer went idle)", s._dir.path(), accepted);
     let by_entity = item_bytes_by_entity(&s.table).await?;
     let logical: u64 = by_entity.iter().map(|(_, (_, b))| b).sum();
     println!(

@@ -55,6 +55,8 @@ struct DiskState {
     /// Fails the sync with this number (counting from one, over both files), to inject an I/O error.
     fail_sync: Option<usize>,
     syncs: usize,
+    /// Times the engine cut the journal file.
+    journal_cuts: usize,
 }
 
 /// A simulated disk shared between the files handed to the engine and the test; `file`
@@ -92,6 +94,7 @@ impl Disk {
                 images: Vec::new(),
                 fail_sync: None,
                 syncs: 0,
+                journal_cuts: 0,
             })),
             acked: Arc::new(Mutex::new(Vec::new())),
             file: DATABASE,
@@ -198,6 +201,12 @@ impl crate::journal::JournalFile for Disk {
     fn sync(&mut self) -> io::Result<()> {
         self.sync_file()
     }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.lock().journal_cuts += 1;
+        self.record(Pending::SetLen(len));
+        Ok(())
+    }
 }
 
 fn definition() -> TableDefinition {
@@ -213,10 +222,18 @@ fn options() -> Options {
 }
 
 /// Checkpoints often enough that images fall before, during and after them, with journal
-/// records to replay in between.
-fn checkpoint_often() -> Options {
-    options().checkpoint(crate::Checkpoint { interval: std::time::Duration::from_secs(3600), journal_bytes: 8 * 1024 })
+/// records to replay in between; with `idle`, also whenever the writer waits that long, cutting
+/// the journal file, so images fall around cuts and records written after one.
+fn checkpoint_often(idle: std::time::Duration) -> Options {
+    options().checkpoint(crate::Checkpoint {
+        interval: std::time::Duration::from_secs(3600),
+        journal_bytes: 8 * 1024,
+        idle,
+    })
 }
+
+/// Never idle long enough to cut the journal.
+const NEVER_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Writes batches and transactions from several tasks, recording each acknowledgement;
 /// stops at the first error (after an injected failure redb refuses further writes).
@@ -353,15 +370,34 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
-    let rt = runtime();
     // How many images were of the interesting kinds, over every seed: how writes group into
     // commits depends on thread timing, so one seed on a loaded machine may take none of one
     // kind (seen in CI), while every image must hold every acknowledged write whatever its kind.
-    let (mut reused_total, mut replaying_total) = (0, 0);
+    let (reused_total, replaying_total, _) = crash_images(NEVER_IDLE);
+    assert!(reused_total >= 1, "no image has older bytes after its journal records");
+    assert!(replaying_total >= 2, "only {replaying_total} images had journal records to replay");
+}
+
+/// The same with the journal cut whenever the writer waits a millisecond: a cut follows a
+/// durable checkpoint, so whether it reached the disk or not, every image still holds every
+/// acknowledged write.
+#[test]
+fn every_crash_image_around_journal_cuts_holds_the_acknowledged_writes() {
+    let (_, _, cuts) = crash_images(std::time::Duration::from_millis(1));
+    // Closing the store always cuts, once per seed at least.
+    assert!(cuts >= 6, "only {cuts} cuts");
+}
+
+/// Runs the workload over six seeds on a simulated disk, checking every crash image it took;
+/// returns how many images had older journal bytes after their records, how many had records
+/// to replay, and how many times the journal was cut.
+fn crash_images(idle: std::time::Duration) -> (usize, usize, usize) {
+    let rt = runtime();
+    let (mut reused_total, mut replaying_total, mut cuts) = (0, 0, 0);
     for seed in 0..6u64 {
         let disk = Disk::new(Default::default(), seed, 0);
         let store =
-            Arc::new(EmbeddedStore::open_backend(disk.clone(), disk.journal(), checkpoint_often()).expect("open"));
+            Arc::new(EmbeddedStore::open_backend(disk.clone(), disk.journal(), checkpoint_often(idle)).expect("open"));
         // Images start once the new database exists: creating the file is not itself atomic.
         disk.lock().image_every = 8;
         rt.block_on(async {
@@ -370,6 +406,7 @@ fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
         });
         drop(store);
         let images = std::mem::take(&mut disk.lock().images);
+        cuts += disk.lock().journal_cuts;
         let acked = disk.acked.lock().unwrap().clone();
         assert!(images.len() >= 5, "seed {seed}: only {} images taken", images.len());
         // The journal is reused after each checkpoint: some images must hold new records
@@ -393,8 +430,7 @@ fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
         }
         replaying_total += replaying;
     }
-    assert!(reused_total >= 1, "no image has older bytes after its journal records");
-    assert!(replaying_total >= 2, "only {replaying_total} images had journal records to replay");
+    (reused_total, replaying_total, cuts)
 }
 
 #[test]

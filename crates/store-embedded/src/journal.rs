@@ -10,7 +10,8 @@
 //! `Durability::Immediate`, which writes everything out, and the journal starts over.
 //!
 //! **Starting over reuses the file.** After a checkpoint the next record is written at offset 0
-//! over the old ones; the file is never cut. Syncing a write into blocks the file already has
+//! over the old ones, while writes keep coming; once the writer is idle, or the store closes, the
+//! file is cut to nothing ([`Journal::cut`]). Syncing a write into blocks the file already has
 //! changes no file-system metadata, so it costs one data write, where an append also commits the
 //! new size and blocks (BENCHMARKS.md has both). The records left behind are harmless: every one
 //! was written before the checkpoint, so its sequence is at or below the one the database holds
@@ -54,6 +55,8 @@ pub trait JournalFile: Send + 'static {
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
     /// Makes every write so far durable.
     fn sync(&mut self) -> io::Result<()>;
+    /// Cuts or extends the file to `len` bytes.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
 }
 
 impl JournalFile for File {
@@ -71,6 +74,10 @@ impl JournalFile for File {
     fn sync(&mut self) -> io::Result<()> {
         self.sync_data()
     }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
 }
 
 /// Opens (creating if needed) the journal file of a store directory.
@@ -85,12 +92,19 @@ pub fn open_file(dir: &Path) -> io::Result<File> {
 pub struct Journal {
     file: Box<dyn JournalFile>,
     len: u64,
+    /// The file's size: the most any checkpoint interval wrote since it was last cut.
+    file_len: u64,
 }
 
 impl Journal {
-    /// A journal over `file`, appending after `len` bytes.
-    fn new(file: Box<dyn JournalFile>, len: u64) -> Journal {
-        Journal { file, len }
+    /// A journal over `file`, whose size is `file_len`, appending after `len` bytes.
+    fn new(file: Box<dyn JournalFile>, len: u64, file_len: u64) -> Journal {
+        Journal { file, len, file_len }
+    }
+
+    /// The file's size.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
     }
 
     /// Bytes written since the last [`Journal::restart`].
@@ -112,6 +126,22 @@ impl Journal {
         self.file.write_at(self.len, &record)?;
         self.file.sync()?;
         self.len += record.len() as u64;
+        self.file_len = self.file_len.max(self.len);
+        Ok(())
+    }
+
+    /// Starts over with an empty file: called, like [`Journal::restart`], once a durable redb
+    /// commit holds every record so far, when the writer has nothing to write (idle, or
+    /// closing). Reusing the file keeps a busy writer's syncs cheap, but the file stays at the
+    /// busiest interval's size; cutting it gives that space back once the load falls. Nothing
+    /// needs syncing: a cut lost in a crash leaves old records, which recovery skips by their
+    /// sequence, as it does after a restart.
+    pub fn cut(&mut self) -> io::Result<()> {
+        self.len = 0;
+        if self.file_len > 0 {
+            self.file.set_len(0)?;
+            self.file_len = 0;
+        }
         Ok(())
     }
 
@@ -194,7 +224,7 @@ pub fn recover(db: &redb::Database, mut file: Box<dyn JournalFile>) -> Result<Re
     if replayed > 0 {
         tracing::info!(groups = replayed, "replayed the journal after an unclean shutdown");
     }
-    Ok(Recovered { journal: Journal::new(file, 0), seq, replayed })
+    Ok(Recovered { journal: Journal::new(file, 0, bytes.len() as u64), seq, replayed })
 }
 
 #[cfg(test)]
@@ -218,6 +248,10 @@ mod tests {
         fn sync(&mut self) -> io::Result<()> {
             Ok(())
         }
+        fn set_len(&mut self, len: u64) -> io::Result<()> {
+            self.0.resize(usize::try_from(len).map_err(io::Error::other)?, 0);
+            Ok(())
+        }
     }
 
     /// A database whose last durable group is `seq`.
@@ -237,7 +271,7 @@ mod tests {
     /// The journal's bytes after one checkpoint interval wrote records `1..=5`, a checkpoint
     /// restarted it, and the next interval wrote `6` (`sixth` bytes of payload) and maybe `7`.
     fn reused(sixth: usize, seventh: bool) -> Vec<u8> {
-        let mut journal = Journal::new(Box::new(Mem(Vec::new())), 0);
+        let mut journal = Journal::new(Box::new(Mem(Vec::new())), 0, 0);
         for seq in 1..=5 {
             journal.append(seq, &effects(10 * seq as usize)).unwrap();
         }
@@ -273,7 +307,7 @@ mod tests {
 
     #[test]
     fn records_stop_at_the_first_torn_or_corrupt_one() {
-        let mut journal = Journal::new(Box::new(Mem(Vec::new())), 0);
+        let mut journal = Journal::new(Box::new(Mem(Vec::new())), 0, 0);
         journal.append(1, b"one").unwrap();
         journal.append(2, b"").unwrap();
         journal.append(3, b"three").unwrap();

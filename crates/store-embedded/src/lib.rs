@@ -65,6 +65,7 @@ use store::{
 
 pub use crate::backup::{BackupSummary, restore};
 use crate::db::Shared;
+pub use crate::journal::FILE_NAME as JOURNAL_FILE;
 use crate::journal::JournalFile;
 use crate::layout::{OpError, internal};
 use crate::schema::TableInfo;

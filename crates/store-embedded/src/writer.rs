@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redb::{Durability, ReadableTable, ReadableTableMetadata};
@@ -165,11 +165,15 @@ pub struct Checkpoint {
     pub interval: Duration,
     /// Or once the journal holds this many bytes.
     pub journal_bytes: u64,
+    /// After this long without a write, the writer checkpoints and cuts the journal file to
+    /// nothing ([`crate::journal::Journal::cut`]): a busy writer reuses the file, which keeps
+    /// its syncs cheap, and a store whose load fell gives the space back.
+    pub idle: Duration,
 }
 
 impl Default for Checkpoint {
     fn default() -> Self {
-        Checkpoint { interval: Duration::from_secs(2), journal_bytes: 64 << 20 }
+        Checkpoint { interval: Duration::from_secs(2), journal_bytes: 64 << 20, idle: Duration::from_secs(2) }
     }
 }
 
@@ -194,9 +198,25 @@ impl Writer {
         }
     }
 
-    /// Runs until every sender is gone, then checkpoints.
+    /// Runs until every sender is gone, then checkpoints and cuts the journal. Idle for
+    /// [`Checkpoint::idle`] with a journal to empty, it does the same and waits on.
     pub fn run(mut self, rx: Receiver<Job>) {
-        while let Ok(first) = rx.recv() {
+        loop {
+            let first = if self.failed.is_none() && self.journal.file_len() > 0 {
+                match rx.recv_timeout(self.checkpoint.idle) {
+                    Ok(job) => job,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.rest("an idle checkpoint failed; the journal is kept");
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
+            };
             let mut jobs = vec![first];
             while jobs.len() < MAX_GROUP {
                 match rx.try_recv() {
@@ -206,11 +226,25 @@ impl Writer {
             }
             self.run_group(jobs);
         }
-        if self.failed.is_none()
-            && self.journal.len() > 0
+        self.rest("the last checkpoint failed; the journal will be replayed on the next open");
+    }
+
+    /// With nothing to write: checkpoints if the journal holds records, then cuts its file.
+    /// A failure is logged and changes nothing else: a failed checkpoint committed nothing and
+    /// leaves the journal's records to replay (the next idle moment tries again), and a failure
+    /// to cut after a checkpoint only keeps the file's size.
+    fn rest(&mut self, failure: &str) {
+        if self.failed.is_some() {
+            return;
+        }
+        if self.journal.len() > 0
             && let Err(e) = self.checkpoint_now()
         {
-            tracing::error!(error = %e, "the last checkpoint failed; the journal will be replayed on the next open");
+            tracing::error!(error = %e, "{failure}");
+            return;
+        }
+        if let Err(e) = self.journal.cut() {
+            tracing::warn!(error = %e, "cutting the emptied journal file failed; it keeps its size");
         }
     }
 

@@ -420,3 +420,55 @@ async fn the_store_is_readable_by_its_owner_only() {
     drop(EmbeddedStore::open_with(&dir, Options::default().ttl_sweep_interval(None)).unwrap());
     check(&dir);
 }
+
+/// The journal file is reused while writes keep coming (its syncs stay cheap), but once the
+/// writer is idle it checkpoints and cuts the file to nothing, and closing does the same: a
+/// store whose load fell keeps no journal the size of its busiest moment. Nothing is lost, and
+/// writes after a cut are journaled and survive a reopen as before.
+#[tokio::test]
+async fn the_journal_is_cut_once_the_writer_is_idle_and_when_the_store_closes() {
+    use std::time::{Duration, Instant};
+    use store_embedded::Checkpoint;
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("tally.journal");
+    let journal_len = || std::fs::metadata(&journal).map(|m| m.len()).unwrap_or(0);
+    let options = |idle: Duration| {
+        Options::default().ttl_sweep_interval(None).checkpoint(Checkpoint {
+            interval: Duration::from_secs(3600),
+            journal_bytes: 64 << 20,
+            idle,
+        })
+    };
+    let pad = "x".repeat(2_000);
+    let put = |n: usize| {
+        let mut item = key("a", &format!("{n:04}"));
+        item.insert("pad".into(), pad.as_str().into());
+        PutItem::new(T, item)
+    };
+    {
+        let store = EmbeddedStore::open_with(dir.path(), options(Duration::from_millis(200))).unwrap();
+        store.create_table(definition()).await.unwrap();
+        for n in 0..50 {
+            store.put_item(put(n)).await.unwrap();
+        }
+        assert!(journal_len() > 50 * 2_000, "the writes are journaled: {} bytes", journal_len());
+        let waited = Instant::now();
+        while journal_len() > 0 {
+            assert!(waited.elapsed() < Duration::from_secs(30), "the idle writer never cut the journal");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Writes after the cut are journaled again, from an empty file.
+        for n in 50..60 {
+            store.put_item(put(n)).await.unwrap();
+        }
+        assert!(journal_len() > 0);
+    }
+    assert_eq!(journal_len(), 0, "closing cuts the journal");
+    // A long idle time: only closing cuts it; everything written is there after reopening.
+    let store = EmbeddedStore::open_with(dir.path(), options(Duration::from_secs(3600))).unwrap();
+    assert_eq!(store.replayed_groups(), 0);
+    let items = store.query(Query::new(T, "pk = :p").value(":p", "a")).await.unwrap().items;
+    assert_eq!(items.len(), 60);
+    store.put_item(put(60)).await.unwrap();
+    assert!(journal_len() > 0, "reused while the writer is busy");
+}
