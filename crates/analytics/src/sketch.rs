@@ -35,15 +35,16 @@
 //! 10^5 distinct ids each: RMS error 1.45% / 0.97% / 0.76% for `lg_k` 12 / 13 / 14, and the share
 //! of estimates within 2% was 83% / 95% / 100%.
 //!
-//! **Why that stays small.** A sketch is stored sparsely (a list, then a hash set, of 4-byte
-//! register updates) until that would outgrow the dense form, so the many aggregate items with
-//! few visitors (one page in one hour) stay tiny, and the dense `HLL_4` form caps every item at
-//! about 8 KB, far below DynamoDB's 400 KB item limit. Serialised sizes, header included:
+//! **Why that stays small.** A sketch is stored sparsely (its register updates, "coupons") until
+//! that would outgrow the dense form, so the many aggregate items with few visitors (one page in
+//! one hour) stay tiny, and the dense `HLL_4` form caps every item at about 8 KB, far below
+//! DynamoDB's 400 KB item limit. Sparse coupons are stored packed ([`packed`]: about 2.5 bytes
+//! a coupon where DataSketches' image spends 4). Serialised sizes, header included:
 //!
 //! | distinct visitors | bytes  |
 //! |------------------:|-------:|
-//! |                10 |     55 |
-//! |             1,000 |  4,015 |
+//! |                10 |     36 |
+//! |             1,000 |  2,458 |
 //! |           100,000 |  8,243 |
 //!
 //! A write costs one DynamoDB write unit per KB, so an item holding a dense sketch costs about
@@ -58,13 +59,19 @@
 //!
 //! # The stored form
 //!
-//! `b"TV"` (Tally visitors), a format version byte (1), then the DataSketches HLL image. The
-//! version lets a later Tally change the parameters or the algorithm and still read what is
-//! stored; sketches of different `lg_k` still merge (the union keeps the smaller `lg_k`).
-//! Reading bytes that are not such an image gives a [`SketchError`], never a panic.
+//! `b"TV"` (Tally visitors), a format version byte, then the sketch. Version 1 is the
+//! DataSketches HLL image; Tally writes dense sketches so. Version 2 is a sparse sketch's coupons,
+//! Rice-coded ([`packed`]), which Tally writes since 2026-11-26 (sparse sketches are most of the
+//! aggregates' bytes, so of their write units and disk); version 1 sparse images, as an earlier
+//! Tally wrote them, still read, and are written back packed. A Tally older than version 2 cannot
+//! read packed sketches, so every process sharing a table is upgraded together. The version lets
+//! a later Tally change the parameters or the algorithm and still read what is stored; sketches
+//! of different `lg_k` still merge (the union keeps the smaller `lg_k`). Reading bytes that are
+//! not such a sketch gives a [`SketchError`], never a panic.
 
 mod coupons;
 mod format;
+mod packed;
 mod registers;
 
 use datasketches::hash::value::raw_bytes;
@@ -80,8 +87,11 @@ pub const LG_K: u8 = 14;
 /// The first bytes of every stored sketch: "Tally visitors".
 const MAGIC: [u8; 2] = *b"TV";
 
-/// The stored form's version, bumped whenever the bytes after the header change meaning.
-const FORMAT_VERSION: u8 = 1;
+/// The stored form's versions, bumped whenever the bytes after the header change meaning:
+/// 1 is a DataSketches image (Tally writes dense sketches so), 2 a sparse sketch's coupons,
+/// Rice-coded ([`packed`]).
+const FORMAT_IMAGE: u8 = 1;
+const FORMAT_PACKED: u8 = 2;
 
 /// Header length: the magic and the version byte.
 const HEADER_LEN: usize = MAGIC.len() + 1;
@@ -368,7 +378,8 @@ impl VisitorSketch {
         VisitorSketch { inner: Inner::Sketch(union.to_sketch(HllType::Hll4)), dense: false }
     }
 
-    /// The stored form: the header, then the DataSketches image (sizes in the module doc).
+    /// The stored form: the header, then the packed coupons of a sparse sketch or the DataSketches
+    /// image of a dense one (sizes in the module doc).
     ///
     /// The bytes are canonical: they depend only on which ids the sketch holds, not on the order
     /// they were inserted in or on how sketches were merged, so an aggregate and its rebuild from
@@ -396,9 +407,17 @@ impl VisitorSketch {
                 canonical_dense(&mut image);
             }
         }
+        // A sparse sketch is stored as its coupons, packed: about two thirds of the image.
+        if let Some(coupons) = coupons::parse(&image) {
+            let mut out = Vec::with_capacity(HEADER_LEN + 3 * coupons.len() + 3);
+            out.extend_from_slice(&MAGIC);
+            out.push(FORMAT_PACKED);
+            packed::encode(&coupons, &mut out);
+            return out;
+        }
         let mut out = Vec::with_capacity(HEADER_LEN + image.len());
         out.extend_from_slice(&MAGIC);
-        out.push(FORMAT_VERSION);
+        out.push(FORMAT_IMAGE);
         out.extend_from_slice(&image);
         out
     }
@@ -411,9 +430,15 @@ impl VisitorSketch {
         if bytes[..MAGIC.len()] != MAGIC {
             return Err(SketchError::BadMagic);
         }
-        let version = bytes[MAGIC.len()];
-        if version != FORMAT_VERSION {
-            return Err(SketchError::UnsupportedVersion(version));
+        match bytes[MAGIC.len()] {
+            FORMAT_IMAGE => {}
+            FORMAT_PACKED => {
+                return match packed::decode(&bytes[HEADER_LEN..]) {
+                    Some(c) => Ok(VisitorSketch { inner: Inner::Coupons(c), dense: false }),
+                    None => Err(SketchError::Corrupt("the packed coupons do not read back".into())),
+                };
+            }
+            version => return Err(SketchError::UnsupportedVersion(version)),
         }
         // The common case, a compact sparse image as Tally writes it, is read as its coupons.
         if let Some(c) = coupons::parse(&bytes[HEADER_LEN..]) {

@@ -131,7 +131,7 @@ fn stored_sizes() {
         .iter()
         .map(|&n| format!("{n}: {} B", sketch_of((0..n).map(scrambled)).to_bytes().len()))
         .collect();
-    expect!["10: 55 B, 1000: 4015 B, 100000: 8243 B"].assert_eq(&sizes.join(", "));
+    expect!["10: 36 B, 1000: 2458 B, 100000: 8243 B"].assert_eq(&sizes.join(", "));
     // A range's union is read, never stored, but it must not be bigger than a stored sketch.
     let union = VisitorSketch::union([&sketch_of((0..10).map(scrambled))]);
     assert!(union.to_bytes().len() <= 8243);
@@ -139,16 +139,20 @@ fn stored_sizes() {
 
 #[test]
 fn stored_form_header() {
+    // A sparse sketch is stored packed (version 2), a dense one as its image (version 1).
     let bytes = sketch_of([1, 2, 3]).to_bytes();
-    assert_eq!(&bytes[..3], b"TV\x01");
+    assert_eq!(&bytes[..3], b"TV\x02");
+    let dense = sketch_of((0..20_000).map(scrambled)).to_bytes();
+    assert_eq!(&dense[..3], b"TV\x01");
     let err = |b: &[u8]| VisitorSketch::from_bytes(b).unwrap_err().to_string();
     expect!["a visitor sketch is at least 3 bytes, got 2"].assert_eq(&err(b"TV"));
     expect!["not a Tally visitor sketch (bad magic)"].assert_eq(&err(b"XX\x01rest"));
     let mut newer = bytes.clone();
-    newer[2] = 2;
+    newer[2] = 3;
     assert!(VisitorSketch::from_bytes(&newer).unwrap_err().is_unsupported_version());
-    assert!(matches!(VisitorSketch::from_bytes(b"TV\x01"), Err(SketchError::Corrupt(_))));
-    assert!(matches!(VisitorSketch::from_bytes(&bytes[..bytes.len() - 1]), Err(SketchError::Corrupt(_))));
+    for short in [&b"TV\x01"[..], b"TV\x02", &bytes[..bytes.len() - 1], &dense[..dense.len() - 1]] {
+        assert!(matches!(VisitorSketch::from_bytes(short), Err(SketchError::Corrupt(_))), "{short:?}");
+    }
 }
 
 /// Valid stored sketches in each of DataSketches' modes (list, set, dense), to mutate.
@@ -274,8 +278,9 @@ fn every_stored_sparse_image_reads_as_coupons() {
     for n in (0..1_600u64).step_by(7) {
         let s = sketch_of((0..n).map(scrambled));
         let back = VisitorSketch::from_bytes(&s.to_bytes()).unwrap();
-        let sparse = !s.dense && !matches!(s.to_bytes().get(HEADER_LEN + ds::MODE_BYTE), Some(m) if m & 0b11 == 2);
+        let sparse = coupons_of(&s.inner).is_some();
         assert_eq!(matches!(back.inner, Inner::Coupons(_)), sparse, "{n} visitors");
+        assert_eq!(s.to_bytes()[2] == FORMAT_PACKED, sparse, "{n} visitors");
         assert_eq!(back.to_bytes(), s.to_bytes(), "{n} visitors");
         assert_eq!(back.estimate(), s.estimate(), "{n} visitors");
     }
@@ -345,5 +350,77 @@ proptest! {
         }
         prop_assert_eq!(merged.estimate(), reference.estimate());
         prop_assert_eq!(merged.to_bytes(), reference.to_bytes());
+    }
+}
+
+/// A coupon as DataSketches makes one: a value of 1..=63 over a 26-bit slot.
+fn coupon() -> impl Strategy<Value = u32> {
+    (0u32..1 << ds::SLOT_BITS, 1u32..=63).prop_map(|(slot, value)| value << ds::SLOT_BITS | slot)
+}
+
+proptest! {
+    /// Packed coupons read back as the sorted set, whatever order they were written in, and the
+    /// bytes depend on the set alone.
+    #[test]
+    fn packed_coupons_round_trip(mut coupons in proptest::collection::btree_set(coupon(), 0..=coupons::MAX)
+        .prop_map(|s| s.into_iter().collect::<Vec<u32>>()), seed in any::<u64>()) {
+        let mut bytes = Vec::new();
+        packed::encode(&coupons, &mut bytes);
+        prop_assert_eq!(packed::decode(&bytes), Some(coupons.clone()));
+        // Shuffled: the same bytes.
+        let n = coupons.len();
+        for i in (1..n).rev() {
+            coupons.swap(i, (seed.wrapping_mul(i as u64 + 1) >> 7) as usize % (i + 1));
+        }
+        let mut again = Vec::new();
+        packed::encode(&coupons, &mut again);
+        prop_assert_eq!(again, bytes);
+    }
+
+    /// Any bytes: refused, or exactly what `encode` writes for what they read as (so no two
+    /// stored forms mean one sketch, and damage never reads as another sketch silently).
+    #[test]
+    fn packed_bytes_read_back_only_as_encode_writes_them(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        if let Some(coupons) = packed::decode(&bytes) {
+            let mut again = Vec::new();
+            packed::encode(&coupons, &mut again);
+            prop_assert_eq!(again, bytes);
+        }
+    }
+
+    /// One byte of a packed sketch changed: refused, or read as a sketch that merges, estimates
+    /// and is written back without a panic.
+    #[test]
+    fn a_damaged_packed_sketch_is_refused_or_harmless(n in 0u64..1_600, at in any::<prop::sample::Index>(), value in any::<u8>()) {
+        let mut bytes = sketch_of((0..n).map(scrambled)).to_bytes();
+        let at = at.index(bytes.len());
+        bytes[at] = value;
+        if let Ok(s) = VisitorSketch::from_bytes(&bytes) {
+            let mut merged = sketch_of([1, 2, 3]);
+            merged.merge(&s);
+            let _ = (s.estimate(), merged.estimate(), merged.to_bytes(), s.to_bytes());
+        }
+    }
+}
+
+/// Sketches stored by an earlier Tally (version 1: the DataSketches image, sparse ones too) read
+/// as before, and are written back packed with the same registers.
+#[test]
+fn version_1_sparse_images_still_read() {
+    for n in [0u64, 1, 5, 7, 8, 200, 1_000, 1_500] {
+        let s = sketch_of((0..n).map(scrambled));
+        let Some(coupons) = coupons_of(&s.inner).map(|c| {
+            let mut c = c.into_owned();
+            c.sort_unstable();
+            c
+        }) else {
+            continue;
+        };
+        let mut old = b"TV\x01".to_vec();
+        old.extend_from_slice(&coupons::image(&coupons));
+        let back = VisitorSketch::from_bytes(&old).unwrap();
+        assert_eq!(back.estimate(), s.estimate(), "{n} visitors");
+        assert_eq!(back.to_bytes(), s.to_bytes(), "{n} visitors");
+        assert_eq!(back.to_bytes()[2], FORMAT_PACKED);
     }
 }

@@ -1,0 +1,192 @@
+//! Stored form 2: a sparse sketch's coupons, Rice-coded.
+//!
+//! A sparse DataSketches image spends four bytes on each coupon (a 6-bit register value over a
+//! 26-bit slot), and sparse sketches are most of the bytes of the aggregate items: every write
+//! unit of a flush and most of the disk. Sorted by slot, the coupons are a few random slots out
+//! of 2^26, so the gaps between them carry about `26 − log2(count) + 1.5` bits of information,
+//! and a register value `v` has probability 2^−v. So each coupon is written as its slot's gap
+//! from the previous slot, Rice-coded with a parameter chosen from the count, then `v − 1` in
+//! unary: about 2.5 bytes a coupon for the sketches that hold most bytes (a thousand coupons),
+//! 3.5 for a handful.
+//!
+//! **Layout** (after the `TV` header and the version byte 2): the count as a LEB128 varint, then
+//! a bit stream, least significant bit first: per coupon, in (slot, value) order, the gap's
+//! quotient `gap >> k` in unary (that many ones, then a zero), its `k` low bits, and `v − 1`
+//! ones then a zero; zero bits pad the last byte. `k` is `26 − bits(count)`.
+//!
+//! **Canonical.** The bytes are a function of the set of coupons alone, and [`decode`] takes
+//! exactly the bytes [`encode`] writes: coupons out of order or repeated, a slot or a value out
+//! of range, a count above [`super::coupons::MAX`], padding that is not zero or bytes after it
+//! are all refused, so an aggregate and its rebuild store identical bytes and damage is an
+//! error, never a different sketch.
+
+use super::coupons::MAX;
+use super::format::SLOT_BITS;
+
+/// The slot bits of a coupon.
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+/// Register values are 1..=63 in six bits.
+const MAX_VALUE: u32 = 63;
+
+/// The Rice parameter for `count` coupons: the gaps average `2^26 / count`.
+fn rice_k(count: usize) -> u32 {
+    SLOT_BITS.saturating_sub(usize::BITS - count.leading_zeros())
+}
+
+/// Writes the coupons (distinct, at most [`MAX`], in any order) after `out`'s header.
+pub(super) fn encode(coupons: &[u32], out: &mut Vec<u8>) {
+    let mut sorted: Vec<u32> = coupons.iter().map(|&c| (c & SLOT_MASK) << 6 | (c >> SLOT_BITS)).collect();
+    sorted.sort_unstable();
+    let mut count = sorted.len();
+    while count >= 0x80 {
+        out.push((count as u8 & 0x7f) | 0x80);
+        count >>= 7;
+    }
+    out.push(count as u8);
+    let k = rice_k(sorted.len());
+    let mut bits = Bits { out, acc: 0, len: 0 };
+    let mut previous = 0u32;
+    for key in sorted {
+        let (slot, value) = (key >> 6, key & 0x3f);
+        let gap = slot - previous;
+        previous = slot;
+        bits.ones(gap >> k);
+        bits.push(u64::from(gap) & ((1 << k) - 1), k);
+        bits.ones(value.saturating_sub(1));
+    }
+    bits.finish();
+}
+
+/// The coupons `body` (what follows the header) holds, sorted and distinct as
+/// [`super::coupons::parse`] gives them; `None` for any bytes [`encode`] would not write.
+pub(super) fn decode(body: &[u8]) -> Option<Vec<u32>> {
+    let (mut count, mut shift, mut at) = (0usize, 0u32, 0usize);
+    loop {
+        let byte = *body.get(at)?;
+        at += 1;
+        count |= usize::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            // The shortest varint only: a last byte of zero after others is another encoding.
+            if byte == 0 && at > 1 {
+                return None;
+            }
+            break;
+        }
+        shift += 7;
+        if shift > 14 {
+            return None;
+        }
+    }
+    if count > MAX {
+        return None;
+    }
+    let k = rice_k(count);
+    let mut bits = Read { bytes: &body[at..], at: 0 };
+    let mut coupons = Vec::with_capacity(count);
+    let mut previous: Option<(u32, u32)> = None;
+    let mut slot = 0u32;
+    for _ in 0..count {
+        let gap = (bits.ones(SLOT_MASK >> k)? << k) | bits.take(k)?;
+        slot = slot.checked_add(gap).filter(|&s| s <= SLOT_MASK)?;
+        let value = bits.ones(MAX_VALUE - 1)? + 1;
+        if previous.is_some_and(|p| p >= (slot, value)) {
+            return None;
+        }
+        previous = Some((slot, value));
+        coupons.push(value << SLOT_BITS | slot);
+    }
+    // Zero padding to the end of the last byte, and nothing after it.
+    if bits.bytes.len() != bits.at.div_ceil(8) || (!bits.at.is_multiple_of(8) && bits.take(8 - (bits.at % 8) as u32)? != 0) {
+        return None;
+    }
+    coupons.sort_unstable();
+    Some(coupons)
+}
+
+/// A bit writer, least significant bit first.
+struct Bits<'a> {
+    out: &'a mut Vec<u8>,
+    acc: u64,
+    len: u32,
+}
+
+impl Bits<'_> {
+    /// Writes the low `n` (at most 32) bits of `value`.
+    fn push(&mut self, value: u64, n: u32) {
+        self.acc |= value << self.len;
+        self.len += n;
+        while self.len >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.len -= 8;
+        }
+    }
+
+    /// Writes `n` ones and a zero.
+    fn ones(&mut self, mut n: u32) {
+        while n >= 32 {
+            self.push(u64::from(u32::MAX), 32);
+            n -= 32;
+        }
+        self.push((1u64 << n) - 1, n + 1);
+    }
+
+    fn finish(mut self) {
+        if self.len > 0 {
+            self.push(0, 8 - self.len);
+        }
+    }
+}
+
+/// A bit reader over `bytes`, least significant bit first; `at` counts bits.
+struct Read<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Read<'_> {
+    /// The bits from `at` on, as many as fit a word (zeros past the end), and how many of
+    /// them are in the stream.
+    fn peek(&self) -> (u64, usize) {
+        let byte = self.at / 8;
+        let mut word = [0u8; 8];
+        if let Some(rest) = self.bytes.get(byte..) {
+            let n = rest.len().min(8);
+            word[..n].copy_from_slice(&rest[..n]);
+        }
+        let skip = self.at % 8;
+        let left = (self.bytes.len() * 8).saturating_sub(self.at);
+        (u64::from_le_bytes(word) >> skip, left.min(64 - skip))
+    }
+
+    /// `n` (at most 26) bits.
+    fn take(&mut self, n: u32) -> Option<u32> {
+        let (word, available) = self.peek();
+        if (n as usize) > available {
+            return None;
+        }
+        self.at += n as usize;
+        Some((word & ((1u64 << n) - 1)) as u32)
+    }
+
+    /// Ones up to a zero, which is consumed too: their count, at most `max`.
+    fn ones(&mut self, max: u32) -> Option<u32> {
+        let mut n = 0u32;
+        loop {
+            let (word, available) = self.peek();
+            if available == 0 {
+                return None;
+            }
+            let run = (word.trailing_ones() as usize).min(available);
+            n = n.checked_add(u32::try_from(run).ok()?)?;
+            if n > max {
+                return None;
+            }
+            if run < available {
+                self.at += run + 1;
+                return Some(n);
+            }
+            self.at += run;
+        }
+    }
+}
