@@ -153,6 +153,8 @@ pub struct Writer {
     seq: u64,
     checkpoint: Checkpoint,
     last_checkpoint: Instant,
+    /// When a group last committed a change.
+    last_commit: Instant,
     /// Set when the journal could not be written or emptied: from then on every write fails
     /// until the store is reopened (which replays what the journal holds).
     failed: Option<String>,
@@ -194,6 +196,7 @@ impl Writer {
             seq,
             checkpoint,
             last_checkpoint: Instant::now(),
+            last_commit: Instant::now(),
             failed: None,
         }
     }
@@ -203,12 +206,16 @@ impl Writer {
     pub fn run(mut self, rx: Receiver<Job>) {
         loop {
             let first = if self.failed.is_none() && self.journal.file_len() > 0 {
-                match rx.recv_timeout(self.checkpoint.idle) {
+                // Idle means no commit for a while; jobs that change nothing (reads, sweeps with
+                // nothing to delete, failed conditions) do not count.
+                let quiet = self.last_commit.elapsed();
+                if quiet >= self.checkpoint.idle {
+                    self.rest("an idle checkpoint failed; the journal is kept");
+                    continue;
+                }
+                match rx.recv_timeout(self.checkpoint.idle - quiet) {
                     Ok(job) => job,
-                    Err(RecvTimeoutError::Timeout) => {
-                        self.rest("an idle checkpoint failed; the journal is kept");
-                        continue;
-                    }
+                    Err(RecvTimeoutError::Timeout) => continue,
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
             } else {
@@ -234,6 +241,8 @@ impl Writer {
     /// leaves the journal's records to replay (the next idle moment tries again), and a failure
     /// to cut after a checkpoint only keeps the file's size.
     fn rest(&mut self, failure: &str) {
+        // Whatever happens, the next try is one idle period away.
+        self.last_commit = Instant::now();
         if self.failed.is_some() {
             return;
         }
@@ -352,6 +361,7 @@ impl Writer {
             return Err(message);
         }
         self.seq = seq;
+        self.last_commit = Instant::now();
         if self.defs_changed {
             let mut tables = store::sync::write(&self.shared.tables);
             *tables = self.defs.clone();

@@ -452,9 +452,12 @@ async fn the_journal_is_cut_once_the_writer_is_idle_and_when_the_store_closes() 
             store.put_item(put(n)).await.unwrap();
         }
         assert!(journal_len() > 50 * 2_000, "the writes are journaled: {} bytes", journal_len());
+        // Jobs that change nothing (a failed condition) do not keep the writer from idling.
         let waited = Instant::now();
         while journal_len() > 0 {
             assert!(waited.elapsed() < Duration::from_secs(30), "the idle writer never cut the journal");
+            let refused = store.put_item(put(0).condition("attribute_not_exists(pk)")).await;
+            assert!(refused.is_err());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Writes after the cut are journaled again, from an empty file.
