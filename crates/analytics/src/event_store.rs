@@ -330,6 +330,15 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
                 Some(p) => batch.push(p),
                 None => return,
             }
+        } else if open {
+            // Only events held back so far: they would make a small block of their own (a
+            // whole write unit for a part of one) while the clients just answered prepare their
+            // next events, so they wait a moment for the first of those.
+            match tokio::time::timeout(HELD_WAIT, rx.recv()).await {
+                Ok(Some(p)) => batch.push(p),
+                Ok(None) => open = false,
+                Err(_) => {}
+            }
         }
         while open && batch.len() < MAX_BLOCK_EVENTS * 4 {
             match rx.try_recv() {
@@ -367,6 +376,10 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
         shared.counters.held.fetch_add(held.len() as u64, Ordering::Relaxed);
     }
 }
+
+/// How long events held back wait for new ones to share their block before they are written
+/// alone: a few writes' time at most (BENCHMARKS.md, "seventh session").
+const HELD_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Writes one block of `(site, day)` and settles its events, failing first those whose
 /// session's previous event failed. With `may_hold`, the block may end before its last events
