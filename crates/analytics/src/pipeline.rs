@@ -616,13 +616,13 @@ impl Pipeline {
 
     /// The sites an event is for: its Umami website's, or every site among its domains (each
     /// once, in the order sent).
-    async fn resolve(&self, event: &Event, selector: &SiteSelector) -> Result<Vec<Site>, SitesError> {
+    async fn resolve(&self, event: &Event, selector: &SiteSelector) -> Result<Vec<Arc<Site>>, SitesError> {
         match selector {
-            SiteSelector::UmamiWebsite(uuid) => Ok(self.sites.by_umami_id(uuid).await?.into_iter().collect()),
+            SiteSelector::UmamiWebsite(uuid) => Ok(self.sites.by_umami_id_shared(uuid).await?.into_iter().collect()),
             SiteSelector::Domain => {
-                let mut sites: Vec<Site> = Vec::new();
+                let mut sites: Vec<Arc<Site>> = Vec::new();
                 for domain in &event.domains {
-                    if let Some(site) = self.sites.by_domain(domain.as_str()).await?
+                    if let Some(site) = self.sites.by_domain_shared(domain.as_str()).await?
                         && !sites.iter().any(|s| s.site_id == site.site_id)
                     {
                         sites.push(site);

@@ -363,7 +363,7 @@ impl ApiKeyInfo {
 #[derive(Debug)]
 pub struct Sites {
     table: Table,
-    by_id: Cached<Site>,
+    by_id: Cached<Arc<Site>>,
     by_domain: Cached<String>,
     by_key: Cached<ApiKeyInfo>,
 }
@@ -544,15 +544,21 @@ impl Sites {
 
     /// The site `site_id` (cached for [`CACHE_TTL`]).
     pub async fn get(&self, site_id: &str) -> Result<Option<Site>, SitesError> {
+        Ok(self.get_shared(site_id).await?.map(|s| (*s).clone()))
+    }
+
+    /// [`Sites::get`], shared with the cache rather than copied: ingestion looks its site up for
+    /// every event, and a site with goals, funnels and segments is not small.
+    pub async fn get_shared(&self, site_id: &str) -> Result<Option<Arc<Site>>, SitesError> {
         if let Some(hit) = cached(&self.by_id, site_id) {
             return Ok(hit);
         }
-        let site = self.load(site_id).await?;
+        let site = self.load(site_id).await?.map(Arc::new);
         remember(&self.by_id, site_id, site.clone());
         Ok(site)
     }
 
-    async fn site_of_alias(&self, alias: &str) -> Result<Option<Site>, SitesError> {
+    async fn site_of_alias(&self, alias: &str) -> Result<Option<Arc<Site>>, SitesError> {
         let site_id = match cached(&self.by_domain, alias) {
             Some(hit) => hit,
             None => {
@@ -566,13 +572,18 @@ impl Sites {
             }
         };
         match site_id {
-            Some(id) => self.get(&id).await,
+            Some(id) => self.get_shared(&id).await,
             None => Ok(None),
         }
     }
 
     /// The site of `domain` (without `www.`), if any.
     pub async fn by_domain(&self, domain: &str) -> Result<Option<Site>, SitesError> {
+        Ok(self.by_domain_shared(domain).await?.map(|s| (*s).clone()))
+    }
+
+    /// [`Sites::by_domain`], shared with the cache (see [`Sites::get_shared`]).
+    pub async fn by_domain_shared(&self, domain: &str) -> Result<Option<Arc<Site>>, SitesError> {
         match Hostname::parse(domain) {
             Some(host) => self.site_of_alias(host.as_str()).await,
             None => Ok(None),
@@ -581,6 +592,11 @@ impl Sites {
 
     /// The site of an Umami website id.
     pub async fn by_umami_id(&self, uuid: &str) -> Result<Option<Site>, SitesError> {
+        Ok(self.by_umami_id_shared(uuid).await?.map(|s| (*s).clone()))
+    }
+
+    /// [`Sites::by_umami_id`], shared with the cache (see [`Sites::get_shared`]).
+    pub async fn by_umami_id_shared(&self, uuid: &str) -> Result<Option<Arc<Site>>, SitesError> {
         if uuid.len() > 64 {
             return Ok(None);
         }

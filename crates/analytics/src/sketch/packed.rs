@@ -96,7 +96,9 @@ pub(super) fn decode(body: &[u8]) -> Option<Vec<u32>> {
         coupons.push(value << SLOT_BITS | slot);
     }
     // Zero padding to the end of the last byte, and nothing after it.
-    if bits.bytes.len() != bits.at.div_ceil(8) || (!bits.at.is_multiple_of(8) && bits.take(8 - (bits.at % 8) as u32)? != 0) {
+    if bits.bytes.len() != bits.at.div_ceil(8)
+        || (!bits.at.is_multiple_of(8) && bits.take(8 - (bits.at % 8) as u32)? != 0)
+    {
         return None;
     }
     coupons.sort_unstable();
