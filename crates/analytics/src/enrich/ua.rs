@@ -24,9 +24,17 @@
 //! site sees the same few thousand User-Agents over and over; so [`UserAgentParser::parse`]
 //! remembers its answers in a bounded cache, emptied whenever it fills.
 
+mod patterns;
+#[cfg(test)]
+mod tests;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
+
+use regex::Captures;
+
+use patterns::PatternSet;
 
 /// The embedded `uap-core` patterns.
 const REGEXES: &str = include_str!("../../data/uap-regexes.yaml");
@@ -100,9 +108,48 @@ pub struct ClientInfo {
 #[error("the embedded User-Agent patterns do not load: {0}")]
 pub struct UaParserError(String);
 
+/// The embedded patterns file, as `uap-core` writes it (fields Tally does not read are skipped).
+#[derive(serde::Deserialize)]
+struct PatternsFile {
+    user_agent_parsers: Vec<BrowserPattern>,
+    os_parsers: Vec<OsPattern>,
+    device_parsers: Vec<DevicePattern>,
+}
+
+/// A browser pattern: the family and versions replace the groups they name when given.
+#[derive(serde::Deserialize)]
+struct BrowserPattern {
+    regex: String,
+    family_replacement: Option<String>,
+    v1_replacement: Option<String>,
+    v2_replacement: Option<String>,
+}
+
+/// An operating system pattern.
+#[derive(serde::Deserialize)]
+struct OsPattern {
+    regex: String,
+    os_replacement: Option<String>,
+    os_v1_replacement: Option<String>,
+    os_v2_replacement: Option<String>,
+}
+
+/// A device pattern; only the device's name is read (the brand and model are not used).
+#[derive(serde::Deserialize)]
+struct DevicePattern {
+    regex: String,
+    regex_flag: Option<String>,
+    device_replacement: Option<String>,
+}
+
 /// The User-Agent parser, built once from the embedded patterns.
 pub struct UserAgentParser {
-    extractor: ua_parser::Extractor<'static>,
+    browsers: PatternSet,
+    browser_patterns: Vec<BrowserPattern>,
+    systems: PatternSet,
+    os_patterns: Vec<OsPattern>,
+    devices: PatternSet,
+    device_patterns: Vec<DevicePattern>,
     cache: Mutex<HashMap<Box<str>, ClientInfo>>,
 }
 
@@ -113,12 +160,30 @@ impl std::fmt::Debug for UserAgentParser {
 }
 
 impl UserAgentParser {
-    /// Compiles the embedded patterns.
+    /// Reads the embedded patterns and builds their prefilters; patterns are compiled as
+    /// User-Agents need them (see the module docs).
     pub fn new() -> Result<Self, UaParserError> {
-        let regexes: ua_parser::Regexes<'static> =
-            serde_yaml::from_str(REGEXES).map_err(|e| UaParserError(e.to_string()))?;
-        let extractor = ua_parser::Extractor::try_from(regexes).map_err(|e| UaParserError(format!("{e:?}")))?;
-        Ok(UserAgentParser { extractor, cache: Mutex::new(HashMap::new()) })
+        let file: PatternsFile = serde_yaml::from_str(REGEXES).map_err(|e| UaParserError(e.to_string()))?;
+        // Atoms of at least 3 bytes for browsers and systems, 2 for devices (whose patterns hold
+        // short brand names), as `ua-parser` builds them.
+        let browsers = PatternSet::new(3, file.user_agent_parsers.iter().map(|p| (p.regex.as_str(), false)))
+            .map_err(UaParserError)?;
+        let systems =
+            PatternSet::new(3, file.os_parsers.iter().map(|p| (p.regex.as_str(), false))).map_err(UaParserError)?;
+        let devices = PatternSet::new(
+            2,
+            file.device_parsers.iter().map(|p| (p.regex.as_str(), p.regex_flag.as_deref() == Some("i"))),
+        )
+        .map_err(UaParserError)?;
+        Ok(UserAgentParser {
+            browsers,
+            browser_patterns: file.user_agent_parsers,
+            systems,
+            os_patterns: file.os_parsers,
+            devices,
+            device_patterns: file.device_parsers,
+            cache: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Most User-Agents remembered: at most about 5 MB, at the longest User-Agent events keep.
@@ -142,20 +207,99 @@ impl UserAgentParser {
 
     /// Browser, OS and device type of `user_agent`, always matched against the patterns.
     pub fn parse_uncached(&self, user_agent: &str) -> ClientInfo {
-        let (ua, os, dev) = self.extractor.extract(user_agent);
-        let browser = match ua {
-            Some(ua) => Browser { name: browser_name(&ua.family).to_owned(), version: version(ua.major, ua.minor) },
+        let Parts { browser, browser_major, browser_minor, os, os_major, os_minor, device } = self.parts(user_agent);
+        let browser = match browser {
+            Some(family) => {
+                Browser { name: browser_name(&family).to_owned(), version: version(browser_major, browser_minor) }
+            }
             None => Browser { name: "Other".into(), version: None },
         };
         let os = match os {
-            Some(os) => {
-                Os { name: os_name(&os.os).to_owned(), version: version(os.major.as_deref(), os.minor.as_deref()) }
+            Some(family) => {
+                Os { name: os_name(&family).to_owned(), version: version(os_major.as_deref(), os_minor.as_deref()) }
             }
             None => Os { name: "Other".into(), version: None },
         };
-        let device_family: Cow<'_, str> = dev.map(|d| d.device).unwrap_or(Cow::Borrowed("Other"));
+        let device_family = device.unwrap_or(Cow::Borrowed("Other"));
         let device = device_type(user_agent, &device_family, &os.name);
         ClientInfo { browser, os, device }
+    }
+
+    /// What the patterns say of `user_agent`, before Tally names it: `uap-core`'s browser family
+    /// and versions, operating system and versions, and device family, `None` where no pattern
+    /// matches.
+    fn parts<'a>(&'a self, user_agent: &'a str) -> Parts<'a> {
+        let mut parts = Parts::default();
+        if let Some((index, groups)) = self.browsers.first_match(user_agent) {
+            let pattern = &self.browser_patterns[index];
+            let count = patterns::group_count(&groups);
+            // The family takes only `$1`; the versions take their replacement as it is.
+            parts.browser = Some(match pattern.family_replacement.as_deref() {
+                Some(family) if family.contains("$1") => {
+                    Cow::Owned(family.replace("$1", patterns::group(&groups, 1).unwrap_or("")))
+                }
+                Some(family) if !family.is_empty() => Cow::Borrowed(family),
+                _ => Cow::Borrowed(if count >= 1 { patterns::group(&groups, 1).unwrap_or("") } else { "" }),
+            });
+            let version = |replacement: &'a Option<String>, index: usize| match replacement.as_deref() {
+                Some(replacement) if !replacement.is_empty() => Some(replacement),
+                _ if count >= index => patterns::group(&groups, index),
+                _ => None,
+            };
+            parts.browser_major = version(&pattern.v1_replacement, 2);
+            parts.browser_minor = version(&pattern.v2_replacement, 3);
+        }
+        if let Some((index, groups)) = self.systems.first_match(user_agent) {
+            let pattern = &self.os_patterns[index];
+            parts.os = Some(required(pattern.os_replacement.as_deref(), &groups, 1));
+            parts.os_major = optional(pattern.os_v1_replacement.as_deref(), &groups, 2);
+            parts.os_minor = optional(pattern.os_v2_replacement.as_deref(), &groups, 3);
+        }
+        if let Some((index, groups)) = self.devices.first_match(user_agent) {
+            parts.device = Some(required(self.device_patterns[index].device_replacement.as_deref(), &groups, 1));
+        }
+        parts
+    }
+
+    /// How many patterns have been compiled so far: browsers, systems and devices.
+    pub fn compiled_patterns(&self) -> (usize, usize, usize) {
+        (self.browsers.compiled(), self.systems.compiled(), self.devices.compiled())
+    }
+}
+
+/// What the patterns say of a User-Agent (see [`UserAgentParser::parts`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Parts<'a> {
+    browser: Option<Cow<'a, str>>,
+    browser_major: Option<&'a str>,
+    browser_minor: Option<&'a str>,
+    os: Option<Cow<'a, str>>,
+    os_major: Option<Cow<'a, str>>,
+    os_minor: Option<Cow<'a, str>>,
+    device: Option<Cow<'a, str>>,
+}
+
+/// A value a match always has (a system's or device's name): the replacement, expanded when it
+/// names groups; without one, group `index`; else empty.
+fn required<'a>(replacement: Option<&'a str>, groups: &Captures<'a>, index: usize) -> Cow<'a, str> {
+    match replacement.filter(|r| !r.trim().is_empty()) {
+        Some(template) if patterns::is_template(template) => Cow::Owned(patterns::expand(template, groups)),
+        Some(replacement) => Cow::Borrowed(replacement),
+        None if patterns::group_count(groups) >= index => Cow::Borrowed(patterns::group(groups, index).unwrap_or("")),
+        None => Cow::Borrowed(""),
+    }
+}
+
+/// A value a match may lack (a system's version): as [`required`], but `None` for an empty
+/// expansion or a missing group.
+fn optional<'a>(replacement: Option<&'a str>, groups: &Captures<'a>, index: usize) -> Option<Cow<'a, str>> {
+    match replacement.filter(|r| !r.trim().is_empty()) {
+        Some(template) if patterns::is_template(template) => {
+            Some(patterns::expand(template, groups)).filter(|s| !s.is_empty()).map(Cow::Owned)
+        }
+        Some(replacement) => Some(Cow::Borrowed(replacement)),
+        None if patterns::group_count(groups) >= index => patterns::group(groups, index).map(Cow::Borrowed),
+        None => None,
     }
 }
 
