@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Resident memory of `tally serve` under sustained ingestion (BENCHMARKS.md, "Server memory").
-# Usage: xtask/scripts/serve-memory.sh [TALLY_BINARY] [SECONDS]
+# Usage: xtask/scripts/serve-memory.sh [TALLY_BINARY] [SECONDS] [USER_AGENTS_FILE]
 # Starts the server on a fresh embedded store in a temporary directory, posts events from four
 # load processes (`load.py`, 16 connections each: 64 keep-alive connections), and prints VmRSS
-# every 10 s and VmHWM at the end.
+# every 10 s and VmHWM at the end. With a file of User-Agents (one a line), the load sends random
+# ones of them rather than three.
 set -euo pipefail
 bin=${1:-target/release/tally}
 secs=${2:-120}
+ua_file=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
@@ -17,7 +19,7 @@ pid=$!
 sleep 1
 echo "idle: $(grep VmRSS /proc/$pid/status)"
 for n in 1 2 3 4; do
-  python3 "$here/load.py" 18123 16 "$secs" >"$dir/load$n" &
+  python3 "$here/load.py" 18123 16 "$secs" ${ua_file:+"$ua_file"} >"$dir/load$n" &
 done
 for i in $(seq 1 $((secs / 10))); do
   sleep 10

@@ -1,15 +1,19 @@
 //! Browser, operating system and device type from a User-Agent.
 //!
-//! **The parser:** the `ua-parser` crate, the ua-parser project's own Rust implementation of the
-//! `uap-core` standard (the same patterns as uap-python, uap-java and Snowplow's enrichment), with
-//! the `uap-core` `regexes.yaml` embedded in the binary (`data/uap-regexes.yaml`, Apache-2.0; see
-//! `data/README.md`). It was chosen over the alternatives because it is pure Rust (`regex` plus a
-//! prefilter), maintained by the project that maintains the patterns (release in 2026), and the
-//! patterns can be updated by replacing one data file. `woothee` embeds its data but has had no
-//! release since 2022 and calls every iPad a smartphone; `uaparser` and `user-agent-parser` read the
-//! same `regexes.yaml` but are kept by one person each; `fast_uaparser` downloads the patterns in
-//! its build script, which Tally's builds may not do; the `device-detector` port of Matomo's
-//! library is LGPL and unmaintained.
+//! **The patterns:** `uap-core`'s `regexes.yaml` (the same patterns as uap-python, uap-java,
+//! Snowplow's enrichment and the `ua-parser` crate, the ua-parser project's own Rust
+//! implementation), embedded in the binary (`data/uap-regexes.yaml`, Apache-2.0; see
+//! `data/README.md`); they can be updated by replacing that one file. They are read by Tally's own
+//! matcher ([`patterns`]), which compiles a pattern only when a User-Agent first needs it: the
+//! `ua-parser` crate, which Tally used before and which the tests still compare every answer with,
+//! compiles all of them up front, 22 MB of a server's memory for the few hundred patterns a
+//! site's traffic ever reaches (BENCHMARKS.md, "seventh session: server memory"). The crate was
+//! chosen over the alternatives, and its prefilter is still the one used here, because it is pure
+//! Rust (`regex` plus a prefilter) and kept by the project that keeps the patterns. `woothee`
+//! embeds its data but has had no release since 2022 and calls every iPad a smartphone; `uaparser`
+//! and `user-agent-parser` read the same `regexes.yaml` but are kept by one person each;
+//! `fast_uaparser` downloads the patterns in its build script, which Tally's builds may not do; the
+//! `device-detector` port of Matomo's library is LGPL and unmaintained.
 //!
 //! `uap-core` names a device (`iPhone`, `Generic Smartphone`, `Spider`, a phone model) but not its
 //! type, so [`DeviceType`] is derived from the device, the OS and the `Mobile`/`Tablet` tokens
@@ -18,7 +22,8 @@
 //! for desktop pages send a macOS User-Agent and count as desktops; nothing in the header tells
 //! them apart.
 //!
-//! Building the parser compiles about 1,200 patterns, which takes a fraction of a second: build
+//! Building the parser reads about 1,200 patterns and builds their prefilters, which takes a
+//! fraction of a second; each pattern is compiled the first time the prefilter selects it. Build
 //! one [`UserAgentParser`] per process and share it. Matching one User-Agent against them costs
 //! about 8 µs (`cargo bench -p analytics --bench ingest`), most of an event's enrichment, while a
 //! site sees the same few thousand User-Agents over and over; so [`UserAgentParser::parse`]
