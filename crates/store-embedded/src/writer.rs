@@ -179,6 +179,9 @@ impl Default for Checkpoint {
     }
 }
 
+/// A journal file smaller than this is never cut at a checkpoint (only when idle or closing).
+const CUT_FROM: u64 = 1 << 20;
+
 /// Seconds since the epoch.
 pub fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -301,10 +304,18 @@ impl Writer {
         Ok(())
     }
 
-    /// After a durable commit: the journal's records are all in redb now, so it starts over.
+    /// After a durable commit: the journal's records are all in redb now, so it starts over; and
+    /// if the interval just ended wrote a small part of what the file holds (the load fell; a
+    /// lease renewed every second is still a little load), the file is cut too.
     fn emptied(&mut self) {
         self.last_checkpoint = Instant::now();
+        let written = self.journal.len();
         self.journal.restart();
+        if self.journal.file_len() > CUT_FROM.max(4 * written)
+            && let Err(e) = self.journal.cut()
+        {
+            tracing::warn!(error = %e, "cutting the emptied journal file failed; it keeps its size");
+        }
     }
 
     /// Applies the jobs in one transaction and commits it, each job holding its answer until

@@ -474,4 +474,50 @@ async fn the_journal_is_cut_once_the_writer_is_idle_and_when_the_store_closes() 
     assert_eq!(items.len(), 60);
     store.put_item(put(60)).await.unwrap();
     assert!(journal_len() > 0, "reused while the writer is busy");
+    drop(store);
+    // Never idle, but the load falls to a trickle (a lease renewed now and then): the first
+    // checkpoint after a busy interval cuts the file, since the interval wrote little of it.
+    let store = EmbeddedStore::open_with(
+        dir.path(),
+        Options::default().ttl_sweep_interval(None).checkpoint(Checkpoint {
+            interval: Duration::from_secs(1),
+            journal_bytes: 64 << 20,
+            idle: Duration::from_secs(3600),
+        }),
+    )
+    .unwrap();
+    let big = "y".repeat(20_000);
+    let store = Arc::new(store);
+    let burst: Vec<_> = (100..300)
+        .map(|n| {
+            let mut item = key("a", &format!("{n:04}"));
+            item.insert("pad".into(), big.as_str().into());
+            let store = store.clone();
+            tokio::spawn(async move { store.put_item(PutItem::new(T, item)).await })
+        })
+        .collect();
+    for written in burst {
+        written.await.unwrap().unwrap();
+    }
+    assert!(journal_len() > 1 << 20, "a busy interval: {} bytes", journal_len());
+    let waited = Instant::now();
+    let mut n = 1_000;
+    while journal_len() > 1 << 20 {
+        assert!(waited.elapsed() < Duration::from_secs(30), "a trickle of writes kept the journal at its busiest size");
+        store.put_item(put(n)).await.unwrap();
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(store);
+    let store = EmbeddedStore::open_with(dir.path(), options(Duration::from_secs(3600))).unwrap();
+    let (mut count, mut start) = (0, None);
+    loop {
+        let page = store.query(Query::new(T, "pk = :p").value(":p", "a").start_after(start)).await.unwrap();
+        count += page.items.len();
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            break;
+        }
+    }
+    assert_eq!(count, 61 + 200 + (n - 1_000), "nothing is lost");
 }
