@@ -82,7 +82,9 @@ pub(super) fn decode(body: &[u8]) -> Option<Vec<u32>> {
     }
     let k = rice_k(count);
     let mut bits = Read { bytes: &body[at..], at: 0 };
-    let mut coupons = Vec::with_capacity(count);
+    // In (slot, value) order as read; grouped by value below, which is the coupons' order.
+    let mut by_slot = Vec::with_capacity(count);
+    let mut of_value = [0usize; 64];
     let mut previous: Option<(u32, u32)> = None;
     let mut slot = 0u32;
     for _ in 0..count {
@@ -93,7 +95,8 @@ pub(super) fn decode(body: &[u8]) -> Option<Vec<u32>> {
             return None;
         }
         previous = Some((slot, value));
-        coupons.push(value << SLOT_BITS | slot);
+        of_value[value as usize] += 1;
+        by_slot.push(value << SLOT_BITS | slot);
     }
     // Zero padding to the end of the last byte, and nothing after it.
     if bits.bytes.len() != bits.at.div_ceil(8)
@@ -101,7 +104,18 @@ pub(super) fn decode(body: &[u8]) -> Option<Vec<u32>> {
     {
         return None;
     }
-    coupons.sort_unstable();
+    // A coupon is its value over its slot, so sorted coupons are grouped by value, each group
+    // in slot order: one counting pass instead of a sort.
+    let mut start = [0usize; 64];
+    for v in 1..64 {
+        start[v] = start[v - 1] + of_value[v - 1];
+    }
+    let mut coupons = vec![0u32; count];
+    for c in by_slot {
+        let v = (c >> SLOT_BITS) as usize;
+        coupons[start[v]] = c;
+        start[v] += 1;
+    }
     Some(coupons)
 }
 
@@ -152,9 +166,13 @@ impl Read<'_> {
     fn peek(&self) -> (u64, usize) {
         let byte = self.at / 8;
         let mut word = [0u8; 8];
-        if let Some(rest) = self.bytes.get(byte..) {
-            let n = rest.len().min(8);
-            word[..n].copy_from_slice(&rest[..n]);
+        match self.bytes.get(byte..byte + 8) {
+            Some(eight) => word.copy_from_slice(eight),
+            None => {
+                if let Some(rest) = self.bytes.get(byte..) {
+                    word[..rest.len()].copy_from_slice(rest);
+                }
+            }
         }
         let skip = self.at % 8;
         let left = (self.bytes.len() * 8).saturating_sub(self.at);
