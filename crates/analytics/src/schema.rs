@@ -311,19 +311,20 @@ pub fn tally_schema(name: &str) -> Schema {
             Entity::new("Aggregate")
                 .description(
                     "Counters and a unique-visitor sketch for one (site, period, dimension, bucket, value); \
-                     `flushes` holds the last flush epoch applied per run, so a flush is applied once.",
+                     `flushes` holds the last flush epoch applied per run, so a flush is applied once. A \
+                     counter of zero is left out and reads as zero.",
                 )
                 .attribute(Attribute::string("site_id").required())
                 .attribute(Attribute::string("period").required().example("day"))
                 .attribute(Attribute::string("dimension").required().example("event:page"))
                 .attribute(Attribute::string("bucket").required().example("2026-11-22"))
                 .attribute(Attribute::string("value").required().example("/pricing"))
-                .attribute(Attribute::number("visits").default_value(0))
-                .attribute(Attribute::number("pageviews").default_value(0))
-                .attribute(Attribute::number("events").default_value(0))
-                .attribute(Attribute::number("bounces").default_value(0))
-                .attribute(Attribute::number("duration_ms").default_value(0))
-                .attribute(Attribute::number("visit_pageviews").default_value(0))
+                .attribute(Attribute::number("visits"))
+                .attribute(Attribute::number("pageviews"))
+                .attribute(Attribute::number("events"))
+                .attribute(Attribute::number("bounces"))
+                .attribute(Attribute::number("duration_ms"))
+                .attribute(Attribute::number("visit_pageviews"))
                 .attribute(Attribute::binary("visitors_sketch"))
                 .attribute(Attribute::map("flushes"))
                 .attribute(Attribute::number("version").default_value(0))

@@ -257,6 +257,8 @@ impl StoredAggregate {
     pub fn to_item(&self, key: &AggKey, version: i64, ttl: Option<i64>, finished: &BTreeSet<String>) -> Item {
         let mut item = agg_key_fields(key);
         let c = &self.counters;
+        // A counter of zero is left out (readers take a missing one as zero): an event
+        // dimension's items never count visits, and every byte is paid on each rewrite.
         for (name, value) in [
             ("pageviews", c.pageviews),
             ("events", c.events),
@@ -264,10 +266,12 @@ impl StoredAggregate {
             ("bounces", c.bounces),
             ("duration_ms", c.duration_ms),
             ("visit_pageviews", c.visit_pageviews),
-            ("version", version),
         ] {
-            item.insert(name.into(), value.into());
+            if value != 0 {
+                item.insert(name.into(), value.into());
+            }
         }
+        item.insert("version".into(), version.into());
         if let Some(s) = &self.sketch {
             item.insert("visitors_sketch".into(), AttributeValue::B(s.to_bytes()));
         }

@@ -622,3 +622,28 @@ fn aggregate_ttls_stay_put_within_an_hour_and_never_come_early() {
     assert_eq!(at(Period::Minute, hour_start + 599), hour_start + 2 * 3_600 + 600);
     assert!(apply::ttl(Period::Month, Some(&settings), hour_start).is_none());
 }
+
+/// A counter of zero is not stored (an event dimension's items never count visits); the item
+/// still has its version. Readers take a missing counter as zero, which every flush, rebuild and
+/// query test reads back through.
+#[test]
+fn zero_counters_are_left_out_of_the_item() {
+    let key = AggKey {
+        site_id: "S1".into(),
+        period: Period::Day,
+        dimension: "event:page".into(),
+        bucket: "2026-11-22".into(),
+        value: "/pricing".into(),
+    };
+    let stored = codec::StoredAggregate {
+        version: Some(3),
+        counters: Counters { pageviews: 5, events: 5, ..Counters::default() },
+        ..Default::default()
+    };
+    let item = stored.to_item(&key, 4, None, &BTreeSet::new());
+    for zero in ["visits", "bounces", "duration_ms", "visit_pageviews"] {
+        assert!(!item.contains_key(zero), "{zero} is stored");
+    }
+    assert_eq!(item.get("pageviews"), Some(&store::AttributeValue::from(5i64)));
+    assert_eq!(item.get("version"), Some(&store::AttributeValue::from(4i64)));
+}
