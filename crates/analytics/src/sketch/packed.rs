@@ -81,7 +81,7 @@ pub(super) fn decode(body: &[u8]) -> Option<Vec<u32>> {
         return None;
     }
     let k = rice_k(count);
-    let mut bits = Read { bytes: &body[at..], at: 0 };
+    let mut bits = Read::new(&body[at..]);
     // In (slot, value) order as read; grouped by value below, which is the coupons' order.
     let mut by_slot = Vec::with_capacity(count);
     let mut of_value = [0usize; 64];
@@ -99,9 +99,7 @@ pub(super) fn decode(body: &[u8]) -> Option<Vec<u32>> {
         by_slot.push(value << SLOT_BITS | slot);
     }
     // Zero padding to the end of the last byte, and nothing after it.
-    if bits.bytes.len() != bits.at.div_ceil(8)
-        || (!bits.at.is_multiple_of(8) && bits.take(8 - (bits.at % 8) as u32)? != 0)
-    {
+    if !bits.at_padding() {
         return None;
     }
     // A coupon is its value over its slot, so sorted coupons are grouped by value, each group
@@ -154,59 +152,75 @@ impl Bits<'_> {
     }
 }
 
-/// A bit reader over `bytes`, least significant bit first; `at` counts bits.
+/// A bit reader over `bytes`, least significant bit first: a word of bits in hand, refilled a
+/// byte at a time.
 struct Read<'a> {
     bytes: &'a [u8],
-    at: usize,
+    /// The next byte to load.
+    next: usize,
+    /// Bits loaded and not yet read, the next one lowest; zero above `have`.
+    buf: u64,
+    have: u32,
 }
 
-impl Read<'_> {
-    /// The bits from `at` on, as many as fit a word (zeros past the end), and how many of
-    /// them are in the stream.
-    fn peek(&self) -> (u64, usize) {
-        let byte = self.at / 8;
-        let mut word = [0u8; 8];
-        match self.bytes.get(byte..byte + 8) {
-            Some(eight) => word.copy_from_slice(eight),
-            None => {
-                if let Some(rest) = self.bytes.get(byte..) {
-                    word[..rest.len()].copy_from_slice(rest);
-                }
-            }
+impl<'a> Read<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Read { bytes, next: 0, buf: 0, have: 0 }
+    }
+
+    fn refill(&mut self) {
+        while self.have <= 56
+            && let Some(&byte) = self.bytes.get(self.next)
+        {
+            self.buf |= u64::from(byte) << self.have;
+            self.have += 8;
+            self.next += 1;
         }
-        let skip = self.at % 8;
-        let left = (self.bytes.len() * 8).saturating_sub(self.at);
-        (u64::from_le_bytes(word) >> skip, left.min(64 - skip))
+    }
+
+    fn consume(&mut self, n: u32) {
+        self.buf = self.buf.checked_shr(n).unwrap_or(0);
+        self.have -= n;
     }
 
     /// `n` (at most 26) bits.
     fn take(&mut self, n: u32) -> Option<u32> {
-        let (word, available) = self.peek();
-        if (n as usize) > available {
-            return None;
+        if self.have < n {
+            self.refill();
+            if self.have < n {
+                return None;
+            }
         }
-        self.at += n as usize;
-        Some((word & ((1u64 << n) - 1)) as u32)
+        let value = (self.buf & ((1u64 << n) - 1)) as u32;
+        self.consume(n);
+        Some(value)
     }
 
     /// Ones up to a zero, which is consumed too: their count, at most `max`.
     fn ones(&mut self, max: u32) -> Option<u32> {
         let mut n = 0u32;
         loop {
-            let (word, available) = self.peek();
-            if available == 0 {
-                return None;
+            if self.have < 32 {
+                self.refill();
+                if self.have == 0 {
+                    return None;
+                }
             }
-            let run = (word.trailing_ones() as usize).min(available);
-            n = n.checked_add(u32::try_from(run).ok()?)?;
+            let run = self.buf.trailing_ones().min(self.have);
+            n += run;
             if n > max {
                 return None;
             }
-            if run < available {
-                self.at += run + 1;
+            if run < self.have {
+                self.consume(run + 1);
                 return Some(n);
             }
-            self.at += run;
+            self.consume(run);
         }
+    }
+
+    /// Whether everything left is the zero padding of the last byte.
+    fn at_padding(&self) -> bool {
+        self.next == self.bytes.len() && self.have < 8 && self.buf == 0
     }
 }
