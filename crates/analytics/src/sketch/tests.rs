@@ -424,3 +424,29 @@ fn version_1_sparse_images_still_read() {
         assert_eq!(back.to_bytes()[2], FORMAT_PACKED);
     }
 }
+
+/// How long reading a stored sparse sketch takes, packed (version 2) and as the DataSketches
+/// image an earlier Tally stored (version 1). Timing, so not run by default:
+/// `cargo test --release -p analytics --lib -- --ignored sparse_read_speed --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn sparse_read_speed() {
+    for n in [10u64, 100, 1_000, 1_500] {
+        let s = sketch_of((0..n).map(scrambled));
+        let packed = s.to_bytes();
+        let mut coupons = coupons_of(&s.inner).expect("sparse").into_owned();
+        coupons.sort_unstable();
+        let mut image = b"TV\x01".to_vec();
+        image.extend_from_slice(&coupons::image(&coupons));
+        let time = |bytes: &[u8]| {
+            let runs = 200_000 / (n as u32 + 10);
+            let started = std::time::Instant::now();
+            for _ in 0..runs {
+                std::hint::black_box(VisitorSketch::from_bytes(std::hint::black_box(bytes)).unwrap());
+            }
+            started.elapsed() / runs
+        };
+        let (v1, v2) = (time(&image), time(&packed));
+        eprintln!("{n} visitors: image {} B {v1:?}, packed {} B {v2:?}", image.len(), packed.len());
+    }
+}
