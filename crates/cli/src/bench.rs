@@ -47,12 +47,22 @@ pub struct BenchOptions {
     /// Days the synthetic traffic spans, ending yesterday; at 365 or more the questions no
     /// aggregate holds are also asked over the last 12 months.
     pub days: u32,
+    /// Where the bench's store lives and is kept (`--keep-store DIR`), instead of a temporary
+    /// directory. A directory an earlier `--keep-store` run filled is reused: nothing is ingested and
+    /// only the queries are timed, so a large store is generated once and read many times.
+    pub store: Option<std::path::PathBuf>,
 }
 
 const DOMAINS: [&str; 3] = ["bench.example", "docs.bench.example", "shop.bench.example"];
 
 struct Setup {
-    _dir: tempfile::TempDir,
+    /// The temporary directory the store is in, removed when the bench ends; `None` with
+    /// `--keep-store DIR`, which is kept.
+    _temp: Option<tempfile::TempDir>,
+    /// The store's directory.
+    dir: std::path::PathBuf,
+    /// Whether the store was filled by an earlier `--keep-store` run: nothing is ingested.
+    reused: bool,
     table: Table,
     sites: Arc<Sites>,
     aggregator: Arc<Aggregator>,
@@ -72,16 +82,40 @@ struct Ingester {
 }
 
 async fn setup(flush_interval: Duration, compact: bool) -> Result<Setup> {
-    setup_ingesters(flush_interval, compact, 1).await
+    setup_ingesters(flush_interval, compact, 1, None).await
 }
 
-async fn setup_ingesters(flush_interval: Duration, compact: bool, ingesters: usize) -> Result<Setup> {
-    let dir = tempfile::tempdir().context("a temporary directory")?;
-    let store: Arc<dyn Store> = Arc::new(store_embedded::EmbeddedStore::open(dir.path())?);
+async fn setup_ingesters(
+    flush_interval: Duration,
+    compact: bool,
+    ingesters: usize,
+    store_dir: Option<&std::path::Path>,
+) -> Result<Setup> {
+    let (temp, dir) = match store_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            (None, dir.to_path_buf())
+        }
+        None => {
+            let temp = tempfile::tempdir().context("a temporary directory")?;
+            let dir = temp.path().to_path_buf();
+            (Some(temp), dir)
+        }
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        store_embedded::EmbeddedStore::open(&dir).with_context(|| format!("opening the store at {}", dir.display()))?,
+    );
     let table = Table::new(store, analytics::schema::tally_schema(analytics::schema::TABLE_NAME)).metered();
-    table.create_table().await?;
+    let reused = match table.create_table().await {
+        Ok(_) => false,
+        Err(model::Error::Store(store::StoreError::ResourceInUse(_))) => true,
+        Err(e) => return Err(e.into()),
+    };
     let sites = Arc::new(Sites::new(table.clone()));
-    for domain in DOMAINS {
+    if reused && sites.by_domain(DOMAINS[0]).await?.is_none() {
+        bail!("{} holds a store that `tally bench --keep-store` did not fill", dir.display());
+    }
+    for domain in DOMAINS.iter().filter(|_| !reused) {
         let site = sites.add(domain, "Europe/Berlin").await?;
         let signup = analytics::goal::Goal::event("Signup")?;
         sites.add_goal_with_currency(&site.site_id, signup, Some(analytics::synth::CURRENCY)).await?;
@@ -99,7 +133,9 @@ async fn setup_ingesters(flush_interval: Duration, compact: bool, ingesters: usi
         n => bail!("--ingesters {n}: the bench runs one or two"),
     };
     Ok(Setup {
-        _dir: dir,
+        _temp: temp,
+        dir,
+        reused,
         table,
         sites,
         aggregator: first.aggregator,
@@ -350,15 +386,33 @@ fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: D
 /// Runs the bench and prints its figures: ingestion in process, a dashboard's latency and read
 /// units, optionally ingestion over HTTP, and the costs as JSON if asked.
 pub async fn run(options: &BenchOptions) -> Result<()> {
-    let s = setup_ingesters(options.flush_interval, options.compact_event_blocks, options.ingesters).await?;
-    eprintln!(
-        "tally bench: {} synthetic events, {} at a time, {} ingesting process(es)",
-        options.events,
-        options.concurrency,
-        options.ingesters.max(1)
-    );
-    let ingested = ingest_in_process(&s, options).await?;
-    print_ingestion(&s, &ingested).await?;
+    let s = setup_ingesters(
+        options.flush_interval,
+        options.compact_event_blocks,
+        options.ingesters,
+        options.store.as_deref(),
+    )
+    .await?;
+    let ingested = if s.reused {
+        if options.output.is_some() {
+            bail!("--output needs ingestion measured, and the store in {} was filled earlier", s.dir.display());
+        }
+        eprintln!(
+            "tally bench: the store in {} was filled earlier; nothing is ingested, only its queries are timed",
+            s.dir.display()
+        );
+        None
+    } else {
+        eprintln!(
+            "tally bench: {} synthetic events, {} at a time, {} ingesting process(es)",
+            options.events,
+            options.concurrency,
+            options.ingesters.max(1)
+        );
+        let ingested = ingest_in_process(&s, options).await?;
+        print_ingestion(&s, &ingested).await?;
+        Some(ingested)
+    };
 
     // A dashboard: a 30-day overview with its daily series and six breakdowns.
     let stats = Arc::new(Stats::new(s.table.clone(), s.sites.clone()));
@@ -376,8 +430,8 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
     }
     s.aggregator.shutdown().await?;
 
-    if let Some(path) = &options.output {
-        write_costs(path, options, &ingested, read_per_dashboard)?;
+    if let (Some(path), Some(ingested)) = (&options.output, &ingested) {
+        write_costs(path, options, ingested, read_per_dashboard)?;
     }
     Ok(())
 }
@@ -558,16 +612,16 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         sum(|c| &c.compacted).max(compacted as u64),
         sum(|c| &c.held)
     );
-    print_disk("disk", s._dir.path(), accepted);
+    print_disk("disk", &s.dir, accepted);
     // Once ingestion stops the engine's writer goes idle, checkpoints and cuts its journal
     // (store-embedded's DESIGN.md, "The journal"): the store at rest, as a server whose load
     // fell keeps it. Only the aggregator's heartbeat writes meanwhile.
-    let journal = s._dir.path().join(store_embedded::JOURNAL_FILE);
+    let journal = &s.dir.join(store_embedded::JOURNAL_FILE);
     let waited = Instant::now();
     while std::fs::metadata(&journal).map_or(0, |m| m.len()) > 1 << 20 && waited.elapsed() < Duration::from_secs(15) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    print_disk("disk at rest (the journal cut once the writer went idle)", s._dir.path(), accepted);
+    print_disk("disk at rest (the journal cut once the writer went idle)", &s.dir, accepted);
     let by_entity = item_bytes_by_entity(&s.table).await?;
     let logical: u64 = by_entity.iter().map(|(_, (_, b))| b).sum();
     println!(

@@ -220,6 +220,11 @@ enum Command {
         /// shares it, as two `tally serve` processes on one DynamoDB table do.
         #[arg(long, default_value_t = 1)]
         ingesters: usize,
+        /// Keeps the bench's store in DIR instead of a temporary directory. When DIR holds a
+        /// store an earlier `--keep-store DIR` run filled, nothing is ingested and only the queries
+        /// are timed against it (its traffic ends the day it was generated).
+        #[arg(long, value_name = "DIR")]
+        keep_store: Option<PathBuf>,
     },
     /// Writes a consistent copy of the embedded store into DIR (new or empty), while `tally
     /// serve` keeps running (it takes the copy, asked over `tally.sock` in the store's directory)
@@ -529,7 +534,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 return Ok(std::process::ExitCode::FAILURE);
             }
         }
-        Command::Bench { events, http, concurrency, dashboards, per_query, output, days, ingesters } => {
+        Command::Bench { events, http, concurrency, dashboards, per_query, output, days, ingesters, keep_store } => {
             let options = bench::BenchOptions {
                 events,
                 http,
@@ -541,6 +546,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 compact_event_blocks: config.compact_event_blocks,
                 days,
                 ingesters,
+                store: keep_store,
             };
             runtime()?.block_on(bench::run(&options))?;
         }

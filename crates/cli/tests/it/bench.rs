@@ -96,3 +96,44 @@ fn bench_measures_two_ingesters_and_a_year_of_blocks() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("one or two"));
 }
+
+/// `--keep-store DIR` keeps the bench's store, and a second run on it ingests nothing and times
+/// the queries against what the first one stored; it refuses `--output`, which needs ingestion.
+#[test]
+fn bench_keeps_its_store_and_times_queries_against_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tally"))
+            .args(["bench", "--dashboards", "2", "--concurrency", "8", "--keep-store", "kept"])
+            .args(args)
+            .current_dir(dir.path())
+            .env("TALLY_LOG_LEVEL", "warn")
+            .output()
+            .expect("run tally")
+    };
+    let first = run(&["--events", "1500"]);
+    let out = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(first.status.success(), "{out}{}", String::from_utf8_lossy(&first.stderr));
+    assert!(figure(&out, "events:", "generated,") > 1000.0, "{out}");
+    // The read units a dashboard took, the number before "read units".
+    let read = |out: &str| -> f64 {
+        let line = out.lines().find(|l| l.starts_with("dashboard (")).expect("a dashboard line");
+        let before = line.split(" read units").next().unwrap_or_default();
+        before.rsplit(' ').next().unwrap_or_default().parse().unwrap_or_else(|_| panic!("read units in {line:?}"))
+    };
+    let units = read(&out);
+    assert!(units > 0.0, "{out}");
+    assert!(dir.path().join("kept/tally.redb").exists(), "the store is kept");
+
+    let again = run(&[]);
+    let (out, err) = (String::from_utf8_lossy(&again.stdout), String::from_utf8_lossy(&again.stderr));
+    assert!(again.status.success(), "{out}{err}");
+    assert!(err.contains("filled earlier"), "{err}");
+    assert!(!out.lines().any(|l| l.starts_with("events:")), "nothing ingested: {out}");
+    assert!(figure(&out, "dashboard (", "p50") > 0.0, "{out}");
+    assert_eq!(read(&out), units, "the same dashboards over the same aggregates: {out}");
+
+    let refused = run(&["--output", "costs.json"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--output"));
+}
