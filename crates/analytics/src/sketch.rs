@@ -38,13 +38,13 @@
 //! **Why that stays small.** A sketch is stored sparsely (its register updates, "coupons") until
 //! that would outgrow the dense form, so the many aggregate items with few visitors (one page in
 //! one hour) stay tiny, and the dense `HLL_4` form caps every item at about 8 KB, far below
-//! DynamoDB's 400 KB item limit. Sparse coupons are stored packed ([`packed`]: about 2.5 bytes
-//! a coupon where DataSketches' image spends 4). Serialised sizes, header included:
+//! DynamoDB's 400 KB item limit. Sparse coupons are stored packed ([`packed`]: about 3 bytes a
+//! coupon where DataSketches' image spends 4). Serialised sizes, header included:
 //!
 //! | distinct visitors | bytes  |
 //! |------------------:|-------:|
-//! |                10 |     36 |
-//! |             1,000 |  2,458 |
+//! |                10 |     42 |
+//! |             1,000 |  2,975 |
 //! |           100,000 |  8,243 |
 //!
 //! A write costs one DynamoDB write unit per KB, so an item holding a dense sketch costs about
@@ -61,7 +61,7 @@
 //!
 //! `b"TV"` (Tally visitors), a format version byte, then the sketch. Version 1 is the
 //! DataSketches HLL image; Tally writes dense sketches so. Version 2 is a sparse sketch's coupons,
-//! Rice-coded ([`packed`]), which Tally writes since 2026-11-26 (sparse sketches are most of the
+//! delta-coded ([`packed`]), which Tally writes since 2026-11-26 (sparse sketches are most of the
 //! aggregates' bytes, so of their write units and disk); version 1 sparse images, as an earlier
 //! Tally wrote them, still read, and are written back packed. A Tally older than version 2 cannot
 //! read packed sketches, so every process sharing a table is upgraded together. The version lets
@@ -89,7 +89,7 @@ const MAGIC: [u8; 2] = *b"TV";
 
 /// The stored form's versions, bumped whenever the bytes after the header change meaning:
 /// 1 is a DataSketches image (Tally writes dense sketches so), 2 a sparse sketch's coupons,
-/// Rice-coded ([`packed`]).
+/// delta-coded ([`packed`]).
 const FORMAT_IMAGE: u8 = 1;
 const FORMAT_PACKED: u8 = 2;
 

@@ -618,7 +618,7 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     // fell keeps it. Only the aggregator's heartbeat writes meanwhile.
     let journal = s.dir.join(store_embedded::JOURNAL_FILE);
     let waited = Instant::now();
-    while std::fs::metadata(&journal).map_or(0, |m| m.len()) > 1 << 20 && waited.elapsed() < Duration::from_secs(15) {
+    while std::fs::metadata(&journal).map_or(0, |m| m.len()) > 1 << 20 && waited.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     print_disk("disk at rest (the journal cut once the writer went idle)", &s.dir, accepted);
