@@ -449,8 +449,8 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
 /// events left out lead the partition's next block, which is written as soon as this one is.
 ///
 /// Encoding is most of a block's cost, so the cut is guessed from `per_event` (the bytes an
-/// event took in the writer's last block beyond an empty block's, updated here) and the guess
-/// encoded; only a guess that overshoots its unit is encoded again, with fewer events.
+/// event took in the writer's last block, updated here) and the guess encoded; only a guess that
+/// overshoots its unit is encoded again, with fewer events.
 fn fit(
     table: &Table,
     key: (&str, u64),
@@ -461,13 +461,9 @@ fn fit(
     per_event: &std::sync::atomic::AtomicUsize,
 ) -> Result<(usize, Vec<u8>), BlockError> {
     let all = events.len();
-    // A block's bytes are about a fixed part (its header and column headers, what an empty
-    // block takes) plus so much per event; the hint is the latter, so it does not grow as
-    // blocks get smaller.
-    let fixed = block::encode(site, day, &[])?.len();
     let encode = |n: usize| -> Result<Vec<u8>, BlockError> {
         let data = block::encode(site, day, &events[..n])?;
-        per_event.store(data.len().saturating_sub(fixed).div_ceil(n).max(1), Ordering::Relaxed);
+        per_event.store(data.len().div_ceil(n).max(1), Ordering::Relaxed);
         Ok(data)
     };
     // The item around the data: its keys and attributes. A prefix's count, times and epoch
@@ -479,29 +475,19 @@ fn fit(
     };
     let unit = store::limits::WRITE_UNIT_BYTES;
     let guess = per_event.load(Ordering::Relaxed).max(1);
-    let overhead = overhead + fixed;
     let bound = (overhead + all * guess) / unit * unit;
-    // The guess names a boundary and how many events end under it; if that is all of them, or
-    // the guess says they stay under one unit, all are encoded and the boundary is the one just
-    // under what they take.
-    let guessed = (bound > overhead).then(|| ((bound - overhead) / guess).max(keep)).filter(|&n| n < all);
-    let (mut n, mut target) = match guessed {
-        Some(n) if keep < all => (n, Some(bound)),
-        _ => (all, None::<usize>),
-    };
-    for _ in 0..4 {
+    if keep >= all || bound <= overhead {
+        return Ok((all, encode(all)?));
+    }
+    let mut n = ((bound - overhead) / guess).clamp(keep, all);
+    for _ in 0..3 {
         let data = encode(n)?;
-        let size = overhead - fixed + data.len();
-        // Done when the block ends in the unit just under the boundary aimed at, or on a
-        // boundary, or within the first unit; otherwise it ends under the boundary it passed.
-        let floor = size / unit * unit;
-        let aimed = target.is_some_and(|b| size <= b && size + unit > b);
-        if aimed || floor == 0 || size == floor || n <= keep {
+        let size = overhead + data.len();
+        if size <= bound || n == keep {
             return Ok((n, data));
         }
-        target = Some(floor);
-        let per = data.len().saturating_sub(fixed).div_ceil(n).max(1);
-        n = n.saturating_sub((size - floor).div_ceil(per)).max(keep);
+        let per = data.len().div_ceil(n).max(1);
+        n = n.saturating_sub((size - bound).div_ceil(per)).max(keep);
     }
     Ok((all, encode(all)?))
 }
