@@ -239,8 +239,6 @@ struct Shared {
     next_block: AtomicU64,
     /// Small blocks written per partition since it was last compacted.
     small: std::sync::Mutex<HashMap<(SiteId, UtcDay), usize>>,
-    /// The encoded bytes an event took in the last block, to guess where to cut the next ([`fit`]).
-    per_event: std::sync::atomic::AtomicUsize,
     counters: Arc<WriterCounters>,
 }
 
@@ -272,7 +270,6 @@ impl BlockWriter {
             run_id: run_id.to_owned(),
             next_block: AtomicU64::new(0),
             small: std::sync::Mutex::default(),
-            per_event: std::sync::atomic::AtomicUsize::new(128),
             counters: counters.clone(),
         });
         let compact = Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -406,7 +403,7 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
     let keep = if may_hold { pending.iter().take_while(|p| p.held).count().max(1) } else { pending.len() };
     let (mut events, mut rest): (Vec<StoredEvent>, Vec<_>) =
         pending.into_iter().map(|p| (p.event, (p.done, p.written, p.after))).unzip();
-    let encoded = fit(&shared.table, (&shared.run_id, number), site, day, &events, keep, &shared.per_event);
+    let encoded = fit(&shared.table, (&shared.run_id, number), site, day, &events, keep);
     let later: Vec<Pending> = match &encoded {
         Ok((n, _)) => events
             .split_off(*n)
@@ -447,10 +444,6 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
 /// on or just under the previous unit's boundary. Write units are billed per started KB, and a
 /// busy writer's blocks are a KB or two, so rounding up cost about a third of their units; the
 /// events left out lead the partition's next block, which is written as soon as this one is.
-///
-/// Encoding is most of a block's cost, so the cut is guessed from `per_event` (the bytes an
-/// event took in the writer's last block, updated here) and the guess encoded; only a guess that
-/// overshoots its unit is encoded again, with fewer events.
 fn fit(
     table: &Table,
     key: (&str, u64),
@@ -458,38 +451,33 @@ fn fit(
     day: UtcDay,
     events: &[StoredEvent],
     keep: usize,
-    per_event: &std::sync::atomic::AtomicUsize,
 ) -> Result<(usize, Vec<u8>), BlockError> {
-    let all = events.len();
-    let encode = |n: usize| -> Result<Vec<u8>, BlockError> {
-        let data = block::encode(site, day, &events[..n])?;
-        per_event.store(data.len().div_ceil(n).max(1), Ordering::Relaxed);
-        Ok(data)
-    };
-    // The item around the data: its keys and attributes. A prefix's count, times and epoch
-    // may take a few bytes less than all events', never more than `SLACK`.
-    const SLACK: usize = 16;
-    let overhead = match table.build_item("EventBlock", block_item(key, site, day, events, Vec::new(), 0, &[])) {
-        Ok(item) => store::item_size(&item) + SLACK,
-        Err(_) => return Ok((all, encode(all)?)),
-    };
+    let data = block::encode(site, day, events)?;
     let unit = store::limits::WRITE_UNIT_BYTES;
-    let guess = per_event.load(Ordering::Relaxed).max(1);
-    let bound = (overhead + all * guess) / unit * unit;
-    if keep >= all || bound <= overhead {
-        return Ok((all, encode(all)?));
+    let size = |events: &[StoredEvent], data: usize| -> Option<usize> {
+        let item = table.build_item("EventBlock", block_item(key, site, day, events, Vec::new(), 0, &[])).ok()?;
+        Some(store::item_size(&item) + data)
+    };
+    let Some(whole) = size(events, data.len()) else { return Ok((events.len(), data)) };
+    let bound = whole / unit * unit;
+    if keep >= events.len() || bound == 0 || whole == bound {
+        return Ok((events.len(), data));
     }
-    let mut n = ((bound - overhead) / guess).clamp(keep, all);
-    for _ in 0..3 {
-        let data = encode(n)?;
-        let size = overhead + data.len();
-        if size <= bound || n == keep {
-            return Ok((n, data));
+    // A first guess from the bytes per event, then one event fewer at a time.
+    let overhead = whole - data.len();
+    let per_event = data.len().div_ceil(events.len()).max(1);
+    let mut n = (bound.saturating_sub(overhead) / per_event).clamp(keep, events.len() - 1);
+    for _ in 0..4 {
+        let prefix = block::encode(site, day, &events[..n])?;
+        if size(&events[..n], prefix.len()).is_some_and(|s| s <= bound) {
+            return Ok((n, prefix));
         }
-        let per = data.len().div_ceil(n).max(1);
-        n = n.saturating_sub((size - bound).div_ceil(per)).max(keep);
+        if n == keep {
+            break;
+        }
+        n -= 1;
     }
-    Ok((all, encode(all)?))
+    Ok((events.len(), data))
 }
 
 /// Counts the small blocks a compaction of `partition` left (merged ones among them), so the
