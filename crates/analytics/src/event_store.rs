@@ -454,28 +454,33 @@ fn fit(
 ) -> Result<(usize, Vec<u8>), BlockError> {
     let data = block::encode(site, day, events)?;
     let unit = store::limits::WRITE_UNIT_BYTES;
-    let size = |events: &[StoredEvent], data: usize| -> Option<usize> {
-        let item = table.build_item("EventBlock", block_item(key, site, day, events, Vec::new(), 0, &[])).ok()?;
-        Some(store::item_size(&item) + data)
+    let Ok(item) = table.build_item("EventBlock", block_item(key, site, day, events, Vec::new(), 0, &[])) else {
+        return Ok((events.len(), data));
     };
-    let Some(whole) = size(events, data.len()) else { return Ok((events.len(), data)) };
+    // The item around the data. A prefix's count, times and epoch may take a few bytes more
+    // or less than all events' (a number's size is its significant digits), never 16 more.
+    let overhead = store::item_size(&item);
+    let whole = overhead + data.len();
     let bound = whole / unit * unit;
-    if keep >= events.len() || bound == 0 || whole == bound {
+    // Cut only a block that fills under half of its last unit: past that, holding back half a
+    // unit of events to save the rest of one is not worth a second encoding.
+    if keep >= events.len() || bound == 0 || whole - bound >= unit / 2 {
         return Ok((events.len(), data));
     }
-    // A first guess from the bytes per event, then one event fewer at a time.
-    let overhead = whole - data.len();
+    // A first guess from the bytes per event (which counts the block's header in, so it errs
+    // short), then fewer by what the last try overshot.
     let per_event = data.len().div_ceil(events.len()).max(1);
     let mut n = (bound.saturating_sub(overhead) / per_event).clamp(keep, events.len() - 1);
     for _ in 0..4 {
         let prefix = block::encode(site, day, &events[..n])?;
-        if size(&events[..n], prefix.len()).is_some_and(|s| s <= bound) {
+        let size = overhead + 16 + prefix.len();
+        if size <= bound {
             return Ok((n, prefix));
         }
         if n == keep {
             break;
         }
-        n -= 1;
+        n = n.saturating_sub((size - bound).div_ceil(per_event)).max(keep);
     }
     Ok((events.len(), data))
 }
