@@ -953,7 +953,7 @@ async fn an_item_refused_by_validation_does_not_hold_back_its_epoch_or_later_one
 /// own block is written, and so must every later one; nothing else is held back.
 #[tokio::test]
 async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile() {
-    use analytics::event_store::{BlockWriter, events_of_day};
+    use analytics::event_store::BlockWriter;
     let h = harness().await;
     let (failing, table) = failing(&h).await;
     let writer = BlockWriter::start(table, "01JDB3Y5C8M9V7T2X4K6P00RUN", Arc::new(|| 0));
@@ -989,12 +989,7 @@ async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile()
     let unrelated = Session::new("S1", 0xb, 2, T0, "").pageview("/", T0 + 5);
     let unrelated_id = unrelated.session_id;
     assert!(writer.queue(unrelated, None).done().await.is_ok());
-    let mut stored: Vec<ulid::Ulid> = events_of_day(&h.table, "S1", analytics::visitor::UtcDay::from_unix_ms(T0))
-        .await
-        .expect("the day reads")
-        .into_iter()
-        .map(|e| e.session_id)
-        .collect();
+    let mut stored = stored_sessions(&h.table).await;
     stored.sort();
     let mut expected = stored_others;
     expected.push(unrelated_id);
@@ -1008,7 +1003,7 @@ async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile()
 /// up, every event is stored exactly once, and an event is held back at most once.
 #[tokio::test]
 async fn blocks_end_on_a_write_unit_and_the_events_held_back_lead_the_next_block() {
-    use analytics::event_store::{BlockWriter, events_of_day};
+    use analytics::event_store::BlockWriter;
     let h = harness().await;
     let (failing, table) = failing(&h).await;
     failing.gated.store(true, Ordering::SeqCst);
@@ -1037,12 +1032,7 @@ async fn blocks_end_on_a_write_unit_and_the_events_held_back_lead_the_next_block
     for q in queued {
         q.done().await.expect("every event is stored");
     }
-    let mut stored: Vec<ulid::Ulid> = events_of_day(&h.table, "S1", analytics::visitor::UtcDay::from_unix_ms(T0))
-        .await
-        .expect("the day reads")
-        .into_iter()
-        .map(|e| e.session_id)
-        .collect();
+    let mut stored = stored_sessions(&h.table).await;
     assert_eq!(stored.len(), next as usize, "every event once");
     stored.sort();
     stored.dedup();
@@ -1061,4 +1051,14 @@ async fn blocks_end_on_a_write_unit_and_the_events_held_back_lead_the_next_block
     let units: usize = sizes.iter().map(|s| s.div_ceil(unit)).sum();
     let bytes: usize = sizes[1..].iter().sum();
     assert!(units <= 1 + bytes.div_ceil(unit), "{units} units for {bytes} bytes: {sizes:?}");
+}
+
+/// The session id of every event stored on site `S1` on `T0`'s day, in the order read.
+async fn stored_sessions(table: &Table) -> Vec<ulid::Ulid> {
+    analytics::event_store::events_of_day(table, "S1", analytics::visitor::UtcDay::from_unix_ms(T0))
+        .await
+        .expect("the day reads")
+        .into_iter()
+        .map(|e| e.session_id)
+        .collect()
 }

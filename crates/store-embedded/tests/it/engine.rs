@@ -446,7 +446,7 @@ async fn the_journal_is_cut_once_the_writer_is_idle_and_when_the_store_closes() 
         PutItem::new(T, item)
     };
     {
-        let store = EmbeddedStore::open_with(dir.path(), options(Duration::from_millis(200))).unwrap();
+        let store = EmbeddedStore::open_with(dir.path(), options(Duration::from_secs(1))).unwrap();
         store.create_table(definition()).await.unwrap();
         for n in 0..50 {
             store.put_item(put(n)).await.unwrap();
@@ -480,7 +480,7 @@ async fn the_journal_is_cut_once_the_writer_is_idle_and_when_the_store_closes() 
     let store = EmbeddedStore::open_with(
         dir.path(),
         Options::default().ttl_sweep_interval(None).checkpoint(Checkpoint {
-            interval: Duration::from_secs(1),
+            interval: Duration::from_secs(2),
             journal_bytes: 64 << 20,
             idle: Duration::from_secs(3600),
         }),
