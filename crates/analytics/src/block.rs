@@ -22,8 +22,10 @@
 //! site and day whose visitor ids are 16 lower-case hex digits and session ids canonical ULIDs
 //! (`tests::round_trip`, a property test).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use crate::sites::SiteId;
 use crate::stored::{PrevState, StoredEvent, VisitAttrs};
@@ -357,10 +359,10 @@ impl Block {
 
 /// Encodes events of one site and UTC day (in the order given) as a block.
 pub fn encode(site_id: &str, day: UtcDay, events: &[StoredEvent]) -> Result<Vec<u8>, BlockError> {
-    let mut sessions: Vec<SessionKey> = Vec::new();
+    // Sessions in first-seen order, found by a linear search while few (blocks are tens of events).
+    let mut sessions: Interner<SessionKey> = Interner::default();
     let mut first_event: Vec<usize> = Vec::new();
-    let mut session_of: HashMap<SessionKey, u32> = HashMap::new();
-    let mut session_col = Vec::with_capacity(events.len());
+    let mut session_col: SmallVec<[u32; 64]> = SmallVec::with_capacity(events.len());
     for (i, e) in events.iter().enumerate() {
         if e.site_id != site_id || e.day != day {
             return Err(BlockError::Unencodable(format!(
@@ -368,74 +370,75 @@ pub fn encode(site_id: &str, day: UtcDay, events: &[StoredEvent]) -> Result<Vec<
                 e.site_id, e.day
             )));
         }
-        let key = SessionKey { visitor: e.visitor_id.as_u64(), session: e.session_id.0 };
-        let next = sessions.len() as u32;
-        let index = *session_of.entry(key).or_insert_with(|| {
-            sessions.push(key);
+        let (index, new) = sessions.id(SessionKey { visitor: e.visitor_id.as_u64(), session: e.session_id.0 });
+        if new {
             first_event.push(i);
-            next
-        });
+        }
         session_col.push(index);
     }
     // A session's visit attributes are stored once: every event of it must carry the same.
     for (e, &s) in events.iter().zip(&session_col) {
-        if e.visit != events[first_event[s as usize]].visit {
+        let first = &events[first_event[s as usize]].visit;
+        if !Arc::ptr_eq(&e.visit, first) && e.visit != *first {
             return Err(BlockError::Unencodable(format!("session {} has differing visit attributes", e.session_id)));
         }
     }
 
-    let mut out = Vec::with_capacity(64 + events.len() * 24);
+    let mut out = Vec::with_capacity(64 + events.len() * 128);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
     put_str(&mut out, site_id);
     put_str(&mut out, &day.to_string());
     put_uvar(&mut out, events.len() as u64);
-    put_uvar(&mut out, sessions.len() as u64);
-    let mut columns: Vec<(Col, Vec<u8>)> = Vec::with_capacity(usize::from(COLUMNS));
+    put_uvar(&mut out, sessions.values.len() as u64);
+    put_uvar(&mut out, ENCODED_COLUMNS as u64);
+    let mut columns = Columns { out, raw: Vec::with_capacity(256), packed: Vec::new(), written: 0 };
 
-    let mut buf = Vec::with_capacity(sessions.len() * 24);
-    for s in &sessions {
-        buf.extend_from_slice(&s.visitor.to_le_bytes());
-        buf.extend_from_slice(&s.session.to_le_bytes());
+    for s in &sessions.values {
+        columns.raw.extend_from_slice(&s.visitor.to_le_bytes());
+        columns.raw.extend_from_slice(&s.session.to_le_bytes());
     }
-    columns.push((Col::Sessions, buf));
-    columns.push((Col::Session, uvars(session_col.iter().map(|&s| u64::from(s)))));
+    columns.emit(Col::Sessions);
+    session_col.iter().for_each(|&s| put_uvar(&mut columns.raw, u64::from(s)));
+    columns.emit(Col::Session);
     let mut previous = 0i64;
-    columns.push((
-        Col::Ts,
-        ivars(events.iter().map(|e| {
-            let d = e.ts.wrapping_sub(previous);
-            previous = e.ts;
-            d
-        })),
-    ));
-    columns.push((Col::Seq, uvars(events.iter().map(|e| u64::from(e.seq)))));
-    columns.push((Col::Name, dict(events.iter().map(|e| e.name.as_str()))));
-    columns.push((Col::Hostname, dict(events.iter().map(|e| e.hostname.as_str()))));
-    columns.push((Col::Path, dict(events.iter().map(|e| e.path.as_str()))));
-    columns.push((
-        Col::Props,
-        pairs(events.iter().map(|e| e.props.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>())),
-    ));
-    let mut buf = Vec::new();
+    for e in events {
+        put_ivar(&mut columns.raw, e.ts.wrapping_sub(previous));
+        previous = e.ts;
+    }
+    columns.emit(Col::Ts);
+    events.iter().for_each(|e| put_uvar(&mut columns.raw, u64::from(e.seq)));
+    columns.emit(Col::Seq);
+    columns.dict(Col::Name, events.iter().map(|e| e.name.as_str()));
+    columns.dict(Col::Hostname, events.iter().map(|e| e.hostname.as_str()));
+    columns.dict(Col::Path, events.iter().map(|e| e.path.as_str()));
+    columns.pairs(Col::Props, events.iter().map(|e| e.props.iter().map(|(k, v)| (k.as_str(), v.as_str()))));
     for e in events {
         match &e.revenue {
-            None => buf.push(0),
+            None => columns.raw.push(0),
             Some((amount, currency)) => {
-                buf.push(1);
-                put_str(&mut buf, amount);
-                put_str(&mut buf, currency);
+                columns.raw.push(1);
+                put_str(&mut columns.raw, amount);
+                put_str(&mut columns.raw, currency);
             }
         }
     }
-    columns.push((Col::Revenue, buf));
-    columns.push((Col::Interactive, bits(events.iter().map(|e| e.interactive))));
-    columns.push((Col::Goals, pairs(events.iter().map(|e| e.goals.iter().map(|g| (g.as_str(), "")).collect()))));
-    let mut buf = Vec::with_capacity(events.len() * 4);
+    columns.emit(Col::Revenue);
+    for (i, e) in events.iter().enumerate() {
+        if i % 8 == 0 {
+            columns.raw.push(0);
+        }
+        if e.interactive {
+            *columns.raw.last_mut().expect("pushed above") |= 1 << (i % 8);
+        }
+    }
+    columns.emit(Col::Interactive);
+    columns.pairs(Col::Goals, events.iter().map(|e| e.goals.iter().map(|g| (g.as_str(), ""))));
     for e in events {
-        put_uvar(&mut buf, u64::from(e.prev.events));
-        put_uvar(&mut buf, u64::from(e.prev.pageviews));
-        put_uvar(&mut buf, u64::from(e.prev.interactive));
+        let buf = &mut columns.raw;
+        put_uvar(buf, u64::from(e.prev.events));
+        put_uvar(buf, u64::from(e.prev.pageviews));
+        put_uvar(buf, u64::from(e.prev.interactive));
         // Zero stays zero (no previous event); otherwise one more than the zigzag of the
         // (small) delta back from the event's own time.
         let code = if e.prev.last_ts == 0 {
@@ -445,45 +448,138 @@ pub fn encode(site_id: &str, day: UtcDay, events: &[StoredEvent]) -> Result<Vec<
                 .checked_add(1)
                 .ok_or_else(|| BlockError::Unencodable("a previous time too far from the event".into()))?
         };
-        put_uvar(&mut buf, code);
+        put_uvar(buf, code);
     }
-    columns.push((Col::Prev, buf));
-    columns.push((Col::PrevExit, dict(events.iter().map(|e| e.prev.exit_page.as_str()))));
-    columns.push((Col::Run, dict(events.iter().map(|e| &*e.run))));
-    columns.push((Col::Epoch, uvars(events.iter().map(|e| e.epoch))));
+    columns.emit(Col::Prev);
+    columns.dict(Col::PrevExit, events.iter().map(|e| e.prev.exit_page.as_str()));
+    columns.dict(Col::Run, events.iter().map(|e| &*e.run));
+    events.iter().for_each(|e| put_uvar(&mut columns.raw, e.epoch));
+    columns.emit(Col::Epoch);
     let mut previous = 0i64;
-    columns.push((
-        Col::Ttl,
-        ivars(events.iter().map(|e| {
-            let d = e.ttl.wrapping_sub(previous);
-            previous = e.ttl;
-            d
-        })),
-    ));
-    let visits: Vec<(&VisitAttrs, i64)> = first_event.iter().map(|&i| (&*events[i].visit, events[i].ts)).collect();
-    columns.push((Col::VisitStart, ivars(visits.iter().map(|(v, ts)| v.start_ts.wrapping_sub(*ts)))));
-    for (n, col) in VISIT_TEXT.iter().enumerate() {
-        columns.push((*col, dict(visits.iter().map(|(v, _)| visit_text(v, n)))));
+    for e in events {
+        put_ivar(&mut columns.raw, e.ttl.wrapping_sub(previous));
+        previous = e.ttl;
     }
+    columns.emit(Col::Ttl);
+    let visits = || first_event.iter().map(|&i| (&*events[i].visit, events[i].ts));
+    visits().for_each(|(v, ts)| put_ivar(&mut columns.raw, v.start_ts.wrapping_sub(ts)));
+    columns.emit(Col::VisitStart);
+    for (n, col) in VISIT_TEXT.iter().enumerate() {
+        columns.dict(*col, visits().map(|(v, _)| visit_text(v, n)));
+    }
+    debug_assert_eq!(columns.written, ENCODED_COLUMNS);
+    Ok(columns.out)
+}
 
-    put_uvar(&mut out, columns.len() as u64);
-    for (col, raw) in columns {
-        out.push(col as u8);
-        let packed = (raw.len() >= COMPRESS_FROM).then(|| lz4_flex::compress_prepend_size(&raw));
-        match packed {
-            Some(p) if p.len() < raw.len() => {
-                out.push(1);
-                put_uvar(&mut out, p.len() as u64);
-                out.extend_from_slice(&p);
-            }
-            _ => {
-                out.push(0);
-                put_uvar(&mut out, raw.len() as u64);
-                out.extend_from_slice(&raw);
+/// How many columns [`encode`] writes: every column but none.
+const ENCODED_COLUMNS: usize = 17 + VISIT_TEXT.len();
+
+/// [`encode`]'s output and the buffers it reuses from column to column, so a block costs a
+/// handful of allocations rather than several per column.
+struct Columns {
+    /// The block so far.
+    out: Vec<u8>,
+    /// The column being built.
+    raw: Vec<u8>,
+    /// Its lz4 form.
+    packed: Vec<u8>,
+    /// How many columns were written.
+    written: usize,
+}
+
+impl Columns {
+    /// Appends the column in `raw` as `col`, compressed when that makes it smaller, and
+    /// empties `raw` for the next.
+    fn emit(&mut self, col: Col) {
+        let raw = &self.raw;
+        self.out.push(col as u8);
+        let mut compressed = false;
+        if raw.len() >= COMPRESS_FROM {
+            // The layout of `lz4_flex::compress_prepend_size`: the raw length (u32, LE), then the block.
+            self.packed.clear();
+            self.packed.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+            self.packed.resize(4 + lz4_flex::block::get_maximum_output_size(raw.len()), 0);
+            if let Ok(n) = lz4_flex::block::compress_into(raw, &mut self.packed[4..]) {
+                self.packed.truncate(4 + n);
+                compressed = self.packed.len() < raw.len();
             }
         }
+        let body = if compressed { &self.packed } else { raw };
+        self.out.push(u8::from(compressed));
+        put_uvar(&mut self.out, body.len() as u64);
+        self.out.extend_from_slice(body);
+        self.raw.clear();
+        self.written += 1;
     }
-    Ok(out)
+
+    /// A dictionary column: the distinct values (count, then each), then one index per row.
+    fn dict<'a>(&mut self, col: Col, rows: impl Iterator<Item = &'a str>) {
+        let mut values: Interner<&'a str> = Interner::default();
+        let rows: SmallVec<[u32; 64]> = rows.map(|v| values.id(v).0).collect();
+        put_uvar(&mut self.raw, values.values.len() as u64);
+        values.values.iter().for_each(|v| put_str(&mut self.raw, v));
+        rows.iter().for_each(|&r| put_uvar(&mut self.raw, u64::from(r)));
+        self.emit(col);
+    }
+
+    /// A pairs column: one dictionary of keys and values, then per row a count and index pairs.
+    fn pairs<'a, R: ExactSizeIterator<Item = (&'a str, &'a str)>>(&mut self, col: Col, rows: impl Iterator<Item = R>) {
+        let mut values: Interner<&'a str> = Interner::default();
+        // The rows go to the (idle) lz4 buffer while the dictionary is still growing.
+        let mut body = std::mem::take(&mut self.packed);
+        body.clear();
+        for row in rows {
+            put_uvar(&mut body, row.len() as u64);
+            for (k, v) in row {
+                put_uvar(&mut body, u64::from(values.id(k).0));
+                put_uvar(&mut body, u64::from(values.id(v).0));
+            }
+        }
+        put_uvar(&mut self.raw, values.values.len() as u64);
+        values.values.iter().for_each(|v| put_str(&mut self.raw, v));
+        self.raw.extend_from_slice(&body);
+        self.packed = body;
+        self.emit(col);
+    }
+}
+
+/// Distinct values in first-seen order. A block's columns hold a few distinct values each, so
+/// a linear search over them beats hashing; past [`LINEAR_UP_TO`] (a merged block) a hash map
+/// takes over.
+struct Interner<T> {
+    values: Vec<T>,
+    index: Option<hashbrown::HashMap<T, u32>>,
+}
+
+/// How many distinct values [`Interner`] searches one by one.
+const LINEAR_UP_TO: usize = 16;
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner { values: Vec::new(), index: None }
+    }
+}
+
+impl<T: Copy + Eq + std::hash::Hash> Interner<T> {
+    /// The index of `v`, and whether it is new.
+    fn id(&mut self, v: T) -> (u32, bool) {
+        let next = self.values.len() as u32;
+        if let Some(index) = &mut self.index {
+            let id = *index.entry(v).or_insert(next);
+            if id == next {
+                self.values.push(v);
+            }
+            return (id, id == next);
+        }
+        if let Some(i) = self.values.iter().position(|x| *x == v) {
+            return (i as u32, false);
+        }
+        self.values.push(v);
+        if self.values.len() > LINEAR_UP_TO {
+            self.index = Some(self.values.iter().enumerate().map(|(i, v)| (*v, i as u32)).collect());
+        }
+        (next, true)
+    }
 }
 
 fn visit_text(v: &VisitAttrs, n: usize) -> &str {
@@ -770,81 +866,6 @@ fn put_ivar(out: &mut Vec<u8>, v: i64) {
 fn put_str(out: &mut Vec<u8>, s: &str) {
     put_uvar(out, s.len() as u64);
     out.extend_from_slice(s.as_bytes());
-}
-
-fn uvars(values: impl Iterator<Item = u64>) -> Vec<u8> {
-    let mut out = Vec::new();
-    values.for_each(|v| put_uvar(&mut out, v));
-    out
-}
-
-fn ivars(values: impl Iterator<Item = i64>) -> Vec<u8> {
-    let mut out = Vec::new();
-    values.for_each(|v| put_ivar(&mut out, v));
-    out
-}
-
-fn bits(values: impl Iterator<Item = bool>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, b) in values.enumerate() {
-        if i % 8 == 0 {
-            out.push(0);
-        }
-        if b {
-            *out.last_mut().expect("pushed above") |= 1 << (i % 8);
-        }
-    }
-    out
-}
-
-/// A dictionary column: the distinct values (count, then each), then one index per row.
-fn dict<'a>(rows: impl Iterator<Item = &'a str>) -> Vec<u8> {
-    let mut index: HashMap<&'a str, u32> = HashMap::new();
-    let mut values: Vec<&'a str> = Vec::new();
-    let rows: Vec<u32> = rows
-        .map(|v| {
-            *index.entry(v).or_insert_with(|| {
-                values.push(v);
-                values.len() as u32 - 1
-            })
-        })
-        .collect();
-    let mut out = Vec::new();
-    put_uvar(&mut out, values.len() as u64);
-    for v in values {
-        put_str(&mut out, v);
-    }
-    for r in rows {
-        put_uvar(&mut out, u64::from(r));
-    }
-    out
-}
-
-/// A pairs column: one dictionary of keys and values, then per row a count and index pairs.
-fn pairs<'a>(rows: impl Iterator<Item = Vec<(&'a str, &'a str)>>) -> Vec<u8> {
-    let mut index: HashMap<&'a str, u32> = HashMap::new();
-    let mut values: Vec<&'a str> = Vec::new();
-    let mut id = |v: &'a str| {
-        *index.entry(v).or_insert_with(|| {
-            values.push(v);
-            values.len() as u32 - 1
-        })
-    };
-    let mut body = Vec::new();
-    for row in rows {
-        put_uvar(&mut body, row.len() as u64);
-        for (k, v) in row {
-            put_uvar(&mut body, u64::from(id(k)));
-            put_uvar(&mut body, u64::from(id(v)));
-        }
-    }
-    let mut out = Vec::new();
-    put_uvar(&mut out, values.len() as u64);
-    for v in values {
-        put_str(&mut out, v);
-    }
-    out.extend_from_slice(&body);
-    out
 }
 
 struct Reader<'a> {

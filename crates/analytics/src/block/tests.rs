@@ -112,6 +112,24 @@ proptest! {
         prop_assert_eq!(decode_events(&bytes).expect("decodes"), events);
     }
 
+    /// The interner numbers values in first-seen order, before and after it switches from a
+    /// linear search to a hash map (a naive reference alongside).
+    #[test]
+    fn the_interner_numbers_values_in_first_seen_order(values in prop::collection::vec(0u8..60, 0..300)) {
+        let mut interner: Interner<u8> = Interner::default();
+        let mut seen: Vec<u8> = Vec::new();
+        for v in values {
+            let expected = seen.iter().position(|s| *s == v);
+            let (id, new) = interner.id(v);
+            prop_assert_eq!(new, expected.is_none());
+            if expected.is_none() {
+                seen.push(v);
+            }
+            prop_assert_eq!(id as usize, expected.unwrap_or(seen.len() - 1));
+        }
+        prop_assert_eq!(interner.values, seen);
+    }
+
     /// Reading one column gives what a whole read gives for it.
     #[test]
     fn partial_reads_equal_whole_reads(events in events(), col in 0u8..COLUMNS) {
