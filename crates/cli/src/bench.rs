@@ -289,20 +289,62 @@ fn threads_cpu() -> Duration {
 }
 
 /// Every item's count and size (DynamoDB's item size) by entity, largest first.
-async fn item_bytes_by_entity(table: &model::Table) -> Result<Vec<(String, (u64, u64))>> {
+async fn item_bytes_by_entity(table: &model::Table) -> Result<(Vec<(String, (u64, u64))>, AggregateWrites)> {
     use futures::StreamExt;
     let mut sizes: std::collections::HashMap<String, (u64, u64)> = std::collections::HashMap::new();
+    let mut aggregates = AggregateWrites::default();
     let mut pages = table.scan().pages();
     while let Some(page) = pages.next().await {
         for record in page?.records {
             let entry = sizes.entry(record.entity().to_owned()).or_default();
+            let size = store::item_size(record.item()) as u64;
             entry.0 += 1;
-            entry.1 += store::item_size(record.item()) as u64;
+            entry.1 += size;
+            if record.entity() == "Aggregate" {
+                aggregates.add(&record, size);
+            }
         }
     }
     let mut sizes: Vec<_> = sizes.into_iter().collect();
     sizes.sort_by_key(|(_, (_, bytes))| std::cmp::Reverse(*bytes));
-    Ok(sizes)
+    Ok((sizes, aggregates))
+}
+
+/// Where aggregates' write units went, per period: items, their writes (each item's version
+/// counts its writes) and the units those writes would cost at the item's final size, an upper
+/// bound (an item grows as it is written), with the share of units spent on items over 1 KB.
+#[derive(Default)]
+struct AggregateWrites {
+    by_period: std::collections::BTreeMap<String, [u64; 4]>,
+}
+
+impl AggregateWrites {
+    fn add(&mut self, record: &model::Record, size: u64) {
+        let period = record.string("period").unwrap_or("?").to_owned();
+        let writes = record.opt_i64("version").ok().flatten().unwrap_or(1).max(1) as u64;
+        let units = writes * size.div_ceil(store::limits::WRITE_UNIT_BYTES as u64).max(1);
+        let e = self.by_period.entry(period).or_default();
+        e[0] += 1;
+        e[1] += writes;
+        e[2] += units;
+        if size > store::limits::WRITE_UNIT_BYTES as u64 {
+            e[3] += units;
+        }
+    }
+
+    fn line(&self, events: u64) -> String {
+        self.by_period
+            .iter()
+            .map(|(period, [items, writes, units, big])| {
+                format!(
+                    "{period} {items} items, {writes} writes, {:.3} units per event ({:.0} % on items over 1 KB)",
+                    *units as f64 / events as f64,
+                    100.0 * *big as f64 / (*units).max(1) as f64
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 /// Bytes the files under `dir` take on disk (their allocated blocks), or `None` off Unix.
@@ -622,7 +664,7 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     print_disk("disk at rest (the journal cut once the writer went idle)", &s.dir, accepted);
-    let by_entity = item_bytes_by_entity(&s.table).await?;
+    let (by_entity, aggregate_writes) = item_bytes_by_entity(&s.table).await?;
     let logical: u64 = by_entity.iter().map(|(_, (_, b))| b).sum();
     println!(
         "items: {:.0} bytes per event as DynamoDB sizes them ({}), the rest is the engine's pages, indexes and journal",
@@ -632,6 +674,10 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
             .map(|(entity, (n, b))| format!("{entity} {n} items {:.0} B/event", *b as f64 / accepted as f64))
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    println!(
+        "aggregate writes at their items' final sizes (an upper bound of their units): {}",
+        aggregate_writes.line(accepted)
     );
     Ok(())
 }

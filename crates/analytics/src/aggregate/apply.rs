@@ -120,6 +120,25 @@ fn pack(key: AggKeyRef<'_>) -> Packed {
     out
 }
 
+/// Whether `packed` is `key` packed, compared in place.
+fn packed_is(packed: &[u8], key: AggKeyRef<'_>) -> bool {
+    let parts = [key.site_id, key.dimension, key.bucket, key.value];
+    if packed.len() != 13 + parts.iter().map(|p| p.len()).sum::<usize>() || packed[0] != key.period as u8 {
+        return false;
+    }
+    let mut at = 13;
+    for (i, part) in parts.iter().enumerate() {
+        if i < 3 && packed[1 + 4 * i..5 + 4 * i] != u32::try_from(part.len()).unwrap_or(u32::MAX).to_le_bytes() {
+            return false;
+        }
+        if packed[at..at + part.len()] != *part.as_bytes() {
+            return false;
+        }
+        at += part.len();
+    }
+    true
+}
+
 /// The key [`pack`] packed, borrowed from its buffer; `None` for bytes `pack` never writes.
 fn unpack(packed: &[u8]) -> Option<AggKeyRef<'_>> {
     let period = *Period::ALL.get(usize::from(*packed.first()?))?;
@@ -224,17 +243,17 @@ impl Accumulator {
     }
 
     /// The position of `key`'s entry, added empty if missing; `None` past `u32::MAX` items.
+    /// A lookup hashes and compares the key's parts where they lie; only a new entry packs them.
     fn position(&mut self, key: AggKeyRef<'_>) -> Option<usize> {
         use std::hash::BuildHasher;
-        let packed = pack(key);
-        let hash = self.hasher.hash_one(packed.as_slice());
+        let hash = self.hasher.hash_one((key.period as u8, key.site_id, key.dimension, key.bucket, key.value));
         let entries = &mut self.entries;
-        if let Some(&i) = self.index.find(hash, |&i| entries[i as usize].key == packed) {
+        if let Some(&i) = self.index.find(hash, |&i| packed_is(&entries[i as usize].key, key)) {
             return Some(i as usize);
         }
         // More than u32::MAX items in one epoch would need terabytes; stop adding first.
         let i = u32::try_from(entries.len()).ok()?;
-        entries.push(Entry { hash, key: packed, pending: Pending::default() });
+        entries.push(Entry { hash, key: pack(key), pending: Pending::default() });
         self.index.insert_unique(hash, i, |&j| entries[j as usize].hash);
         Some(i as usize)
     }
@@ -508,5 +527,41 @@ impl Writer<'_> {
             }
         }
         Err(AggregateError::Contended { key: describe(key), attempts: self.max_attempts })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn part() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec!["", "a", "ab", "site-1", "event:page"]).prop_map(String::from),
+            "\\PC{0,6}"
+        ]
+    }
+
+    fn key() -> impl Strategy<Value = (usize, [String; 4])> {
+        (0..Period::ALL.len(), [part(), part(), part(), part()])
+    }
+
+    fn key_ref(k: &(usize, [String; 4])) -> AggKeyRef<'_> {
+        let (period, [site_id, dimension, bucket, value]) = k;
+        AggKeyRef { site_id, period: Period::ALL[*period], dimension, bucket, value }
+    }
+
+    proptest! {
+        /// Comparing in place agrees with comparing the keys, whichever parts move text between
+        /// them (`"ab" + ""` against `"a" + "b"`), and a packed key unpacks to itself.
+        #[test]
+        fn a_packed_key_is_compared_in_place_as_the_key_itself(a in key(), b in key()) {
+            let (a, b) = (key_ref(&a), key_ref(&b));
+            prop_assert_eq!(packed_is(&pack(a), b), a == b);
+            prop_assert!(packed_is(&pack(a), a));
+            let packed = pack(a);
+            prop_assert_eq!(unpack(&packed), Some(a));
+        }
     }
 }
