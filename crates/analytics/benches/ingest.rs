@@ -69,6 +69,13 @@ fn benches(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % USER_AGENTS.len();
+            black_box(enricher.bots().check_user_agent_uncached(USER_AGENTS[i]))
+        })
+    });
+    c.bench_function("bot_check_cached", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % USER_AGENTS.len();
             black_box(enricher.bots().check_user_agent(USER_AGENTS[i]))
         })
     });

@@ -625,6 +625,27 @@ fn cached_and_uncached_user_agent_answers_agree() {
 }
 
 #[test]
+fn cached_and_uncached_bot_verdicts_agree() {
+    let bots = BotDetector::new();
+    let kinds = [
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/{}.0.0.0 Safari/537.36",
+        "Mozilla/5.0 (compatible; Googlebot/2.{}; +http://www.google.com/bot.html)",
+        "Mozilla/5.0 (X11; Linux x86_64) HeadlessChrome/{}.0.0.0 Safari/537.36",
+        "curl/8.{}",
+        "  ",
+    ];
+    // Past the cache's capacity, so it empties and fills again, each User-Agent asked twice.
+    for i in 0..(BotDetector::CACHE_CAPACITY + 10) {
+        let ua = kinds[i % kinds.len()].replace("{}", &(i % 1_000).to_string());
+        let uncached = bots.check_user_agent_uncached(&ua);
+        assert_eq!(bots.check_user_agent(&ua), uncached, "{ua}");
+        assert_eq!(bots.check_user_agent(&ua), uncached, "{ua} (remembered)");
+    }
+    assert_eq!(bots.check_user_agent("curl/8.1"), Some(DropReason::Bot));
+    assert_eq!(bots.check_user_agent(""), Some(DropReason::EmptyUserAgent));
+}
+
+#[test]
 fn the_enricher_can_be_shared_across_threads() {
     fn shared<T: Send + Sync>() {}
     shared::<Enricher>();
