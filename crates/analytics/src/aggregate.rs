@@ -267,13 +267,46 @@ pub struct AggregatorStats {
 struct EpochSlot {
     open: u64,
     closed: bool,
-    acc: Accumulator,
+    /// The epoch's deltas, in a few accumulators so that events committed at once on several
+    /// threads are summed side by side; merged when the epoch is frozen.
+    shards: Arc<Shards>,
     /// Committed events of sites whose zone was not cached yet; folded in before the flush.
     unzoned: Vec<StoredEvent>,
     /// The accumulator, frozen once the epoch is closed and settled; dropped once flushed.
     frozen: Option<Arc<Accumulated>>,
     events: u64,
     oldest_ms: Option<i64>,
+}
+
+/// How many accumulators an epoch spreads its commits over: more than the threads that commit.
+const SHARDS: usize = 4;
+
+/// An epoch's accumulators ([`EpochSlot::shards`]).
+#[derive(Default)]
+struct Shards([Mutex<Accumulator>; SHARDS]);
+
+impl Shards {
+    /// The first accumulator no other thread holds (or the first, waited for, if all are held).
+    fn lock_one(&self) -> std::sync::MutexGuard<'_, Accumulator> {
+        for shard in &self.0 {
+            match shard.try_lock() {
+                Ok(guard) => return guard,
+                // A panic while it was held leaves sums of whole events (see `commit`).
+                Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        }
+        lock(&self.0[0])
+    }
+
+    /// Everything the accumulators hold, in one, leaving them empty.
+    fn take(&self) -> Accumulator {
+        let mut all = Accumulator::default();
+        for shard in &self.0 {
+            all.absorb(std::mem::take(&mut *lock(shard)));
+        }
+        all
+    }
 }
 
 #[derive(Default)]
@@ -381,18 +414,27 @@ impl Ticket {
     pub fn commit(self, event: &StoredEvent) {
         let zone = read(&self.shared.settings).get(event.site_id.as_str()).map(|s| s.zone.clone());
         let minutes_from = minutes_from(&self.shared.config);
-        // The deltas go straight into the epoch's map under its lock: looking a key up there
-        // allocates nothing, where collecting them apart first and merging costs twice as much.
-        if let Some(slot) = lock(&self.shared.epochs).slots.get_mut(&self.epoch) {
-            match &zone {
-                Some(zone) => apply::accumulate_from(&mut slot.acc, event, zone, minutes_from),
-                None => slot.unzoned.push(event.clone()),
+        let shards = {
+            let mut epochs = lock(&self.shared.epochs);
+            let Some(slot) = epochs.slots.get_mut(&self.epoch) else { return };
+            if zone.is_none() {
+                slot.unzoned.push(event.clone());
             }
-            slot.acc.note_session(event);
             slot.events += 1;
             slot.oldest_ms.get_or_insert_with(now_ms);
+            slot.shards.clone()
+        };
+        // The deltas go straight into one of the epoch's maps under its own lock: looking a key
+        // up there allocates nothing, where collecting them apart first and merging costs twice
+        // as much. The epochs' lock is not held meanwhile, so other threads begin, commit and
+        // settle their tickets alongside. The ticket is still open, so the epoch is not frozen
+        // before this is in.
+        let mut acc = shards.lock_one();
+        if let Some(zone) = &zone {
+            apply::accumulate_from(&mut acc, event, zone, minutes_from);
         }
-        // Drop settles the slot.
+        acc.note_session(event);
+        // Drop settles the slot, after `acc` and `shards` are gone.
     }
 }
 
@@ -624,7 +666,7 @@ impl Shared {
         let settings = self.settings_of(unzoned_sites).await?;
         let mut epochs = lock(&self.epochs);
         let Some(slot) = epochs.slots.get_mut(&epoch) else { return Ok(None) };
-        let mut acc = std::mem::take(&mut slot.acc);
+        let mut acc = slot.shards.take();
         for event in std::mem::take(&mut slot.unzoned) {
             let zone = settings.get(event.site_id.as_str()).map_or_else(SiteZone::utc, |s| s.zone.clone());
             apply::accumulate_from(&mut acc, &event, &zone, minutes_from(&self.config));

@@ -211,6 +211,22 @@ impl Accumulator {
         self.sessions.record(event);
     }
 
+    /// Adds everything `other` holds (deltas and session activity).
+    pub fn absorb(&mut self, other: Accumulator) {
+        if self.entries.is_empty() && self.sessions.is_empty() {
+            *self = other;
+            return;
+        }
+        for entry in &other.entries {
+            // Keys come from `pack`, so they always unpack.
+            let Some(key) = unpack(&entry.key) else { continue };
+            if let Some(at) = self.position(key) {
+                self.entries[at].pending.merge(&entry.pending);
+            }
+        }
+        self.sessions.absorb(other.sessions);
+    }
+
     /// How many items so far (before [`finish`](Self::finish) adds the weeks and months).
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -48,6 +48,18 @@ impl SessionActivity {
         seen.ttl = seen.ttl.max(e.ttl);
     }
 
+    /// Adds what `other` recorded: each session's latest time and expiry are the later of both.
+    pub fn absorb(&mut self, other: SessionActivity) {
+        for (site, sessions) in other.sites {
+            let mine = self.sites.entry(site).or_default();
+            for (key, seen) in sessions {
+                let entry = mine.entry(key).or_insert(seen);
+                entry.last_ts = entry.last_ts.max(seen.last_ts);
+                entry.ttl = entry.ttl.max(seen.ttl);
+            }
+        }
+    }
+
     /// Whether no session was seen.
     pub fn is_empty(&self) -> bool {
         self.sites.is_empty()

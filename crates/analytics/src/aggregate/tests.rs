@@ -556,6 +556,7 @@ proptest::proptest! {
             (0u64..4, -40i64 * 86_400..40 * 86_400, proptest::collection::vec((0i64..29 * 60, 0usize..4, proptest::bool::ANY), 1..6)),
             1..6,
         ),
+        split in proptest::collection::vec(0usize..3, 1..40),
     ) {
         let zone = SiteZone::new(zone).expect("a zone");
         let mut events = Vec::new();
@@ -579,25 +580,39 @@ proptest::proptest! {
         type Sums = BTreeMap<AggKey, (Counters, std::collections::BTreeSet<u64>)>;
         let mut expected: Sums = BTreeMap::new();
         let mut acc = apply::Accumulator::default();
-        for e in &events {
+        // The same events spread over three accumulators, as an epoch's shards take them.
+        let mut shards: [apply::Accumulator; 3] = Default::default();
+        for (i, e) in events.iter().enumerate() {
             for (k, d) in deltas(e, &zone) {
                 let entry = expected.entry(k).or_default();
                 entry.0.add(&d.counters);
                 entry.1.extend(d.visitor);
             }
             acc.accumulate(e, &zone);
+            acc.note_session(e);
+            let shard = &mut shards[split[i % split.len()]];
+            shard.accumulate(e, &zone);
+            shard.note_session(e);
         }
-        let got: Sums = acc
-            .finish()
-            .iter()
-            .map(|(k, p)| (k.to_owned_key(), (p.counters, p.visitors.iter().collect())))
-            .collect();
+        let mut absorbed = apply::Accumulator::default();
+        for shard in shards {
+            absorbed.absorb(shard);
+        }
+        let sums = |acc: apply::Accumulator| -> (Sums, BTreeSet<String>) {
+            let acc = acc.finish();
+            let sums = acc.iter().map(|(k, p)| (k.to_owned_key(), (p.counters, p.visitors.iter().collect()))).collect();
+            let log = acc.sessions().items("run", 1).iter().map(|item| format!("{item:?}")).collect();
+            (sums, log)
+        };
         let nonzero = |sums: Sums| -> Sums {
             sums.into_iter().filter(|(_, (c, v))| !c.is_zero() || !v.is_empty()).collect()
         };
-        let (got, expected) = (nonzero(got), nonzero(expected));
+        let ((got, log), (got_absorbed, log_absorbed)) = (sums(acc), sums(absorbed));
+        let (got, got_absorbed, expected) = (nonzero(got), nonzero(got_absorbed), nonzero(expected));
         proptest::prop_assert!(expected.keys().any(|k| k.period == Period::Week));
-        proptest::prop_assert_eq!(got, expected);
+        proptest::prop_assert_eq!(&got, &expected);
+        proptest::prop_assert_eq!(got_absorbed, expected);
+        proptest::prop_assert_eq!(log_absorbed, log);
     }
 }
 
