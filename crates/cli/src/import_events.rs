@@ -33,8 +33,11 @@ use tokio::sync::mpsc;
 
 use crate::import_lines::{CHUNK_LINES, LineId, MAX_CHUNK_LINES};
 
-/// How many visitors an import ingests at once.
-pub const LANES: usize = 1024;
+/// How many visitors an import ingests at once. A lane waits for each of its events to be
+/// durable before its next, so this bounds the events each block write round holds: 1 M events
+/// ingested in 33.3 s with 4,096 against 38.5 s with 1,024 (BENCHMARKS.md, "eighth session").
+/// Memory is bounded by the chunks in flight, not by the lanes.
+pub const LANES: usize = 4096;
 
 /// How many chunks of lines are being ingested at once: the most a crash leaves pending.
 pub const CHUNKS_IN_FLIGHT: usize = 3;
