@@ -174,9 +174,8 @@ pub trait SiteSettingsSource: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct AggregatorConfig {
     /// How often the current epoch is closed and flushed: dashboards lag ingestion by about
-    /// this plus one flush. 4 s by default, which keeps that lag well under the spec's 10 s
-    /// (`tally bench` prints the largest it saw: 5.9–6.1 s at 1 M events) while an item is
-    /// rewritten at most every 4 s (3 s wrote 6–9 % more write units per event at 1 M).
+    /// this plus one flush. 3 s by default, which keeps that lag well under the spec's 10 s
+    /// (`tally bench` prints the largest it saw) while an item is rewritten at most every 3 s.
     pub flush_interval: Duration,
     /// How often the run's heartbeat is written (and dead runs looked for).
     pub heartbeat_interval: Duration,
@@ -212,7 +211,7 @@ impl Default for AggregatorConfig {
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "localhost".to_owned());
         AggregatorConfig {
-            flush_interval: Duration::from_secs(4),
+            flush_interval: Duration::from_secs(3),
             heartbeat_interval: Duration::from_secs(5),
             dead_after: Duration::from_secs(30),
             host,

@@ -99,9 +99,8 @@ pub struct Config {
     /// CDN country headers to believe, lower-case.
     pub country_headers: Vec<String>,
     /// How often aggregate deltas are flushed. Dashboards lag ingestion by about this plus a
-    /// flush (4 s: at most 6.1 s measured at 1 M events, 4.7 s at 3 s; the spec allows 10 s);
-    /// longer coalesces more events into each aggregate write (a week's or month's item holding
-    /// a dense sketch costs 9 write units a rewrite). BENCHMARKS.md, "eighth session".
+    /// flush (3 s: at most 6.2 s measured at 1 M events; the spec allows 10 s); longer coalesces
+    /// more events into each aggregate write.
     pub flush_interval: Duration,
     /// How log lines are written.
     pub log_format: LogFormat,
@@ -137,7 +136,7 @@ impl Default for Config {
             mmdb: None,
             trusted_proxies: Vec::new(),
             country_headers: Vec::new(),
-            flush_interval: Duration::from_secs(4),
+            flush_interval: Duration::from_secs(3),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             limits: server::listen::Limits::default(),
