@@ -35,7 +35,8 @@ use crate::import_lines::{CHUNK_LINES, LineId, MAX_CHUNK_LINES};
 
 /// How many visitors an import ingests at once. A lane waits for each of its events to be
 /// durable before its next, so this bounds the events each block write round holds: 1 M events
-/// ingested in 33.3 s with 4,096 against 38.5 s with 1,024 (BENCHMARKS.md, "eighth session").
+/// ingested in 33.3 s with 4,096 against 38.5 s with 1,024 while another process kept a core
+/// busy, 19.4–20.4 s against 19.8–24.2 s on a quiet machine (BENCHMARKS.md, "eighth session").
 /// Memory is bounded by the chunks in flight, not by the lanes.
 pub const LANES: usize = 4096;
 
