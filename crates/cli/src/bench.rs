@@ -61,6 +61,8 @@ struct Setup {
     _temp: Option<tempfile::TempDir>,
     /// The store's directory.
     dir: std::path::PathBuf,
+    /// The store itself, for what its engine reports (compactions) and to see it close.
+    engine: Arc<store_embedded::EmbeddedStore>,
     /// Whether the store was filled by an earlier `--keep-store` run: nothing is ingested.
     reused: bool,
     table: Table,
@@ -102,9 +104,10 @@ async fn setup_ingesters(
             (Some(temp), dir)
         }
     };
-    let store: Arc<dyn Store> = Arc::new(
+    let engine = Arc::new(
         store_embedded::EmbeddedStore::open(&dir).with_context(|| format!("opening the store at {}", dir.display()))?,
     );
+    let store: Arc<dyn Store> = engine.clone();
     let table = Table::new(store, analytics::schema::tally_schema(analytics::schema::TABLE_NAME)).metered();
     let reused = match table.create_table().await {
         Ok(_) => false,
@@ -135,6 +138,7 @@ async fn setup_ingesters(
     Ok(Setup {
         _temp: temp,
         dir,
+        engine,
         reused,
         table,
         sites,
@@ -386,7 +390,7 @@ fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: D
 /// Runs the bench and prints its figures: ingestion in process, a dashboard's latency and read
 /// units, optionally ingestion over HTTP, and the costs as JSON if asked.
 pub async fn run(options: &BenchOptions) -> Result<()> {
-    let s = setup_ingesters(
+    let mut s = setup_ingesters(
         options.flush_interval,
         options.compact_event_blocks,
         options.ingesters,
@@ -432,6 +436,22 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
 
     if let (Some(path), Some(ingested)) = (&options.output, &ingested) {
         write_costs(path, options, ingested, read_per_dashboard)?;
+    }
+    if let Some(ingested) = &ingested {
+        // What a user finds once the store closed: the close checkpoints, cuts the journal and
+        // compacts a file that grew since its last compaction (store-embedded's DESIGN.md).
+        let (temp, dir, engine) = (s._temp.take(), s.dir.clone(), Arc::downgrade(&s.engine));
+        drop((stats, s));
+        let waited = Instant::now();
+        while engine.strong_count() > 0 && waited.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if engine.strong_count() == 0 {
+            print_disk("disk after the store closed", &dir, ingested.accepted);
+        } else {
+            println!("disk after the store closed: not measured, the store was still open after 30 s");
+        }
+        drop(temp);
     }
     Ok(())
 }
@@ -612,16 +632,41 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         sum(|c| &c.compacted).max(compacted as u64),
         sum(|c| &c.held)
     );
-    print_disk("disk", &s.dir, accepted);
+    let while_ingesting = s.engine.compactions();
+    print_disk(
+        &format!(
+            "disk ({} compaction(s) of the database while ingesting, the longest pause {:.0} ms)",
+            while_ingesting.count,
+            while_ingesting.longest_pause.as_secs_f64() * 1000.0
+        ),
+        &s.dir,
+        accepted,
+    );
     // Once ingestion stops the engine's writer goes idle, checkpoints and cuts its journal
     // (store-embedded's DESIGN.md, "The journal"): the store at rest, as a server whose load
     // fell keeps it. Only the aggregator's heartbeat writes meanwhile.
+    // At that rest point the writer also compacts the database file, which grew while ingesting
+    // (DESIGN.md, "Compaction at rest"): wait for that too.
     let journal = s.dir.join(store_embedded::JOURNAL_FILE);
     let waited = Instant::now();
-    while std::fs::metadata(&journal).map_or(0, |m| m.len()) > 1 << 20 && waited.elapsed() < Duration::from_secs(60) {
+    while (std::fs::metadata(&journal).map_or(0, |m| m.len()) > 1 << 20
+        || s.engine.compactions().count == while_ingesting.count)
+        && waited.elapsed() < Duration::from_secs(60)
+    {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    print_disk("disk at rest (the journal cut once the writer went idle)", &s.dir, accepted);
+    let compactions = s.engine.compactions();
+    let label = match compactions.last_bytes.filter(|_| compactions.count > while_ingesting.count) {
+        Some((before, after)) => format!(
+            "disk at rest (the journal cut and the database compacted once the writer went quiet: {:.1} to {:.1} MB, \
+             readers and writers paused {:.0} ms)",
+            before as f64 / 1e6,
+            after as f64 / 1e6,
+            compactions.last_pause.as_secs_f64() * 1000.0,
+        ),
+        None => "disk at rest (the journal cut once the writer went idle; not compacted within a minute)".to_string(),
+    };
+    print_disk(&label, &s.dir, accepted);
     let by_entity = item_bytes_by_entity(&s.table).await?;
     let logical: u64 = by_entity.iter().map(|(_, (_, b))| b).sum();
     println!(
