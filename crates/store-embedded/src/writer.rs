@@ -367,11 +367,11 @@ impl Writer {
                 tracing::debug!("a read transaction kept the database busy; compaction waits");
             }
             Err(e) => {
-                // The journal was empty: everything acknowledged is durable. redb may refuse
-                // further writes until a reopen repairs the file; say so plainly.
-                let message = format!("compacting the database file failed: {e}");
-                tracing::error!("{message}");
-                self.failed = Some(message);
+                // The journal was empty: everything acknowledged is durable, and the writer goes
+                // on. If redb refuses further writes (a failed commit), each group fails and is
+                // never acknowledged, until a reopen repairs the file.
+                self.compaction_retry = Instant::now() + COMPACTION_RETRY;
+                tracing::error!(error = %e, "compacting the database file failed");
             }
         }
     }
