@@ -662,7 +662,7 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     // At that rest point the writer also compacts the database file, which grew while ingesting
     // (DESIGN.md, "Compaction at rest"): wait for that too.
     // The engine compacts a new store's file once it takes 4 MiB (a small bench's never is), and
-    // while serving only up to 1 GiB: a larger file waits for the close.
+    // while serving only up to 512 MiB: a larger file waits for the close.
     let engine = store_embedded::Compaction::default();
     let bytes = {
         use std::os::unix::fs::MetadataExt;

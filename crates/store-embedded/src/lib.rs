@@ -95,7 +95,7 @@ pub struct Options {
     pub checkpoint: Checkpoint,
     /// When the database file is compacted at rest, giving back the pages a burst of writes
     /// freed (default: once it grew by 4 MiB and an eighth since the last compaction; while
-    /// serving, files up to 1 GiB).
+    /// serving, files up to 512 MiB).
     pub compaction: Compaction,
 }
 
