@@ -61,6 +61,8 @@ struct Setup {
     _temp: Option<tempfile::TempDir>,
     /// The store's directory.
     dir: std::path::PathBuf,
+    /// The store itself, for what its engine reports (compactions) and to see it close.
+    engine: Arc<store_embedded::EmbeddedStore>,
     /// Whether the store was filled by an earlier `--keep-store` run: nothing is ingested.
     reused: bool,
     table: Table,
@@ -102,9 +104,10 @@ async fn setup_ingesters(
             (Some(temp), dir)
         }
     };
-    let store: Arc<dyn Store> = Arc::new(
+    let engine = Arc::new(
         store_embedded::EmbeddedStore::open(&dir).with_context(|| format!("opening the store at {}", dir.display()))?,
     );
+    let store: Arc<dyn Store> = engine.clone();
     let table = Table::new(store, analytics::schema::tally_schema(analytics::schema::TABLE_NAME)).metered();
     let reused = match table.create_table().await {
         Ok(_) => false,
@@ -135,6 +138,7 @@ async fn setup_ingesters(
     Ok(Setup {
         _temp: temp,
         dir,
+        engine,
         reused,
         table,
         sites,
@@ -428,7 +432,7 @@ fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: D
 /// Runs the bench and prints its figures: ingestion in process, a dashboard's latency and read
 /// units, optionally ingestion over HTTP, and the costs as JSON if asked.
 pub async fn run(options: &BenchOptions) -> Result<()> {
-    let s = setup_ingesters(
+    let mut s = setup_ingesters(
         options.flush_interval,
         options.compact_event_blocks,
         options.ingesters,
@@ -474,6 +478,36 @@ pub async fn run(options: &BenchOptions) -> Result<()> {
 
     if let (Some(path), Some(ingested)) = (&options.output, &ingested) {
         write_costs(path, options, ingested, read_per_dashboard)?;
+    }
+    if let Some(ingested) = &ingested {
+        // What a user finds once the store closed: the close checkpoints, cuts the journal and
+        // compacts a file that grew since its last compaction (store-embedded's DESIGN.md).
+        let (temp, dir) = (s._temp.take(), s.dir.clone());
+        // The store has closed once its file opens again: the last reference may go on another
+        // task, whose thread then checkpoints and compacts. The new open and close add a commit.
+        let waited = Instant::now();
+        drop((stats, s));
+        let closed = loop {
+            match store_embedded::EmbeddedStore::open(&dir) {
+                Ok(again) => break Ok(again),
+                Err(store::StoreError::ResourceInUse(_)) if waited.elapsed() < Duration::from_secs(600) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match closed {
+            Ok(again) => {
+                let label = format!(
+                    "disk after the store closed (closing took {:.2} s, its last checkpoint and compaction included)",
+                    waited.elapsed().as_secs_f64()
+                );
+                drop(again);
+                print_disk(&label, &dir, ingested.accepted);
+            }
+            Err(e) => println!("disk after the store closed: not measured ({e})"),
+        }
+        drop(temp);
     }
     Ok(())
 }
@@ -654,16 +688,55 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         sum(|c| &c.compacted).max(compacted as u64),
         sum(|c| &c.held)
     );
-    print_disk("disk", &s.dir, accepted);
+    let while_ingesting = s.engine.compactions();
+    print_disk(
+        &format!(
+            "disk ({} compaction(s) of the database while ingesting, the longest pause {:.0} ms)",
+            while_ingesting.count,
+            while_ingesting.longest_pause.as_secs_f64() * 1000.0
+        ),
+        &s.dir,
+        accepted,
+    );
     // Once ingestion stops the engine's writer goes idle, checkpoints and cuts its journal
     // (store-embedded's DESIGN.md, "The journal"): the store at rest, as a server whose load
     // fell keeps it. Only the aggregator's heartbeat writes meanwhile.
+    // At that rest point the writer also compacts the database file, which grew while ingesting
+    // (DESIGN.md, "Compaction at rest"): wait for that too.
+    // The engine compacts a new store's file once it takes 4 MiB (a small bench's never is), and
+    // while serving only up to 512 MiB: a larger file waits for the close.
+    let engine = store_embedded::Compaction::default();
+    let bytes = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(s.dir.join("tally.redb")).map_or(0, |m| m.blocks() * 512)
+    };
+    let compacts = engine.growth.is_some_and(|growth| bytes > growth + (1 << 20)) && bytes <= engine.serving_max;
     let journal = s.dir.join(store_embedded::JOURNAL_FILE);
     let waited = Instant::now();
-    while std::fs::metadata(&journal).map_or(0, |m| m.len()) > 1 << 20 && waited.elapsed() < Duration::from_secs(60) {
+    while (std::fs::metadata(&journal).map_or(0, |m| m.len()) > 1 << 20
+        || (compacts && s.engine.compactions().count == while_ingesting.count))
+        && waited.elapsed() < Duration::from_secs(60)
+    {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    print_disk("disk at rest (the journal cut once the writer went idle)", &s.dir, accepted);
+    let compactions = s.engine.compactions();
+    let label = match compactions.last_bytes.filter(|_| compactions.count > while_ingesting.count) {
+        Some((before, after)) => format!(
+            "disk at rest (the journal cut and the database compacted once the writer went quiet: {:.1} to {:.1} MB, \
+             readers and writers paused {:.0} ms)",
+            before as f64 / 1e6,
+            after as f64 / 1e6,
+            compactions.last_pause.as_secs_f64() * 1000.0,
+        ),
+        None if compacts => {
+            "disk at rest (the journal cut once the writer went idle; not compacted within a minute)".to_string()
+        }
+        None if bytes > engine.serving_max => "disk at rest (the journal cut once the writer went idle; a file \
+                                               this large is compacted when the store closes)"
+            .to_string(),
+        None => "disk at rest (the journal cut once the writer went idle; too small to compact)".to_string(),
+    };
+    print_disk(&label, &s.dir, accepted);
     let (by_entity, aggregate_writes) = item_bytes_by_entity(&s.table).await?;
     let logical: u64 = by_entity.iter().map(|(_, (_, b))| b).sum();
     println!(

@@ -142,7 +142,7 @@ impl crate::EmbeddedStore {
     pub fn backup(&self, dir: &Path) -> Result<BackupSummary> {
         check_empty_target(dir, "the backup")?;
         // The snapshot comes first: whatever was acknowledged before this call has committed.
-        let snapshot = self.shared.db.begin_read().map_err(internal)?;
+        let snapshot = self.shared.begin_read().map_err(internal)?;
         private::create_dir(dir).map_err(|e| internal(format!("cannot create {}: {e}", dir.display())))?;
         let creating = dir.join(format!("{FILE_NAME}.creating"));
         let summary = copy_tables(&snapshot, &creating).map_err(|e| {

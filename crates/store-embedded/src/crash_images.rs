@@ -373,27 +373,31 @@ fn every_crash_image_holds_the_acknowledged_writes_and_whole_transactions() {
     // How many images were of the interesting kinds, over every seed: how writes group into
     // commits depends on thread timing, so one seed on a loaded machine may take none of one
     // kind (seen in CI), while every image must hold every acknowledged write whatever its kind.
-    let (reused_total, replaying_total, _) = crash_images(NEVER_IDLE);
+    let (reused_total, replaying_total, _, _) = crash_images(NEVER_IDLE);
     assert!(reused_total >= 1, "no image has older bytes after its journal records");
     assert!(replaying_total >= 2, "only {replaying_total} images had journal records to replay");
 }
 
 /// The same with the journal cut whenever the writer waits a millisecond: a cut follows a
 /// durable checkpoint, so whether it reached the disk or not, every image still holds every
-/// acknowledged write.
+/// acknowledged write. Each such rest point also compacts the database (a store not on a file
+/// compacts whenever something was written since), so images fall inside compactions and
+/// after them, with journal records written after a compaction to replay.
 #[test]
-fn every_crash_image_around_journal_cuts_holds_the_acknowledged_writes() {
-    let (_, _, cuts) = crash_images(std::time::Duration::from_millis(1));
+fn every_crash_image_around_journal_cuts_and_compactions_holds_the_acknowledged_writes() {
+    let (_, _, cuts, compactions) = crash_images(std::time::Duration::from_millis(1));
     // Closing the store always cuts, once per seed at least.
     assert!(cuts >= 6, "only {cuts} cuts");
+    assert!(compactions >= 1, "no compaction while the workload ran");
 }
 
 /// Runs the workload over six seeds on a simulated disk, checking every crash image it took;
 /// returns how many images had older journal bytes after their records, how many had records
-/// to replay, and how many times the journal was cut.
-fn crash_images(idle: std::time::Duration) -> (usize, usize, usize) {
+/// to replay, how many times the journal was cut, and how many times the database was
+/// compacted while the store was open (not counting the close's).
+fn crash_images(idle: std::time::Duration) -> (usize, usize, usize, u64) {
     let rt = runtime();
-    let (mut reused_total, mut replaying_total, mut cuts) = (0, 0, 0);
+    let (mut reused_total, mut replaying_total, mut cuts, mut compactions) = (0, 0, 0, 0);
     for seed in 0..6u64 {
         let disk = Disk::new(Default::default(), seed, 0);
         let store =
@@ -404,6 +408,7 @@ fn crash_images(idle: std::time::Duration) -> (usize, usize, usize) {
             store.create_table(definition()).await.expect("create table");
             workload(store.clone(), disk.clone(), 3, 15).await;
         });
+        compactions += store.compactions().count;
         drop(store);
         let images = std::mem::take(&mut disk.lock().images);
         cuts += disk.lock().journal_cuts;
@@ -430,7 +435,7 @@ fn crash_images(idle: std::time::Duration) -> (usize, usize, usize) {
         }
         replaying_total += replaying;
     }
-    (reused_total, replaying_total, cuts)
+    (reused_total, replaying_total, cuts, compactions)
 }
 
 #[test]

@@ -3,9 +3,12 @@
 //! in `crate::layout`; each write is recorded as an effect through `crate::effects`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableTable};
+use redb::{
+    CompactionError, Database, ReadTransaction, ReadableDatabase, ReadableTable, TransactionError, WriteTransaction,
+};
 use store::{Item, StoreError, item_size};
 
 use crate::capacity::{Units, write_units};
@@ -17,12 +20,88 @@ use crate::schema::TableInfo;
 /// State shared by the writer thread and the readers.
 pub struct Shared {
     /// The redb database: read transactions for readers, write transactions for the writer only.
-    pub db: Database,
+    /// The lock is held only to begin a transaction, and exclusively by [`Shared::compact`].
+    db: RwLock<Database>,
     /// Committed table definitions. The writer replaces entries only after a commit.
     pub tables: RwLock<BTreeMap<String, Arc<TableInfo>>>,
+    /// What the writer's compactions did.
+    compactions: Mutex<Compactions>,
+}
+
+/// What compacting the database file did since the store opened (DESIGN.md, "Compaction at rest").
+#[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
+pub struct Compactions {
+    /// Compactions run.
+    pub count: u64,
+    /// The longest time one held readers and writers.
+    pub longest_pause: Duration,
+    /// The time the last one held them.
+    pub last_pause: Duration,
+    /// The last one's bytes of the database file on disk, before and after (`None` when the
+    /// store is not on a file).
+    pub last_bytes: Option<(u64, u64)>,
+}
+
+/// How a [`Shared::compact`] went.
+pub enum Compacted {
+    /// The file was compacted (or had nothing to move), readers and the writer held for this long.
+    Done(Duration),
+    /// A read transaction (a backup, say) outlived the wait for it: nothing was done.
+    ReadersBusy,
 }
 
 impl Shared {
+    /// The state over `db` and its table definitions.
+    pub fn new(db: Database, tables: BTreeMap<String, Arc<TableInfo>>) -> Shared {
+        Shared { db: RwLock::new(db), tables: RwLock::new(tables), compactions: Mutex::default() }
+    }
+
+    /// What the compactions so far did.
+    pub fn compactions(&self) -> Compactions {
+        *store::sync::lock(&self.compactions)
+    }
+
+    /// Counts a compaction that paused everything for `pause`, with the file's bytes on disk
+    /// before and after it.
+    pub fn record_compaction(&self, pause: Duration, before: Option<u64>, after: Option<u64>) {
+        let mut c = store::sync::lock(&self.compactions);
+        c.count += 1;
+        c.longest_pause = c.longest_pause.max(pause);
+        c.last_pause = pause;
+        c.last_bytes = before.zip(after);
+    }
+
+    /// A read transaction on the last commit.
+    pub fn begin_read(&self) -> Result<ReadTransaction, TransactionError> {
+        store::sync::read(&self.db).begin_read()
+    }
+
+    /// A write transaction: for the writer thread only.
+    pub fn begin_write(&self) -> Result<WriteTransaction, TransactionError> {
+        store::sync::read(&self.db).begin_write()
+    }
+
+    /// Compacts the database file with redb (its pages moved down, the free tail cut off), which
+    /// needs the database to itself: no new transaction begins meanwhile, and the read
+    /// transactions in flight get up to `drain` to end. Called by the writer thread only, between
+    /// groups, so no write transaction is live.
+    pub fn compact(&self, drain: Duration) -> Result<Compacted, CompactionError> {
+        let mut db = store::sync::write(&self.db);
+        let started = Instant::now();
+        loop {
+            match db.compact() {
+                Ok(_) => return Ok(Compacted::Done(started.elapsed())),
+                // Readers began their transactions before the lock was taken; they end soon.
+                Err(CompactionError::TransactionInProgress) if started.elapsed() < drain => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(CompactionError::TransactionInProgress) => return Ok(Compacted::ReadersBusy),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// The committed definition of `table`, or DynamoDB's not-found error.
     pub fn table(&self, table: &str) -> Result<Arc<TableInfo>, StoreError> {
         let tables = store::sync::read(&self.tables);

@@ -50,8 +50,8 @@ mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -64,12 +64,13 @@ use store::{
 };
 
 pub use crate::backup::{BackupSummary, restore};
+pub use crate::db::Compactions;
 use crate::db::Shared;
 pub use crate::journal::FILE_NAME as JOURNAL_FILE;
 use crate::journal::JournalFile;
 use crate::layout::{OpError, internal};
 use crate::schema::TableInfo;
-pub use crate::writer::Checkpoint;
+pub use crate::writer::{Checkpoint, Compaction};
 use crate::writer::{Job, Reply, Swept, Writer};
 
 /// The database file inside the store's directory.
@@ -92,6 +93,10 @@ pub struct Options {
     /// When writes already durable in the journal are made durable in the database file and
     /// the journal emptied (default: every 2 s of writing, or at 64 MiB of journal).
     pub checkpoint: Checkpoint,
+    /// When the database file is compacted at rest, giving back the pages a burst of writes
+    /// freed (default: once it grew by 4 MiB and an eighth since the last compaction; while
+    /// serving, files up to 512 MiB).
+    pub compaction: Compaction,
 }
 
 impl Default for Options {
@@ -100,6 +105,7 @@ impl Default for Options {
             ttl_sweep_interval: Some(Duration::from_secs(10)),
             cache_size: Some(8 * 1024 * 1024),
             checkpoint: Checkpoint::default(),
+            compaction: Compaction::default(),
         }
     }
 }
@@ -120,6 +126,12 @@ impl Options {
     /// Sets when the database file catches up with the journal.
     pub fn checkpoint(mut self, checkpoint: Checkpoint) -> Self {
         self.checkpoint = checkpoint;
+        self
+    }
+
+    /// Sets when the database file is compacted.
+    pub fn compaction(mut self, compaction: Compaction) -> Self {
+        self.compaction = compaction;
         self
     }
 }
@@ -175,7 +187,7 @@ impl EmbeddedStore {
         })?;
         let journal = journal::open_file(dir)
             .map_err(|e| internal(format!("cannot open the journal in {}: {e}", dir.display())))?;
-        EmbeddedStore::from_database(db, Box::new(journal), dir.to_path_buf(), options)
+        EmbeddedStore::from_database(db, Box::new(journal), dir.to_path_buf(), Some(path), options)
     }
 
     /// Opens the store on a redb storage backend: the crash-image tests use one that keeps
@@ -187,20 +199,24 @@ impl EmbeddedStore {
         options: Options,
     ) -> Result<EmbeddedStore> {
         let db = redb::Database::builder().create_with_backend(backend).map_err(internal)?;
-        EmbeddedStore::from_database(db, Box::new(journal), PathBuf::new(), options)
+        EmbeddedStore::from_database(db, Box::new(journal), PathBuf::new(), None, options)
     }
 
+    /// The store over `db`, in directory `path`; `file` is the database file, whose bytes on
+    /// disk decide when it is compacted.
     fn from_database(
         db: redb::Database,
         journal: Box<dyn JournalFile>,
         path: PathBuf,
+        file: Option<PathBuf>,
         options: Options,
     ) -> Result<EmbeddedStore> {
         let tables = load_definitions(&db)?;
         let recovered = journal::recover(&db, journal)?;
-        let shared = Arc::new(Shared { db, tables: RwLock::new(tables) });
+        let shared = Arc::new(Shared::new(db, tables));
         let (tx, rx) = mpsc::channel();
-        let writer = Writer::new(shared.clone(), recovered.journal, recovered.seq, options.checkpoint);
+        let writer = Writer::new(shared.clone(), recovered.journal, recovered.seq, options.checkpoint)
+            .compacting(options.compaction, file);
         let writer_thread = std::thread::Builder::new()
             .name("tally-writer".into())
             .spawn(move || writer.run(rx))
@@ -229,6 +245,11 @@ impl EmbeddedStore {
     /// The directory the store lives in.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// What compacting the database file at rest did since the store opened.
+    pub fn compactions(&self) -> Compactions {
+        self.shared.compactions()
     }
 
     /// How many committed groups of writes the open replayed from the journal: 0 after a clean

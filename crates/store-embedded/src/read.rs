@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
-use redb::{ReadTransaction, ReadableDatabase, ReadableTableMetadata, TableError};
+use redb::{ReadTransaction, ReadableTableMetadata, TableError};
 use store::limits::{MAX_BATCH_GET, MAX_BATCH_GET_BYTES, MAX_PAGE_BYTES, MAX_TRANSACT_ITEMS};
 use store::{
     AttributeValue, BatchGetItem, BatchGetItemOutput, GetItem, GetItemOutput, Item, KeysAndAttributes, Query,
@@ -23,7 +23,7 @@ use crate::layout::{bytes_table, internal};
 use crate::schema::{IndexInfo, IndexKind, TableInfo};
 
 fn begin(shared: &Shared) -> Result<ReadTransaction> {
-    shared.db.begin_read().map_err(internal)
+    shared.begin_read().map_err(internal)
 }
 
 fn open(txn: &ReadTransaction, name: &str) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {

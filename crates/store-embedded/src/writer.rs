@@ -13,6 +13,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,7 +29,7 @@ use tokio::sync::oneshot;
 
 use crate::capacity::{Kind, PerTable, Units, read_units, write_units};
 use crate::codec;
-use crate::db::{Shared, load, replace_item, store_item};
+use crate::db::{Compacted, Shared, load, replace_item, store_item};
 use crate::effects::{On, Tx};
 use crate::expr::{Condition, ExprContext, Projection, Update};
 use crate::journal::{self, Journal};
@@ -158,6 +159,21 @@ pub struct Writer {
     /// Set when the journal could not be written or emptied: from then on every write fails
     /// until the store is reopened (which replays what the journal holds).
     failed: Option<String>,
+    compaction: Compaction,
+    /// The database file, whose bytes on disk decide when to compact (`None`: a test backend,
+    /// compacted whenever something was written since).
+    file: Option<PathBuf>,
+    /// The file's bytes on disk after the last compaction, or at the open.
+    compacted_bytes: Option<u64>,
+    /// Whether a group committed since the last compaction.
+    written_since_compaction: bool,
+    /// Set at a rest point (a second checkpoint in a row after a quiet interval, an idle
+    /// checkpoint): the writer considers compacting before it takes the next job.
+    compaction_due: bool,
+    /// Checkpoints in a row whose interval wrote little.
+    quiet_checkpoints: u32,
+    /// After readers kept the database busy, compaction waits until then.
+    compaction_retry: Instant,
 }
 
 /// When the writer makes a group's commit durable in redb itself and empties the journal.
@@ -182,6 +198,37 @@ impl Default for Checkpoint {
 /// A journal file smaller than this is never cut at a checkpoint (only when idle or closing).
 const CUT_FROM: u64 = 1 << 20;
 
+/// When the writer compacts the database file (DESIGN.md, "Compaction at rest"): at a rest point
+/// — the second checkpoint in a row after an interval that wrote little, the idle checkpoint, the
+/// close — once the file takes at least `growth` bytes on disk more than after the last
+/// compaction (or the open), and at least an eighth more.
+#[derive(Clone, Copy, Debug)]
+pub struct Compaction {
+    /// The least growth worth a compaction; `None` never compacts.
+    pub growth: Option<u64>,
+    /// While the store serves, a file larger than this is left for the close: readers and
+    /// writers wait while it is compacted, and the pause grows with the file (0.4–0.75 s for
+    /// 250 MB, 4.2 s for 2.3 GB).
+    pub serving_max: u64,
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Compaction { growth: Some(4 << 20), serving_max: 512 << 20 }
+    }
+}
+
+/// How long a compaction waits for read transactions begun before it to end.
+const COMPACTION_DRAIN: Duration = Duration::from_millis(100);
+/// After a read transaction outlived that wait (a backup), compaction waits this long to try again.
+const COMPACTION_RETRY: Duration = Duration::from_secs(60);
+
+/// The bytes `file` takes on disk (its allocated blocks), `None` if it cannot be read.
+fn disk_bytes(file: &std::path::Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(file).ok().map(|m| m.blocks() * 512)
+}
+
 /// Seconds since the epoch.
 pub fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -201,13 +248,31 @@ impl Writer {
             last_checkpoint: Instant::now(),
             last_commit: Instant::now(),
             failed: None,
+            compaction: Compaction { growth: None, ..Compaction::default() },
+            file: None,
+            compacted_bytes: None,
+            written_since_compaction: false,
+            compaction_due: false,
+            quiet_checkpoints: 0,
+            compaction_retry: Instant::now(),
         }
+    }
+
+    /// Compacts the database (at `file`, if on one) as `compaction` says.
+    pub fn compacting(mut self, compaction: Compaction, file: Option<PathBuf>) -> Self {
+        self.compaction = compaction;
+        self.compacted_bytes = file.as_deref().and_then(disk_bytes);
+        self.file = file;
+        self
     }
 
     /// Runs until every sender is gone, then checkpoints and cuts the journal. Idle for
     /// [`Checkpoint::idle`] with a journal to empty, it does the same and waits on.
     pub fn run(mut self, rx: Receiver<Job>) {
         loop {
+            if std::mem::take(&mut self.compaction_due) {
+                self.compact(true);
+            }
             let first = if self.failed.is_none() && self.journal.file_len() > 0 {
                 // Idle means no commit for a while; jobs that change nothing (reads, sweeps with
                 // nothing to delete, failed conditions) do not count.
@@ -237,6 +302,7 @@ impl Writer {
             self.run_group(jobs);
         }
         self.rest("the last checkpoint failed; the journal will be replayed on the next open");
+        self.compact(false);
     }
 
     /// With nothing to write: checkpoints if the journal holds records, then cuts its file.
@@ -257,6 +323,57 @@ impl Writer {
         }
         if let Err(e) = self.journal.cut() {
             tracing::warn!(error = %e, "cutting the emptied journal file failed; it keeps its size");
+        }
+        self.compaction_due = true;
+    }
+
+    /// At a rest point, with the journal empty (everything committed is durable in the file):
+    /// compacts the database file if it grew enough since the last compaction (see
+    /// [`Compaction`]); `serving` leaves files over [`Compaction::serving_max`] for the close.
+    /// redb's compaction commits durably, in two phases, and changes no item and not
+    /// `sys/journal`, so a crash during it leaves the last checkpoint or a later one, every one
+    /// naming the writer's last group, and the journal replays nothing it holds.
+    fn compact(&mut self, serving: bool) {
+        let Some(growth) = self.compaction.growth else {
+            return;
+        };
+        if self.failed.is_some()
+            || self.journal.len() > 0
+            || !self.written_since_compaction
+            || (serving && Instant::now() < self.compaction_retry)
+        {
+            return;
+        }
+        let before = self.file.as_deref().and_then(disk_bytes);
+        if let (Some(now), Some(base)) = (before, self.compacted_bytes)
+            && (now < base + growth.max(base / 8) || (serving && now > self.compaction.serving_max))
+        {
+            return;
+        }
+        match self.shared.compact(COMPACTION_DRAIN) {
+            Ok(Compacted::Done(pause)) => {
+                let after = self.file.as_deref().and_then(disk_bytes);
+                self.compacted_bytes = after;
+                self.written_since_compaction = false;
+                self.shared.record_compaction(pause, before, after);
+                tracing::info!(
+                    pause_ms = pause.as_millis() as u64,
+                    before = before.unwrap_or(0),
+                    after = after.unwrap_or(0),
+                    "compacted the database file"
+                );
+            }
+            Ok(Compacted::ReadersBusy) => {
+                self.compaction_retry = Instant::now() + COMPACTION_RETRY;
+                tracing::debug!("a read transaction kept the database busy; compaction waits");
+            }
+            Err(e) => {
+                // The journal was empty: everything acknowledged is durable, and the writer goes
+                // on. If redb refuses further writes (a failed commit), each group fails and is
+                // never acknowledged, until a reopen repairs the file.
+                self.compaction_retry = Instant::now() + COMPACTION_RETRY;
+                tracing::error!(error = %e, "compacting the database file failed");
+            }
         }
     }
 
@@ -296,7 +413,7 @@ impl Writer {
 
     /// Makes everything committed so far durable in redb and starts the journal over.
     fn checkpoint_now(&mut self) -> Result<(), String> {
-        let mut txn = self.shared.db.begin_write().map_err(|e| e.to_string())?;
+        let mut txn = self.shared.begin_write().map_err(|e| e.to_string())?;
         txn.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
         journal::set_applied(&txn, self.seq).map_err(fatal_text)?;
         txn.commit().map_err(|e| e.to_string())?;
@@ -310,11 +427,21 @@ impl Writer {
     fn emptied(&mut self) {
         self.last_checkpoint = Instant::now();
         let written = self.journal.len();
+        let held = self.journal.file_len();
         self.journal.restart();
-        if self.journal.file_len() > CUT_FROM.max(4 * written)
+        if held > CUT_FROM.max(4 * written)
             && let Err(e) = self.journal.cut()
         {
             tracing::warn!(error = %e, "cutting the emptied journal file failed; it keeps its size");
+        }
+        // Two intervals in a row wrote little of what the file held (or of a small file): the
+        // load fell and stayed low, a rest point. One such interval in the middle of a busy
+        // spell (a slow moment) is not.
+        if 4 * written < held.max(CUT_FROM) {
+            self.quiet_checkpoints = self.quiet_checkpoints.saturating_add(1);
+            self.compaction_due = self.quiet_checkpoints >= 2;
+        } else {
+            self.quiet_checkpoints = 0;
         }
     }
 
@@ -330,7 +457,7 @@ impl Writer {
         }
         let schema_change = jobs.iter().any(Job::changes_schema);
         let durable = schema_change || self.checkpoint_due();
-        let mut txn = self.shared.db.begin_write().map_err(|e| e.to_string())?;
+        let mut txn = self.shared.begin_write().map_err(|e| e.to_string())?;
         txn.set_durability(if durable { Durability::Immediate } else { Durability::None })
             .map_err(|e| e.to_string())?;
         let tx = Tx::new(&txn);
@@ -373,6 +500,7 @@ impl Writer {
         }
         self.seq = seq;
         self.last_commit = Instant::now();
+        self.written_since_compaction = true;
         if self.defs_changed {
             let mut tables = store::sync::write(&self.shared.tables);
             *tables = self.defs.clone();
@@ -952,7 +1080,7 @@ mod tests {
         let db = redb::Database::create(dir.join("t.redb")).unwrap();
         let file = journal::open_file(dir).unwrap();
         let recovered = journal::recover(&db, Box::new(file)).map_err(fatal_text).unwrap();
-        let shared = Arc::new(Shared { db, tables: Default::default() });
+        let shared = Arc::new(Shared::new(db, Default::default()));
         (Writer::new(shared.clone(), recovered.journal, recovered.seq, Checkpoint::default()), shared)
     }
 
@@ -1005,7 +1133,7 @@ mod tests {
         let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
         let file = journal::open_file(dir.path()).unwrap();
         let recovered = journal::recover(&db, Box::new(file)).map_err(fatal_text).unwrap();
-        let shared = Arc::new(Shared { db, tables: Default::default() });
+        let shared = Arc::new(Shared::new(db, Default::default()));
         let mut writer = Writer::new(shared.clone(), recovered.journal, recovered.seq, Checkpoint::default());
         let def = TableDefinition::new("tbl", KeySchema::hash("pk", ScalarType::S));
         let (create, rx) = job(|r| Job::CreateTable(def, r));
@@ -1014,7 +1142,7 @@ mod tests {
 
         // Corrupt one stored item behind the engine's back.
         let info = shared.table("tbl").unwrap();
-        let txn = shared.db.begin_write().unwrap();
+        let txn = shared.begin_write().unwrap();
         txn.open_table(bytes_table(&info.redb_name))
             .unwrap()
             .insert(info.base_key(&item! { "pk" => "bad" }).as_slice(), [9u8, 9, 9].as_slice())

@@ -521,3 +521,140 @@ async fn the_journal_is_cut_once_the_writer_is_idle_and_when_the_store_closes() 
     }
     assert_eq!(count, 61 + 200 + (n - 1_000), "nothing is lost");
 }
+
+/// The bytes the database file of the store in `dir` takes on disk.
+fn database_bytes(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir.join("tally.redb")).unwrap().blocks() * 512
+}
+
+/// Writes 3,000 items of 4 KB in batches, then deletes two in three: the pages they held are
+/// freed, and the file keeps its size unless it is compacted.
+async fn write_then_delete_most(store: &EmbeddedStore) {
+    let pad = "z".repeat(4_000);
+    let item = |n: usize| {
+        let mut item = key("c", &format!("{n:05}"));
+        item.insert("pad".into(), pad.as_str().into());
+        item
+    };
+    for chunk in (0..3_000).collect::<Vec<_>>().chunks(25) {
+        let mut batch = BatchWriteItem::default();
+        batch.requests.insert(T.into(), chunk.iter().map(|&n| WriteRequest::Put(item(n))).collect());
+        store.batch_write_item(batch).await.unwrap();
+    }
+    let doomed: Vec<usize> = (0..3_000).filter(|n| n % 3 != 0).collect();
+    for chunk in doomed.chunks(25) {
+        let mut batch = BatchWriteItem::default();
+        batch
+            .requests
+            .insert(T.into(), chunk.iter().map(|&n| WriteRequest::Delete(key("c", &format!("{n:05}")))).collect());
+        store.batch_write_item(batch).await.unwrap();
+    }
+}
+
+/// Every item [`write_then_delete_most`] kept is there, whole, and none it deleted.
+async fn the_kept_items_are_there(store: &EmbeddedStore) {
+    let (mut kept, mut start) = (Vec::new(), None);
+    loop {
+        let page = store.query(Query::new(T, "pk = :p").value(":p", "c").start_after(start)).await.unwrap();
+        kept.extend(page.items);
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            break;
+        }
+    }
+    let want: Vec<String> = (0..3_000).filter(|n| n % 3 == 0).map(|n| format!("{n:05}")).collect();
+    let got: Vec<String> = kept.iter().map(|i| i["sk"].as_s().unwrap().to_string()).collect();
+    assert_eq!(got, want);
+    assert!(kept.iter().all(|i| i["pad"].as_s().map(str::len) == Some(4_000)), "an item came back damaged");
+}
+
+/// Closing a store whose file grew compacts it: the pages freed by deleted (or rewritten) items
+/// are given back instead of staying as holes, and every item is still there after reopening.
+#[tokio::test]
+async fn closing_compacts_a_file_that_grew_and_keeps_every_item() {
+    use std::time::Duration;
+    use store_embedded::{Checkpoint, Compaction};
+    // No checkpoint and no rest point while it runs: only the close compacts.
+    let options = |compaction: Compaction| {
+        Options::default()
+            .ttl_sweep_interval(None)
+            .checkpoint(Checkpoint {
+                interval: Duration::from_secs(3600),
+                journal_bytes: 64 << 20,
+                idle: Duration::from_secs(3600),
+            })
+            .compaction(compaction)
+    };
+    let mut bytes = Vec::new();
+    let mut dirs = Vec::new();
+    for compaction in [Compaction { growth: None, ..Compaction::default() }, Compaction::default()] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = EmbeddedStore::open_with(dir.path(), options(compaction)).unwrap();
+            store.create_table(definition()).await.unwrap();
+            write_then_delete_most(&store).await;
+            assert_eq!(store.compactions().count, 0, "nothing compacts before the close");
+        }
+        bytes.push(database_bytes(dir.path()));
+        dirs.push(dir);
+    }
+    let [kept, compacted] = [bytes[0], bytes[1]];
+    eprintln!("on disk after the close: {kept} bytes never compacted, {compacted} compacted");
+    assert!(
+        compacted * 10 <= kept * 6,
+        "compacted at close: {compacted} bytes on disk, against {kept} for the same store never compacted"
+    );
+    for dir in &dirs {
+        let store = EmbeddedStore::open_with(dir.path(), options(Compaction::default())).unwrap();
+        assert_eq!(store.replayed_groups(), 0, "the close checkpointed before compacting");
+        the_kept_items_are_there(&store).await;
+    }
+    // Reopened and closed, it stays as small.
+    let store = EmbeddedStore::open_with(dirs[1].path(), options(Compaction::default())).unwrap();
+    drop(store);
+    assert!(database_bytes(dirs[1].path()) <= compacted + (64 << 10));
+}
+
+/// A store whose writer comes to rest (here: idle) compacts its file while it stays open:
+/// reads and writes go on after the pause, and writes made after it are journaled and survive a
+/// reopen like any other.
+#[tokio::test]
+async fn an_idle_writer_compacts_a_file_that_grew_and_writes_go_on() {
+    use std::time::{Duration, Instant};
+    use store_embedded::Checkpoint;
+    let options = Options::default().ttl_sweep_interval(None).checkpoint(Checkpoint {
+        interval: Duration::from_secs(3600),
+        journal_bytes: 64 << 20,
+        idle: Duration::from_secs(1),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = EmbeddedStore::open_with(dir.path(), options.clone()).unwrap();
+        store.create_table(definition()).await.unwrap();
+        write_then_delete_most(&store).await;
+        let waited = Instant::now();
+        while store.compactions().count == 0 {
+            assert!(waited.elapsed() < Duration::from_secs(30), "the idle writer never compacted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let compactions = store.compactions();
+        let (before, after) = compactions.last_bytes.expect("a store on a file knows its size");
+        eprintln!("compacted at rest: {before} to {after} bytes on disk in {:?}", compactions.longest_pause);
+        assert!(after * 10 <= before * 6, "compacting took the file from {before} to {after} bytes on disk");
+        assert!(compactions.longest_pause < Duration::from_secs(10));
+        the_kept_items_are_there(&store).await;
+        // Writes after the compaction: journaled, then made durable by the close.
+        store.put_item(PutItem::new(T, key("after", "1"))).await.unwrap();
+        // Idle again with nothing grown: no second compaction.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        store.put_item(PutItem::new(T, key("after", "2"))).await.unwrap();
+        assert_eq!(store.compactions().count, 1, "compacted again with nothing grown");
+    }
+    let store = EmbeddedStore::open_with(dir.path(), options).unwrap();
+    the_kept_items_are_there(&store).await;
+    for sk in ["1", "2"] {
+        let got = store.get_item(GetItem::new(T, key("after", sk))).await.unwrap();
+        assert!(got.item.is_some(), "the write after the compaction was lost");
+    }
+}
