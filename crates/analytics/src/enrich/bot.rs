@@ -6,11 +6,10 @@
 //! Headless and automation browsers are matched by the product tokens they announce, checked first
 //! so that the drop reason says what they are.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
 
 use crate::enrich::ip::IpRanges;
+use crate::enrich::recent::Recent;
 
 /// Why an event was dropped; the server counts drops by [`DropReason::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,7 +65,7 @@ const HEADLESS_TOKENS: &[&str] = &[
 /// regular expression (about a microsecond a User-Agent).
 pub struct BotDetector {
     bots: isbot::Bots,
-    verdicts: Mutex<HashMap<Box<str>, Option<DropReason>>>,
+    verdicts: Recent<Option<DropReason>, { BotDetector::CACHE_CAPACITY }>,
 }
 
 impl std::fmt::Debug for BotDetector {
@@ -84,7 +83,7 @@ impl Default for BotDetector {
 impl BotDetector {
     /// Compiles the `isbot` list.
     pub fn new() -> Self {
-        BotDetector { bots: isbot::Bots::default(), verdicts: Mutex::new(HashMap::new()) }
+        BotDetector { bots: isbot::Bots::default(), verdicts: Recent::new() }
     }
 
     /// Most verdicts remembered: at most about 5 MB, at the longest User-Agent events keep.
@@ -93,17 +92,7 @@ impl BotDetector {
     /// Why `user_agent` is not a person's browser, if it is not: empty, headless, or a listed
     /// bot. From the cache when it was seen lately.
     pub fn check_user_agent(&self, user_agent: &str) -> Option<DropReason> {
-        // A panic elsewhere while the lock was held leaves a map that is still whole.
-        if let Some(verdict) = store::sync::lock(&self.verdicts).get(user_agent) {
-            return *verdict;
-        }
-        let verdict = self.check_user_agent_uncached(user_agent);
-        let mut verdicts = store::sync::lock(&self.verdicts);
-        if verdicts.len() >= Self::CACHE_CAPACITY {
-            verdicts.clear();
-        }
-        verdicts.insert(user_agent.into(), verdict);
-        verdict
+        self.verdicts.get_or(user_agent, |ua| self.check_user_agent_uncached(ua))
     }
 
     /// [`BotDetector::check_user_agent`], always matched against the lists.

@@ -22,6 +22,7 @@
 pub mod bot;
 pub mod geo;
 pub mod ip;
+mod recent;
 pub mod referrer;
 pub mod ua;
 

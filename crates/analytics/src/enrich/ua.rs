@@ -34,12 +34,12 @@ mod patterns;
 mod tests;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::Mutex;
 
 use regex::Captures;
 
 use patterns::PatternSet;
+
+use crate::enrich::recent::Recent;
 
 /// The embedded `uap-core` patterns.
 const REGEXES: &str = include_str!("../../data/uap-regexes.yaml");
@@ -155,7 +155,7 @@ pub struct UserAgentParser {
     os_patterns: Vec<OsPattern>,
     devices: PatternSet,
     device_patterns: Vec<DevicePattern>,
-    cache: Mutex<HashMap<Box<str>, ClientInfo>>,
+    cache: Recent<ClientInfo, { UserAgentParser::CACHE_CAPACITY }>,
 }
 
 impl std::fmt::Debug for UserAgentParser {
@@ -187,7 +187,7 @@ impl UserAgentParser {
             os_patterns: file.os_parsers,
             devices,
             device_patterns: file.device_parsers,
-            cache: Mutex::new(HashMap::new()),
+            cache: Recent::new(),
         })
     }
 
@@ -196,18 +196,7 @@ impl UserAgentParser {
 
     /// Browser, OS and device type of `user_agent`, from the cache when it was seen lately.
     pub fn parse(&self, user_agent: &str) -> ClientInfo {
-        // A panic elsewhere while the lock was held leaves a map that is still whole, so a
-        // poisoned lock is used as it is.
-        if let Some(info) = store::sync::lock(&self.cache).get(user_agent) {
-            return info.clone();
-        }
-        let info = self.parse_uncached(user_agent);
-        let mut cache = store::sync::lock(&self.cache);
-        if cache.len() >= Self::CACHE_CAPACITY {
-            cache.clear();
-        }
-        cache.insert(user_agent.into(), info.clone());
-        info
+        self.cache.get_or(user_agent, |ua| self.parse_uncached(ua))
     }
 
     /// Browser, OS and device type of `user_agent`, always matched against the patterns.
