@@ -291,7 +291,7 @@ impl Shards {
         for shard in &self.0 {
             match shard.try_lock() {
                 Ok(guard) => return guard,
-                // A panic while it was held leaves sums of whole events (see `commit`).
+                // A poisoned accumulator is used as it is, as `lock` uses every lock.
                 Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => {}
             }
@@ -664,14 +664,22 @@ impl Shared {
             None => return Ok(None),
         };
         let settings = self.settings_of(unzoned_sites).await?;
-        let mut epochs = lock(&self.epochs);
-        let Some(slot) = epochs.slots.get_mut(&epoch) else { return Ok(None) };
-        let mut acc = slot.shards.take();
-        for event in std::mem::take(&mut slot.unzoned) {
+        let (shards, unzoned) = {
+            let mut epochs = lock(&self.epochs);
+            let Some(slot) = epochs.slots.get_mut(&epoch) else { return Ok(None) };
+            (slot.shards.clone(), std::mem::take(&mut slot.unzoned))
+        };
+        // The epoch is settled: no ticket of it commits any more, so its accumulators are merged
+        // and finished without holding up the tickets of the next one. Nothing below awaits, and
+        // flushes run one at a time, so the result reaches the slot before anything else looks.
+        let mut acc = shards.take();
+        for event in unzoned {
             let zone = settings.get(event.site_id.as_str()).map_or_else(SiteZone::utc, |s| s.zone.clone());
             apply::accumulate_from(&mut acc, &event, &zone, minutes_from(&self.config));
         }
         let frozen = Arc::new(acc.finish());
+        let mut epochs = lock(&self.epochs);
+        let Some(slot) = epochs.slots.get_mut(&epoch) else { return Ok(None) };
         slot.frozen = Some(frozen.clone());
         Ok(Some(frozen))
     }
