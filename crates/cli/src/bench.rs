@@ -319,31 +319,44 @@ async fn item_bytes_by_entity(table: &model::Table) -> Result<(Vec<(String, (u64
 /// bound (an item grows as it is written), with the share of units spent on items over 1 KB.
 #[derive(Default)]
 struct AggregateWrites {
-    by_period: std::collections::BTreeMap<String, [u64; 4]>,
+    by_period: std::collections::BTreeMap<String, PeriodWrites>,
+}
+
+/// One period's share of [`AggregateWrites`].
+#[derive(Default)]
+struct PeriodWrites {
+    items: u64,
+    writes: u64,
+    units: u64,
+    /// Units of the items over one write unit.
+    units_on_big_items: u64,
 }
 
 impl AggregateWrites {
     fn add(&mut self, record: &model::Record, size: u64) {
         let period = record.string("period").unwrap_or("?").to_owned();
         let writes = record.opt_i64("version").ok().flatten().unwrap_or(1).max(1) as u64;
-        let units = writes * size.div_ceil(store::limits::WRITE_UNIT_BYTES as u64).max(1);
-        let e = self.by_period.entry(period).or_default();
-        e[0] += 1;
-        e[1] += writes;
-        e[2] += units;
-        if size > store::limits::WRITE_UNIT_BYTES as u64 {
-            e[3] += units;
+        let unit = store::limits::WRITE_UNIT_BYTES as u64;
+        let units = writes * size.div_ceil(unit).max(1);
+        let p = self.by_period.entry(period).or_default();
+        p.items += 1;
+        p.writes += writes;
+        p.units += units;
+        if size > unit {
+            p.units_on_big_items += units;
         }
     }
 
     fn line(&self, events: u64) -> String {
         self.by_period
             .iter()
-            .map(|(period, [items, writes, units, big])| {
+            .map(|(period, p)| {
                 format!(
-                    "{period} {items} items, {writes} writes, {:.3} units per event ({:.0} % on items over 1 KB)",
-                    *units as f64 / events as f64,
-                    100.0 * *big as f64 / (*units).max(1) as f64
+                    "{period} {} items, {} writes, {:.3} units per event ({:.0} % on items over 1 KB)",
+                    p.items,
+                    p.writes,
+                    p.units as f64 / events as f64,
+                    100.0 * p.units_on_big_items as f64 / p.units.max(1) as f64
                 )
             })
             .collect::<Vec<_>>()

@@ -48,6 +48,9 @@ fn bench_prints_every_figure_and_capacity_prices_them() {
     let p99 = figure(&out, "dashboard (", "p99");
     assert!(p50 > 0.0 && p99 >= p50, "{out}");
     assert!(figure(&out, "dashboard lag", "at most") >= 0.0);
+    // Where aggregates' write units go: every event writes its day's items.
+    let day_units = figure(&out, "aggregate writes", "writes, ");
+    assert!(day_units > 0.0, "{out}");
     assert!(figure(&out, "over HTTP", "connections):") > 0.0);
 
     let costs: serde_json::Value =
