@@ -200,6 +200,13 @@ pub struct AggregatorConfig {
     /// expire two hours after their last write, so older events (a backfill, a replayed batch)
     /// would only write items nobody reads.
     pub minute_items_for: Duration,
+    /// Whether the periodic flush may leave an epoch's week and month items to the next flush
+    /// (they then hold two epochs' deltas, written once). They are the sums of the days, their
+    /// busy items hold dense sketches (about 8 KB, nine write units a rewrite), and under load
+    /// they were as many write units as the days: writing them every other flush halves that.
+    /// They lag the days by one flush at most; a flush with no newer epoch writes them alone, and
+    /// [`Aggregator::flush_now`] and shutdown write everything.
+    pub defer_weeks_and_months: bool,
 }
 
 impl Default for AggregatorConfig {
@@ -221,6 +228,7 @@ impl Default for AggregatorConfig {
             cache_items: 200_000,
             cache_bytes: 32 * 1024 * 1024,
             minute_items_for: Duration::from_secs(3600),
+            defer_weeks_and_months: true,
         }
     }
 }
@@ -274,6 +282,8 @@ struct EpochSlot {
     unzoned: Vec<StoredEvent>,
     /// The accumulator, frozen once the epoch is closed and settled; dropped once flushed.
     frozen: Option<Arc<Accumulated>>,
+    /// Decided when frozen: its flush leaves the week and month items to the next one.
+    defers: bool,
     events: u64,
     oldest_ms: Option<i64>,
 }
@@ -309,6 +319,31 @@ impl Shards {
     }
 }
 
+/// What one flush hands the next: the cached items, and week and month deltas left unwritten.
+#[derive(Default)]
+struct FlushState {
+    cache: ItemCache,
+    carried: Option<Carried>,
+}
+
+/// The week and month items of a flushed epoch whose flush left them unwritten
+/// ([`AggregatorConfig::defer_weeks_and_months`]).
+///
+/// Invariant: they hold exactly the week and month deltas of epoch `epoch` (and of no other), and
+/// the run's `flushed_epoch` is below `epoch` until they are written, so recovery reads that
+/// epoch's events again should the process die: its other items carry the epoch in their
+/// `flushes` mark and are skipped, these get it once. They are written either inside the next
+/// epoch (added to its accumulator before it is frozen, so under that epoch's mark), or alone
+/// under `epoch`; once a write alone was tried, only alone, and before any later epoch, since a
+/// later epoch's mark on one of these items would make the retry skip it.
+struct Carried {
+    items: Accumulated,
+    epoch: u64,
+    events: u64,
+    oldest_ms: Option<i64>,
+    tried_alone: bool,
+}
+
 #[derive(Default)]
 struct Epochs {
     current: u64,
@@ -328,6 +363,9 @@ struct Counts {
     flush_write_units: f64,
     runs_recovered: u64,
     flushed_epoch: u64,
+    /// The events and the oldest commit time of the deltas carried to the next flush.
+    carried_events: u64,
+    carried_oldest_ms: Option<i64>,
 }
 
 pub(crate) struct Shared {
@@ -340,7 +378,7 @@ pub(crate) struct Shared {
     settings: RwLock<HashMap<String, SiteSettings>>,
     partitions: Mutex<HashMap<String, HashSet<UtcDay>>>,
     /// Held for the whole of a flush: the flushes of one run are strictly sequential.
-    flush: tokio::sync::Mutex<ItemCache>,
+    flush: tokio::sync::Mutex<FlushState>,
     /// Runs whose `Run` item says `done` or `recovered`: their `flushes` entries can go.
     finished: RwLock<BTreeSet<String>>,
     counts: Mutex<Counts>,
@@ -477,7 +515,7 @@ impl Aggregator {
             settled: Notify::new(),
             settings: RwLock::default(),
             partitions: Mutex::default(),
-            flush: tokio::sync::Mutex::new(ItemCache::default()),
+            flush: tokio::sync::Mutex::new(FlushState::default()),
             finished: RwLock::default(),
             counts: Mutex::default(),
             stopped: AtomicBool::new(false),
@@ -532,7 +570,18 @@ impl Aggregator {
         if self.shared.stopped.load(Ordering::SeqCst) {
             return Err(AggregateError::Stopped);
         }
-        self.shared.flush_now().await
+        self.shared.flush_now(false).await
+    }
+
+    /// The flush the flush task runs every `flush_interval`: [`Aggregator::flush_now`], except
+    /// that the last epoch's week and month items may be left to the next flush
+    /// ([`AggregatorConfig::defer_weeks_and_months`]). For tests.
+    #[doc(hidden)]
+    pub async fn flush_tick(&self) -> Result<(), AggregateError> {
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            return Err(AggregateError::Stopped);
+        }
+        self.shared.flush_now(self.shared.config.defer_weeks_and_months).await
     }
 
     /// Stops the tasks, flushes what is left, and marks the run `done`. If the final flush fails
@@ -547,7 +596,7 @@ impl Aggregator {
         for task in tasks {
             let _ = task.await;
         }
-        self.shared.flush_now().await?;
+        self.shared.flush_now(false).await?;
         self.shared.stopped.store(true, Ordering::SeqCst);
         self.shared
             .table
@@ -606,6 +655,11 @@ impl Aggregator {
             stats.flush_write_units = c.flush_write_units;
             stats.runs_recovered = c.runs_recovered;
             stats.flushed_epoch = c.flushed_epoch;
+            // Events whose week and month deltas wait for the next flush are not flushed yet.
+            stats.pending_events += c.carried_events;
+            if let Some(t) = c.carried_oldest_ms {
+                stats.flush_lag_ms = stats.flush_lag_ms.max((now_ms() - t).max(0) as u64);
+            }
         }
         stats
     }
@@ -655,11 +709,18 @@ impl Shared {
     }
 
     /// Freezes the accumulator of a closed, settled epoch (folding in events whose zone was not
-    /// cached at commit). The frozen accumulator stays in its slot until the epoch is flushed, so a
-    /// failed or abandoned flush loses nothing.
-    async fn freeze(&self, epoch: u64) -> Result<Option<Arc<Accumulated>>, AggregateError> {
+    /// cached at commit, and the week and month deltas `carried` from the flush before). The
+    /// frozen accumulator stays in its slot until the epoch is flushed, so a failed or abandoned
+    /// flush loses nothing. Returns it and whether its flush leaves weeks and months to the next
+    /// (decided once: `defer`, unless it took carried deltas, which wait one flush at most).
+    async fn freeze(
+        &self,
+        epoch: u64,
+        defer: bool,
+        carried: &mut Option<Carried>,
+    ) -> Result<Option<(Arc<Accumulated>, bool)>, AggregateError> {
         let unzoned_sites: BTreeSet<String> = match lock(&self.epochs).slots.get(&epoch) {
-            Some(slot) if slot.frozen.is_some() => return Ok(slot.frozen.clone()),
+            Some(slot) if slot.frozen.is_some() => return Ok(slot.frozen.clone().map(|f| (f, slot.defers))),
             Some(slot) => slot.unzoned.iter().map(|e| e.site_id.to_string()).collect(),
             None => return Ok(None),
         };
@@ -677,15 +738,40 @@ impl Shared {
             let zone = settings.get(event.site_id.as_str()).map_or_else(SiteZone::utc, |s| s.zone.clone());
             apply::accumulate_from(&mut acc, &event, &zone, minutes_from(&self.config));
         }
+        // Deltas carried from the flush before join this epoch and are written under its mark
+        // (never those whose write alone was tried: `Carried`).
+        let taken = carried.take_if(|c| !c.tried_alone);
+        if taken.is_some() {
+            let mut counts = lock(&self.counts);
+            counts.carried_events = 0;
+            counts.carried_oldest_ms = None;
+        }
+        let taken = taken.map(|c| (c.events, c.oldest_ms, c.items.into_accumulator()));
+        let defers = defer && taken.is_none() && carried.is_none();
+        let (carried_events, carried_oldest) = match taken {
+            Some((events, oldest, items)) => {
+                acc.absorb(items);
+                (events, oldest)
+            }
+            None => (0, None),
+        };
         let frozen = Arc::new(acc.finish());
         let mut epochs = lock(&self.epochs);
         let Some(slot) = epochs.slots.get_mut(&epoch) else { return Ok(None) };
         slot.frozen = Some(frozen.clone());
-        Ok(Some(frozen))
+        slot.defers = defers;
+        slot.events += carried_events;
+        slot.oldest_ms = match (slot.oldest_ms, carried_oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(Some((frozen, defers)))
     }
 
-    async fn flush_now(&self) -> Result<(), AggregateError> {
-        let mut cache = self.flush.lock().await;
+    /// Closes the current epoch and flushes every closed one, oldest first. With `defer`, the
+    /// last epoch's week and month items may be left to the next flush; without, nothing is left.
+    async fn flush_now(&self, defer: bool) -> Result<(), AggregateError> {
+        let mut state = self.flush.lock().await;
         {
             let mut epochs = lock(&self.epochs);
             let current = epochs.current;
@@ -696,12 +782,38 @@ impl Shared {
                 epochs.current += 1;
             }
         }
+        // Carried items whose write alone failed go first, before a later epoch touches them.
+        if state.carried.as_ref().is_some_and(|c| c.tried_alone) {
+            self.flush_carried(&mut state).await?;
+        }
+        let mut deferred_now = false;
         loop {
             let next = lock(&self.epochs).slots.iter().find(|(_, s)| s.closed).map(|(k, _)| *k);
-            let Some(epoch) = next else { return Ok(()) };
-            match self.flush_epoch(epoch, &mut cache).await {
+            let Some(epoch) = next else { break };
+            match self.flush_epoch(epoch, defer, &mut state).await {
                 Ok(()) => {
-                    lock(&self.epochs).slots.remove(&epoch);
+                    let slot = lock(&self.epochs).slots.remove(&epoch);
+                    if let Some(slot) = slot
+                        && slot.defers
+                        && let Some(frozen) = slot.frozen
+                    {
+                        let items = Accumulated::weeks_and_months(frozen);
+                        // Nothing else was carried: an epoch defers only when nothing waited.
+                        debug_assert!(state.carried.is_none());
+                        {
+                            let mut counts = lock(&self.counts);
+                            counts.carried_events = slot.events;
+                            counts.carried_oldest_ms = slot.oldest_ms;
+                        }
+                        state.carried = Some(Carried {
+                            items,
+                            epoch,
+                            events: slot.events,
+                            oldest_ms: slot.oldest_ms,
+                            tried_alone: false,
+                        });
+                        deferred_now = true;
+                    }
                 }
                 Err(e) => {
                     {
@@ -714,11 +826,52 @@ impl Shared {
                 }
             }
         }
+        // Carried items wait one flush at most: with no later epoch to take them, they go alone.
+        if state.carried.is_some() && !(defer && deferred_now) {
+            self.flush_carried(&mut state).await?;
+        }
+        Ok(())
     }
 
-    async fn flush_epoch(&self, epoch: u64, cache: &mut ItemCache) -> Result<(), AggregateError> {
+    async fn flush_epoch(&self, epoch: u64, defer: bool, state: &mut FlushState) -> Result<(), AggregateError> {
         self.settle(epoch).await;
-        let Some(acc) = self.freeze(epoch).await? else { return Ok(()) };
+        let Some((acc, defers)) = self.freeze(epoch, defer, &mut state.carried).await? else { return Ok(()) };
+        self.write_items(&acc, epoch, defers, &mut state.cache).await?;
+        lock(&self.counts).epochs_flushed += 1;
+        Ok(())
+    }
+
+    /// Writes carried week and month items alone, under the epoch they hold. On failure they
+    /// stay carried, to be written alone again before anything later.
+    async fn flush_carried(&self, state: &mut FlushState) -> Result<(), AggregateError> {
+        let Some(mut carried) = state.carried.take() else { return Ok(()) };
+        carried.tried_alone = true;
+        match self.write_items(&carried.items, carried.epoch, false, &mut state.cache).await {
+            Ok(()) => {
+                let mut counts = lock(&self.counts);
+                counts.carried_events = 0;
+                counts.carried_oldest_ms = None;
+                Ok(())
+            }
+            Err(e) => {
+                lock(&self.counts).flush_errors += 1;
+                tracing::warn!(run = %self.run_id, epoch = carried.epoch, error = %e,
+                    "writing an epoch's weeks and months failed; they will be retried");
+                state.carried = Some(carried);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes an epoch's items under its mark (leaving weeks and months out when `defers`) and,
+    /// when nothing of it or before it is left unwritten, records the epoch as the run's flushed.
+    async fn write_items(
+        &self,
+        acc: &Accumulated,
+        epoch: u64,
+        defers: bool,
+        cache: &mut ItemCache,
+    ) -> Result<(), AggregateError> {
         let table = self.table.metered();
         let settings = self.settings_of(acc.keys().map(|k| k.site_id.to_owned()).collect()).await?;
         let finished = read(&self.finished).clone();
@@ -730,8 +883,9 @@ impl Shared {
             finished: &finished,
             concurrency: self.config.write_concurrency,
             max_attempts: self.config.max_attempts,
+            leave_weeks_and_months: defers,
         };
-        let outcome = writer.apply(&acc, cache).await;
+        let outcome = writer.apply(acc, cache).await;
         {
             let mut c = lock(&self.counts);
             c.items_written += outcome.written;
@@ -741,18 +895,23 @@ impl Shared {
         }
         outcome.result?;
         cache.trim(epoch, self.config.cache_items, self.config.cache_bytes);
-        table
-            .update(
-                "Run",
-                item! { "run_id" => &*self.run_id },
-                Update::new().set("flushed_epoch", epoch).set("heartbeat_ms", now_ms()),
-            )
-            .await?;
+        // Recovery reads the epochs after `flushed_epoch` again: an epoch whose weeks and months
+        // wait is not recorded, so a crash before they are written loses none of them.
+        if !defers {
+            table
+                .update(
+                    "Run",
+                    item! { "run_id" => &*self.run_id },
+                    Update::new().set("flushed_epoch", epoch).set("heartbeat_ms", now_ms()),
+                )
+                .await?;
+        }
         let units = table.capacity();
         {
             let mut c = lock(&self.counts);
-            c.flushed_epoch = c.flushed_epoch.max(epoch);
-            c.epochs_flushed += 1;
+            if !defers {
+                c.flushed_epoch = c.flushed_epoch.max(epoch);
+            }
             c.last_flush_write_units = units.write_units;
             c.last_flush_read_units = units.read_units;
             c.flush_write_units += units.write_units;
@@ -819,7 +978,7 @@ async fn flush_task(shared: Weak<Shared>, mut stop: watch::Receiver<bool>) {
         let Some(shared) = shared.upgrade() else { return };
         // A failed flush keeps its epoch and is retried on the next tick; `flush_now` has
         // logged and counted it.
-        let _ = shared.flush_now().await;
+        let _ = shared.flush_now(shared.config.defer_weeks_and_months).await;
     }
 }
 

@@ -306,6 +306,13 @@ impl Period {
         }
     }
 
+    /// Whether its items are sums of day items (weeks and months): the aggregator adds them up
+    /// from an epoch's days, and may write them one flush later than the days
+    /// (`AggregatorConfig::defer_weeks_and_months`).
+    pub fn is_sum_of_days(self) -> bool {
+        matches!(self, Period::Week | Period::Month)
+    }
+
     /// The period named by [`Period::as_str`].
     pub fn parse(text: &str) -> Option<Period> {
         Period::ALL.into_iter().find(|p| p.as_str() == text)

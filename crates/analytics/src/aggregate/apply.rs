@@ -314,6 +314,36 @@ impl Accumulated {
         self.acc.len()
     }
 
+    /// Its week and month items alone, taken out (the rest is dropped): what a flush that wrote
+    /// only the other items carries to the next one. Shared, they are copied.
+    pub(crate) fn weeks_and_months(this: std::sync::Arc<Accumulated>) -> Accumulated {
+        let mut out = Accumulator::default();
+        match std::sync::Arc::try_unwrap(this) {
+            Ok(owned) => {
+                for Entry { key, pending, .. } in owned.acc.entries {
+                    if let Some(k) = unpack(&key).filter(|k| k.period.is_sum_of_days())
+                        && let Some(at) = out.position(k)
+                    {
+                        out.entries[at].pending = pending;
+                    }
+                }
+            }
+            Err(shared) => {
+                for (k, pending) in shared.iter().filter(|(k, _)| k.period.is_sum_of_days()) {
+                    if let Some(at) = out.position(k) {
+                        out.entries[at].pending = pending.clone();
+                    }
+                }
+            }
+        }
+        Accumulated { acc: out }
+    }
+
+    /// The accumulator again, to add more epochs' deltas to it.
+    pub(crate) fn into_accumulator(self) -> Accumulator {
+        self.acc
+    }
+
     /// The sessions the epoch saw (see [`Accumulator::note_session`]).
     pub fn sessions(&self) -> &SessionActivity {
         &self.acc.sessions
@@ -424,6 +454,9 @@ pub(crate) struct Writer<'a> {
     pub finished: &'a BTreeSet<String>,
     pub concurrency: usize,
     pub max_attempts: u32,
+    /// Leaves the week and month items unwritten (a later flush writes them; see
+    /// `AggregatorConfig::defer_weeks_and_months`).
+    pub leave_weeks_and_months: bool,
 }
 
 async fn read(table: &Table, key: &AggKey) -> Result<StoredAggregate, AggregateError> {
@@ -438,7 +471,11 @@ impl Writer<'_> {
     pub async fn apply(&self, acc: &Accumulated, cache: &mut ItemCache) -> Outcome {
         let now_s = jiff::Timestamp::now().as_second();
         // Boxed futures keep the caller's future `Send` without higher-ranked lifetime trouble.
-        let keys: Vec<(AggKey, &Pending)> = acc.iter().map(|(k, p)| (k.to_owned_key(), p)).collect();
+        let keys: Vec<(AggKey, &Pending)> = acc
+            .iter()
+            .filter(|(k, _)| !(self.leave_weeks_and_months && k.period.is_sum_of_days()))
+            .map(|(k, p)| (k.to_owned_key(), p))
+            .collect();
         let jobs: Vec<BoxFuture<'_, (&AggKey, WriteResult)>> = keys
             .iter()
             .map(|(key, pending)| {

@@ -193,6 +193,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
             finished: &finished,
             concurrency: shared.config.write_concurrency,
             max_attempts: shared.config.max_attempts,
+            leave_weeks_and_months: false,
         };
         let outcome = writer.apply(&acc.finish(), &mut cache).await;
         {

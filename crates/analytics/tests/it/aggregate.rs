@@ -550,6 +550,95 @@ async fn an_interrupted_flush_of_a_crashed_run_is_completed_by_recovery() {
     b.shutdown().await.expect("shuts down");
 }
 
+/// The pageviews of the site's month and week totals as stored (`None` while unwritten).
+async fn month_and_week_pageviews(table: &Table) -> (Option<i64>, Option<i64>) {
+    let month = item(table, "month", "total", "2026-11", "").await.map(|(c, _)| c.pageviews);
+    let week = item(table, "week", "total", "2026-W47", "").await.map(|(c, _)| c.pageviews);
+    (month, week)
+}
+
+/// The periodic flush leaves an epoch's weeks and months to the next flush, which writes them
+/// with its own epoch's deltas under its mark, or alone when no epoch came: each epoch once, and
+/// the run records an epoch as flushed only once its weeks and months are written.
+#[tokio::test]
+async fn weeks_and_months_wait_one_flush_and_count_each_epoch_once() {
+    let h = harness().await;
+    let agg = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+    let mut a = Session::new("S1", 0xa, 1, T0, "Google");
+    let day = "2026-11-22";
+    ingest(&agg, &h.table, a.pageview("/", T0)).await;
+    agg.flush_tick().await.expect("flushes");
+    assert_eq!(item(&h.table, "day", "total", day, "").await.map(|(c, _)| c.pageviews), Some(1));
+    assert_eq!(month_and_week_pageviews(&h.table).await, (None, None), "the week and the month wait");
+    let stats = agg.stats();
+    assert_eq!((stats.pending_events, stats.flushed_epoch), (1, 0), "not flushed while the month waits");
+
+    ingest(&agg, &h.table, a.pageview("/pricing", T0 + 60_000)).await;
+    agg.flush_tick().await.expect("flushes");
+    assert_eq!(month_and_week_pageviews(&h.table).await, (Some(2), Some(2)), "the next epoch took them along");
+    let stats = agg.stats();
+    assert_eq!((stats.pending_events, stats.flushed_epoch), (0, 2));
+
+    ingest(&agg, &h.table, a.pageview("/about", T0 + 120_000)).await;
+    agg.flush_tick().await.expect("flushes");
+    assert_eq!(month_and_week_pageviews(&h.table).await, (Some(2), Some(2)));
+    agg.flush_tick().await.expect("a flush without a new epoch writes them alone");
+    assert_eq!(month_and_week_pageviews(&h.table).await, (Some(3), Some(3)));
+    let stats = agg.stats();
+    assert_eq!((stats.pending_events, stats.flushed_epoch, stats.epochs_flushed), (0, 3, 3));
+    let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
+    assert_eq!((report.events_read, report.differences), (3, vec![]));
+    agg.shutdown().await.expect("shuts down");
+}
+
+/// A process that dies while an epoch's weeks and months wait loses none of them: its run did not
+/// record the epoch as flushed, so recovery reads it again, skips every item the flush wrote and
+/// adds the epoch to the weeks and months once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_dies_while_weeks_and_months_wait_is_recovered_whole() {
+    let h = harness().await;
+    let a = Aggregator::start(h.table.clone(), sites(), quiet()).await.expect("the run starts");
+    let n = some_traffic(&a, &h.table).await;
+    a.flush_tick().await.expect("flushes");
+    assert_eq!(month_and_week_pageviews(&h.table).await, (None, None));
+    let written = a.stats().items_written;
+    a.abort();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = Aggregator::start(h.table.clone(), sites(), recovering()).await.expect("a second run starts");
+    wait_recovered(&h.table, a.run_id()).await;
+    let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
+    assert_eq!((report.events_read, report.differences), (n as u64, vec![]));
+    assert_eq!(b.stats().items_skipped, written, "every item the flush wrote already had the epoch");
+    assert!(month_and_week_pageviews(&h.table).await.0.is_some());
+    b.shutdown().await.expect("shuts down");
+}
+
+/// Weeks and months whose write alone was cut off are written alone again, under their own
+/// epoch, before a later epoch touches them: taken along by a later epoch, the items the cut-off
+/// write reached would count their epoch twice.
+#[tokio::test]
+async fn weeks_and_months_whose_write_alone_failed_go_before_a_later_epoch() {
+    let h = harness().await;
+    let (failing, table) = failing(&h).await;
+    let agg = Aggregator::start(table, sites(), quiet()).await.expect("the run starts");
+    let mut a = Session::new("S1", 0xa, 1, T0, "Google");
+    ingest(&agg, &h.table, a.pageview("/", T0)).await;
+    agg.flush_tick().await.expect("flushes");
+    failing.arm(1);
+    assert!(agg.flush_tick().await.is_err(), "the write alone is cut off after one item");
+    assert_eq!(agg.stats().pending_events, 1);
+    failing.disarm();
+    ingest(&agg, &h.table, a.pageview("/pricing", T0 + 60_000)).await;
+    agg.flush_tick().await.expect("flushes");
+    assert_eq!(month_and_week_pageviews(&h.table).await, (Some(1), Some(1)), "the first epoch's, alone");
+    agg.flush_tick().await.expect("flushes");
+    assert_eq!(month_and_week_pageviews(&h.table).await, (Some(2), Some(2)));
+    let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
+    assert_eq!((report.events_read, report.differences), (2, vec![]));
+    assert_eq!(agg.stats().flushed_epoch, 2);
+    agg.shutdown().await.expect("shuts down");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_writing_the_same_items_add_up() {
     let h = harness().await;
@@ -727,6 +816,29 @@ fn arrivals(specs: &[SessionSpec], order: &[u32]) -> Vec<StoredEvent> {
 }
 
 /// Verifies both sites over November; returns the events read.
+/// What a test does after an event: nothing, a whole flush, or the periodic one, which may leave
+/// the week and month items to the next flush.
+#[derive(Debug, Clone, Copy)]
+enum Flush {
+    None,
+    Now,
+    Tick,
+}
+
+impl Flush {
+    async fn run(self, agg: &Aggregator) -> Result<(), AggregateError> {
+        match self {
+            Flush::None => Ok(()),
+            Flush::Now => agg.flush_now().await,
+            Flush::Tick => agg.flush_tick().await,
+        }
+    }
+}
+
+fn flush_kind() -> impl Strategy<Value = Flush> {
+    prop_oneof![2 => Just(Flush::None), 1 => Just(Flush::Now), 1 => Just(Flush::Tick)]
+}
+
 async fn verify_all(table: &Table) -> u64 {
     let mut read = 0;
     for site in ["S1", "S2"] {
@@ -744,7 +856,7 @@ proptest! {
     fn live_aggregates_equal_the_rebuild(
         specs in prop::collection::vec(session_spec(), 1..6),
         order in prop::collection::vec(any::<u32>(), 30),
-        flushes in prop::collection::vec(any::<bool>(), 30),
+        flushes in prop::collection::vec(flush_kind(), 30),
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         rt.block_on(async {
@@ -754,9 +866,7 @@ proptest! {
             let n = events.len() as u64;
             for (i, e) in events.into_iter().enumerate() {
                 ingest(&agg, &h.table, e).await;
-                if flushes[i % flushes.len()] {
-                    agg.flush_now().await.expect("flushes");
-                }
+                flushes[i % flushes.len()].run(&agg).await.expect("flushes");
             }
             agg.flush_now().await.expect("flushes");
             assert_eq!(verify_all(&h.table).await, n);
@@ -773,7 +883,7 @@ proptest! {
     fn a_crash_anywhere_recovered_by_another_run_equals_the_rebuild(
         specs in prop::collection::vec(session_spec(), 1..6),
         order in prop::collection::vec(any::<u32>(), 30),
-        flushes in prop::collection::vec(any::<bool>(), 30),
+        flushes in prop::collection::vec(flush_kind(), 30),
         crash_at in 0..24usize,
         fail_after in prop::option::of(0..60i64),
     ) {
@@ -796,16 +906,14 @@ proptest! {
                     // The process dies, perhaps in the middle of a flush.
                     if let Some(writes) = fail_after {
                         failing.arm(writes);
-                        let _ = a.flush_now().await;
+                        let _ = flushes[i % flushes.len()].run(&a).await;
                     }
                     a.abort();
                     b = Some(Aggregator::start(h.table.clone(), sites(), successor.clone()).await.expect("run b starts"));
                 }
                 let agg = b.as_deref().unwrap_or(&a);
                 ingest(agg, &h.table, e).await;
-                if flushes[i % flushes.len()] {
-                    agg.flush_now().await.expect("flushes");
-                }
+                flushes[i % flushes.len()].run(agg).await.expect("flushes");
             }
             let b = match b {
                 Some(b) => b,
