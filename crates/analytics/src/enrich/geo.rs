@@ -81,6 +81,9 @@ pub struct Place {
 /// An MMDB country or city database in memory.
 pub struct GeoDb {
     reader: maxminddb::Reader<Vec<u8>>,
+    /// Known to hold countries only (the bundled database): a CDN's country leaves it nothing to
+    /// add, so [`CountryResolver::place`] does not look the address up.
+    countries_only: bool,
 }
 
 impl std::fmt::Debug for GeoDb {
@@ -128,7 +131,7 @@ impl GeoDb {
     /// Uses an MMDB image already in memory.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, GeoError> {
         let reader = maxminddb::Reader::from_source(bytes).map_err(|e| GeoError(e.to_string()))?;
-        Ok(GeoDb { reader })
+        Ok(GeoDb { reader, countries_only: false })
     }
 
     /// The database compiled into the binary, decompressed once per process and shared.
@@ -139,7 +142,9 @@ impl GeoDb {
             // is committed, so failing here is a broken build, not bad input.
             let bytes = miniz_oxide::inflate::decompress_to_vec_with_limit(BUNDLED, 64 << 20)
                 .expect("the bundled country database inflates");
-            Arc::new(GeoDb::from_bytes(bytes).expect("the bundled country database reads"))
+            let db = GeoDb::from_bytes(bytes).expect("the bundled country database reads");
+            // It names no region or city (`the_bundled_database_names_countries_only`).
+            Arc::new(GeoDb { countries_only: true, ..db })
         })
         .clone()
     }
@@ -201,9 +206,15 @@ impl CountryResolver {
     }
 
     /// The place of a client at `ip` whose request carried `headers`. A CDN's country wins; the
-    /// database's region and city are kept only when it agrees on the country.
+    /// database's region and city are kept only when it agrees on the country (a database of
+    /// countries only is not asked then: it has nothing to add).
     pub fn place(&self, ip: IpAddr, headers: &RequestHeaders) -> Place {
         let from_header = self.headers.iter().find_map(|name| headers.get(name).and_then(CountryCode::parse));
+        if let Some(country) = from_header
+            && self.db.as_ref().is_none_or(|db| db.countries_only)
+        {
+            return Place { country: Some(country), ..Place::default() };
+        }
         let from_db = self.db.as_ref().map(|db| db.place(ip)).unwrap_or_default();
         match from_header {
             Some(country) if from_db.country != Some(country) => Place { country: Some(country), ..Place::default() },

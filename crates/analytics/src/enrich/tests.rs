@@ -2,7 +2,7 @@
 //! forwarding headers, and a small MMDB file built by the test itself.
 
 use std::net::IpAddr;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use expect_test::{Expect, expect};
 
@@ -339,6 +339,45 @@ fn the_bundled_database_knows_countries_with_no_setup() {
         Enricher::new(EnricherConfig::default()).unwrap().without_geo().countries.country(ip("8.8.8.8"), &headers),
         None
     );
+}
+
+/// The bundled database names countries only, so a CDN's country, which wins over it, leaves it
+/// nothing to add: the resolver answers from the header without a lookup, and the answer is the
+/// one a lookup would have given, whatever the address and the header.
+#[test]
+fn the_bundled_database_names_countries_only() {
+    let bundled = GeoDb::bundled();
+    let bytes =
+        miniz_oxide::inflate::decompress_to_vec_with_limit(include_bytes!("../../data/country.mmdb.deflate"), 64 << 20)
+            .expect("the bundled database inflates");
+    let asked = Arc::new(GeoDb::from_bytes(bytes).expect("it reads"));
+    let headers = vec!["cf-ipcountry".to_owned()];
+    let skipping = CountryResolver { db: Some(bundled.clone()), headers: headers.clone() };
+    let looking = CountryResolver { db: Some(asked.clone()), headers };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut known = 0;
+    for i in 0..20_000 {
+        let ip = if i % 4 == 0 {
+            IpAddr::from(std::net::Ipv6Addr::from(u128::from(next()) << 64 | u128::from(next())))
+        } else {
+            IpAddr::from((next() as u32).to_be_bytes())
+        };
+        let place = asked.place(ip);
+        assert_eq!((place.region.as_deref(), place.city.as_deref()), (None, None), "{ip}");
+        known += usize::from(place.country.is_some());
+        for header in ["DE", "US", "zz", ""] {
+            let mut sent = RequestHeaders::new();
+            sent.push("CF-IPCountry", header);
+            assert_eq!(skipping.place(ip, &sent), looking.place(ip, &sent), "{ip} {header}");
+        }
+    }
+    assert!(known > 10_000, "most addresses have a country ({known})");
 }
 
 #[test]
