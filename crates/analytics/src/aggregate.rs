@@ -238,11 +238,12 @@ impl Default for AggregatorConfig {
 pub struct AggregatorStats {
     /// The epoch new tickets go to.
     pub current_epoch: u64,
-    /// Committed events not yet flushed.
+    /// Committed events not yet flushed, or whose week and month deltas wait for the next flush.
     pub pending_events: u64,
     /// Tickets taken and not yet settled.
     pub open_tickets: u64,
-    /// Age of the oldest unflushed committed event, milliseconds (0 when none).
+    /// Age of the oldest committed event not yet flushed, its weeks and months included,
+    /// milliseconds (0 when none).
     pub flush_lag_ms: u64,
     /// Epochs flushed since start.
     pub epochs_flushed: u64,
