@@ -207,6 +207,12 @@ pub struct AggregatorConfig {
     /// They lag the days by one flush at most; a flush with no newer epoch writes them alone, and
     /// [`Aggregator::flush_now`] and shutdown write everything.
     pub defer_weeks_and_months: bool,
+    /// How far behind ingestion deferred weeks and months may fall, by the flush's own estimate:
+    /// an epoch defers them only while its oldest event's age, plus the time until the next flush
+    /// ends (the last interval between flushes and the last flush's length), stays within it.
+    /// 8 s, under the spec's 10 s: when a slow disk or a busy machine lengthens the flushes,
+    /// epochs stop deferring and the lag is what it was without.
+    pub weeks_and_months_lag: Duration,
 }
 
 impl Default for AggregatorConfig {
@@ -229,6 +235,7 @@ impl Default for AggregatorConfig {
             cache_bytes: 32 * 1024 * 1024,
             minute_items_for: Duration::from_secs(3600),
             defer_weeks_and_months: true,
+            weeks_and_months_lag: Duration::from_secs(8),
         }
     }
 }
@@ -325,6 +332,9 @@ impl Shards {
 struct FlushState {
     cache: ItemCache,
     carried: Option<Carried>,
+    /// When the last flush began, and how long it took: how long deferred items would wait.
+    last_start: Option<std::time::Instant>,
+    last_took: Duration,
 }
 
 /// The week and month items of a flushed epoch whose flush left them unwritten
@@ -717,7 +727,7 @@ impl Shared {
     async fn freeze(
         &self,
         epoch: u64,
-        defer: bool,
+        defer: Option<Duration>,
         carried: &mut Option<Carried>,
     ) -> Result<Option<(Arc<Accumulated>, bool)>, AggregateError> {
         let unzoned_sites: BTreeSet<String> = match lock(&self.epochs).slots.get(&epoch) {
@@ -748,7 +758,7 @@ impl Shared {
             counts.carried_oldest_ms = None;
         }
         let taken = taken.map(|c| (c.events, c.oldest_ms, c.items.into_accumulator()));
-        let defers = defer && taken.is_none() && carried.is_none();
+        let defers = taken.is_none() && carried.is_none() && defer.is_some_and(|wait| self.may_defer(epoch, wait));
         let (carried_events, carried_oldest) = match taken {
             Some((events, oldest, items)) => {
                 acc.absorb(items);
@@ -769,10 +779,24 @@ impl Shared {
         Ok(Some((frozen, defers)))
     }
 
+    /// Whether epoch `epoch` may leave its weeks and months to a flush that ends `wait` from now:
+    /// only if its oldest event would then still be within `weeks_and_months_lag`.
+    fn may_defer(&self, epoch: u64, wait: Duration) -> bool {
+        let oldest = lock(&self.epochs).slots.get(&epoch).and_then(|s| s.oldest_ms);
+        let age = Duration::from_millis(oldest.map_or(0, |t| u64::try_from(now_ms() - t).unwrap_or(0)));
+        age + wait <= self.config.weeks_and_months_lag
+    }
+
     /// Closes the current epoch and flushes every closed one, oldest first. With `defer`, the
-    /// last epoch's week and month items may be left to the next flush; without, nothing is left.
+    /// last epoch's week and month items may be left to the next flush (see
+    /// [`AggregatorConfig::weeks_and_months_lag`]); without, nothing is left.
     async fn flush_now(&self, defer: bool) -> Result<(), AggregateError> {
         let mut state = self.flush.lock().await;
+        let started = std::time::Instant::now();
+        // Deferred items would wait about one more interval and one more flush like the last.
+        let wait = state.last_start.map_or(Duration::ZERO, |t| started - t) + state.last_took;
+        state.last_start = Some(started);
+        let defer = defer.then_some(wait);
         {
             let mut epochs = lock(&self.epochs);
             let current = epochs.current;
@@ -828,13 +852,19 @@ impl Shared {
             }
         }
         // Carried items wait one flush at most: with no later epoch to take them, they go alone.
-        if state.carried.is_some() && !(defer && deferred_now) {
+        if state.carried.is_some() && !(defer.is_some() && deferred_now) {
             self.flush_carried(&mut state).await?;
         }
+        state.last_took = started.elapsed();
         Ok(())
     }
 
-    async fn flush_epoch(&self, epoch: u64, defer: bool, state: &mut FlushState) -> Result<(), AggregateError> {
+    async fn flush_epoch(
+        &self,
+        epoch: u64,
+        defer: Option<Duration>,
+        state: &mut FlushState,
+    ) -> Result<(), AggregateError> {
         self.settle(epoch).await;
         let Some((acc, defers)) = self.freeze(epoch, defer, &mut state.carried).await? else { return Ok(()) };
         self.write_items(&acc, epoch, defers, &mut state.cache).await?;

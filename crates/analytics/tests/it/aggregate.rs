@@ -591,6 +591,22 @@ async fn weeks_and_months_wait_one_flush_and_count_each_epoch_once() {
     agg.shutdown().await.expect("shuts down");
 }
 
+/// An epoch whose weeks and months would fall further behind than `weeks_and_months_lag` (by
+/// its oldest event's age and the flushes' pace) writes them at once.
+#[tokio::test]
+async fn weeks_and_months_do_not_wait_past_their_lag() {
+    let h = harness().await;
+    let config = AggregatorConfig { weeks_and_months_lag: Duration::from_millis(5), ..quiet() };
+    let agg = Aggregator::start(h.table.clone(), sites(), config).await.expect("the run starts");
+    let mut a = Session::new("S1", 0xa, 1, T0, "Google");
+    ingest(&agg, &h.table, a.pageview("/", T0)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    agg.flush_tick().await.expect("flushes");
+    assert_eq!(month_and_week_pageviews(&h.table).await, (Some(1), Some(1)));
+    assert_eq!((agg.stats().pending_events, agg.stats().flushed_epoch), (0, 1));
+    agg.shutdown().await.expect("shuts down");
+}
+
 /// A process that dies while an epoch's weeks and months wait loses none of them: its run did not
 /// record the epoch as flushed, so recovery reads it again, skips every item the flush wrote and
 /// adds the epoch to the weeks and months once.
