@@ -24,7 +24,7 @@ use crate::sketch::VisitorSketch;
 use crate::stored::{AggKey, AggKeyRef, Counters, Period, StoredEvent};
 
 /// What an epoch adds to one item: counters and the visitors seen.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Pending {
     /// The counters to add.
     pub counters: Counters,
@@ -33,9 +33,14 @@ pub struct Pending {
 }
 
 /// The distinct visitors an epoch saw on one item. Most items see one or two in an epoch (one
-/// page in one minute), so the first few are kept inline and compared one by one; only busy items
-/// (a site's total) get a set. Either way the ids end up in the item's sketch at the flush.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// page in one minute), so the first few are kept inline and compared one by one; busier items
+/// get a set. A set that fills ([`SPILL_AT`] ids) is poured into a sketch of the item's own and
+/// emptied, so an item holds at most one such set and one sketch, whatever the rate: an epoch's
+/// memory follows its items, not its events times their visitors (which, at 5 k new visitors
+/// a second, was tens of megabytes of sets per epoch). Either way the ids end up in the item's
+/// stored sketch at the flush, whose bytes depend only on which ids it holds, so spilling
+/// changes no stored byte.
+#[derive(Debug, Clone)]
 pub enum Visitors {
     /// Up to four ids.
     Few {
@@ -44,12 +49,27 @@ pub enum Visitors {
         /// How many are used.
         len: u8,
     },
-    /// More.
+    /// More, fewer than [`SPILL_AT`].
     Many(hashbrown::HashSet<u64>),
+    /// So many that some are in a sketch.
+    Spilled(Box<Spilled>),
+}
+
+/// The visitors of a busy item: those poured into its sketch, and a set of the ids seen since
+/// (fewer than [`SPILL_AT`]; an id may be in both).
+#[derive(Debug, Clone)]
+pub struct Spilled {
+    recent: hashbrown::HashSet<u64>,
+    sketch: VisitorSketch,
 }
 
 /// How many visitors an item keeps inline before it needs a set.
 const FEW_VISITORS: usize = 4;
+
+/// How many ids an item's set holds before they are poured into its sketch. A set of 896
+/// holds 1,024 buckets (hashbrown keeps an eighth free), about 9 KB, and pouring it into the
+/// sketch keeps the buckets for the next ids; the sketch is at most about 16 KB.
+pub const SPILL_AT: usize = 896;
 
 impl Default for Visitors {
     fn default() -> Self {
@@ -76,7 +96,18 @@ impl Visitors {
                 }
             }
             Visitors::Many(set) => {
-                set.insert(id);
+                if set.insert(id) && set.len() >= SPILL_AT {
+                    let mut sketch = VisitorSketch::new();
+                    set.drain().for_each(|v| sketch.insert_u64(v));
+                    let recent = std::mem::take(set);
+                    *self = Visitors::Spilled(Box::new(Spilled { recent, sketch }));
+                }
+            }
+            Visitors::Spilled(spilled) => {
+                if spilled.recent.insert(id) && spilled.recent.len() >= SPILL_AT {
+                    let Spilled { recent, sketch } = &mut **spilled;
+                    recent.drain().for_each(|v| sketch.insert_u64(v));
+                }
             }
         }
     }
@@ -86,16 +117,61 @@ impl Visitors {
         match self {
             Visitors::Few { len, .. } => *len == 0,
             Visitors::Many(set) => set.is_empty(),
+            // A sketch is made only of a full set.
+            Visitors::Spilled(_) => false,
         }
     }
 
-    /// The ids, each once.
-    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        let (few, many) = match self {
+    /// The ids not in a sketch: every id of a few or many, a spilled item's recent ones.
+    fn unspilled(&self) -> impl Iterator<Item = u64> + '_ {
+        let (few, set) = match self {
             Visitors::Few { ids, len } => (&ids[..usize::from(*len)], None),
-            Visitors::Many(set) => (&[][..], Some(set.iter().copied())),
+            Visitors::Many(set) => (&[][..], Some(set)),
+            Visitors::Spilled(spilled) => (&[][..], Some(&spilled.recent)),
         };
-        few.iter().copied().chain(many.into_iter().flatten())
+        few.iter().copied().chain(set.into_iter().flat_map(|s| s.iter().copied()))
+    }
+
+    /// Adds every visitor `other` holds.
+    pub fn merge(&mut self, other: &Visitors) {
+        if self.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        other.unspilled().for_each(|v| self.insert(v));
+        if let Visitors::Spilled(theirs) = other {
+            if let Visitors::Spilled(mine) = self {
+                mine.sketch.merge(&theirs.sketch);
+            } else {
+                let recent = self.unspilled().collect();
+                *self = Visitors::Spilled(Box::new(Spilled { recent, sketch: theirs.sketch.clone() }));
+            }
+        }
+    }
+
+    /// Adds every visitor to `sketch`.
+    pub fn add_to(&self, sketch: &mut VisitorSketch) {
+        self.unspilled().for_each(|v| sketch.insert_u64(v));
+        if let Visitors::Spilled(spilled) = self {
+            sketch.merge(&spilled.sketch);
+        }
+    }
+
+    /// The sketch of every visitor.
+    pub fn to_sketch(&self) -> VisitorSketch {
+        let mut sketch = VisitorSketch::new();
+        self.add_to(&mut sketch);
+        sketch
+    }
+
+    /// About how many bytes the visitors hold beyond the enum itself.
+    pub fn memory_bytes(&self) -> usize {
+        let set = |s: &hashbrown::HashSet<u64>| s.capacity().next_power_of_two() * (size_of::<u64>() + 1);
+        match self {
+            Visitors::Few { .. } => 0,
+            Visitors::Many(s) => set(s),
+            Visitors::Spilled(spilled) => size_of::<Spilled>() + set(&spilled.recent) + spilled.sketch.memory_bytes(),
+        }
     }
 }
 
@@ -279,11 +355,7 @@ impl Pending {
     /// Adds what `other` adds.
     fn merge(&mut self, other: &Pending) {
         self.counters.add(&other.counters);
-        if self.visitors.is_empty() {
-            self.visitors = other.visitors.clone();
-        } else {
-            other.visitors.iter().for_each(|v| self.visitors.insert(v));
-        }
+        self.visitors.merge(&other.visitors);
     }
 }
 
@@ -557,7 +629,7 @@ impl Writer<'_> {
             next.counters.add(&pending.counters);
             if !pending.visitors.is_empty() {
                 let sketch = next.sketch.get_or_insert_with(VisitorSketch::new);
-                pending.visitors.iter().for_each(|v| sketch.insert_u64(v));
+                pending.visitors.add_to(sketch);
             }
             next.flushes.insert(self.run_id.to_owned(), self.epoch);
             next.flushes.retain(|run, _| !self.finished.contains(run));

@@ -33,7 +33,7 @@ use jiff::civil::Date;
 use model::Table;
 use store::item;
 
-use super::apply::{Accumulator, Pending, Visitors, accumulate_from};
+use super::apply::{Accumulator, Pending, accumulate_from};
 use super::codec::{StoredAggregate, agg_key_fields, agg_key_from_record};
 use super::{AggregateError, SiteSettings, SiteSettingsSource};
 use crate::period::{DateRange, SiteZone, Unit};
@@ -316,13 +316,6 @@ async fn stored_items(
     Ok(stored)
 }
 
-/// The sketch of a set of visitors.
-fn sketch_of(visitors: &Visitors) -> VisitorSketch {
-    let mut s = VisitorSketch::new();
-    visitors.iter().for_each(|v| s.insert_u64(v));
-    s
-}
-
 /// Compares the `rebuilt` items with the `stored` ones (a missing item counts as zeros),
 /// counting them and listing the differences in `report`.
 fn compare(
@@ -337,7 +330,7 @@ fn compare(
         let old = stored.get(*key);
         let rebuilt_counters = new.map(|p| p.counters).unwrap_or_default();
         let stored_counters = old.map(|s| s.counters).unwrap_or_default();
-        let rebuilt_visitors = new.map_or(0, |p| sketch_of(&p.visitors).estimate());
+        let rebuilt_visitors = new.map_or(0, |p| p.visitors.to_sketch().estimate());
         let stored_visitors = old.and_then(|s| s.sketch.as_ref()).map_or(0, VisitorSketch::estimate);
         if rebuilt_counters != stored_counters || rebuilt_visitors != stored_visitors {
             report.differences.push(Difference {
@@ -369,7 +362,7 @@ async fn replace(
             let item = StoredAggregate {
                 version: None,
                 counters: pending.counters,
-                sketch: (!pending.visitors.is_empty()).then(|| sketch_of(&pending.visitors)),
+                sketch: (!pending.visitors.is_empty()).then(|| pending.visitors.to_sketch()),
                 flushes: runs.clone(),
             };
             let version = stored.get(key).and_then(|s| s.version).map_or(1, |v| v + 1);

@@ -503,9 +503,16 @@ fn an_accumulated_item_sums_its_counters_and_keeps_each_visitor_once() {
     let (got, pending) = acc.iter().next().expect("one item");
     assert_eq!(got, key);
     assert_eq!(pending.counters.events, 30 + 3);
-    let mut visitors: Vec<u64> = pending.visitors.iter().collect();
-    visitors.sort_unstable();
-    assert_eq!(visitors, (0..10u64).map(|v| v * 1_000 + 7).collect::<Vec<_>>());
+    assert!(matches!(&pending.visitors, apply::Visitors::Many(set) if set.len() == 10));
+    let ids: Vec<u64> = (0..10u64).map(|v| v * 1_000 + 7).collect();
+    assert_eq!(pending.visitors.to_sketch().to_bytes(), sketch_of(&ids).to_bytes());
+}
+
+/// The sketch of `ids`, each inserted once.
+fn sketch_of<'a>(ids: impl IntoIterator<Item = &'a u64>) -> crate::sketch::VisitorSketch {
+    let mut sketch = crate::sketch::VisitorSketch::new();
+    ids.into_iter().for_each(|&v| sketch.insert_u64(v));
+    sketch
 }
 
 #[test]
@@ -515,8 +522,59 @@ fn an_item_with_few_visitors_keeps_them_inline_and_distinct() {
     for v in [5, 9, 5, 9, 5] {
         visitors.insert(v);
     }
-    assert!(matches!(visitors, apply::Visitors::Few { len: 2, .. }));
-    assert_eq!(visitors.iter().collect::<Vec<_>>(), vec![5, 9]);
+    assert!(matches!(visitors, apply::Visitors::Few { ids: [5, 9, ..], len: 2 }));
+}
+
+proptest::proptest! {
+    /// An item's visitors past a set's worth are poured into a sketch, so an item holds a
+    /// bounded number of bytes however many visitors an epoch brings; the visitors it hands to
+    /// the stored sketch are still exactly the ids inserted: inserted into one item, or spread
+    /// over several (an epoch's accumulators) and merged in any grouping, the sketch's stored
+    /// bytes are those of every distinct id inserted once.
+    #[test]
+    fn an_items_visitors_are_bounded_and_exactly_those_inserted(
+        distinct in 0usize..6_000,
+        repeats in 1usize..3,
+        parts in 1usize..4,
+        seed in proptest::num::u64::ANY,
+    ) {
+        let ids: Vec<u64> = (0..distinct as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed).collect();
+        let mut one = apply::Visitors::default();
+        let mut split: Vec<apply::Visitors> = (0..parts).map(|_| apply::Visitors::default()).collect();
+        for round in 0..repeats {
+            for (i, &id) in ids.iter().enumerate() {
+                one.insert(id);
+                split[(i + round) % parts].insert(id);
+            }
+        }
+        let expected = sketch_of(&ids).to_bytes();
+        proptest::prop_assert_eq!(one.to_sketch().to_bytes(), expected.clone());
+        proptest::prop_assert_eq!(one.is_empty(), ids.is_empty());
+        // Merged in both orders: into an empty one, and into one that holds some already.
+        let mut merged = apply::Visitors::default();
+        for part in &split {
+            merged.merge(part);
+        }
+        proptest::prop_assert_eq!(merged.to_sketch().to_bytes(), expected.clone());
+        let mut backwards = split.last().cloned().unwrap_or_default();
+        for part in split.iter().rev() {
+            backwards.merge(part);
+        }
+        proptest::prop_assert_eq!(backwards.to_sketch().to_bytes(), expected.clone());
+        // Added to a sketch that holds other visitors, as a flush adds them to a stored item.
+        let mut stored = sketch_of(&[1, 2, 3]);
+        one.add_to(&mut stored);
+        let mut all = ids.clone();
+        all.extend([1, 2, 3]);
+        proptest::prop_assert_eq!(stored.to_bytes(), sketch_of(&all).to_bytes());
+        // Bounded: a set of fewer than `SPILL_AT` ids and a sketch, whatever the count.
+        for v in [&one, &merged, &backwards] {
+            proptest::prop_assert!(v.memory_bytes() <= 40 * 1024, "{} bytes", v.memory_bytes());
+        }
+        if distinct >= apply::SPILL_AT {
+            proptest::prop_assert!(matches!(one, apply::Visitors::Spilled(_)));
+        }
+    }
 }
 
 proptest::proptest! {
@@ -577,8 +635,9 @@ proptest::proptest! {
                 events.push(e);
             }
         }
-        type Sums = BTreeMap<AggKey, (Counters, std::collections::BTreeSet<u64>)>;
-        let mut expected: Sums = BTreeMap::new();
+        // Visitors are compared as their sketches' stored bytes, which depend only on the ids.
+        type Sums = BTreeMap<AggKey, (Counters, Vec<u8>)>;
+        let mut expected: BTreeMap<AggKey, (Counters, std::collections::BTreeSet<u64>)> = BTreeMap::new();
         let mut acc = apply::Accumulator::default();
         // The same events spread over three accumulators, as an epoch's shards take them.
         let mut shards: [apply::Accumulator; 3] = Default::default();
@@ -600,13 +659,13 @@ proptest::proptest! {
         }
         let sums = |acc: apply::Accumulator| -> (Sums, BTreeSet<String>) {
             let acc = acc.finish();
-            let sums = acc.iter().map(|(k, p)| (k.to_owned_key(), (p.counters, p.visitors.iter().collect()))).collect();
+            let sums = acc.iter().map(|(k, p)| (k.to_owned_key(), (p.counters, p.visitors.to_sketch().to_bytes()))).collect();
             let log = acc.sessions().items("run", 1).iter().map(|item| format!("{item:?}")).collect();
             (sums, log)
         };
-        let nonzero = |sums: Sums| -> Sums {
-            sums.into_iter().filter(|(_, (c, v))| !c.is_zero() || !v.is_empty()).collect()
-        };
+        let none = crate::sketch::VisitorSketch::new().to_bytes();
+        let nonzero = |sums: Sums| -> Sums { sums.into_iter().filter(|(_, (c, v))| !c.is_zero() || *v != none).collect() };
+        let expected: Sums = expected.into_iter().map(|(k, (c, ids))| (k, (c, sketch_of(&ids).to_bytes()))).collect();
         let ((got, log), (got_absorbed, log_absorbed)) = (sums(acc), sums(absorbed));
         let (got, got_absorbed, expected) = (nonzero(got), nonzero(got_absorbed), nonzero(expected));
         proptest::prop_assert!(expected.keys().any(|k| k.period == Period::Week));
