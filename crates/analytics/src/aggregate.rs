@@ -752,17 +752,12 @@ impl Shared {
         // Deltas carried from the flush before join this epoch and are written under its mark
         // (never those whose write alone was tried: `Carried`).
         let taken = carried.take_if(|c| !c.tried_alone);
-        if taken.is_some() {
-            let mut counts = lock(&self.counts);
-            counts.carried_events = 0;
-            counts.carried_oldest_ms = None;
-        }
-        let taken = taken.map(|c| (c.events, c.oldest_ms, c.items.into_accumulator()));
         let defers = taken.is_none() && carried.is_none() && defer.is_some_and(|wait| self.may_defer(epoch, wait));
         let (carried_events, carried_oldest) = match taken {
-            Some((events, oldest, items)) => {
-                acc.absorb(items);
-                (events, oldest)
+            Some(c) => {
+                self.count_carried(0, None);
+                acc.absorb(c.items.into_accumulator());
+                (c.events, c.oldest_ms)
             }
             None => (0, None),
         };
@@ -772,11 +767,15 @@ impl Shared {
         slot.frozen = Some(frozen.clone());
         slot.defers = defers;
         slot.events += carried_events;
-        slot.oldest_ms = match (slot.oldest_ms, carried_oldest) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        slot.oldest_ms = slot.oldest_ms.into_iter().chain(carried_oldest).min();
         Ok(Some((frozen, defers)))
+    }
+
+    /// Records what is carried to the next flush, for [`Aggregator::stats`].
+    fn count_carried(&self, events: u64, oldest_ms: Option<i64>) {
+        let mut counts = lock(&self.counts);
+        counts.carried_events = events;
+        counts.carried_oldest_ms = oldest_ms;
     }
 
     /// Whether epoch `epoch` may leave its weeks and months to a flush that ends `wait` from now:
@@ -825,11 +824,7 @@ impl Shared {
                         let items = Accumulated::weeks_and_months(frozen);
                         // Nothing else was carried: an epoch defers only when nothing waited.
                         debug_assert!(state.carried.is_none());
-                        {
-                            let mut counts = lock(&self.counts);
-                            counts.carried_events = slot.events;
-                            counts.carried_oldest_ms = slot.oldest_ms;
-                        }
+                        self.count_carried(slot.events, slot.oldest_ms);
                         state.carried = Some(Carried {
                             items,
                             epoch,
@@ -879,9 +874,7 @@ impl Shared {
         carried.tried_alone = true;
         match self.write_items(&carried.items, carried.epoch, false, &mut state.cache).await {
             Ok(()) => {
-                let mut counts = lock(&self.counts);
-                counts.carried_events = 0;
-                counts.carried_oldest_ms = None;
+                self.count_carried(0, None);
                 Ok(())
             }
             Err(e) => {

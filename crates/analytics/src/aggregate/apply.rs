@@ -293,11 +293,11 @@ impl Accumulator {
             *self = other;
             return;
         }
-        for entry in &other.entries {
+        for Entry { key, pending, .. } in other.entries {
             // Keys come from `pack`, so they always unpack.
-            let Some(key) = unpack(&entry.key) else { continue };
+            let Some(key) = unpack(&key) else { continue };
             if let Some(at) = self.position(key) {
-                self.entries[at].pending.merge(&entry.pending);
+                self.entries[at].pending.absorb(pending);
             }
         }
         self.sessions.absorb(other.sessions);
@@ -356,6 +356,18 @@ impl Pending {
     fn merge(&mut self, other: &Pending) {
         self.counters.add(&other.counters);
         self.visitors.merge(&other.visitors);
+    }
+
+    /// [`Pending::merge`] of one no longer needed: an empty entry takes its visitors as they are
+    /// rather than a copy (merging an epoch's accumulators, or carried weeks and months, mostly
+    /// meets new entries).
+    fn absorb(&mut self, other: Pending) {
+        if self.visitors.is_empty() {
+            self.counters.add(&other.counters);
+            self.visitors = other.visitors;
+        } else {
+            self.merge(&other);
+        }
     }
 }
 
