@@ -172,7 +172,6 @@ pub struct Accounts {
     shares: Cached<ShareInfo>,
 }
 
-use crate::ttl_cache::{cached, remember};
 
 /// Most answers each of the logins and shared-links caches keeps.
 const CACHE_CAP: usize = 10_000;
@@ -477,22 +476,21 @@ impl Accounts {
             return Ok(None);
         }
         let key = hash_token(token);
-        if let Some(hit) = cached(&self.sessions, &key) {
-            return Ok(hit);
-        }
-        let user = match self.grant_of(token).await? {
-            Some((kind, email, generation)) if kind == "user" => {
-                match self.table.get("User", item! { "email" => email.as_str() }).await? {
-                    // Signed out everywhere (or the password changed) since this login.
-                    Some(r) if generation_of(&r) != generation => None,
-                    Some(r) => Some(user_of(&r)?),
-                    None => None,
-                }
-            }
-            _ => None,
-        };
-        remember(&self.sessions, &key, user.clone());
-        Ok(user)
+        self.sessions
+            .get_or_load(&key, || async {
+                Ok(match self.grant_of(token).await? {
+                    Some((kind, email, generation)) if kind == "user" => {
+                        match self.table.get("User", item! { "email" => email.as_str() }).await? {
+                            // Signed out everywhere (or the password changed) since this login.
+                            Some(r) if generation_of(&r) != generation => None,
+                            Some(r) => Some(user_of(&r)?),
+                            None => None,
+                        }
+                    }
+                    _ => None,
+                })
+            })
+            .await
     }
 
     /// Ends the login (or unlock) behind `token`.
@@ -587,15 +585,14 @@ impl Accounts {
             return Ok(None);
         }
         let key = hash_token(token);
-        if let Some(hit) = cached(&self.shares, &key) {
-            return Ok(hit);
-        }
-        let info = match self.table.get("ShareLink", item! { "token_hash" => key.as_str() }).await? {
-            Some(r) => Some(share_of(&r)?).filter(|s| !s.revoked),
-            None => None,
-        };
-        remember(&self.shares, &key, info.clone());
-        Ok(info)
+        self.shares
+            .get_or_load(&key, || async {
+                match self.table.get("ShareLink", item! { "token_hash" => key.as_str() }).await? {
+                    Some(r) => Ok(Some(share_of(&r)?).filter(|s| !s.revoked)),
+                    None => Ok(None),
+                }
+            })
+            .await
     }
 
     /// Unlocks a password-protected shared link: a grant token for the cookie, or `None` when the

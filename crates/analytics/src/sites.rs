@@ -368,7 +368,6 @@ pub struct Sites {
     by_key: Cached<ApiKeyInfo>,
 }
 
-use crate::ttl_cache::{cached, remember};
 
 /// Most answers each of the sites, domains and keys caches keeps.
 const CACHE_CAP: usize = 100_000;
@@ -550,27 +549,19 @@ impl Sites {
     /// [`Sites::get`], shared with the cache rather than copied: ingestion looks its site up for
     /// every event, and a site with goals, funnels and segments is not small.
     pub async fn get_shared(&self, site_id: &str) -> Result<Option<Arc<Site>>, SitesError> {
-        if let Some(hit) = cached(&self.by_id, site_id) {
-            return Ok(hit);
-        }
-        let site = self.load(site_id).await?.map(Arc::new);
-        remember(&self.by_id, site_id, site.clone());
-        Ok(site)
+        self.by_id.get_or_load(site_id, || async { Ok(self.load(site_id).await?.map(Arc::new)) }).await
     }
 
     async fn site_of_alias(&self, alias: &str) -> Result<Option<Arc<Site>>, SitesError> {
-        let site_id = match cached(&self.by_domain, alias) {
-            Some(hit) => hit,
-            None => {
-                let record = self.table.get("SiteDomain", item! { "domain" => alias }).await?;
-                let id = match record {
-                    Some(r) => Some(r.string("site_id").map_err(corrupt("SiteDomain"))?.to_owned()),
-                    None => None,
-                };
-                remember(&self.by_domain, alias, id.clone());
-                id
-            }
-        };
+        let site_id = self
+            .by_domain
+            .get_or_load(alias, || async {
+                match self.table.get("SiteDomain", item! { "domain" => alias }).await? {
+                    Some(r) => Ok(Some(r.string("site_id").map_err(corrupt("SiteDomain"))?.to_owned())),
+                    None => Ok::<_, SitesError>(None),
+                }
+            })
+            .await?;
         match site_id {
             Some(id) => self.get_shared(&id).await,
             None => Ok(None),
@@ -1006,15 +997,14 @@ impl Sites {
             return Ok(None);
         }
         let hash = hash_key(bearer);
-        if let Some(hit) = cached(&self.by_key, &hash) {
-            return Ok(hit);
-        }
-        let info = match self.table.get("ApiKey", item! { "key_hash" => hash.as_str() }).await? {
-            Some(r) => Some(key_info(&r)?).filter(|k| !k.revoked),
-            None => None,
-        };
-        remember(&self.by_key, &hash, info.clone());
-        Ok(info)
+        self.by_key
+            .get_or_load(&hash, || async {
+                match self.table.get("ApiKey", item! { "key_hash" => hash.as_str() }).await? {
+                    Some(r) => Ok(Some(key_info(&r)?).filter(|k| !k.revoked)),
+                    None => Ok(None),
+                }
+            })
+            .await
     }
 }
 
