@@ -183,6 +183,26 @@ impl Table {
         m.add(c);
     }
 
+    /// Records a write its condition refused. DynamoDB charges it as a write of the larger of
+    /// the existing item and the new one (at least one unit) but reports no consumed capacity
+    /// with the error, so without this a meter would count a refused claim or retry as free.
+    /// `new_bytes` is the written item's size where the request holds it (a put), else 0; the
+    /// existing item's size is known when the error carries it.
+    pub(super) fn record_refused(&self, new_bytes: usize, error: &store::StoreError) {
+        let existing = match error {
+            store::StoreError::ConditionalCheckFailed { item: Some(item) } => store::item_size(item),
+            _ => 0,
+        };
+        let units = new_bytes.max(existing).div_ceil(store::limits::WRITE_UNIT_BYTES).max(1) as f64;
+        self.record(&ConsumedCapacity {
+            table: self.schema.table_name().to_owned(),
+            capacity_units: units,
+            write_capacity_units: units,
+            table_units: units,
+            ..ConsumedCapacity::default()
+        });
+    }
+
     pub(super) fn record_all(&self, cs: &[ConsumedCapacity]) {
         let mut m = lock(&self.meter);
         m.requests += 1;
@@ -361,15 +381,20 @@ impl Table {
         mode: PutMode,
         condition: Option<&Condition>,
     ) -> Result<()> {
+        let bytes = store::item_size(&request.item);
         match self.store.put_item(request).await {
             Ok(out) => {
                 self.record(&out.consumed_capacity);
                 Ok(())
             }
-            Err(e) if e.is_condition_failed() && condition.is_none() => Err(match mode {
-                PutMode::Create => Error::AlreadyExists { entity: entity.to_string() },
-                _ => Error::NotFound { entity: entity.to_string() },
-            }),
+            Err(e) if e.is_condition_failed() => {
+                self.record_refused(bytes, &e);
+                Err(match (condition, mode) {
+                    (None, PutMode::Create) => Error::AlreadyExists { entity: entity.to_string() },
+                    (None, _) => Error::NotFound { entity: entity.to_string() },
+                    (Some(_), _) => e.into(),
+                })
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -610,8 +635,12 @@ impl Table {
                 self.record(&out.consumed_capacity);
                 Ok(Record::new(entity, out.attributes.unwrap_or_default()))
             }
-            Err(e) if e.is_condition_failed() && condition.is_none() && !upsert => {
-                Err(Error::NotFound { entity: entity.to_string() })
+            Err(e) if e.is_condition_failed() => {
+                self.record_refused(0, &e);
+                if condition.is_none() && !upsert {
+                    return Err(Error::NotFound { entity: entity.to_string() });
+                }
+                Err(e.into())
             }
             Err(e) => Err(e.into()),
         }
@@ -643,7 +672,15 @@ impl Table {
         condition: Option<&Condition>,
     ) -> Result<Option<Record>> {
         let request = self.prepare_delete(entity, &key_fields, condition)?;
-        let out = self.store.delete_item(request).await?;
+        let out = match self.store.delete_item(request).await {
+            Ok(out) => out,
+            Err(e) => {
+                if e.is_condition_failed() {
+                    self.record_refused(0, &e);
+                }
+                return Err(e.into());
+            }
+        };
         self.record(&out.consumed_capacity);
         Ok(out.attributes.map(|item| Record::new(entity, item)))
     }

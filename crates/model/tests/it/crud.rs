@@ -246,3 +246,34 @@ async fn generated_ids_carry_the_table_clock() {
     let id: ulid::Ulid = order.string("order_id").unwrap().parse().unwrap();
     assert_eq!(id.timestamp_ms() as i64, T0);
 }
+
+/// Regression: DynamoDB charges a write its condition refuses (as a write of the larger of the
+/// existing and the new item, at least one unit) but reports no consumed capacity with the
+/// error, and the meter counted such writes as free: a refused claim or retry cost nothing in
+/// Tally's figures and a write unit on the bill.
+#[tokio::test]
+async fn a_refused_conditional_write_is_metered_as_a_write() {
+    let f = Fixture::new().await;
+    let product = item! { "product_id" => "p1", "name" => "Pen", "price" => 2 };
+    let key = || item! { "product_id" => "p1" };
+    f.table.create("Product", product.clone()).await.unwrap();
+    f.table.reset_capacity();
+    let refused = |what: &str, err: model::Error, units: f64| {
+        assert!(err.is_condition_failed(), "{what}: {err}");
+        let capacity = f.table.reset_capacity();
+        assert_eq!((capacity.write_units, capacity.requests), (units, 1), "{what}");
+    };
+    refused("create", f.table.create("Product", product.clone()).await.unwrap_err(), 1.0);
+    let stale = attr("price").eq(3);
+    let pricier = item! { "product_id" => "p1", "name" => "Pen", "price" => 5 };
+    refused("put", f.table.write("Product", pricier, PutMode::Put, Some(&stale)).await.unwrap_err(), 1.0);
+    let update = Update::new().set("price", 7);
+    refused("update", f.table.update_with("Product", key(), update, Some(&stale), false).await.unwrap_err(), 1.0);
+    refused("delete", f.table.delete_with("Product", key(), Some(&stale)).await.unwrap_err(), 1.0);
+    // A refused put of a larger item costs that item's size.
+    let large = item! { "product_id" => "p1", "name" => "x".repeat(2500), "price" => 5 };
+    refused("large put", f.table.write("Product", large, PutMode::Put, Some(&stale)).await.unwrap_err(), 3.0);
+    // And a write whose condition holds costs what it reports, as before.
+    f.table.write("Product", product, PutMode::Put, Some(&attr("price").eq(2))).await.unwrap();
+    assert_eq!(f.table.reset_capacity().write_units, 1.0);
+}
