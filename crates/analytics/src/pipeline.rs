@@ -118,6 +118,60 @@ pub struct PipelineCounters {
     pub unknown_site: AtomicU64,
     /// Events whose storage failed.
     pub failed: AtomicU64,
+    /// Shared, claims of a session this process had cached ([`Claims`]).
+    pub claims: AtomicU64,
+    /// Of those, claims whose cached session another process had moved on.
+    pub stale_claims: AtomicU64,
+    /// Of those, claims made after reading the visitor's item first.
+    pub claims_read_first: AtomicU64,
+    /// Of those, claims the table refused because the cache was stale (each cost a write).
+    pub refused_claims: AtomicU64,
+}
+
+/// How often this process's cached sessions turn out stale when it claims their next slot while
+/// others ingest, and so whether a claim reads the visitor's item first.
+///
+/// A claim is a conditional write. When another process moved the session on since this one
+/// cached it (a balancer that sends a visitor's events to either process makes that every
+/// other event or so), the write is refused, and a refused write still costs a write unit on
+/// DynamoDB; the item is then read and the claim made again: two write units and a read. Read
+/// first, the claim costs a read and one write unit whatever the cache held. So once more than
+/// a sixth of recent claims found the cache stale, claims read first: at DynamoDB's prices (a
+/// read unit a fifth of a write unit) that is where reading first becomes the cheaper way,
+/// and it always spends fewer write units. Staleness is measured either way (a read-first claim
+/// sees whether the cache was current), so the choice follows the traffic both ways.
+/// Correctness never depends on it: the conditional write still decides every claim.
+#[derive(Debug, Default)]
+struct Claims {
+    /// Recent claims of cached sessions, and how many of them were stale: both halved whenever
+    /// `recent` reaches [`Claims::WINDOW`], so they weigh the last few thousand claims.
+    recent: AtomicU64,
+    stale: AtomicU64,
+}
+
+impl Claims {
+    const WINDOW: u64 = 4096;
+    /// Claims seen before staleness is trusted.
+    const MIN_SEEN: u64 = 64;
+
+    /// Whether the next claim of a cached session should read the visitor's item first.
+    fn read_first(&self) -> bool {
+        let (recent, stale) = (self.recent.load(Ordering::Relaxed), self.stale.load(Ordering::Relaxed));
+        recent >= Self::MIN_SEEN && stale * 6 > recent
+    }
+
+    /// Counts a claim of a cached session, stale or not.
+    fn record(&self, stale: bool) {
+        let recent = self.recent.fetch_add(1, Ordering::Relaxed) + 1;
+        if stale {
+            self.stale.fetch_add(1, Ordering::Relaxed);
+        }
+        if recent >= Self::WINDOW {
+            // Racing halvings only make the window a little shorter.
+            self.recent.store(recent / 2, Ordering::Relaxed);
+            self.stale.store(self.stale.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+        }
+    }
 }
 
 /// An event to import with its own timestamp.
@@ -206,6 +260,9 @@ struct NewSession {
 struct Cached {
     live: Option<Live>,
     head_version: Option<i64>,
+    /// Whether this was just read from the table (not cached from an earlier event): a claim
+    /// then has nothing to read first.
+    just_read: bool,
 }
 
 type Slot = Arc<tokio::sync::Mutex<Cached>>;
@@ -244,6 +301,8 @@ pub struct Pipeline {
     sweep_at: AtomicUsize,
     /// Whether a task is writing evicted sessions' items.
     evicting: Arc<AtomicBool>,
+    /// Shared, how often cached sessions were stale at their claims.
+    claims: Claims,
     /// How many sessions the cache holds before it makes room (20,000 unless set).
     session_limit: AtomicUsize,
     /// Alone, until when (wall clock, ms) a visitor missing from memory may still have a live
@@ -301,6 +360,7 @@ impl Pipeline {
             import_floor: AtomicI64::new(i64::MAX),
             sweep_at: AtomicUsize::new(0),
             evicting: Arc::new(AtomicBool::new(false)),
+            claims: Claims::default(),
             session_limit: AtomicUsize::new(MAX_CACHED_SESSIONS),
             lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
             evicted: Arc::default(),
@@ -750,11 +810,19 @@ impl Pipeline {
         Ok((last, Some(version)))
     }
 
+    /// Counts a claim of a cached session for `/metrics` and `tally bench`.
+    fn count_claim(&self, stale: bool, read_first: bool) {
+        let c = &self.counters;
+        c.claims.fetch_add(1, Ordering::Relaxed);
+        c.stale_claims.fetch_add(u64::from(stale), Ordering::Relaxed);
+        c.claims_read_first.fetch_add(u64::from(read_first), Ordering::Relaxed);
+    }
+
     /// The visitor's session as the table has it, if it is live at `ts`.
     async fn load_session(&self, site_id: &str, visitor: VisitorId, ts: i64) -> Result<Cached, PipelineError> {
         let (last, head_version) = self.load_head(site_id, visitor).await?;
         let live = last.map(|last| Live { last, written: None }).filter(|l| l.live_at(ts));
-        Ok(Cached { live, head_version })
+        Ok(Cached { live, head_version, just_read: true })
     }
 
     /// Stores `event` in its visitor's session: finds the session ([`Pipeline::session_slot`]),
@@ -848,7 +916,7 @@ impl Pipeline {
         let queued = self.writer.queue(stored.clone(), after);
         let head_version = guard.head_version;
         let written = Some(queued.written());
-        *guard = Cached { live: Some(Live { last: stored, written }), head_version };
+        *guard = Cached { live: Some(Live { last: stored, written }), head_version, just_read: false };
         drop(guard);
         match queued.done().await {
             Ok(stored) => {
@@ -936,6 +1004,20 @@ impl Pipeline {
         visitor: VisitorId,
     ) -> Result<Stored, PipelineError> {
         let ts = event.timestamp_ms;
+        // A session this process cached: read the visitor's item first when cached sessions
+        // have often been stale lately ([`Claims`]).
+        let cached = guard.head_version.is_some() && !guard.just_read;
+        let mut read_first = false;
+        if cached && self.claims.read_first() {
+            read_first = true;
+            let current = self.load_session(&site.site_id, visitor, ts).await?;
+            let stale = current.head_version != guard.head_version;
+            self.claims.record(stale);
+            self.count_claim(stale, true);
+            if stale {
+                *guard = current;
+            }
+        }
         let (stored, ticket) = self.next_event(guard, site, event, enrichment, visitor).await?;
         let mut head_version = guard.head_version;
         {
@@ -951,9 +1033,20 @@ impl Pipeline {
                 .write("VisitorSession", head_item_for(&stored, version)?, model::PutMode::Put, Some(&condition))
                 .await
             {
-                Ok(()) => head_version = Some(version),
+                Ok(()) => {
+                    head_version = Some(version);
+                    if cached && !read_first {
+                        self.claims.record(false);
+                        self.count_claim(false, false);
+                    }
+                }
                 Err(e) if e.is_condition_failed() => {
                     // Another process moved the session on: read it back and try again.
+                    if cached && !read_first {
+                        self.claims.record(true);
+                        self.count_claim(true, false);
+                    }
+                    self.counters.refused_claims.fetch_add(u64::from(cached), Ordering::Relaxed);
                     drop(ticket);
                     *guard = self.load_session(&site.site_id, stored.visitor_id, ts).await?;
                     return Ok(Stored::Moved);
@@ -987,7 +1080,7 @@ impl Pipeline {
             }
         };
         ticket.commit(&stored);
-        *guard = Cached { live: Some(Live { last: stored, written: None }), head_version };
+        *guard = Cached { live: Some(Live { last: stored, written: None }), head_version, just_read: false };
         Ok(Stored::Done)
     }
 }

@@ -689,6 +689,22 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         ingested.max_lag_ms.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1000.0
     );
     println!("read units per event: {read_per_event:.3} (session and salt lookups missing the cache)");
+    if let Some(second) = &s.second {
+        // Shared, each event claims its session's next slot; a cached session another process
+        // moved on costs a refused claim, unless the claim reads first (`pipeline::Claims`).
+        let claims = |f: fn(&analytics::pipeline::PipelineCounters) -> &std::sync::atomic::AtomicU64| {
+            f(s.pipeline.counters()).load(Ordering::Relaxed) + f(second.pipeline.counters()).load(Ordering::Relaxed)
+        };
+        let n = claims(|c| &c.claims);
+        let share = |k: u64| k as f64 * 100.0 / n.max(1) as f64;
+        println!(
+            "session claims of cached sessions: {n}, {:.0} % stale (moved on by the other process), {:.0} % read \
+             first, {:.0} % refused",
+            share(claims(|c| &c.stale_claims)),
+            share(claims(|c| &c.claims_read_first)),
+            share(claims(|c| &c.refused_claims))
+        );
+    }
     let blocks = s.pipeline.block_counters();
     let seconds = s.second.as_ref().map(|second| second.pipeline.block_counters());
     let sum = |f: fn(&analytics::event_store::WriterCounters) -> &std::sync::atomic::AtomicU64| {

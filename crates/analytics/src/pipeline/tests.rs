@@ -11,6 +11,7 @@ fn live(last_ts: i64) -> Slot {
             written: None,
         }),
         head_version: None,
+        just_read: false,
     }))
 }
 

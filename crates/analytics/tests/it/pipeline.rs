@@ -174,6 +174,68 @@ async fn two_processes_sharing_a_visitor_write_one_session_without_gaps() {
     assert_eq!(events[0].visit.device, "Mobile");
 }
 
+/// Regression: behind a balancer that sends a visitor's events to either process, about every
+/// other claim of a cached session was refused (the other process had moved it on), and a
+/// refused conditional write costs a write unit on DynamoDB as well as the claim made again.
+/// Once stale caches are common, claims read the visitor's item first; alone, they never do.
+#[tokio::test]
+async fn claims_read_first_once_the_other_process_often_moved_the_session_on() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p1, _a1) = pipeline(&w).await;
+    let (p2, _a2) = pipeline(&w).await;
+    let t = now() - 3_600_000;
+    let (visitors, per_visitor) = (60u8, 14i64);
+    let send = |p: &Arc<Pipeline>, v: u8, k: i64| {
+        let raw = pageview(&format!("https://example.com/p{k}"), IPHONE, [198, 51, 100, v], t + k * 1000);
+        let p = p.clone();
+        async move {
+            let r = p.ingest(raw, SiteSelector::Domain).await;
+            assert!(matches!(r, IngestResult::Accepted), "{r:?}");
+        }
+    };
+    // Every visitor's events alternate between the processes, visitors interleaved.
+    for k in 0..per_visitor {
+        for v in 0..visitors {
+            send(if (k + i64::from(v)) % 2 == 0 { &p1 } else { &p2 }, v, k).await;
+        }
+    }
+    let sum = |f: fn(&analytics::pipeline::PipelineCounters) -> &std::sync::atomic::AtomicU64| {
+        f(p1.counters()).load(Relaxed) + f(p2.counters()).load(Relaxed)
+    };
+    let (claims, stale, read_first, refused) =
+        (sum(|c| &c.claims), sum(|c| &c.stale_claims), sum(|c| &c.claims_read_first), sum(|c| &c.refused_claims));
+    // Events 2.. of a visitor find their process's cache, which the other process moved on.
+    assert_eq!(claims, u64::from(visitors) * (per_visitor as u64 - 2), "{claims}");
+    assert_eq!(stale, claims, "every cached session was stale");
+    assert!(read_first >= claims * 3 / 4, "{read_first} of {claims} claims read first");
+    assert!(refused <= claims / 4, "{refused} of {claims} claims refused");
+
+    // The sessions are what they would be anyway.
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), usize::from(visitors) * per_visitor as usize);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
+    assert_eq!(sessions.len(), usize::from(visitors), "one visit per visitor across both processes");
+    for pair in events.windows(2).filter(|p| p[0].session_id == p[1].session_id) {
+        assert_eq!(pair[1].seq, pair[0].seq + 1);
+        assert_eq!(pair[1].prev, pair[0].next(), "each event's previous state is its predecessor's next");
+    }
+
+    // One process whose cache is never stale claims without reading first.
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, _a) = pipeline(&w).await;
+    for k in 0..per_visitor {
+        for v in 0..visitors {
+            send(&p, v, k).await;
+        }
+    }
+    let c = p.counters();
+    assert_eq!(c.claims.load(Relaxed), u64::from(visitors) * (per_visitor as u64 - 1));
+    assert_eq!((c.stale_claims.load(Relaxed), c.claims_read_first.load(Relaxed), c.refused_claims.load(Relaxed)), (0, 0, 0));
+}
+
 #[tokio::test]
 async fn bots_unknown_sites_and_invalid_events_are_not_stored() {
     let w = world().await;
