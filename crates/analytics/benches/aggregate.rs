@@ -7,7 +7,7 @@ use std::hint::black_box;
 use analytics::aggregate::{Accumulator, deltas, for_each_delta};
 use analytics::period::SiteZone;
 use analytics::sketch::VisitorSketch;
-use analytics::stored::{AggKey, Counters, PrevState, StoredEvent, VisitAttrs};
+use analytics::stored::{AggKey, Counters, PrevState, StoredEvent, Visit, VisitAttrs};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// 2026-11-22T07:30:00Z.
@@ -30,19 +30,21 @@ fn pageview() -> StoredEvent {
         revenue: None,
         interactive: true,
         goals: vec!["Visit /pricing".into()],
-        visit: std::sync::Arc::new(VisitAttrs {
-            start_ts: T0,
-            entry_page: "/".into(),
-            source: "Google".into(),
-            referrer: "google.com".into(),
-            country: "DE".into(),
-            device: "Desktop".into(),
-            browser: "Firefox".into(),
-            browser_version: "133.0".into(),
-            os: "Windows".into(),
-            os_version: "10".into(),
-            ..Default::default()
-        }),
+        visit: std::sync::Arc::new(VisitAttrs::new(
+            T0,
+            &Visit {
+                entry_page: "/",
+                source: "Google",
+                referrer: "google.com",
+                country: "DE",
+                device: "Desktop",
+                browser: "Firefox",
+                browser_version: "133.0",
+                os: "Windows",
+                os_version: "10",
+                ..Visit::default()
+            },
+        )),
         prev,
         run: "01JDB3Y5C8M9V7T2X4K6P0RUN0".into(),
         epoch: 1,
@@ -76,17 +78,25 @@ fn epoch(n: u64) -> Vec<StoredEvent> {
             e.visitor_id = analytics::visitor::VisitorId::from_u64(v.wrapping_mul(0xff51_afd7_ed55_8ccd));
             e.ts = T0 + (i * 3_000 / n) as i64;
             e.path = format!("/docs/section-{}/page-{}", i % 17, (i * 7) % 300);
-            std::sync::Arc::make_mut(&mut e.visit).entry_page = format!("/landing/{}", v % 40);
-            std::sync::Arc::make_mut(&mut e.visit).country =
-                pick(&["DE", "US", "FR", "GB", "IN", "BR", "JP", "NL", "SE", "PL"], v);
-            std::sync::Arc::make_mut(&mut e.visit).browser =
-                pick(&["Chrome", "Firefox", "Safari", "Edge", "Opera"], v / 3);
-            std::sync::Arc::make_mut(&mut e.visit).browser_version = format!("{}.0", 120 + v % 14);
-            std::sync::Arc::make_mut(&mut e.visit).os = pick(&["Windows", "macOS", "Linux", "Android", "iOS"], v / 5);
-            std::sync::Arc::make_mut(&mut e.visit).source =
-                pick(&["Google", "Bing", "", "Twitter", "Hacker News", "DuckDuckGo"], v / 7);
-            std::sync::Arc::make_mut(&mut e.visit).utm_campaign =
-                if v % 9 == 0 { format!("launch-{}", v % 4) } else { String::new() };
+            let entry_page = format!("/landing/{}", v % 40);
+            let country = pick(&["DE", "US", "FR", "GB", "IN", "BR", "JP", "NL", "SE", "PL"], v);
+            let browser = pick(&["Chrome", "Firefox", "Safari", "Edge", "Opera"], v / 3);
+            let browser_version = format!("{}.0", 120 + v % 14);
+            let os = pick(&["Windows", "macOS", "Linux", "Android", "iOS"], v / 5);
+            let source = pick(&["Google", "Bing", "", "Twitter", "Hacker News", "DuckDuckGo"], v / 7);
+            let utm_campaign = if v % 9 == 0 { format!("launch-{}", v % 4) } else { String::new() };
+            e.visit = std::sync::Arc::new(e.visit.with(|visit| {
+                *visit = Visit {
+                    entry_page: &entry_page,
+                    country: &country,
+                    browser: &browser,
+                    browser_version: &browser_version,
+                    os: &os,
+                    source: &source,
+                    utm_campaign: &utm_campaign,
+                    ..*visit
+                }
+            }));
             e
         })
         .collect()

@@ -783,30 +783,7 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
         return Err(BlockError::Corrupt("a column is missing"));
     }
     let visits: Vec<Arc<VisitAttrs>> = (0..b.sessions.len())
-        .map(|s| {
-            let t = |i: usize| b.visit[i].get(s).to_owned();
-            Arc::new(VisitAttrs {
-                start_ts: b.visit_start[s],
-                entry_page: t(0),
-                source: t(1),
-                referrer: t(2),
-                utm_source: t(3),
-                utm_medium: t(4),
-                utm_campaign: t(5),
-                utm_content: t(6),
-                utm_term: t(7),
-                country: t(8),
-                device: t(9),
-                browser: t(10),
-                browser_version: t(11),
-                os: t(12),
-                os_version: t(13),
-                region: t(14),
-                city: t(15),
-                screen: t(16),
-                language: t(17),
-            })
-        })
+        .map(|s| Arc::new(VisitAttrs::from_texts(b.visit_start[s], std::array::from_fn(|i| b.visit[i].get(s)))))
         .collect();
     let runs: Vec<Arc<str>> = b.run.values().map(Arc::from).collect();
     Ok((0..n)

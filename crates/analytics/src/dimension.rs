@@ -191,25 +191,25 @@ impl VisitDimension {
     /// is the session's current exit page, not an attribute.
     pub fn value(self, visit: &VisitAttrs) -> Option<&str> {
         Some(match self {
-            VisitDimension::EntryPage => &visit.entry_page,
+            VisitDimension::EntryPage => visit.entry_page(),
             VisitDimension::ExitPage => return None,
-            VisitDimension::Source => &visit.source,
-            VisitDimension::Referrer => &visit.referrer,
-            VisitDimension::UtmSource => &visit.utm_source,
-            VisitDimension::UtmMedium => &visit.utm_medium,
-            VisitDimension::UtmCampaign => &visit.utm_campaign,
-            VisitDimension::UtmContent => &visit.utm_content,
-            VisitDimension::UtmTerm => &visit.utm_term,
-            VisitDimension::Country => &visit.country,
-            VisitDimension::Device => &visit.device,
-            VisitDimension::Browser => &visit.browser,
-            VisitDimension::BrowserVersion => &visit.browser_version,
-            VisitDimension::Os => &visit.os,
-            VisitDimension::OsVersion => &visit.os_version,
-            VisitDimension::Region => &visit.region,
-            VisitDimension::City => &visit.city,
-            VisitDimension::Screen => &visit.screen,
-            VisitDimension::Language => &visit.language,
+            VisitDimension::Source => visit.source(),
+            VisitDimension::Referrer => visit.referrer(),
+            VisitDimension::UtmSource => visit.utm_source(),
+            VisitDimension::UtmMedium => visit.utm_medium(),
+            VisitDimension::UtmCampaign => visit.utm_campaign(),
+            VisitDimension::UtmContent => visit.utm_content(),
+            VisitDimension::UtmTerm => visit.utm_term(),
+            VisitDimension::Country => visit.country(),
+            VisitDimension::Device => visit.device(),
+            VisitDimension::Browser => visit.browser(),
+            VisitDimension::BrowserVersion => visit.browser_version(),
+            VisitDimension::Os => visit.os(),
+            VisitDimension::OsVersion => visit.os_version(),
+            VisitDimension::Region => visit.region(),
+            VisitDimension::City => visit.city(),
+            VisitDimension::Screen => visit.screen(),
+            VisitDimension::Language => visit.language(),
         })
     }
 
@@ -279,7 +279,7 @@ impl std::fmt::Display for Dimension {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stored::{EVENT_DIMENSIONS, SPARSE_VISIT_DIMENSIONS, VISIT_DIMENSIONS};
+    use crate::stored::{EVENT_DIMENSIONS, SPARSE_VISIT_DIMENSIONS, VISIT_DIMENSIONS, Visit};
 
     #[test]
     fn names_round_trip_and_match_the_stored_lists() {
@@ -327,27 +327,29 @@ mod tests {
 
     #[test]
     fn every_visit_attribute_is_some_dimensions_value() {
-        let visit = VisitAttrs {
-            entry_page: "entry".into(),
-            source: "source".into(),
-            referrer: "referrer".into(),
-            utm_source: "utm_source".into(),
-            utm_medium: "utm_medium".into(),
-            utm_campaign: "utm_campaign".into(),
-            utm_content: "utm_content".into(),
-            utm_term: "utm_term".into(),
-            country: "country".into(),
-            device: "device".into(),
-            browser: "browser".into(),
-            browser_version: "browser_version".into(),
-            os: "os".into(),
-            os_version: "os_version".into(),
-            region: "region".into(),
-            city: "city".into(),
-            screen: "screen".into(),
-            language: "language".into(),
-            ..VisitAttrs::default()
-        };
+        let visit = VisitAttrs::new(
+            0,
+            &Visit {
+                entry_page: "entry",
+                source: "source",
+                referrer: "referrer",
+                utm_source: "utm_source",
+                utm_medium: "utm_medium",
+                utm_campaign: "utm_campaign",
+                utm_content: "utm_content",
+                utm_term: "utm_term",
+                country: "country",
+                device: "device",
+                browser: "browser",
+                browser_version: "browser_version",
+                os: "os",
+                os_version: "os_version",
+                region: "region",
+                city: "city",
+                screen: "screen",
+                language: "language",
+            },
+        );
         let mut values: Vec<&str> = VisitDimension::ALL.iter().filter_map(|d| d.value(&visit)).collect();
         let mut texts: Vec<&str> = visit.texts().to_vec();
         values.sort_unstable();

@@ -34,7 +34,9 @@ use std::sync::Arc;
 use model::key::encoded_str_len;
 use sha2::{Digest, Sha256};
 
-use crate::stored::{PROPS_PREFIX, StoredEvent};
+#[cfg(test)]
+use crate::stored::Visit;
+use crate::stored::{PROPS_PREFIX, StoredEvent, VisitAttrs};
 
 /// The most bytes a dimension value may take, key-encoded, in an aggregate's sort key
 /// `B#{bucket}#{value}`: 1,024 allowed, less `B#`, the longest bucket label (13) and a `#`, with
@@ -124,29 +126,8 @@ pub fn bound_event(event: &StoredEvent) -> Cow<'_, StoredEvent> {
     fix(&mut e.prev.exit_page);
     e.goals.iter_mut().for_each(fix);
     e.props = e.props.iter().map(|(k, v)| (bound_prop_key(k).into_owned(), bound_value(v).into_owned())).collect();
-    let v = Arc::make_mut(&mut e.visit);
-    for s in [
-        &mut v.entry_page,
-        &mut v.source,
-        &mut v.referrer,
-        &mut v.utm_source,
-        &mut v.utm_medium,
-        &mut v.utm_campaign,
-        &mut v.utm_content,
-        &mut v.utm_term,
-        &mut v.country,
-        &mut v.device,
-        &mut v.browser,
-        &mut v.browser_version,
-        &mut v.os,
-        &mut v.os_version,
-        &mut v.region,
-        &mut v.city,
-        &mut v.screen,
-        &mut v.language,
-    ] {
-        fix(s);
-    }
+    let bounded: Vec<Cow<'_, str>> = event.visit.texts().into_iter().map(bound_value).collect();
+    e.visit = Arc::new(VisitAttrs::from_texts(event.visit.start_ts, std::array::from_fn(|i| &*bounded[i])));
     Cow::Owned(e)
 }
 
@@ -195,27 +176,29 @@ mod tests {
             revenue: None,
             interactive: true,
             goals: vec![format!("Visit /{}", text(1999)), std::iter::repeat_n(fill, 120).collect()],
-            visit: std::sync::Arc::new(crate::stored::VisitAttrs {
-                start_ts: 1_794_990_000_000,
-                entry_page: path.clone(),
-                source: text(2000),
-                referrer: text(2000),
-                utm_source: text(2000),
-                utm_medium: text(2000),
-                utm_campaign: text(2000),
-                utm_content: text(2000),
-                utm_term: text(2000),
-                country: "DE".into(),
-                device: "Desktop".into(),
-                browser: text(1024),
-                browser_version: text(1024),
-                os: text(1024),
-                os_version: text(1024),
-                region: text(32),
-                city: text(200),
-                screen: "Desktop".into(),
-                language: text(35),
-            }),
+            visit: std::sync::Arc::new(crate::stored::VisitAttrs::new(
+                1_794_990_000_000,
+                &Visit {
+                    entry_page: &path,
+                    source: &text(2000),
+                    referrer: &text(2000),
+                    utm_source: &text(2000),
+                    utm_medium: &text(2000),
+                    utm_campaign: &text(2000),
+                    utm_content: &text(2000),
+                    utm_term: &text(2000),
+                    country: "DE",
+                    device: "Desktop",
+                    browser: &text(1024),
+                    browser_version: &text(1024),
+                    os: &text(1024),
+                    os_version: &text(1024),
+                    region: &text(32),
+                    city: &text(200),
+                    screen: "Desktop",
+                    language: &text(35),
+                },
+            )),
             prev: crate::stored::PrevState {
                 events: 2,
                 pageviews: 2,

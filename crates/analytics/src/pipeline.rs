@@ -35,7 +35,7 @@ use crate::enrich::{DropReason, Enricher, Enrichment, SiteContext};
 use crate::event::{Event, EventError, Limits, RawEvent};
 use crate::event_store::{BlockWriter, EventStoreError, Written};
 use crate::sites::{Site, SiteId, Sites, SitesError};
-use crate::stored::{PrevState, StoredEvent, VisitAttrs};
+use crate::stored::{PrevState, StoredEvent, Visit, VisitAttrs};
 use crate::visitor::{Salt, UtcDay, VisitorId, salt_expires_at_ms, salts_to_try, visitor_id};
 
 /// A visit ends after this long without an event.
@@ -1231,34 +1231,40 @@ fn make_room(sessions: &mut Sessions, now: i64, limit: usize) {
     }
 }
 
+/// An optional text, empty when absent.
+fn text(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or_default()
+}
+
 fn new_session(ts: i64, event: &Event, e: &Enrichment) -> NewSession {
     let utm = &event.query.utm;
-    let text = |v: &Option<String>| v.clone().unwrap_or_default();
     let millis = u64::try_from(ts).unwrap_or(0);
     NewSession {
         day: UtcDay::from_unix_ms(ts),
         session_id: ulid::Ulid::from_parts(millis, rand::random()),
-        visit: Arc::new(VisitAttrs {
-            start_ts: ts,
-            entry_page: event.pathname.as_str().to_owned(),
-            source: text(&e.source),
-            referrer: text(&e.referrer),
-            utm_source: text(&utm.source),
-            utm_medium: text(&utm.medium),
-            utm_campaign: text(&utm.campaign),
-            utm_content: text(&utm.content),
-            utm_term: text(&utm.term),
-            country: e.country.map(|c| c.as_str().to_owned()).unwrap_or_default(),
-            device: e.device.as_str().to_owned(),
-            browser: e.browser.name.clone(),
-            browser_version: text(&e.browser.version),
-            os: e.os.name.clone(),
-            os_version: text(&e.os.version),
-            region: text(&e.region),
-            city: text(&e.city),
-            screen: event.screen_width.map(|w| crate::enrich::screen_class(w).to_owned()).unwrap_or_default(),
-            language: text(&event.language),
-        }),
+        visit: Arc::new(VisitAttrs::new(
+            ts,
+            &Visit {
+                entry_page: event.pathname.as_str(),
+                source: text(&e.source),
+                referrer: text(&e.referrer),
+                utm_source: text(&utm.source),
+                utm_medium: text(&utm.medium),
+                utm_campaign: text(&utm.campaign),
+                utm_content: text(&utm.content),
+                utm_term: text(&utm.term),
+                country: e.country.as_ref().map(|c| c.as_str()).unwrap_or_default(),
+                device: e.device.as_str(),
+                browser: &e.browser.name,
+                browser_version: text(&e.browser.version),
+                os: &e.os.name,
+                os_version: text(&e.os.version),
+                region: text(&e.region),
+                city: text(&e.city),
+                screen: event.screen_width.map(crate::enrich::screen_class).unwrap_or_default(),
+                language: text(&event.language),
+            },
+        )),
     }
 }
 

@@ -120,73 +120,285 @@ impl std::fmt::Display for SessionRef {
 }
 
 /// The attributes of a visit, fixed by its first event.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+///
+/// Its eighteen texts are kept one after another in one allocation, with where each ends: a
+/// session cache holds 20,000 visits, and eighteen `String`s each (456 bytes inline and an
+/// allocation per text that is not empty) were half of its memory (BENCHMARKS.md, "tenth
+/// session: server memory"). Read them by name ([`VisitAttrs::source`], …), all at once
+/// ([`VisitAttrs::texts`], [`VisitAttrs::fields`]); build one from [`Visit`] or the texts in
+/// order. Two visits are equal when their start and every text are.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct VisitAttrs {
     /// When the session started, epoch milliseconds.
     pub start_ts: i64,
+    /// The texts, in [`VisitAttrs::texts`] order, one after another.
+    text: Box<str>,
+    /// Where each text ends in `text` (each starts where the one before ends).
+    ends: [u32; VisitAttrs::TEXTS],
+}
+
+/// A visit's texts by name, borrowed: what builds a [`VisitAttrs`] and what
+/// [`VisitAttrs::fields`] gives back. Every text is empty unless set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Visit<'a> {
     /// The first page's path.
-    pub entry_page: String,
+    pub entry_page: &'a str,
     /// Source (`Google`, `Newsletter`); empty for direct.
-    pub source: String,
+    pub source: &'a str,
     /// Referrer as `host/path`; empty when none.
-    pub referrer: String,
+    pub referrer: &'a str,
     /// The page URL's `utm_source` parameter; empty when absent (so are the other four).
-    pub utm_source: String,
+    pub utm_source: &'a str,
     /// The page URL's `utm_medium` parameter.
-    pub utm_medium: String,
+    pub utm_medium: &'a str,
     /// The page URL's `utm_campaign` parameter.
-    pub utm_campaign: String,
+    pub utm_campaign: &'a str,
     /// The page URL's `utm_content` parameter.
-    pub utm_content: String,
+    pub utm_content: &'a str,
     /// The page URL's `utm_term` parameter.
-    pub utm_term: String,
+    pub utm_term: &'a str,
     /// ISO 3166-1 alpha-2 country; empty when unknown.
-    pub country: String,
+    pub country: &'a str,
     /// Device type (`Desktop`, `Mobile`, `Tablet`).
-    pub device: String,
+    pub device: &'a str,
     /// Browser family.
-    pub browser: String,
+    pub browser: &'a str,
     /// Browser major version.
-    pub browser_version: String,
+    pub browser_version: &'a str,
     /// Operating system family.
-    pub os: String,
+    pub os: &'a str,
     /// Operating system version.
-    pub os_version: String,
+    pub os_version: &'a str,
     /// Region: the ISO 3166-2 code of the country's first subdivision (`FR-IDF`); empty unless a
     /// city database is configured and knows it.
-    pub region: String,
+    pub region: &'a str,
     /// City name in English; empty unless a city database is configured and knows it.
-    pub city: String,
+    pub city: &'a str,
     /// Screen size class (`Mobile`, `Tablet`, `Laptop`, `Desktop`) from the window or screen
     /// width the tracker sent ([`crate::enrich::screen_class`]); empty when none was sent.
-    pub screen: String,
+    pub screen: &'a str,
     /// The browser's language as the tracker sent it (`en-US`); empty when none was sent.
-    pub language: String,
+    pub language: &'a str,
+}
+
+impl<'a> Visit<'a> {
+    /// The texts in [`VisitAttrs::texts`] order.
+    pub fn texts(&self) -> [&'a str; VisitAttrs::TEXTS] {
+        [
+            self.entry_page,
+            self.source,
+            self.referrer,
+            self.utm_source,
+            self.utm_medium,
+            self.utm_campaign,
+            self.utm_content,
+            self.utm_term,
+            self.country,
+            self.device,
+            self.browser,
+            self.browser_version,
+            self.os,
+            self.os_version,
+            self.region,
+            self.city,
+            self.screen,
+            self.language,
+        ]
+    }
+
+    /// The texts named, from the texts in [`VisitAttrs::texts`] order.
+    pub fn from_texts(t: [&'a str; VisitAttrs::TEXTS]) -> Visit<'a> {
+        let [
+            entry_page,
+            source,
+            referrer,
+            utm_source,
+            utm_medium,
+            utm_campaign,
+            utm_content,
+            utm_term,
+            country,
+            device,
+            browser,
+            browser_version,
+            os,
+            os_version,
+            region,
+            city,
+            screen,
+            language,
+        ] = t;
+        Visit {
+            entry_page,
+            source,
+            referrer,
+            utm_source,
+            utm_medium,
+            utm_campaign,
+            utm_content,
+            utm_term,
+            country,
+            device,
+            browser,
+            browser_version,
+            os,
+            os_version,
+            region,
+            city,
+            screen,
+            language,
+        }
+    }
+}
+
+/// Reads text `$i` of a [`VisitAttrs`] by name.
+macro_rules! visit_text {
+    ($($(#[$doc:meta])* $name:ident = $i:literal;)*) => {
+        impl VisitAttrs {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self) -> &str {
+                    self.text($i)
+                }
+            )*
+        }
+    };
+}
+
+visit_text! {
+    /// The first page's path.
+    entry_page = 0;
+    /// Source (`Google`, `Newsletter`); empty for direct.
+    source = 1;
+    /// Referrer as `host/path`; empty when none.
+    referrer = 2;
+    /// The page URL's `utm_source` parameter; empty when absent.
+    utm_source = 3;
+    /// The page URL's `utm_medium` parameter.
+    utm_medium = 4;
+    /// The page URL's `utm_campaign` parameter.
+    utm_campaign = 5;
+    /// The page URL's `utm_content` parameter.
+    utm_content = 6;
+    /// The page URL's `utm_term` parameter.
+    utm_term = 7;
+    /// ISO 3166-1 alpha-2 country; empty when unknown.
+    country = 8;
+    /// Device type (`Desktop`, `Mobile`, `Tablet`).
+    device = 9;
+    /// Browser family.
+    browser = 10;
+    /// Browser major version.
+    browser_version = 11;
+    /// Operating system family.
+    os = 12;
+    /// Operating system version.
+    os_version = 13;
+    /// Region (`FR-IDF`); empty unless a city database knows it.
+    region = 14;
+    /// City name in English; empty unless a city database knows it.
+    city = 15;
+    /// Screen size class; empty when the tracker sent no width.
+    screen = 16;
+    /// The browser's language (`en-US`); empty when none was sent.
+    language = 17;
 }
 
 impl VisitAttrs {
-    /// The text attributes, in field order (everything but `start_ts`).
-    pub fn texts(&self) -> [&str; 18] {
-        [
-            &self.entry_page,
-            &self.source,
-            &self.referrer,
-            &self.utm_source,
-            &self.utm_medium,
-            &self.utm_campaign,
-            &self.utm_content,
-            &self.utm_term,
-            &self.country,
-            &self.device,
-            &self.browser,
-            &self.browser_version,
-            &self.os,
-            &self.os_version,
-            &self.region,
-            &self.city,
-            &self.screen,
-            &self.language,
-        ]
+    /// How many texts a visit has.
+    pub const TEXTS: usize = 18;
+
+    /// The texts' names, in [`VisitAttrs::texts`] order (the methods' and [`Visit`]'s names).
+    pub const NAMES: [&'static str; VisitAttrs::TEXTS] = [
+        "entry_page",
+        "source",
+        "referrer",
+        "utm_source",
+        "utm_medium",
+        "utm_campaign",
+        "utm_content",
+        "utm_term",
+        "country",
+        "device",
+        "browser",
+        "browser_version",
+        "os",
+        "os_version",
+        "region",
+        "city",
+        "screen",
+        "language",
+    ];
+
+    /// A visit that started at `start_ts` with the texts of `visit`.
+    pub fn new(start_ts: i64, visit: &Visit<'_>) -> VisitAttrs {
+        VisitAttrs::from_texts(start_ts, visit.texts())
+    }
+
+    /// A visit that started at `start_ts` with these texts, in [`VisitAttrs::texts`] order.
+    pub fn from_texts(start_ts: i64, texts: [&str; VisitAttrs::TEXTS]) -> VisitAttrs {
+        let mut text = String::with_capacity(texts.iter().map(|t| t.len()).sum());
+        let mut ends = [0u32; VisitAttrs::TEXTS];
+        for (end, t) in ends.iter_mut().zip(texts) {
+            text.push_str(t);
+            // A visit's texts come from one event (at most 64 KB) or one block (at most 400 KB).
+            *end = u32::try_from(text.len()).expect("a visit's texts are under 4 GiB");
+        }
+        VisitAttrs { start_ts, text: text.into_boxed_str(), ends }
+    }
+
+    /// Text `i` (in [`VisitAttrs::texts`] order).
+    fn text(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        // Every end is a char boundary of `text`, at or after the one before: `from_texts`
+        // made them so, and nothing changes them after.
+        &self.text[start..self.ends[i] as usize]
+    }
+
+    /// The text attributes, in field order (everything but `start_ts`): entry page, source,
+    /// referrer, the five UTM parameters, country, device, browser and its version, operating
+    /// system and its version, region, city, screen, language.
+    pub fn texts(&self) -> [&str; VisitAttrs::TEXTS] {
+        std::array::from_fn(|i| self.text(i))
+    }
+
+    /// The texts by name.
+    pub fn fields(&self) -> Visit<'_> {
+        Visit::from_texts(self.texts())
+    }
+
+    /// This visit with its texts changed by `change` (tests and synthetic traffic).
+    pub fn with<'a>(&'a self, change: impl FnOnce(&mut Visit<'a>)) -> VisitAttrs {
+        let mut fields = self.fields();
+        change(&mut fields);
+        VisitAttrs::new(self.start_ts, &fields)
+    }
+}
+
+impl std::fmt::Debug for VisitAttrs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.fields();
+        f.debug_struct("VisitAttrs")
+            .field("start_ts", &self.start_ts)
+            .field("entry_page", &v.entry_page)
+            .field("source", &v.source)
+            .field("referrer", &v.referrer)
+            .field("utm_source", &v.utm_source)
+            .field("utm_medium", &v.utm_medium)
+            .field("utm_campaign", &v.utm_campaign)
+            .field("utm_content", &v.utm_content)
+            .field("utm_term", &v.utm_term)
+            .field("country", &v.country)
+            .field("device", &v.device)
+            .field("browser", &v.browser)
+            .field("browser_version", &v.browser_version)
+            .field("os", &v.os)
+            .field("os_version", &v.os_version)
+            .field("region", &v.region)
+            .field("city", &v.city)
+            .field("screen", &v.screen)
+            .field("language", &v.language)
+            .finish()
     }
 }
 
@@ -535,6 +747,53 @@ pub fn minute_label(ts_ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A visit gives back exactly the texts it was built from, by position and by name, and
+        /// two visits are equal (and hash alike) exactly when their start and texts are.
+        #[test]
+        fn a_visits_texts_round_trip_and_decide_equality(
+            a in prop::collection::vec(prop_oneof!["", "[a-z]{1,3}", "\\PC{0,12}"], VisitAttrs::TEXTS),
+            b in prop::collection::vec(prop_oneof!["", "[a-z]{1,3}"], VisitAttrs::TEXTS),
+            start in any::<i64>(),
+        ) {
+            use std::hash::BuildHasher;
+            fn texts(t: &[String]) -> [&str; VisitAttrs::TEXTS] {
+                std::array::from_fn(|i| t[i].as_str())
+            }
+            let va = VisitAttrs::from_texts(start, texts(&a));
+            let vb = VisitAttrs::from_texts(start, texts(&b));
+            prop_assert_eq!(va.texts(), texts(&a));
+            prop_assert_eq!(va.fields().texts(), texts(&a));
+            prop_assert_eq!(VisitAttrs::new(start, &va.fields()), va.clone());
+            let named = va.fields();
+            let by_method = [
+                va.entry_page(), va.source(), va.referrer(), va.utm_source(), va.utm_medium(),
+                va.utm_campaign(), va.utm_content(), va.utm_term(), va.country(), va.device(),
+                va.browser(), va.browser_version(), va.os(), va.os_version(), va.region(), va.city(),
+                va.screen(), va.language(),
+            ];
+            prop_assert_eq!(by_method, named.texts());
+            prop_assert_eq!(va == vb, a == b);
+            let hasher = std::collections::hash_map::RandomState::new();
+            if a == b {
+                prop_assert_eq!(hasher.hash_one(&va), hasher.hash_one(&vb));
+            }
+            prop_assert_ne!(VisitAttrs::from_texts(start.wrapping_add(1), texts(&a)), va);
+        }
+    }
+
+    /// A visit's texts share one allocation: the struct is its start, a pointer and the ends, not
+    /// eighteen `String`s (456 bytes and up to eighteen allocations).
+    #[test]
+    fn a_visit_is_small() {
+        assert!(std::mem::size_of::<VisitAttrs>() <= 96, "{} bytes", std::mem::size_of::<VisitAttrs>());
+        let v = VisitAttrs::new(1, &Visit { entry_page: "/", browser: "Firefox", ..Visit::default() });
+        assert_eq!((v.entry_page(), v.browser(), v.source()), ("/", "Firefox", ""));
+        assert_eq!(v.with(|f| f.source = "Google").source(), "Google");
+        assert_eq!(VisitAttrs::default().texts(), [""; VisitAttrs::TEXTS]);
+    }
 
     #[test]
     fn contributions_telescope_to_the_final_state() {

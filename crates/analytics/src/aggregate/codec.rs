@@ -36,29 +36,10 @@ pub fn event_item(e: &StoredEvent) -> Item {
     text("hostname", &e.hostname);
     text("path", &e.path);
     let v = &e.visit;
-    for (name, value) in [
-        ("entry_page", &v.entry_page),
-        ("source", &v.source),
-        ("referrer", &v.referrer),
-        ("utm_source", &v.utm_source),
-        ("utm_medium", &v.utm_medium),
-        ("utm_campaign", &v.utm_campaign),
-        ("utm_content", &v.utm_content),
-        ("utm_term", &v.utm_term),
-        ("country", &v.country),
-        ("device", &v.device),
-        ("browser", &v.browser),
-        ("browser_version", &v.browser_version),
-        ("os", &v.os),
-        ("os_version", &v.os_version),
-        ("region", &v.region),
-        ("city", &v.city),
-        ("screen", &v.screen),
-        ("language", &v.language),
-        ("prev_exit_page", &e.prev.exit_page),
-    ] {
+    for (name, value) in VisitAttrs::NAMES.into_iter().zip(v.texts()) {
         text(name, value);
     }
+    text("prev_exit_page", &e.prev.exit_page);
     text("run", &e.run);
     if let Some((amount, currency)) = &e.revenue {
         text("revenue", amount);
@@ -148,27 +129,13 @@ pub fn event_from_record(r: &Record) -> Result<StoredEvent, AggregateError> {
         revenue,
         interactive: r.opt_bool("interactive")?.unwrap_or(true),
         goals,
-        visit: Arc::new(VisitAttrs {
-            start_ts: r.i64("start_ts")?,
-            entry_page: text(r, "entry_page")?,
-            source: text(r, "source")?,
-            referrer: text(r, "referrer")?,
-            utm_source: text(r, "utm_source")?,
-            utm_medium: text(r, "utm_medium")?,
-            utm_campaign: text(r, "utm_campaign")?,
-            utm_content: text(r, "utm_content")?,
-            utm_term: text(r, "utm_term")?,
-            country: text(r, "country")?,
-            device: text(r, "device")?,
-            browser: text(r, "browser")?,
-            browser_version: text(r, "browser_version")?,
-            os: text(r, "os")?,
-            os_version: text(r, "os_version")?,
-            region: text(r, "region")?,
-            city: text(r, "city")?,
-            screen: text(r, "screen")?,
-            language: text(r, "language")?,
-        }),
+        visit: {
+            let mut texts = Vec::with_capacity(VisitAttrs::TEXTS);
+            for name in VisitAttrs::NAMES {
+                texts.push(text(r, name)?);
+            }
+            Arc::new(VisitAttrs::from_texts(r.i64("start_ts")?, std::array::from_fn(|i| texts[i].as_str())))
+        },
         prev: PrevState {
             events: number(r, "prev_events")?,
             pageviews: number(r, "prev_pageviews")?,

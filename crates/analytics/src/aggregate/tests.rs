@@ -3,7 +3,7 @@
 use expect_test::{Expect, expect};
 
 use super::*;
-use crate::stored::{AggKey, AggKeyRef, Counters, Period, PrevState, VisitAttrs};
+use crate::stored::{AggKey, AggKeyRef, Counters, Period, PrevState, Visit, VisitAttrs};
 
 /// 2026-11-22T07:30:00Z.
 const T0: i64 = 1_795_332_600_000;
@@ -23,15 +23,17 @@ fn pageview(path: &str, ts: i64, prev: &PrevState) -> StoredEvent {
         revenue: None,
         interactive: true,
         goals: vec![],
-        visit: std::sync::Arc::new(VisitAttrs {
-            start_ts: T0,
-            entry_page: "/".into(),
-            source: "Google".into(),
-            country: "DE".into(),
-            device: "Desktop".into(),
-            browser: "Firefox".into(),
-            ..Default::default()
-        }),
+        visit: std::sync::Arc::new(VisitAttrs::new(
+            T0,
+            &Visit {
+                entry_page: "/",
+                source: "Google",
+                country: "DE",
+                device: "Desktop",
+                browser: "Firefox",
+                ..Visit::default()
+            },
+        )),
         prev: prev.clone(),
         run: "R1".into(),
         epoch: 1,
@@ -326,7 +328,7 @@ fn an_event_survives_its_item_round_trip() {
     e.goals = vec!["Pricing".into()];
     e.revenue = Some(("19.99".into(), "EUR".into()));
     e.interactive = false;
-    std::sync::Arc::make_mut(&mut e.visit).utm_term = "t".into();
+    e.visit = std::sync::Arc::new(e.visit.with(|v| v.utm_term = "t"));
     e.ttl = T0 / 1000 + 30 * 86_400;
     let store: Arc<dyn store::Store> = Arc::new(NoStore);
     let table = Table::new(store, schema);
@@ -626,7 +628,8 @@ proptest::proptest! {
                 let mut e = pageview(&format!("/p{page}"), ts, &prev);
                 e.visitor_id = crate::visitor::VisitorId::from_u64(100 + visitor);
                 std::sync::Arc::make_mut(&mut e.visit).start_ts = T0 + start_s * 1_000;
-                std::sync::Arc::make_mut(&mut e.visit).entry_page = format!("/p{}", steps[0].1);
+                let entry_page = format!("/p{}", steps[0].1);
+                e.visit = std::sync::Arc::new(e.visit.with(|v| v.entry_page = &entry_page));
                 if *custom {
                     e.name = "signup".into();
                     e.props.insert("plan".into(), format!("p{page}"));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::stored::{PrevState, StoredEvent, VisitAttrs};
+use crate::stored::{PrevState, StoredEvent, Visit, VisitAttrs};
 
 /// A small alphabet, so dictionaries repeat, plus long and odd text.
 fn text() -> impl Strategy<Value = String> {
@@ -19,26 +19,30 @@ fn text() -> impl Strategy<Value = String> {
 }
 
 fn visit() -> impl Strategy<Value = VisitAttrs> {
-    (any::<i32>(), prop::collection::vec(text(), 18)).prop_map(|(start, t)| VisitAttrs {
-        start_ts: 1_700_000_000_000 + i64::from(start),
-        entry_page: t[0].clone(),
-        source: t[1].clone(),
-        referrer: t[2].clone(),
-        utm_source: t[3].clone(),
-        utm_medium: t[4].clone(),
-        utm_campaign: t[5].clone(),
-        utm_content: t[6].clone(),
-        utm_term: t[7].clone(),
-        country: t[8].clone(),
-        device: t[9].clone(),
-        browser: t[10].clone(),
-        browser_version: t[11].clone(),
-        os: t[12].clone(),
-        os_version: t[13].clone(),
-        region: t[14].clone(),
-        city: t[15].clone(),
-        screen: t[16].clone(),
-        language: t[17].clone(),
+    (any::<i32>(), prop::collection::vec(text(), 18)).prop_map(|(start, t)| {
+        VisitAttrs::new(
+            1_700_000_000_000 + i64::from(start),
+            &Visit {
+                entry_page: &t[0],
+                source: &t[1],
+                referrer: &t[2],
+                utm_source: &t[3],
+                utm_medium: &t[4],
+                utm_campaign: &t[5],
+                utm_content: &t[6],
+                utm_term: &t[7],
+                country: &t[8],
+                device: &t[9],
+                browser: &t[10],
+                browser_version: &t[11],
+                os: &t[12],
+                os_version: &t[13],
+                region: &t[14],
+                city: &t[15],
+                screen: &t[16],
+                language: &t[17],
+            },
+        )
     })
 }
 
@@ -158,10 +162,12 @@ proptest! {
         let events: Vec<StoredEvent> = events
             .into_iter()
             .map(|mut e| {
-                std::sync::Arc::make_mut(&mut e.visit).region.clear();
-                std::sync::Arc::make_mut(&mut e.visit).city.clear();
-                std::sync::Arc::make_mut(&mut e.visit).screen.clear();
-                std::sync::Arc::make_mut(&mut e.visit).language.clear();
+                e.visit = std::sync::Arc::new(e.visit.with(|v| {
+                    v.region = "";
+                    v.city = "";
+                    v.screen = "";
+                    v.language = "";
+                }));
                 e
             })
             .collect();
@@ -207,7 +213,7 @@ fn events_of_another_site_or_day_are_refused() {
 fn a_session_with_two_visits_is_refused() {
     let a = one();
     let mut b = one();
-    std::sync::Arc::make_mut(&mut b.visit).source = "Elsewhere".into();
+    b.visit = std::sync::Arc::new(b.visit.with(|v| v.source = "Elsewhere"));
     assert!(matches!(encode("site-1", day("2026-11-22"), &[a, b]), Err(BlockError::Unencodable(_))));
 }
 
@@ -280,10 +286,10 @@ fn as_version_1(v2: &[u8]) -> Vec<u8> {
 fn a_version_1_block_is_not_read_as_version_2() {
     // The same bytes with version 2 lack columns a version 2 block always has.
     let mut e = one();
-    std::sync::Arc::make_mut(&mut e.visit).screen = "Laptop".into();
+    e.visit = std::sync::Arc::new(e.visit.with(|v| v.screen = "Laptop"));
     let v2 = encode("site-1", day("2026-11-22"), &[e.clone()]).unwrap();
     let v1 = as_version_1(&v2);
-    std::sync::Arc::make_mut(&mut e.visit).screen.clear();
+    e.visit = std::sync::Arc::new(e.visit.with(|v| v.screen = ""));
     assert_eq!(decode_events(&v1).unwrap(), vec![e]);
     let mut wrong = v1.clone();
     wrong[3] = 2;
@@ -312,11 +318,7 @@ fn one() -> StoredEvent {
         revenue: None,
         interactive: true,
         goals: vec![],
-        visit: std::sync::Arc::new(VisitAttrs {
-            start_ts: 1_795_332_600_000,
-            entry_page: "/".into(),
-            ..VisitAttrs::default()
-        }),
+        visit: std::sync::Arc::new(VisitAttrs::new(1_795_332_600_000, &Visit { entry_page: "/", ..Visit::default() })),
         prev: PrevState::default(),
         run: "01JDB3Y5C8M9V7T2X4K6P0QWER".into(),
         epoch: 1,

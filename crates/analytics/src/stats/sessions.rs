@@ -65,7 +65,7 @@ fn summarize(events: &[crate::stored::StoredEvent]) -> Vec<SessionSummary> {
                 last_seen_at: state.last_ts,
                 events: state.events,
                 pageviews: state.pageviews,
-                entry_page: e.visit.entry_page.clone(),
+                entry_page: e.visit.entry_page().to_owned(),
                 exit_page: state.exit_page.clone(),
                 visit: e.visit.clone(),
             }),

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use proptest::prelude::*;
 
 use super::*;
-use crate::stored::{PrevState, StoredEvent, TOTAL, VisitAttrs};
+use crate::stored::{PrevState, StoredEvent, TOTAL, Visit, VisitAttrs};
 
 const PAGES: [&str; 4] = ["/", "/pricing", "/blog/a", "/docs"];
 const SOURCES: [&str; 3] = ["", "Google", "Newsletter"];
@@ -37,15 +37,17 @@ fn events_of(specs: &[SessionSpec]) -> Vec<StoredEvent> {
         let session_id = ulid::Ulid::from_parts(t0 as u64 + n as u64, n as u128);
         let start = t0 + (n as i64) * 3_000_000;
         let mut prev = PrevState::default();
-        let visit = VisitAttrs {
-            start_ts: start,
-            entry_page: PAGES[events[0].1].into(),
-            source: SOURCES[*source].into(),
-            country: COUNTRIES[*country].into(),
-            device: "Desktop".into(),
-            browser: "Firefox".into(),
-            ..VisitAttrs::default()
-        };
+        let visit = VisitAttrs::new(
+            start,
+            &Visit {
+                entry_page: PAGES[events[0].1],
+                source: SOURCES[*source],
+                country: COUNTRIES[*country],
+                device: "Desktop",
+                browser: "Firefox",
+                ..Visit::default()
+            },
+        );
         for (seq, (name, page, after, interactive, prop, goal)) in events.iter().enumerate() {
             let name = ["pageview", "Signup", "engagement"][*name];
             // The first event starts the visit; the others come after it, in any order of time.

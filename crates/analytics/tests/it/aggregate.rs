@@ -14,7 +14,7 @@ use analytics::aggregate::{
 };
 use analytics::period::{SiteZone, parse_date};
 use analytics::schema::tally_schema;
-use analytics::stored::{Counters, PrevState, StoredEvent, VisitAttrs};
+use analytics::stored::{Counters, PrevState, StoredEvent, Visit, VisitAttrs};
 use async_trait::async_trait;
 use model::Table;
 use proptest::prelude::*;
@@ -86,21 +86,17 @@ impl Session {
             site_id: site_id.to_owned(),
             visitor_id: analytics::visitor::VisitorId::from_u64(visitor),
             session_id: format!("01JDB3Y5C8M9V7T2X4K6P{session:05}").parse().expect("a ULID"),
-            visit: VisitAttrs {
+            visit: VisitAttrs::new(
                 start_ts,
-                source: source.to_owned(),
-                country: "DE".into(),
-                device: "Desktop".into(),
-                browser: "Firefox".into(),
-                ..VisitAttrs::default()
-            },
+                &Visit { source, country: "DE", device: "Desktop", browser: "Firefox", ..Visit::default() },
+            ),
             state: PrevState::default(),
         }
     }
 
     fn event(&mut self, name: &str, path: &str, ts: i64, interactive: bool) -> StoredEvent {
         if self.state.is_empty() {
-            self.visit.entry_page = path.to_owned();
+            self.visit = self.visit.with(|v| v.entry_page = path);
         }
         let e = StoredEvent {
             site_id: self.site_id.as_str().into(),

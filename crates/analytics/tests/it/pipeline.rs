@@ -144,7 +144,7 @@ async fn a_thirty_minute_gap_starts_a_new_visit_and_prev_state_is_the_fold() {
     assert_eq!(first[2].prev.pageviews, 2);
     assert_eq!(first[2].prev.exit_page, "/pricing");
     assert_eq!(first[2].prev.last_ts, t + 60_000);
-    assert_eq!(first[0].visit.browser, "Firefox");
+    assert_eq!(first[0].visit.browser(), "Firefox");
 }
 
 #[tokio::test]
@@ -171,7 +171,7 @@ async fn two_processes_sharing_a_visitor_write_one_session_without_gaps() {
     for pair in events.windows(2) {
         assert_eq!(pair[1].prev, pair[0].next(), "each event's previous state is its predecessor's next");
     }
-    assert_eq!(events[0].visit.device, "Mobile");
+    assert_eq!(events[0].visit.device(), "Mobile");
 }
 
 /// Regression: behind a balancer that sends a visitor's events to either process, about every

@@ -544,21 +544,20 @@ pub struct RevenueRecord {
 impl EventRecord {
     /// A stored event as an import line.
     pub fn from_stored(e: &StoredEvent) -> EventRecord {
-        let v = &e.visit;
+        let v = e.visit.fields();
         let mut url = format!("https://{}{}", e.hostname, e.path);
         let first = e.seq == 0;
         let visit_text = |text: &str| (first && !text.is_empty()).then(|| text.to_owned());
         if first {
             let utm: Vec<(&str, &str)> = [
-                ("utm_source", &v.utm_source),
-                ("utm_medium", &v.utm_medium),
-                ("utm_campaign", &v.utm_campaign),
-                ("utm_content", &v.utm_content),
-                ("utm_term", &v.utm_term),
+                ("utm_source", v.utm_source),
+                ("utm_medium", v.utm_medium),
+                ("utm_campaign", v.utm_campaign),
+                ("utm_content", v.utm_content),
+                ("utm_term", v.utm_term),
             ]
             .into_iter()
             .filter(|(_, value)| !value.is_empty())
-            .map(|(k, value)| (k, value.as_str()))
             .collect();
             if !utm.is_empty() {
                 let query: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(utm).finish();
@@ -571,17 +570,17 @@ impl EventRecord {
             name: e.name.clone(),
             referrer: (first && !v.referrer.is_empty()).then(|| format!("https://{}", v.referrer)),
             visitor: e.visitor_id.to_string(),
-            country: (!v.country.is_empty()).then(|| v.country.clone()),
+            country: (!v.country.is_empty()).then(|| v.country.to_owned()),
             interactive: (!e.interactive).then_some(false),
             props: e.props.clone(),
-            language: (first && !v.language.is_empty()).then(|| v.language.clone()),
+            language: (first && !v.language.is_empty()).then(|| v.language.to_owned()),
             revenue: e
                 .revenue
                 .as_ref()
                 .map(|(amount, currency)| RevenueRecord { amount: amount.clone(), currency: currency.clone() }),
-            browser: visit_text(&v.browser),
-            os: visit_text(&v.os),
-            device: visit_text(&v.device),
+            browser: visit_text(v.browser),
+            os: visit_text(v.os),
+            device: visit_text(v.device),
         }
     }
 
