@@ -172,7 +172,6 @@ pub struct Accounts {
     shares: Cached<ShareInfo>,
 }
 
-
 /// Most answers each of the logins and shared-links caches keeps.
 const CACHE_CAP: usize = 10_000;
 

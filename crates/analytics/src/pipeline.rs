@@ -124,7 +124,8 @@ pub struct PipelineCounters {
     pub stale_claims: AtomicU64,
     /// Of those, claims made after reading the visitor's item first.
     pub claims_read_first: AtomicU64,
-    /// Of those, claims the table refused because the cache was stale (each cost a write).
+    /// Of those, claims the table refused because another process moved the session on first
+    /// (each cost a write unit).
     pub refused_claims: AtomicU64,
 }
 
@@ -810,7 +811,7 @@ impl Pipeline {
         Ok((last, Some(version)))
     }
 
-    /// Counts a claim of a cached session for `/metrics` and `tally bench`.
+    /// Counts a claim of a cached session in [`PipelineCounters`] (`tally bench` prints them).
     fn count_claim(&self, stale: bool, read_first: bool) {
         let c = &self.counters;
         c.claims.fetch_add(1, Ordering::Relaxed);

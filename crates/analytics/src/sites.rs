@@ -368,7 +368,6 @@ pub struct Sites {
     by_key: Cached<ApiKeyInfo>,
 }
 
-
 /// Most answers each of the sites, domains and keys caches keeps.
 const CACHE_CAP: usize = 100_000;
 

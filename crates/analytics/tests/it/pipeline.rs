@@ -233,7 +233,10 @@ async fn claims_read_first_once_the_other_process_often_moved_the_session_on() {
     }
     let c = p.counters();
     assert_eq!(c.claims.load(Relaxed), u64::from(visitors) * (per_visitor as u64 - 1));
-    assert_eq!((c.stale_claims.load(Relaxed), c.claims_read_first.load(Relaxed), c.refused_claims.load(Relaxed)), (0, 0, 0));
+    assert_eq!(
+        (c.stale_claims.load(Relaxed), c.claims_read_first.load(Relaxed), c.refused_claims.load(Relaxed)),
+        (0, 0, 0)
+    );
 }
 
 #[tokio::test]
