@@ -394,6 +394,11 @@ pub(crate) struct Shared {
     finished: RwLock<BTreeSet<String>>,
     counts: Mutex<Counts>,
     stopped: AtomicBool,
+    /// Every run as the last heartbeat (or [`Aggregator::refresh_runs`]) read them, and when.
+    runs: RwLock<(i64, Arc<Vec<recovery::RunInfo>>)>,
+    /// When the last heartbeat that the table accepted began (wall clock, ms): while it is
+    /// recent, no other process can have taken this run for dead.
+    beat_ok_ms: std::sync::atomic::AtomicI64,
 }
 
 /// One process's aggregation run. Share it as `Arc<Aggregator>`.
@@ -504,13 +509,14 @@ impl Aggregator {
         sites: Arc<dyn SiteSettingsSource>,
         config: AggregatorConfig,
     ) -> Result<Arc<Aggregator>, AggregateError> {
+        let started_ms = now_ms();
         let record = table
             .create(
                 "Run",
                 item! {
                     "host" => config.host.as_str(),
                     "pid" => config.pid,
-                    "heartbeat_ms" => now_ms(),
+                    "heartbeat_ms" => started_ms,
                     "flushed_epoch" => 0,
                     "state" => "live",
                 },
@@ -530,6 +536,8 @@ impl Aggregator {
             finished: RwLock::default(),
             counts: Mutex::default(),
             stopped: AtomicBool::new(false),
+            runs: RwLock::new((0, Arc::default())),
+            beat_ok_ms: std::sync::atomic::AtomicI64::new(started_ms),
         });
         let (stop, _) = watch::channel(false);
         let tasks = vec![
@@ -542,6 +550,71 @@ impl Aggregator {
     /// This run's id.
     pub fn run_id(&self) -> &str {
         &self.shared.run_id
+    }
+
+    /// Records in this run's item the address other processes reach this one at, and a token
+    /// they must present there (returned): what forwarding a visitor's event to the process
+    /// holding their session needs ([`crate::pipeline`], "Sessions held by one process").
+    pub async fn advertise(&self, address: &str) -> Result<String, AggregateError> {
+        let mut secret = [0u8; 24];
+        rand::fill(&mut secret);
+        let token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        self.shared
+            .table
+            .update_with(
+                "Run",
+                item! { "run_id" => &*self.shared.run_id },
+                Update::new().set("address", address).set("token", token.as_str()),
+                Some(&attr("state").eq("live")),
+                false,
+            )
+            .await?;
+        self.refresh_runs().await?;
+        Ok(token)
+    }
+
+    /// Records that this run holds no session any more (it wrote those it held to their items):
+    /// the others then claim its visitors' sessions rather than hand it their events.
+    pub async fn mark_released(&self) -> Result<(), AggregateError> {
+        self.shared
+            .table
+            .update("Run", item! { "run_id" => &*self.shared.run_id }, Update::new().set("released", true))
+            .await?;
+        Ok(())
+    }
+
+    /// Every run as last read, read again if that was more than `max_age_ms` ago, with when
+    /// it was read (wall clock, ms).
+    pub async fn runs(&self, max_age_ms: i64) -> Result<(i64, Arc<Vec<recovery::RunInfo>>), AggregateError> {
+        let (at, runs) = read(&self.shared.runs).clone();
+        if now_ms() - at <= max_age_ms {
+            return Ok((at, runs));
+        }
+        self.refresh_runs().await
+    }
+
+    /// Reads every run again.
+    pub async fn refresh_runs(&self) -> Result<(i64, Arc<Vec<recovery::RunInfo>>), AggregateError> {
+        let at = now_ms();
+        let runs = Arc::new(recovery::list_runs(&self.shared.table).await?);
+        let mut kept = write(&self.shared.runs);
+        if kept.0 < at {
+            *kept = (at, runs.clone());
+        }
+        Ok((at, runs))
+    }
+
+    /// Whether this run's heartbeat is recent enough that no other process can take it for
+    /// dead before an event begun now is stored: the last accepted beat began less than half
+    /// of `dead_after` ago. A process may append to the sessions it holds only while it is.
+    pub fn beat_is_fresh(&self) -> bool {
+        let half = i64::try_from(self.shared.config.dead_after.as_millis() / 2).unwrap_or(i64::MAX);
+        now_ms() - self.shared.beat_ok_ms.load(Ordering::SeqCst) < half
+    }
+
+    /// How long a run's heartbeat may be old before it counts as dead, in ms.
+    pub fn dead_after_ms(&self) -> i64 {
+        i64::try_from(self.shared.config.dead_after.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Takes a slot in the current epoch, before writing an event. Tickets taken after
@@ -947,6 +1020,7 @@ impl Shared {
     async fn heartbeat(&self) -> Result<(), AggregateError> {
         // A run another process has claimed (it looked dead) fails this condition; the rest of the
         // beat still runs, and the error is returned at the end.
+        let began = now_ms();
         let beat = self
             .table
             .update_with(
@@ -957,7 +1031,12 @@ impl Shared {
                 false,
             )
             .await;
+        if beat.is_ok() {
+            self.beat_ok_ms.fetch_max(began, Ordering::SeqCst);
+        }
+        let read_at = now_ms();
         let runs = recovery::list_runs(&self.table).await?;
+        *write(&self.runs) = (read_at, Arc::new(runs.clone()));
         let finished: BTreeSet<String> =
             runs.iter().filter(|r| r.state == "done" || r.state == "recovered").map(|r| r.run_id.clone()).collect();
         *write(&self.finished) = finished;
@@ -980,8 +1059,18 @@ impl Shared {
         if let Err(e) = self.heartbeat().await {
             tracing::warn!(run = %self.run_id, error = %e, "the run's heartbeat failed; retried on the next beat");
         }
-        if let Err(e) = recovery::recover_dead_runs(self).await {
-            tracing::warn!(run = %self.run_id, error = %e, "recovering dead runs failed; retried on the next beat");
+        match recovery::recover_dead_runs(self).await {
+            // What it recovered reads so at once here (a session its run held is then continued).
+            Ok(n) if n > 0 => {
+                let at = now_ms();
+                if let Ok(runs) = recovery::list_runs(&self.table).await {
+                    *write(&self.runs) = (at, Arc::new(runs));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(run = %self.run_id, error = %e, "recovering dead runs failed; retried on the next beat")
+            }
         }
     }
 }

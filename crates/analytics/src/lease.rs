@@ -136,6 +136,9 @@ impl IngestLease {
         let _ = self.task.await;
         if self.pipeline.is_alone() {
             self.pipeline.write_heads(Some(now_ms() - SESSION_TIMEOUT_MS)).await?;
+        } else {
+            // The sessions it holds are only in its memory too.
+            self.pipeline.release_held().await?;
         }
         // Given up by expiring it now; the item stays, so the next holder knows sessions may
         // have been left in the table.
@@ -245,7 +248,7 @@ async fn was_released(table: &Table) -> Result<bool, PipelineError> {
 
 /// Writes the `VisitorSession` items of the sessions a previous holder (run `run_id`) left live:
 /// its blocks of today and yesterday with events in the last half hour, latest event per visitor.
-async fn restore_sessions(table: &Table, run_id: &str) -> Result<usize, PipelineError> {
+pub(crate) async fn restore_sessions(table: &Table, run_id: &str) -> Result<usize, PipelineError> {
     let runs = list_runs(table)
         .await
         .map_err(|e| PipelineError::Events(event_store::EventStoreError::Write(e.to_string())))?;
@@ -273,21 +276,33 @@ async fn restore_sessions(table: &Table, run_id: &str) -> Result<usize, Pipeline
         if e.next().last_ts < since {
             continue;
         }
-        // Only if the table has nothing newer for the visitor (a shared period may have).
+        // Only if the table has nothing newer for the visitor (a shared period may have), and
+        // no other run holds the session now; and only as the item was read.
         let key = item! { "site_id" => e.site_id.as_str(), "visitor_id" => e.visitor_id.to_string() };
         let current = table.get_with("VisitorSession", key, true).await?;
-        let (version, newer) = match &current {
+        let (version, skip) = match &current {
             Some(r) => {
                 let v = r.opt_i64("version")?.unwrap_or(0);
                 let last = crate::block::decode_events(r.bytes("last")?).map_err(event_store::EventStoreError::from)?;
                 let newer = last.first().is_some_and(|l| (l.session_id, l.seq) >= (e.session_id, e.seq));
-                (v, newer)
+                let held_elsewhere = r.opt_string("owner")?.is_some_and(|o| o != run_id);
+                (Some(v), newer || held_elsewhere)
             }
-            None => (0, false),
+            None => (None, false),
         };
-        if !newer {
-            table.put("VisitorSession", crate::pipeline::head_item_for(&e, version + 1)?).await?;
-            written += 1;
+        if skip {
+            continue;
+        }
+        let condition = match version {
+            Some(v) => attr("version").eq(v),
+            None => attr("pk").not_exists(),
+        };
+        let item = crate::pipeline::head_item_for(&e, version.unwrap_or(0) + 1, None)?;
+        match table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await {
+            Ok(()) => written += 1,
+            // Another process moved the session on meanwhile: it has the newer state.
+            Err(err) if err.is_condition_failed() => {}
+            Err(err) => return Err(err.into()),
         }
     }
     Ok(written)

@@ -12,7 +12,12 @@
 //! - **shared** (the default, and whenever another process ingests): every event first claims the
 //!   session's next slot with a conditional write of the visitor's `VisitorSession` item (its
 //!   `version` must be the one this process last saw), so a stale cache is found out by a failed
-//!   condition, the session is read back (one GetItem) and the claim tried again.
+//!   condition, the session is read back (one GetItem) and the claim tried again;
+//! - **held** (shared, by a process that advertised where it is reached,
+//!   [`Pipeline::set_handover`]): the claim of a session's first event names this process its
+//!   holder, which then appends the visitor's events in memory as alone; other processes hand it
+//!   the visitor's events ([`Handover`], [`Pipeline::take_over`]). DESIGN.md, "Held by one
+//!   process", has the rules that keep it exact.
 //!
 //! Either way a cache miss reads the `VisitorSession` item (one GetItem), and every event's
 //! [`PrevState`] is the fold of exactly the events before it.
@@ -103,6 +108,19 @@ pub enum PipelineError {
     /// The event's block could not be written.
     #[error(transparent)]
     Events(#[from] EventStoreError),
+    /// The visitor's session is held by another process that cannot take the event now: it
+    /// stopped beating and is not recovered yet, or it cannot be reached.
+    #[error("the process holding the visitor's session cannot take the event: {0}")]
+    Holder(String),
+    /// This process's heartbeat is too old for it to go on appending to the sessions it holds.
+    #[error("this process's heartbeat is too old to append to the sessions it holds")]
+    NotLive,
+    /// An event handed over by another process was not one event this process can store.
+    #[error("a handed-over event was refused: {0}")]
+    Handover(String),
+    /// An event was handed over without this process's token.
+    #[error("a handed-over event did not carry this process's token")]
+    WrongToken,
 }
 
 /// Counts for `/metrics`.
@@ -127,6 +145,104 @@ pub struct PipelineCounters {
     /// Of those, claims the table refused because another process moved the session on first
     /// (each cost a write unit).
     pub refused_claims: AtomicU64,
+    /// Claims that made this process the holder of a visitor's session.
+    pub held_claims: AtomicU64,
+    /// Events handed to the process holding their visitor's session (and stored there).
+    pub handed_over: AtomicU64,
+    /// Events other processes handed to this one, stored here.
+    pub taken_over: AtomicU64,
+}
+
+/// Who holds a visitor's session, as their `VisitorSession` item names it (`holder`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum Holder {
+    /// No process: every event claims the next slot.
+    #[default]
+    None,
+    /// This process: memory is the truth, and events append without a claim.
+    Me,
+    /// Another run: events go to it.
+    Other(Arc<str>),
+}
+
+/// What became of an event handed to the process holding its visitor's session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handed {
+    /// Stored there, durably.
+    Stored,
+    /// That process does not hold the session (any more): read the visitor's item again.
+    NotHolder,
+}
+
+/// Hands an event to another process (`server` does it over HTTP; `tally bench` in process).
+pub trait Handover: Send + Sync {
+    /// Sends `payload` ([`Pipeline::take_over`]'s input) to the process at `address`, presenting
+    /// `token`. `Err` when the outcome is unknown or a failure.
+    fn hand(
+        &self,
+        address: &str,
+        token: &str,
+        payload: Vec<u8>,
+    ) -> futures::future::BoxFuture<'static, Result<Handed, String>>;
+}
+
+/// Hands events to pipelines of this process, by the address each gave
+/// [`Pipeline::set_handover`]: for `tally bench`'s two ingesting pipelines and for tests, which
+/// run several "processes" in one.
+#[derive(Default)]
+pub struct LocalHandover {
+    pipelines: Mutex<HashMap<String, std::sync::Weak<Pipeline>>>,
+}
+
+impl LocalHandover {
+    /// Makes `pipeline` reachable at `address`.
+    pub fn add(&self, address: &str, pipeline: &Arc<Pipeline>) {
+        lock(&self.pipelines).insert(address.to_owned(), Arc::downgrade(pipeline));
+    }
+}
+
+impl Handover for LocalHandover {
+    fn hand(
+        &self,
+        address: &str,
+        token: &str,
+        payload: Vec<u8>,
+    ) -> futures::future::BoxFuture<'static, Result<Handed, String>> {
+        let pipeline = lock(&self.pipelines).get(address).and_then(std::sync::Weak::upgrade);
+        let token = token.to_owned();
+        Box::pin(async move {
+            let Some(pipeline) = pipeline else { return Err("no pipeline at that address".to_owned()) };
+            pipeline.take_over(&token, &payload).await.map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// How this process takes part in holding sessions ([`Pipeline::set_handover`]).
+struct Peering {
+    handover: Arc<dyn Handover>,
+    /// The token other processes present with an event they hand over; `None` when this process
+    /// advertised no address, so holds no session.
+    token: Option<String>,
+    /// Whether new claims make this process the holder (cleared when it stops).
+    holding: AtomicBool,
+}
+
+/// Where an event to store comes from.
+enum Source<'a> {
+    /// Received here.
+    Local(&'a Event, &'a Enrichment),
+    /// Handed over by another process, as the first event of a new session (the session's fields
+    /// are taken only when it starts one here).
+    HandedOver(&'a StoredEvent),
+}
+
+impl Source<'_> {
+    fn ts(&self) -> i64 {
+        match self {
+            Source::Local(event, _) => event.timestamp_ms,
+            Source::HandedOver(e) => e.ts,
+        }
+    }
 }
 
 /// How often this process's cached sessions turn out stale when it claims their next slot while
@@ -264,7 +380,22 @@ struct Cached {
     /// Whether this was just read from the table (not cached from an earlier event): a claim
     /// then has nothing to read first.
     just_read: bool,
+    /// Who holds the session, as last seen.
+    holder: Holder,
+    /// When the item naming this process the holder was written (wall clock, ms): it is kept
+    /// [`HELD_TTL_MS`], and claimed again (renewed) once older than [`HOLD_RENEW_MS`], so it never
+    /// expires while held (another process would then claim the session as new).
+    held_at_ms: i64,
 }
+
+/// How far apart two processes' clocks may be, for telling a run's start from a reading of the
+/// runs.
+const CLOCK_MARGIN_MS: i64 = 60_000;
+
+/// How long a `VisitorSession` item naming a holder is kept.
+const HELD_TTL_MS: i64 = 2 * 86_400_000;
+/// How old such an item may be before its holder claims the session again, renewing it.
+const HOLD_RENEW_MS: i64 = 86_400_000;
 
 type Slot = Arc<tokio::sync::Mutex<Cached>>;
 
@@ -314,6 +445,8 @@ pub struct Pipeline {
     /// hash only cost a lookup that was not needed. Bounded; past the bound every miss is looked
     /// up.
     evicted: Arc<Mutex<hashbrown::HashSet<u64>>>,
+    /// How events go to the process holding their visitor's session; unset, none can.
+    peering: std::sync::OnceLock<Peering>,
 }
 
 /// How many evicted visitors a process remembers before it looks every missing visitor up.
@@ -365,7 +498,81 @@ impl Pipeline {
             session_limit: AtomicUsize::new(MAX_CACHED_SESSIONS),
             lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
             evicted: Arc::default(),
+            peering: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Lets this process hand events to the process holding their visitor's session, and, with
+    /// `address` (where other processes reach this one), hold sessions itself: the address and a
+    /// token are recorded in this run's item first. Once per pipeline.
+    pub async fn set_handover(&self, handover: Arc<dyn Handover>, address: Option<&str>) -> Result<(), PipelineError> {
+        let token = match address {
+            Some(address) => Some(self.aggregator.advertise(address).await?),
+            None => None,
+        };
+        let holding = AtomicBool::new(token.is_some());
+        let _ = self.peering.set(Peering { handover, token, holding });
+        Ok(())
+    }
+
+    /// Whether new claims make this process the holder of their sessions.
+    fn holding(&self) -> bool {
+        self.peering.get().is_some_and(|p| p.holding.load(Ordering::SeqCst))
+    }
+
+    /// Whether sessions in memory may be the only copy of their state (alone, or holding some).
+    fn memory_may_be_truth(&self) -> bool {
+        self.is_alone() || self.peering.get().is_some_and(|p| p.token.is_some())
+    }
+
+    /// Stops holding sessions, before this process stops: no claim makes it a holder from now on
+    /// (an event of a session it held is claimed like any other), every session it holds in
+    /// memory is written to its visitor's item, naming no holder (each once its in-flight event
+    /// is done), and its run is marked released, so other processes claim the sessions whose
+    /// items still name it (those it wrote as they left memory) rather than hand it their
+    /// events. Returns how many were written.
+    pub async fn release_held(&self) -> Result<usize, PipelineError> {
+        let Some(peering) = self.peering.get().filter(|p| p.token.is_some()) else { return Ok(0) };
+        peering.holding.store(false, Ordering::SeqCst);
+        let slots: Vec<Slot> = lock(&self.sessions).values().cloned().collect();
+        let mut written = 0;
+        for chunk in slots.chunks(EVICT_CHUNK) {
+            let mut held = Vec::new();
+            for slot in chunk {
+                let mut guard = slot.clone().lock_owned().await;
+                if guard.holder != Holder::Me {
+                    continue;
+                }
+                if let Some(w) = guard.live.as_ref().and_then(|l| l.written.clone())
+                    && !w.wait().await
+                {
+                    *guard = Cached::default();
+                    continue;
+                }
+                held.push(guard);
+            }
+            let mut writes = Vec::new();
+            for guard in &held {
+                if let Some(live) = guard.live.as_ref() {
+                    writes.push(model::BatchWrite::put(
+                        "VisitorSession",
+                        head_item_for(&live.last, guard.head_version.unwrap_or(0) + 1, None)?,
+                    ));
+                }
+            }
+            if !writes.is_empty() {
+                self.table.batch_write(writes).await?;
+            }
+            for guard in &mut held {
+                if guard.live.is_some() {
+                    guard.head_version = Some(guard.head_version.unwrap_or(0) + 1);
+                    written += 1;
+                }
+                guard.holder = Holder::None;
+            }
+        }
+        self.aggregator.mark_released().await?;
+        Ok(written)
     }
 
     /// Whether small event blocks are merged once flushed (on by default; see
@@ -460,7 +667,7 @@ impl Pipeline {
             let mut writes = Vec::with_capacity(chunk.len());
             for guard in chunk.iter() {
                 if let Some(live) = guard.live.as_ref() {
-                    let item = head_item_for(&live.last, guard.head_version.unwrap_or(0) + 1)?;
+                    let item = head_item_for(&live.last, guard.head_version.unwrap_or(0) + 1, None)?;
                     writes.push(model::BatchWrite::put("VisitorSession", item));
                 }
             }
@@ -763,9 +970,10 @@ impl Pipeline {
                 self.sweep_at.store(sessions.len().max(limit) + limit / 2, Ordering::Relaxed);
             }
         } else if sessions.len() >= limit {
-            if self.is_alone() {
-                // Alone, memory is the truth: a live session leaves it only once its item is
-                // written, by a task (the map may pass its bound by what arrives meanwhile).
+            if self.memory_may_be_truth() {
+                // Alone, memory is the truth (and holding sessions, it is for those held): a
+                // live session leaves it only once its item is written, by a task (the map may
+                // pass its bound by what arrives meanwhile).
                 if !self.evicting.swap(true, Ordering::SeqCst) {
                     let horizon = now_ms().min(self.newest_ts.load(Ordering::Relaxed)) - SESSION_TIMEOUT_MS;
                     let chosen: Vec<(SessionKey, Slot)> = eviction_candidates(&sessions, now_ms(), limit)
@@ -774,8 +982,10 @@ impl Pipeline {
                         .collect();
                     let (table, evicting, map) = (self.table.clone(), self.evicting.clone(), self.sessions.clone());
                     let (remembered, lookups_until) = (self.evicted.clone(), self.lookups_until.clone());
+                    let writer =
+                        if self.is_alone() { Evictor::Alone } else { Evictor::Holder(self.aggregator.run_id().into()) };
                     tokio::spawn(async move {
-                        let written = evict(&table, &map, chosen, horizon).await;
+                        let written = evict(&table, &map, chosen, horizon, &writer).await;
                         let mut set = lock(&remembered);
                         set.extend(written.iter().map(|(site, visitor)| visitor_hash(site, *visitor)));
                         if set.len() > MAX_EVICTED_REMEMBERED {
@@ -794,21 +1004,28 @@ impl Pipeline {
         sessions.entry((site_id.clone(), visitor)).or_default().clone()
     }
 
-    /// The visitor's latest event as the table has it (`VisitorSession`), and the item's version.
+    /// The visitor's latest event as the table has it (`VisitorSession`), the item's version,
+    /// and who holds the session.
     async fn load_head(
         &self,
         site_id: &str,
         visitor: VisitorId,
-    ) -> Result<(Option<StoredEvent>, Option<i64>), PipelineError> {
+    ) -> Result<(Option<StoredEvent>, Option<i64>, Holder, i64), PipelineError> {
         let found = self
             .table
             .get_with("VisitorSession", item! { "site_id" => site_id, "visitor_id" => visitor.to_string() }, true)
             .await?;
-        let Some(record) = found else { return Ok((None, None)) };
+        let Some(record) = found else { return Ok((None, None, Holder::None, 0)) };
         let version = record.opt_i64("version")?.unwrap_or(0);
         let bytes = record.bytes("last")?;
         let last = crate::block::decode_events(bytes).map_err(EventStoreError::from)?.pop();
-        Ok((last, Some(version)))
+        let holder = match record.opt_string("holder")? {
+            None => Holder::None,
+            Some(run) if run == self.aggregator.run_id() => Holder::Me,
+            Some(run) => Holder::Other(Arc::from(run)),
+        };
+        let held_at = record.opt_i64("ttl")?.map_or(0, |ttl| ttl.saturating_mul(1000) - HELD_TTL_MS);
+        Ok((last, Some(version), holder, held_at))
     }
 
     /// Counts a claim of a cached session in [`PipelineCounters`] (`tally bench` prints them).
@@ -821,9 +1038,9 @@ impl Pipeline {
 
     /// The visitor's session as the table has it, if it is live at `ts`.
     async fn load_session(&self, site_id: &str, visitor: VisitorId, ts: i64) -> Result<Cached, PipelineError> {
-        let (last, head_version) = self.load_head(site_id, visitor).await?;
+        let (last, head_version, holder, held_at_ms) = self.load_head(site_id, visitor).await?;
         let live = last.map(|last| Live { last, written: None }).filter(|l| l.live_at(ts));
-        Ok(Cached { live, head_version, just_read: true })
+        Ok(Cached { live, head_version, just_read: true, holder, held_at_ms })
     }
 
     /// Stores `event` in its visitor's session: finds the session ([`Pipeline::session_slot`]),
@@ -845,15 +1062,166 @@ impl Pipeline {
             *guard = Cached::default();
         }
         if self.is_alone() {
-            return self.store_alone(guard, &slot, site, event, enrichment, visitor).await;
+            return self.store_alone(guard, &slot, site, &Source::Local(event, enrichment), visitor).await;
         }
+        match self.store_held(guard, &slot, site, &Source::Local(event, enrichment), visitor).await? {
+            Handed::Stored => Ok(()),
+            // Only a handed-over event is refused for want of holding its session.
+            Handed::NotHolder => Err(PipelineError::Contended(MAX_SLOT_ATTEMPTS)),
+        }
+    }
+
+    /// Stores an event while other processes may ingest: appended without a claim to a session
+    /// this process holds, handed to the process holding it ([`Pipeline::set_handover`]), or
+    /// stored by a claim of the session's next slot (which makes this process its holder when
+    /// it may hold sessions), tried again while other processes move the session on. A
+    /// handed-over event is never handed on: [`Handed::NotHolder`] tells its sender to look
+    /// again.
+    async fn store_held(
+        &self,
+        mut guard: tokio::sync::MutexGuard<'_, Cached>,
+        slot: &Slot,
+        site: &Site,
+        source: &Source<'_>,
+        visitor: VisitorId,
+    ) -> Result<Handed, PipelineError> {
+        let ts = source.ts();
         for _ in 0..MAX_SLOT_ATTEMPTS {
-            match self.store_in(&mut guard, site, event, enrichment, visitor).await? {
-                Stored::Done => return Ok(()),
+            match guard.holder.clone() {
+                Holder::Me if self.holding() && now_ms() - guard.held_at_ms < HOLD_RENEW_MS => {
+                    if !self.aggregator.beat_is_fresh() {
+                        return Err(PipelineError::NotLive);
+                    }
+                    self.store_alone(guard, slot, site, source, visitor).await?;
+                    return Ok(Handed::Stored);
+                }
+                // Held long enough that its item should be renewed, or this process is letting
+                // its sessions go: claimed again below (its item is as this process left it).
+                Holder::Me => {}
+                Holder::Other(run) => match self.holder_state(&run).await? {
+                    HolderState::Live { address, token } => {
+                        let Source::Local(event, enrichment) = source else { return Ok(Handed::NotHolder) };
+                        let Some(peering) = self.peering.get() else {
+                            return Err(PipelineError::Holder(format!(
+                                "run {run} holds it, and nothing hands events over"
+                            )));
+                        };
+                        drop(guard);
+                        let candidate = self.build_event(None, site, event, enrichment, visitor, Arc::from(""), 0);
+                        let payload =
+                            crate::block::encode(&candidate.site_id, candidate.day, std::slice::from_ref(&candidate))
+                                .map_err(EventStoreError::from)?;
+                        match peering.handover.hand(&address, &token, payload).await {
+                            Ok(Handed::Stored) => {
+                                self.counters.handed_over.fetch_add(1, Ordering::Relaxed);
+                                return Ok(Handed::Stored);
+                            }
+                            Ok(Handed::NotHolder) => {
+                                guard = slot.lock().await;
+                                *guard = self.load_session(&site.site_id, visitor, ts).await?;
+                                continue;
+                            }
+                            Err(e) => {
+                                // It may have stopped meanwhile, leaving the session to its item.
+                                self.aggregator.refresh_runs().await?;
+                                if !matches!(self.holder_state(&run).await?, HolderState::Gone) {
+                                    return Err(PipelineError::Holder(format!("run {run} at {address}: {e}")));
+                                }
+                                guard = slot.lock().await;
+                                *guard = self.load_session(&site.site_id, visitor, ts).await?;
+                                continue;
+                            }
+                        }
+                    }
+                    // Stopped or recovered: its sessions are in their visitors' items.
+                    HolderState::Gone => guard.holder = Holder::None,
+                    HolderState::Unsettled => {
+                        return Err(PipelineError::Holder(format!(
+                            "run {run} stopped beating and is not recovered yet"
+                        )));
+                    }
+                },
+                Holder::None => {}
+            }
+            match self.store_in(&mut guard, site, source, visitor).await? {
+                Stored::Done => return Ok(Handed::Stored),
                 Stored::Moved => continue,
             }
         }
         Err(PipelineError::Contended(MAX_SLOT_ATTEMPTS))
+    }
+
+    /// Whether run `run`, named as a session's holder, takes events now: as the last heartbeat
+    /// read the runs, and read again (at most once a second) when that does not say. A run is
+    /// taken for gone when its item is missing only from a reading made well after it began (its
+    /// id is a ULID, so it tells when): a reading older than that may simply predate it.
+    async fn holder_state(&self, run: &str) -> Result<HolderState, PipelineError> {
+        let dead_after = self.aggregator.dead_after_ms();
+        let began =
+            ulid::Ulid::from_string(run).map_or(i64::MAX, |u| i64::try_from(u.timestamp_ms()).unwrap_or(i64::MAX));
+        let (mut at, mut runs) = self.aggregator.runs(i64::MAX).await?;
+        for again in [true, false] {
+            let state = match runs.iter().find(|r| *r.run_id == *run) {
+                // Its item is gone: it finished long ago.
+                None if at > began.saturating_add(CLOCK_MARGIN_MS) => HolderState::Gone,
+                None => HolderState::Unsettled,
+                Some(r) if r.state == "done" || r.state == "recovered" || r.released => HolderState::Gone,
+                Some(r) if r.state == "live" && now_ms() - r.heartbeat_ms <= dead_after => {
+                    match (&r.address, &r.token) {
+                        (Some(address), Some(token)) => {
+                            HolderState::Live { address: address.clone(), token: token.clone() }
+                        }
+                        _ => HolderState::Unsettled,
+                    }
+                }
+                Some(_) => HolderState::Unsettled,
+            };
+            if !again || !matches!(state, HolderState::Unsettled) {
+                return Ok(state);
+            }
+            (at, runs) = self.aggregator.runs(1_000).await?;
+            if runs.iter().all(|r| *r.run_id != *run) && at <= began.saturating_add(CLOCK_MARGIN_MS) {
+                (at, runs) = self.aggregator.refresh_runs().await?;
+            }
+        }
+        Ok(HolderState::Unsettled)
+    }
+
+    /// Stores an event another process handed over ([`Handover`]): `token` must be the one this
+    /// process advertised, and `payload` one event as [`crate::block::encode`] writes it.
+    pub async fn take_over(&self, token: &str, payload: &[u8]) -> Result<Handed, PipelineError> {
+        let mine = self.peering.get().and_then(|p| p.token.as_deref());
+        if !mine.is_some_and(|mine| constant_time_eq(mine.as_bytes(), token.as_bytes())) {
+            return Err(PipelineError::WrongToken);
+        }
+        let mut events = crate::block::decode_events(payload).map_err(|e| PipelineError::Handover(e.to_string()))?;
+        let (Some(candidate), true) = (events.pop(), events.is_empty()) else {
+            return Err(PipelineError::Handover("not one event".into()));
+        };
+        let Some(site) = self.sites.get_shared(candidate.site_id.as_str()).await? else {
+            return Err(PipelineError::Handover(format!("no site {}", candidate.site_id)));
+        };
+        let ts = candidate.ts;
+        self.newest_ts.fetch_max(ts, Ordering::Relaxed);
+        let slot = self.slot(&site.site_id, candidate.visitor_id);
+        let mut guard = slot.lock().await;
+        if guard.live.as_ref().is_some_and(|l| l.written.as_ref().is_some_and(|w| w.is_failed())) {
+            *guard = Cached::default();
+        }
+        if guard.holder != Holder::Me && !self.is_alone() {
+            // What this process cached of a session it does not hold may be stale.
+            *guard = self.load_session(&site.site_id, candidate.visitor_id, ts).await?;
+        }
+        let source = Source::HandedOver(&candidate);
+        let outcome = if self.is_alone() {
+            self.store_alone(guard, &slot, &site, &source, candidate.visitor_id).await.map(|()| Handed::Stored)
+        } else {
+            self.store_held(guard, &slot, &site, &source, candidate.visitor_id).await
+        };
+        if matches!(outcome, Ok(Handed::Stored)) {
+            self.counters.taken_over.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
     }
 
     /// Which of the visitor's ids (today's salt, or yesterday's for a visit that began under it)
@@ -896,7 +1264,8 @@ impl Pipeline {
         Ok((id, slot))
     }
 
-    /// Alone, stores `event` in the session `guard` holds without holding it while the block is
+    /// Alone (or holding the session), stores the event in the session `guard` holds without
+    /// holding it while the block is
     /// written: the event is queued, the session moves on in memory at once, and the session is
     /// let go, so its next event can be prepared (and usually join the same block) meanwhile.
     /// Should the block fail, every later event of the session queued meanwhile fails with it
@@ -907,17 +1276,17 @@ impl Pipeline {
         mut guard: tokio::sync::MutexGuard<'_, Cached>,
         slot: &Slot,
         site: &Site,
-        event: &Event,
-        enrichment: &Enrichment,
+        source: &Source<'_>,
         visitor: VisitorId,
     ) -> Result<(), PipelineError> {
-        let (stored, ticket) = self.next_event(&guard, site, event, enrichment, visitor).await?;
+        let (stored, ticket) = self.next_event(&guard, site, source, visitor).await?;
         let after = guard.live.as_ref().and_then(|l| l.written.clone());
         let mine = (stored.session_id, stored.seq);
         let queued = self.writer.queue(stored.clone(), after);
-        let head_version = guard.head_version;
+        let (head_version, holder, held_at_ms) = (guard.head_version, guard.holder.clone(), guard.held_at_ms);
         let written = Some(queued.written());
-        *guard = Cached { live: Some(Live { last: stored, written }), head_version, just_read: false };
+        *guard =
+            Cached { live: Some(Live { last: stored, written }), head_version, just_read: false, holder, held_at_ms };
         drop(guard);
         match queued.done().await {
             Ok(stored) => {
@@ -937,29 +1306,67 @@ impl Pipeline {
         }
     }
 
-    /// The event `event` makes in the session `guard` holds (continuing it, or a new one), with
+    /// The event `source` makes in the session `guard` holds (continuing it, or a new one), with
     /// its aggregation ticket; its partition is registered first.
     async fn next_event(
         &self,
         guard: &Cached,
         site: &Site,
+        source: &Source<'_>,
+        visitor: VisitorId,
+    ) -> Result<(StoredEvent, crate::aggregate::Ticket), PipelineError> {
+        let ts = source.ts();
+        let live = guard.live.as_ref().filter(|l| l.live_at(ts));
+        let day = match (live, source) {
+            (Some(l), _) => l.last.day,
+            (None, Source::Local(..)) => UtcDay::from_unix_ms(ts),
+            (None, Source::HandedOver(e)) => e.day,
+        };
+        self.aggregator.register_partition(&site.site_id, day).await?;
+        let ticket = self.aggregator.begin();
+        let stored = match source {
+            Source::Local(event, enrichment) => {
+                self.build_event(live, site, event, enrichment, visitor, ticket.run(), ticket.epoch())
+            }
+            Source::HandedOver(e) => {
+                let mut stored = (*e).clone();
+                if let Some(l) = live {
+                    (stored.day, stored.session_id, stored.seq) = (l.last.day, l.last.session_id, l.last.seq + 1);
+                    (stored.visit, stored.prev) = (l.last.visit.clone(), l.last.next());
+                }
+                stored.visitor_id = visitor;
+                (stored.run, stored.epoch) = (ticket.run(), ticket.epoch());
+                stored
+            }
+        };
+        debug_assert_eq!(stored.day, day);
+        Ok((stored, ticket))
+    }
+
+    /// The event `event` makes continuing `live`, or starting a new session, stored by `run` in
+    /// `epoch`.
+    #[allow(clippy::too_many_arguments)]
+    fn build_event(
+        &self,
+        live: Option<&Live>,
+        site: &Site,
         event: &Event,
         enrichment: &Enrichment,
         visitor: VisitorId,
-    ) -> Result<(StoredEvent, crate::aggregate::Ticket), PipelineError> {
+        run: Arc<str>,
+        epoch: u64,
+    ) -> StoredEvent {
         let ts = event.timestamp_ms;
         // The session this event continues, or a new one.
         let fresh;
-        let (day, visitor_id, session_id, seq, visit, prev) = match guard.live.as_ref().filter(|l| l.live_at(ts)) {
+        let (day, visitor_id, session_id, seq, visit, prev) = match live {
             Some(l) => (l.last.day, l.last.visitor_id, l.last.session_id, l.last.seq + 1, &l.last.visit, l.last.next()),
             None => {
                 fresh = new_session(ts, event, enrichment);
                 (fresh.day, visitor, fresh.session_id, 0, &fresh.visit, PrevState::default())
             }
         };
-        self.aggregator.register_partition(&site.site_id, day).await?;
-        let ticket = self.aggregator.begin();
-        let stored = StoredEvent {
+        StoredEvent {
             site_id: site.site_id.clone(),
             day,
             visitor_id,
@@ -984,13 +1391,12 @@ impl Pipeline {
                 .collect(),
             visit: visit.clone(),
             prev,
-            run: ticket.run(),
-            epoch: ticket.epoch(),
+            run,
+            epoch,
             // A day more than the retention: a range of the last N days starts N days ago at
             // midnight in site time, so its first morning is still there to be read.
             ttl: now_ms() / 1000 + (i64::from(site.retention_event_days) + 1) * 86_400,
-        };
-        Ok((stored, ticket))
+        }
     }
 
     /// One attempt at storing `event` in the session `guard` holds while other processes ingest:
@@ -1000,11 +1406,10 @@ impl Pipeline {
         &self,
         guard: &mut Cached,
         site: &Site,
-        event: &Event,
-        enrichment: &Enrichment,
+        source: &Source<'_>,
         visitor: VisitorId,
     ) -> Result<Stored, PipelineError> {
-        let ts = event.timestamp_ms;
+        let ts = source.ts();
         // A session this process cached: read the visitor's item first when cached sessions
         // have often been stale lately ([`Claims`]).
         let cached = guard.head_version.is_some() && !guard.just_read;
@@ -1019,8 +1424,10 @@ impl Pipeline {
                 *guard = current;
             }
         }
-        let (stored, ticket) = self.next_event(guard, site, event, enrichment, visitor).await?;
+        let (stored, ticket) = self.next_event(guard, site, source, visitor).await?;
         let mut head_version = guard.head_version;
+        // Where sessions may be held, the claim makes this process the holder when it may be.
+        let hold = self.holding();
         {
             // Claim the session's next slot: the visitor's item must be as this process
             // last saw it.
@@ -1029,13 +1436,17 @@ impl Pipeline {
                 Some(v) => attr("version").eq(v),
                 None => attr("pk").not_exists(),
             };
+            let me = hold.then(|| self.aggregator.run_id());
             match self
                 .table
-                .write("VisitorSession", head_item_for(&stored, version)?, model::PutMode::Put, Some(&condition))
+                .write("VisitorSession", head_item_for(&stored, version, me)?, model::PutMode::Put, Some(&condition))
                 .await
             {
                 Ok(()) => {
                     head_version = Some(version);
+                    if hold {
+                        self.counters.held_claims.fetch_add(1, Ordering::Relaxed);
+                    }
                     if cached && !read_first {
                         self.claims.record(false);
                         self.count_claim(false, false);
@@ -1072,7 +1483,7 @@ impl Pipeline {
                 {
                     let condition = attr("version").eq(head_version.unwrap_or(0));
                     let next = head_version.unwrap_or(0) + 1;
-                    if let Ok(item) = head_item_for(&previous.last, next) {
+                    if let Ok(item) = head_item_for(&previous.last, next, None) {
                         let _ = self.table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await;
                     }
                 }
@@ -1081,22 +1492,53 @@ impl Pipeline {
             }
         };
         ticket.commit(&stored);
-        *guard = Cached { live: Some(Live { last: stored, written: None }), head_version, just_read: false };
+        let (holder, held_at_ms) = if hold { (Holder::Me, now_ms()) } else { (Holder::None, 0) };
+        *guard = Cached {
+            live: Some(Live { last: stored, written: None }),
+            head_version,
+            just_read: false,
+            holder,
+            held_at_ms,
+        };
         Ok(Stored::Done)
     }
 }
 
-/// The `VisitorSession` item holding `last` (as a one-event block) at `version`. Kept two hours:
-/// a session ends 30 minutes after its latest event.
-pub(crate) fn head_item_for(last: &StoredEvent, version: i64) -> Result<store::Item, EventStoreError> {
+/// The `VisitorSession` item holding `last` (as a one-event block) at `version`, naming the run
+/// that holds the session, if one does. Kept two hours: a session ends 30 minutes after its
+/// latest event.
+pub(crate) fn head_item_for(
+    last: &StoredEvent,
+    version: i64,
+    holder: Option<&str>,
+) -> Result<store::Item, EventStoreError> {
     let bytes = crate::block::encode(&last.site_id, last.day, std::slice::from_ref(last))?;
-    Ok(item! {
+    let mut item = item! {
         "site_id" => last.site_id.as_str(),
         "visitor_id" => last.visitor_id.to_string(),
         "last" => bytes,
         "version" => version,
-        "ttl" => now_ms() / 1000 + 2 * 3600,
-    })
+        "ttl" => (now_ms() + if holder.is_some() { HELD_TTL_MS } else { 2 * 3_600_000 }) / 1000,
+    };
+    if let Some(run) = holder {
+        item.insert("holder".into(), store::AttributeValue::from(run));
+    }
+    Ok(item)
+}
+
+/// Whether two byte strings are equal, in a time that depends on their lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether the run holding a session takes events now.
+enum HolderState {
+    /// It is live, and reached at `address` with `token`.
+    Live { address: String, token: String },
+    /// It stopped or was recovered: its sessions are in their visitors' items.
+    Gone,
+    /// It stopped beating and is not recovered yet (or never said where it is reached).
+    Unsettled,
 }
 
 /// The sessions to drop from a full cache: idle ones, and if most are live, the older half.
@@ -1122,17 +1564,31 @@ const EVICT_CHUNK: usize = 250;
 /// Writes the items of the chosen sessions still live at `horizon`, a chunk at a time, holding
 /// each session until its item is written, then drops each from the cache. Returns the visitors
 /// whose items it wrote. A chunk whose write fails stays in memory, and so does every later one.
-async fn evict(table: &Table, map: &Mutex<Sessions>, chosen: Vec<(SessionKey, Slot)>, horizon: i64) -> Vec<SessionKey> {
+async fn evict(
+    table: &Table,
+    map: &Mutex<Sessions>,
+    chosen: Vec<(SessionKey, Slot)>,
+    horizon: i64,
+    writer: &Evictor,
+) -> Vec<SessionKey> {
     let mut written = Vec::new();
     let mut chosen = chosen.into_iter().peekable();
     while chosen.peek().is_some() {
         let chunk: Vec<_> = chosen.by_ref().take(EVICT_CHUNK).collect();
-        match evict_chunk(table, map, chunk, horizon).await {
+        match evict_chunk(table, map, chunk, horizon, writer).await {
             Some(done) => written.extend(done),
             None => break,
         }
     }
     written
+}
+
+/// Which sessions leaving memory are written, and how.
+enum Evictor {
+    /// Alone: every live one, naming no holder.
+    Alone,
+    /// Shared: those this run holds, naming it.
+    Holder(Arc<str>),
 }
 
 /// One chunk of [`evict`]: `None` when its write failed (the sessions stay in memory).
@@ -1141,6 +1597,7 @@ async fn evict_chunk(
     map: &Mutex<Sessions>,
     chosen: Vec<(SessionKey, Slot)>,
     horizon: i64,
+    writer: &Evictor,
 ) -> Option<Vec<SessionKey>> {
     let mut held = Vec::with_capacity(chosen.len());
     let mut writes = Vec::new();
@@ -1150,10 +1607,19 @@ async fn evict_chunk(
             // Its latest event is still being written (or failed, and its task forgets it).
             continue;
         }
+        // Shared, only the sessions this process holds are written: the table has the others.
+        let holder = match writer {
+            Evictor::Alone => None,
+            Evictor::Holder(me) if guard.holder == Holder::Me => Some(&**me),
+            Evictor::Holder(_) => {
+                held.push((key, slot, guard, None));
+                continue;
+            }
+        };
         let version = match guard.live.as_ref().filter(|l| l.last_ts() >= horizon) {
             Some(live) => {
                 let version = guard.head_version.unwrap_or(0) + 1;
-                match head_item_for(&live.last, version) {
+                match head_item_for(&live.last, version, holder) {
                     Ok(item) => {
                         writes.push(model::BatchWrite::put("VisitorSession", item));
                         Some(version)
@@ -1172,10 +1638,15 @@ async fn evict_chunk(
         return None;
     }
     let mut written = Vec::new();
+    // Shared, every item written names this process the holder.
+    let holder_written = matches!(writer, Evictor::Holder(_));
     let mut sessions = lock(map);
     for (key, slot, mut guard, version) in held {
         if let Some(version) = version {
             guard.head_version = Some(version);
+            if holder_written {
+                guard.held_at_ms = now_ms();
+            }
             written.push(key.clone());
         }
         drop(guard);

@@ -273,12 +273,14 @@ pub fn tally_schema(name: &str) -> Schema {
                 .description(
                     "A visitor's latest event (a one-event block), so another process, or this one after \
                      dropping it from memory, continues the visit: written per event while several processes \
-                     ingest (under `version`), otherwise only when a live session leaves memory.",
+                     ingest (under `version`), otherwise only when a live session leaves memory. While a run \
+                     holds the session (`holder`), its memory is the truth and the others hand it the events.",
                 )
                 .attribute(Attribute::string("site_id").required())
                 .attribute(Attribute::string("visitor_id").required().example("3f2a9c0d1e4b5a67"))
                 .attribute(Attribute::binary("last").required())
                 .attribute(Attribute::number("version").default_value(0))
+                .attribute(Attribute::string("holder").example("01JDQ4ZC6T8Y2V0M7RM3KX9W5N"))
                 .ttl_after("ttl", Duration::from_secs(2 * 3600))
                 .key("VS#{site_id}#{visitor_id}", "S"),
         )
@@ -362,6 +364,9 @@ pub fn tally_schema(name: &str) -> Schema {
                 .attribute(Attribute::string_set("partitions"))
                 .attribute(Attribute::string("state").default_value("live"))
                 .attribute(Attribute::string("recovered_by"))
+                .attribute(Attribute::string("address").example("http://10.0.0.5:8000"))
+                .attribute(Attribute::string("token"))
+                .attribute(Attribute::bool("released"))
                 .ttl("ttl")
                 .key("RUNS", "RUN#{run_id}"),
         )

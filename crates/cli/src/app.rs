@@ -7,13 +7,15 @@
 //! starts (so every event it aggregates includes its week); the lease is taken last, once the
 //! pipeline it may switch to ingesting alone exists. [`Application::stop`] undoes it in reverse:
 //! the lease is given up (writing the sessions only this process held), then aggregates flushed.
+//! Between the two, the pipeline learns how to hand events to the process holding their
+//! visitor's session, and, given an address, records it so it holds sessions itself.
 
 use std::sync::Arc;
 
 use analytics::aggregate::{Aggregator, AggregatorConfig};
 use analytics::enrich::{Enricher, EnricherConfig, IpRanges};
 use analytics::lease::IngestLease;
-use analytics::pipeline::Pipeline;
+use analytics::pipeline::{Handover, Pipeline};
 use analytics::sites::Sites;
 use anyhow::{Context, Result, anyhow};
 use model::Table;
@@ -30,6 +32,11 @@ pub struct Settings {
     pub compact_event_blocks: bool,
     /// The host the ingest lease records, so a holder that died on this host is recognised.
     pub host: String,
+    /// How events go to the process holding their visitor's session.
+    pub handover: Arc<dyn Handover>,
+    /// Where other processes reach this one (`http://HOST:PORT`), if they may: then this
+    /// process holds sessions too.
+    pub advertise: Option<String>,
 }
 
 impl Settings {
@@ -52,6 +59,9 @@ impl Settings {
             },
             compact_event_blocks: config.compact_event_blocks,
             host,
+            handover: Arc::new(server::handover::HttpHandover::new()),
+            // `tally serve` sets it once it listens.
+            advertise: None,
         })
     }
 }
@@ -95,6 +105,10 @@ impl Application {
             .context("starting aggregation")?;
         let pipeline = Arc::new(Pipeline::new(table.clone(), sites, Arc::new(enricher), aggregator.clone()));
         pipeline.set_block_compaction(settings.compact_event_blocks);
+        pipeline
+            .set_handover(settings.handover, settings.advertise.as_deref())
+            .await
+            .context("recording where this process is reached")?;
         let lease = IngestLease::start(
             table.clone(),
             pipeline.clone(),

@@ -124,14 +124,16 @@ async fn setup_ingesters(
         sites.add_goal_with_currency(&site.site_id, signup, Some(analytics::synth::CURRENCY)).await?;
         sites.add_goal(&site.site_id, analytics::goal::Goal::page("/pricing")?).await?;
     }
-    let first = ingester(&table, sites.clone(), flush_interval, compact, "bench").await?;
+    // Events go between the bench's ingesting "processes" in process, each reached at its name.
+    let handover = Arc::new(analytics::pipeline::LocalHandover::default());
+    let first = ingester(&table, sites.clone(), flush_interval, compact, "bench", &handover).await?;
     let second = match ingesters {
         0 | 1 => None,
         2 => {
             // Its own site cache, aggregator (a run of its own) and pipeline: everything a
             // second process would hold. Joining the lease makes both shared.
             let sites = Arc::new(Sites::new(table.clone()));
-            Some(ingester(&table, sites, flush_interval, compact, "bench-second").await?)
+            Some(ingester(&table, sites, flush_interval, compact, "bench-second", &handover).await?)
         }
         n => bail!("--ingesters {n}: the bench runs one or two"),
     };
@@ -155,6 +157,7 @@ async fn ingester(
     flush_interval: Duration,
     compact: bool,
     host: &str,
+    handover: &Arc<analytics::pipeline::LocalHandover>,
 ) -> Result<Ingester> {
     // Built as `tally serve` builds it, with the bench's enrichment (countries from a header).
     let settings = crate::app::Settings {
@@ -166,8 +169,13 @@ async fn ingester(
         aggregator: AggregatorConfig { flush_interval, ..AggregatorConfig::default() },
         compact_event_blocks: compact,
         host: host.to_owned(),
+        handover: handover.clone(),
+        // As `tally serve --advertise-host` does: it holds sessions, and the other hands it
+        // their events.
+        advertise: Some(host.to_owned()),
     };
     let app = crate::app::Application::build(table.clone(), sites, settings).await?;
+    handover.add(host, &app.pipeline);
     Ok(Ingester { aggregator: app.aggregator, pipeline: app.pipeline, _lease: app.lease })
 }
 
@@ -703,6 +711,13 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
             share(claims(|c| &c.stale_claims)),
             share(claims(|c| &c.claims_read_first)),
             share(claims(|c| &c.refused_claims))
+        );
+        println!(
+            "sessions held by one process: {} claims made a holder, {} events handed to the holder ({:.0} % of \
+             events)",
+            claims(|c| &c.held_claims),
+            claims(|c| &c.handed_over),
+            claims(|c| &c.handed_over) as f64 * 100.0 / accepted.max(1) as f64
         );
     }
     let blocks = s.pipeline.block_counters();

@@ -122,6 +122,11 @@ pub struct Config {
     /// on for the embedded engine (where disk is the cost) and off on DynamoDB (where write units
     /// are the bill).
     pub compact_event_blocks: bool,
+    /// The host or address other `tally serve` processes on the same table reach this one at
+    /// (with the port it listens on). Set, this process may hold visitors' sessions, and the
+    /// others hand it those visitors' events (see ARCHITECTURE.md, "Several processes"); unset,
+    /// it hands events to the processes that hold their sessions and claims the rest one by one.
+    pub advertise_host: Option<String>,
     /// Reports and alerts (only from the file).
     pub notify: crate::notify::Settings,
 }
@@ -144,6 +149,7 @@ impl Default for Config {
             metrics_listen: None,
             auth_attempts_per_minute: server::attempts::DEFAULT_ATTEMPTS_PER_MINUTE,
             compact_event_blocks: true,
+            advertise_host: None,
             notify: crate::notify::Settings::default(),
         }
     }
@@ -207,6 +213,10 @@ pub struct Layer {
     /// Merge small event blocks once flushed: true or false [default: true].
     #[arg(long, global = true)]
     pub compact_event_blocks: Option<bool>,
+    /// The host or address other processes on the same table reach this one at (its port is the
+    /// one it listens on); set, it holds visitors' sessions and takes their events from the others.
+    #[arg(long, global = true)]
+    pub advertise_host: Option<String>,
 }
 
 impl Layer {
@@ -235,6 +245,7 @@ impl Layer {
             metrics_listen: var("TALLY_METRICS_LISTEN"),
             auth_attempts_per_minute: var("TALLY_AUTH_ATTEMPTS_PER_MINUTE").map(|v| v.trim().parse().unwrap_or(0)),
             compact_event_blocks: var("TALLY_COMPACT_EVENT_BLOCKS").map(|v| !matches!(v.trim(), "false" | "0" | "no")),
+            advertise_host: var("TALLY_ADVERTISE_HOST"),
         }
     }
 
@@ -324,6 +335,21 @@ impl Layer {
         if let Some(compact) = self.compact_event_blocks {
             config.compact_event_blocks = compact;
         }
+        if let Some(host) = self.advertise_host {
+            let host = host.trim();
+            let bracketed = host.starts_with('[') && host.ends_with(']');
+            let valid = !host.is_empty()
+                && host.len() <= 253
+                && (bracketed || !host.contains(':'))
+                && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+            if !valid {
+                bail!(
+                    "invalid advertise_host {host:?}: give a host name or address other processes reach this one at, \
+                     without scheme or port (an IPv6 address in brackets), such as 10.0.0.5"
+                );
+            }
+            config.advertise_host = Some(host.to_owned());
+        }
         Ok(())
     }
 }
@@ -392,6 +418,9 @@ impl Config {
         }
         out.push_str(&format!("auth_attempts_per_minute = {}\n", self.auth_attempts_per_minute));
         out.push_str(&format!("compact_event_blocks = {}\n", self.compact_event_blocks));
+        if let Some(host) = &self.advertise_host {
+            out.push_str(&format!("advertise_host = {}\n", quote(host)));
+        }
         out
     }
 }

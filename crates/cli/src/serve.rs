@@ -45,8 +45,16 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     drop(engine);
     let metered = table.metered();
     let sites = Arc::new(Sites::new(metered.clone()));
+    // Bound before the pipeline is built: other processes hand events to the port it listens on.
+    let shutdown = shutdown_signal()?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let mut settings = Settings::from_config(config)?;
+    settings.advertise = config.advertise_host.as_ref().map(|host| format!("http://{host}:{}", addr.port()));
     let Application { aggregator, pipeline, lease, .. } =
-        Application::build(metered.clone(), sites.clone(), Settings::from_config(config)?).await?;
+        Application::build(metered.clone(), sites.clone(), settings).await?;
     let stats = Arc::new(Stats::new(metered.clone(), sites.clone()));
     let notifier = (!config.notify.is_empty())
         .then(|| crate::notify::spawn(config.notify.clone(), metered.clone(), sites.clone(), stats.clone()));
@@ -75,6 +83,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
         setup_token: setup_token.clone(),
     });
     let metrics_pipeline = pipeline.clone();
+    let releasing = pipeline.clone();
     let metrics_aggregator = aggregator.clone();
     let metrics_table = metered.clone();
     let metrics = move || {
@@ -97,6 +106,8 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             flush_item_errors: a.flush_item_errors,
             store_write_units: capacity.write_units + a.flush_write_units,
             store_read_units: capacity.read_units,
+            events_handed_over: c.handed_over.load(Ordering::Relaxed),
+            events_taken_over: c.taken_over.load(Ordering::Relaxed),
         }
     };
     let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))
@@ -112,11 +123,6 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     if let Some(token) = &config.metrics_token {
         metrics_state = metrics_state.with_metrics_token(token);
     }
-    let shutdown = shutdown_signal()?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
-    let addr = listener.local_addr()?;
     let (state, metrics_server) = match config.metrics_listen {
         Some(metrics_addr) => {
             let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
@@ -142,6 +148,15 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
     if let Some(token) = &setup_token {
         tracing::warn!("no account yet: create the admin account at http://{addr}/setup?token={token}");
     }
+    // On a signal, the sessions this process holds are written to their items before it stops
+    // taking requests: the events of their visitors that still reach it are then claimed like any
+    // other, and the other processes claim them rather than hand them to a process going away.
+    let shutdown = async move {
+        shutdown.await;
+        if let Err(e) = releasing.release_held().await {
+            tracing::warn!(error = %e, "writing the sessions this process holds failed; they are written again on stopping");
+        }
+    };
     server::serve_with_shutdown(listener, server::router(state), config.limits.clone(), shutdown).await?;
     if let Some((_, task)) = metrics_server {
         task.abort();

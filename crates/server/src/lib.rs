@@ -43,6 +43,7 @@ pub mod export;
 pub mod extract;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod handover;
 pub mod ingest;
 pub mod listen;
 pub mod metrics;

@@ -40,6 +40,10 @@ pub struct MetricsSnapshot {
     pub store_write_units: f64,
     /// Read request units the table has consumed through this process.
     pub store_read_units: f64,
+    /// Events this process handed to the process holding their visitor's session.
+    pub events_handed_over: u64,
+    /// Events other processes handed to this one.
+    pub events_taken_over: u64,
 }
 
 /// Where the figures come from: the `tally` binary implements it over the analytics crate.
@@ -89,6 +93,15 @@ pub fn render(snapshot: &MetricsSnapshot) -> String {
     sample(&mut out, "tally_store_write_units_total", "", snapshot.store_write_units);
     family(&mut out, "tally_store_read_units_total", "counter", "Read request units consumed by the table.");
     sample(&mut out, "tally_store_read_units_total", "", snapshot.store_read_units);
+    family(
+        &mut out,
+        "tally_events_handed_over_total",
+        "counter",
+        "Events handed to the process holding their visitor's session.",
+    );
+    sample(&mut out, "tally_events_handed_over_total", "", snapshot.events_handed_over as f64);
+    family(&mut out, "tally_events_taken_over_total", "counter", "Events other processes handed to this one.");
+    sample(&mut out, "tally_events_taken_over_total", "", snapshot.events_taken_over as f64);
     out
 }
 
@@ -130,6 +143,8 @@ mod tests {
             flush_item_errors: 3,
             store_write_units: 12.0,
             store_read_units: 0.5,
+            events_handed_over: 6,
+            events_taken_over: 8,
         };
         let text = render(&snapshot);
         for line in [
@@ -143,6 +158,8 @@ mod tests {
             "tally_flush_item_errors_total 3",
             "tally_store_write_units_total 12",
             "tally_store_read_units_total 0.5",
+            "tally_events_handed_over_total 6",
+            "tally_events_taken_over_total 8",
             "# TYPE tally_pending_events gauge",
             "# TYPE tally_events_accepted_total counter",
         ] {

@@ -39,6 +39,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/visitors/{visitor}/events", get(crate::visitors::visitor_export))
         .route("/api/visitors/{visitor}", axum::routing::delete(crate::visitors::delete_visitor))
         .route("/api/import", post(crate::stats::import).layer(DefaultBodyLimit::max(crate::stats::MAX_IMPORT_BYTES)))
+        .route(
+            "/internal/handover",
+            post(crate::handover::take).layer(DefaultBodyLimit::max(crate::handover::MAX_HANDOVER_BYTES)),
+        )
         .merge(accounts_and_settings())
         .merge(crate::dashboard::routes())
         .with_state(state)

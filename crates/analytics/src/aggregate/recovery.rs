@@ -42,6 +42,13 @@ pub struct RunInfo {
     pub state: String,
     /// The run that claimed it, if any.
     pub recovered_by: Option<String>,
+    /// Where other processes reach it to hand it a visitor's event, if it takes them
+    /// ([`super::Aggregator::advertise`]).
+    pub address: Option<String>,
+    /// What they must present there.
+    pub token: Option<String>,
+    /// Whether it gave up the sessions it held (it is stopping): their items say the rest.
+    pub released: bool,
 }
 
 impl RunInfo {
@@ -63,6 +70,9 @@ impl RunInfo {
             partitions,
             state: r.opt_string("state")?.unwrap_or("live").to_owned(),
             recovered_by: r.opt_string("recovered_by")?.map(str::to_owned),
+            address: r.opt_string("address")?.map(str::to_owned),
+            token: r.opt_string("token")?.map(str::to_owned),
+            released: r.opt_bool("released")?.unwrap_or(false),
         })
     }
 }
@@ -168,6 +178,12 @@ pub(crate) async fn unflushed_events(
 }
 
 async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateError> {
+    // The sessions the run held (alone, or as their visitors' owner) were only in its memory:
+    // their latest events go to their visitors' items first, so that once the run reads
+    // `recovered` other processes continue those sessions rather than wait for it.
+    crate::lease::restore_sessions(&shared.table, &run.run_id)
+        .await
+        .map_err(|e| AggregateError::Events(e.to_string()))?;
     let by_epoch = unflushed_events(&shared.table, run, run.flushed_epoch).await?;
     let sites: BTreeSet<String> = by_epoch.values().flatten().map(|e| e.site_id.to_string()).collect();
     let settings = shared.settings_of(sites).await?;

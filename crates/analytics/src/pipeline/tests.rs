@@ -12,6 +12,8 @@ fn live(last_ts: i64) -> Slot {
         }),
         head_version: None,
         just_read: false,
+        holder: Holder::None,
+        held_at_ms: 0,
     }))
 }
 

@@ -9,7 +9,7 @@ use analytics::aggregate::{Aggregator, AggregatorConfig, RebuildMode, RebuildRan
 use analytics::enrich::{DropReason, Enricher, EnricherConfig};
 use analytics::event::RawEvent;
 use analytics::goal::Goal;
-use analytics::pipeline::{ImportEvent, IngestResult, Pipeline, SiteSelector};
+use analytics::pipeline::{ImportEvent, IngestResult, LocalHandover, Pipeline, SiteSelector};
 use analytics::schema::tally_schema;
 use analytics::sites::{Scope, SiteChanges, Sites};
 use analytics::stored::StoredEvent;
@@ -237,6 +237,143 @@ async fn claims_read_first_once_the_other_process_often_moved_the_session_on() {
         (c.stale_claims.load(Relaxed), c.claims_read_first.load(Relaxed), c.refused_claims.load(Relaxed)),
         (0, 0, 0)
     );
+}
+
+/// Two pipelines that each advertise an address, in process (`LocalHandover`): what two
+/// `tally serve --advertise-host` processes are.
+async fn holding_pipeline(
+    w: &World,
+    name: &str,
+    handover: &Arc<LocalHandover>,
+    config: AggregatorConfig,
+) -> (Arc<Pipeline>, Arc<Aggregator>) {
+    let aggregator = Aggregator::start(w.table.clone(), w.sites.clone(), config).await.expect("aggregator");
+    let p = Arc::new(Pipeline::new(w.table.clone(), w.sites.clone(), w.enricher.clone(), aggregator.clone()));
+    p.set_handover(handover.clone(), Some(name)).await.expect("the address is recorded");
+    handover.add(name, &p);
+    (p, aggregator)
+}
+
+fn beating() -> AggregatorConfig {
+    AggregatorConfig { heartbeat_interval: Duration::from_millis(500), ..quiet() }
+}
+
+/// Checks every visitor made one visit whose events chain, and returns the events.
+async fn one_chained_visit_each(w: &World, visitors: usize, events: usize) -> Vec<StoredEvent> {
+    let events_read = stored_events(w).await;
+    assert_eq!(events_read.len(), events, "every event stored once");
+    let sessions: std::collections::BTreeSet<_> = events_read.iter().map(|e| e.session_id).collect();
+    assert_eq!(sessions.len(), visitors, "one visit per visitor across the processes");
+    for pair in events_read.windows(2) {
+        if pair[0].session_id == pair[1].session_id {
+            assert_eq!(pair[1].seq, pair[0].seq + 1);
+            assert_eq!(pair[1].prev, pair[0].next(), "each event's previous state is its predecessor's next");
+        } else {
+            assert_eq!(pair[1].seq, 0, "a visit starts at its first event");
+        }
+    }
+    events_read
+}
+
+/// Sessions held by one process: behind a balancer that sends a visitor's events to either
+/// process, the process whose claim made it the holder appends without claims, and the other
+/// hands it the visitor's events. One claim per visitor, not per event (the write unit per
+/// event two processes used to cost); a small cache makes the holder write its sessions as they
+/// leave memory, naming itself, and take them back without a claim. When the holder stops, it
+/// writes the sessions it holds, and the other continues them.
+#[tokio::test]
+async fn the_holder_of_a_session_takes_its_visitors_events_and_claims_once_per_visitor() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let handover = Arc::new(LocalHandover::default());
+    let (p1, a1) = holding_pipeline(&w, "one", &handover, beating()).await;
+    let (p2, _a2) = holding_pipeline(&w, "two", &handover, beating()).await;
+    p1.set_session_cache_limit(8);
+    let t = now() - 3_600_000;
+    let (visitors, per_visitor) = (40u8, 10i64);
+    let send = |p: &Arc<Pipeline>, v: u8, k: i64| {
+        let raw = pageview(&format!("https://example.com/p{k}"), IPHONE, [198, 51, 100, v], t + k * 1000);
+        let p = p.clone();
+        async move {
+            let r = p.ingest(raw, SiteSelector::Domain).await;
+            assert!(matches!(r, IngestResult::Accepted), "{r:?}");
+        }
+    };
+    for k in 0..per_visitor {
+        for v in 0..visitors {
+            send(if (k + i64::from(v)) % 2 == 0 { &p1 } else { &p2 }, v, k).await;
+        }
+    }
+    let sum = |f: fn(&analytics::pipeline::PipelineCounters) -> &std::sync::atomic::AtomicU64| {
+        f(p1.counters()).load(Relaxed) + f(p2.counters()).load(Relaxed)
+    };
+    assert_eq!(
+        sum(|c| &c.held_claims),
+        u64::from(visitors),
+        "one claim per visitor ({} and {})",
+        p1.counters().held_claims.load(Relaxed),
+        p2.counters().held_claims.load(Relaxed)
+    );
+    assert_eq!(sum(|c| &c.claims) + sum(|c| &c.refused_claims), 0, "no claim of a cached session");
+    // Half of each visitor's events after the first reach the process not holding the session.
+    let handed = u64::from(visitors) * (per_visitor as u64) / 2;
+    assert_eq!(sum(|c| &c.handed_over), handed);
+    assert_eq!(sum(|c| &c.taken_over), handed);
+    assert_eq!(sum(|c| &c.accepted), u64::from(visitors) * per_visitor as u64, "counted where received");
+    one_chained_visit_each(&w, usize::from(visitors), usize::from(visitors) * per_visitor as usize).await;
+
+    // The first process stops: it writes what it holds, and its run reads `done`.
+    // Those still in memory (the others were written as they left it).
+    let released = p1.release_held().await.unwrap();
+    assert!((1..=usize::from(visitors) / 2).contains(&released), "{released}");
+    a1.shutdown().await.unwrap();
+    for v in 0..visitors {
+        send(&p2, v, per_visitor).await;
+    }
+    assert_eq!(p2.counters().held_claims.load(Relaxed), u64::from(visitors), "the second now holds every session");
+    let events =
+        one_chained_visit_each(&w, usize::from(visitors), usize::from(visitors) * (per_visitor as usize + 1)).await;
+    assert!(events.iter().filter(|e| e.seq == per_visitor as u32).count() == usize::from(visitors));
+}
+
+/// A holder that dies leaves its sessions in memory only: until its run is recovered, events of
+/// its visitors are refused (never stored out of order); recovery writes their latest events to
+/// their items, and the other process continues the visits.
+#[tokio::test]
+async fn a_dead_holders_sessions_are_restored_by_recovery_and_continued() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let handover = Arc::new(LocalHandover::default());
+    let (p1, a1) = holding_pipeline(&w, "one", &handover, beating()).await;
+    let survivor = AggregatorConfig { dead_after: Duration::from_millis(1500), ..beating() };
+    let (p2, _a2) = holding_pipeline(&w, "two", &handover, survivor).await;
+    // Recent events: recovery restores sessions live in the last half hour.
+    let t = now() - 60_000;
+    for k in 0..3i64 {
+        let raw = pageview(&format!("https://example.com/p{k}"), FIREFOX, [203, 0, 113, 5], t + k * 1000);
+        assert!(matches!(p1.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    // The holder dies: no heartbeat, nothing written, unreachable.
+    a1.abort();
+    drop(p1);
+    let next = |k: i64| pageview(&format!("https://example.com/p{k}"), FIREFOX, [203, 0, 113, 5], t + k * 1000);
+    let refused = p2.ingest(next(3), SiteSelector::Domain).await;
+    assert!(matches!(refused, IngestResult::Failed(_)), "{refused:?}");
+    // The survivor's heartbeat finds the run dead after 1.5 s and recovers it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let runs = analytics::aggregate::recovery::list_runs(&w.table).await.unwrap();
+        if runs.iter().any(|r| r.state == "recovered") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the dead run is recovered: {runs:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = p2.ingest(next(4), SiteSelector::Domain).await;
+    assert!(matches!(r, IngestResult::Accepted), "{r:?}");
+    let events = one_chained_visit_each(&w, 1, 4).await;
+    assert_eq!(events.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["/p0", "/p1", "/p2", "/p4"]);
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! Two `tally serve` processes on one DynamoDB table (moto, started by `cargo xtask test`), as a
 //! deployment behind a load balancer runs them: a visitor whose requests alternate between the
 //! processes makes one visit, each process flushes its own share of the aggregates, and the
-//! aggregates equal a rebuild.
+//! aggregates equal a rebuild; with `--advertise-host`, the same with a visitor's events handed
+//! to the process holding their session.
 //!
 //! The two processes flush the same aggregate items concurrently, each under a `version`
 //! condition; that is only correct on an engine that applies a conditional write atomically.
@@ -54,6 +55,18 @@ fn send(server: &Server, ip: &str, path: &str) {
 
 #[test]
 fn two_serve_processes_on_one_table_make_one_visit_of_a_visitor_they_share() {
+    two_processes(false);
+}
+
+/// The same with `--advertise-host`: the process whose claim made it the holder of visitor a's
+/// session takes a's event that reached the other, over HTTP (`/internal/handover`), and the
+/// numbers are the same.
+#[test]
+fn two_processes_that_advertise_hand_a_visitors_events_to_the_holder_of_the_session() {
+    two_processes(true);
+}
+
+fn two_processes(advertise: bool) {
     let endpoint = match std::env::var("TALLY_MOTO_ENDPOINT") {
         Ok(e) if !e.is_empty() => e,
         _ => {
@@ -70,8 +83,9 @@ fn two_serve_processes_on_one_table_make_one_visit_of_a_visitor_they_share() {
     let key = tally(&store, &["key", "create", "shared.test"]);
     let key = crate::support::field(&key, "key:");
 
-    let one = Server::start_env(Path::new(&store), &[], &AWS);
-    let two = Server::start_env(Path::new(&store), &[], &AWS);
+    let extra: &[&str] = if advertise { &["--advertise-host", "127.0.0.1"] } else { &[] };
+    let one = Server::start_env(Path::new(&store), extra, &AWS);
+    let two = Server::start_env(Path::new(&store), extra, &AWS);
     // Visitor a goes back and forth between the processes: /, /pricing, /docs. Visitor b: / once.
     send(&one, "192.0.2.10", "/");
     send(&two, "192.0.2.10", "/pricing");
@@ -116,6 +130,14 @@ fn two_serve_processes_on_one_table_make_one_visit_of_a_visitor_they_share() {
     }
     assert_eq!(ask(&two, json!([])), expected, "both processes read the same numbers");
     assert_eq!(exits(&two), expected_exits, "both processes read the same numbers");
+    let (handed, taken) = ("tally_events_handed_over_total", "tally_events_taken_over_total");
+    if advertise {
+        // a's second event reached two, which handed it to one, the holder since a's first.
+        assert_eq!((two.metric(handed), one.metric(taken)), (1.0, 1.0));
+        assert_eq!((one.metric(handed), two.metric(taken)), (0.0, 0.0));
+    } else {
+        assert_eq!(one.metric(handed) + two.metric(handed), 0.0, "nothing handed over without an address");
+    }
     one.stop();
     two.stop();
 
