@@ -396,6 +396,10 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
     /// Every run as the last heartbeat (or [`Aggregator::refresh_runs`]) read them, and when.
     runs: RwLock<(i64, Arc<Vec<recovery::RunInfo>>)>,
+    /// How often cached aggregate items were stale at their writes: other runs write the same
+    /// items, so past a point each flush reads its items first rather than have its writes
+    /// refused ([`crate::stale`]).
+    stale: crate::stale::StaleRate,
     /// When the last heartbeat that the table accepted began (wall clock, ms): while it is
     /// recent, no other process can have taken this run for dead.
     beat_ok_ms: std::sync::atomic::AtomicI64,
@@ -537,6 +541,7 @@ impl Aggregator {
             counts: Mutex::default(),
             stopped: AtomicBool::new(false),
             runs: RwLock::new((0, Arc::default())),
+            stale: crate::stale::StaleRate::default(),
             beat_ok_ms: std::sync::atomic::AtomicI64::new(started_ms),
         });
         let (stop, _) = watch::channel(false);
@@ -981,6 +986,7 @@ impl Shared {
             concurrency: self.config.write_concurrency,
             max_attempts: self.config.max_attempts,
             leave_weeks_and_months: defers,
+            stale: Some(&self.stale),
         };
         let outcome = writer.apply(acc, cache).await;
         {

@@ -33,6 +33,7 @@ pub mod report;
 pub mod schema;
 pub mod sites;
 pub mod sketch;
+mod stale;
 pub mod stats;
 pub mod stored;
 pub mod synth;

@@ -40,6 +40,7 @@ use crate::enrich::{DropReason, Enricher, Enrichment, SiteContext};
 use crate::event::{Event, EventError, Limits, RawEvent};
 use crate::event_store::{BlockWriter, EventStoreError, Written};
 use crate::sites::{Site, SiteId, Sites, SitesError};
+use crate::stale::StaleRate;
 use crate::stored::{PrevState, StoredEvent, Visit, VisitAttrs};
 use crate::visitor::{Salt, UtcDay, VisitorId, salt_expires_at_ms, salts_to_try, visitor_id};
 
@@ -136,7 +137,7 @@ pub struct PipelineCounters {
     pub unknown_site: AtomicU64,
     /// Events whose storage failed.
     pub failed: AtomicU64,
-    /// Shared, claims of a session this process had cached ([`Claims`]).
+    /// Shared, claims of a session this process had cached (`Pipeline::claims`).
     pub claims: AtomicU64,
     /// Of those, claims whose cached session another process had moved on.
     pub stale_claims: AtomicU64,
@@ -241,52 +242,6 @@ impl Source<'_> {
         match self {
             Source::Local(event, _) => event.timestamp_ms,
             Source::HandedOver(e) => e.ts,
-        }
-    }
-}
-
-/// How often this process's cached sessions turn out stale when it claims their next slot while
-/// others ingest, and so whether a claim reads the visitor's item first.
-///
-/// A claim is a conditional write. When another process moved the session on since this one
-/// cached it (a balancer that sends a visitor's events to either process makes that every
-/// other event or so), the write is refused, and a refused write still costs a write unit on
-/// DynamoDB; the item is then read and the claim made again: two write units and a read. Read
-/// first, the claim costs a read and one write unit whatever the cache held. So once more than
-/// a sixth of recent claims found the cache stale, claims read first: at DynamoDB's prices (a
-/// read unit a fifth of a write unit) that is where reading first becomes the cheaper way,
-/// and it always spends fewer write units. Staleness is measured either way (a read-first claim
-/// sees whether the cache was current), so the choice follows the traffic both ways.
-/// Correctness never depends on it: the conditional write still decides every claim.
-#[derive(Debug, Default)]
-struct Claims {
-    /// Recent claims of cached sessions, and how many of them were stale: both halved whenever
-    /// `recent` reaches [`Claims::WINDOW`], so they weigh the last few thousand claims.
-    recent: AtomicU64,
-    stale: AtomicU64,
-}
-
-impl Claims {
-    const WINDOW: u64 = 4096;
-    /// Claims seen before staleness is trusted.
-    const MIN_SEEN: u64 = 64;
-
-    /// Whether the next claim of a cached session should read the visitor's item first.
-    fn read_first(&self) -> bool {
-        let (recent, stale) = (self.recent.load(Ordering::Relaxed), self.stale.load(Ordering::Relaxed));
-        recent >= Self::MIN_SEEN && stale * 6 > recent
-    }
-
-    /// Counts a claim of a cached session, stale or not.
-    fn record(&self, stale: bool) {
-        let recent = self.recent.fetch_add(1, Ordering::Relaxed) + 1;
-        if stale {
-            self.stale.fetch_add(1, Ordering::Relaxed);
-        }
-        if recent >= Self::WINDOW {
-            // Racing halvings only make the window a little shorter.
-            self.recent.store(recent / 2, Ordering::Relaxed);
-            self.stale.store(self.stale.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
         }
     }
 }
@@ -433,8 +388,14 @@ pub struct Pipeline {
     sweep_at: AtomicUsize,
     /// Whether a task is writing evicted sessions' items.
     evicting: Arc<AtomicBool>,
-    /// Shared, how often cached sessions were stale at their claims.
-    claims: Claims,
+    /// Shared, how often cached sessions were stale at their claims, and so whether a claim
+    /// of a cached session reads the visitor's item first. A claim is a conditional write:
+    /// when another process moved the session on since this one cached it (a balancer that
+    /// sends a visitor's events to either process makes that every other event or so), the
+    /// write is refused, which still costs a write unit on DynamoDB, and the item is then read
+    /// and the claim made again. Read first, a claim costs a read and one write unit whatever
+    /// the cache held ([`StaleRate`] says when that is the cheaper way).
+    claims: StaleRate,
     /// How many sessions the cache holds before it makes room (20,000 unless set).
     session_limit: AtomicUsize,
     /// Alone, until when (wall clock, ms) a visitor missing from memory may still have a live
@@ -494,7 +455,7 @@ impl Pipeline {
             import_floor: AtomicI64::new(i64::MAX),
             sweep_at: AtomicUsize::new(0),
             evicting: Arc::new(AtomicBool::new(false)),
-            claims: Claims::default(),
+            claims: StaleRate::default(),
             session_limit: AtomicUsize::new(MAX_CACHED_SESSIONS),
             lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
             evicted: Arc::default(),
@@ -1411,7 +1372,7 @@ impl Pipeline {
     ) -> Result<Stored, PipelineError> {
         let ts = source.ts();
         // A session this process cached: read the visitor's item first when cached sessions
-        // have often been stale lately ([`Claims`]).
+        // have often been stale lately (`claims`).
         let cached = guard.head_version.is_some() && !guard.just_read;
         let mut read_first = false;
         if cached && self.claims.read_first() {

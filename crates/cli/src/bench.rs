@@ -650,6 +650,7 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
         aggregation.flush_write_units += b.flush_write_units;
         aggregation.items_written += b.items_written;
         aggregation.epochs_flushed += b.epochs_flushed;
+        aggregation.conflicts += b.conflicts;
     }
     Ok(Ingested {
         total,
@@ -687,10 +688,12 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         a.flush_write_units / accepted as f64
     );
     println!(
-        "aggregation: {} flushes, {} aggregate items written, {:.1} events per item written",
+        "aggregation: {} flushes, {} aggregate items written, {:.1} events per item written, {} writes refused \
+         (another process wrote the item first)",
         a.epochs_flushed,
         a.items_written,
-        accepted as f64 / a.items_written.max(1) as f64
+        accepted as f64 / a.items_written.max(1) as f64,
+        a.conflicts
     );
     println!(
         "dashboard lag behind ingestion: at most {:.1} s (oldest unflushed event, sampled every 100 ms)",
@@ -699,7 +702,7 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     println!("read units per event: {read_per_event:.3} (session and salt lookups missing the cache)");
     if let Some(second) = &s.second {
         // Shared, each event claims its session's next slot; a cached session another process
-        // moved on costs a refused claim, unless the claim reads first (`pipeline::Claims`).
+        // moved on costs a refused claim, unless the claim reads first (`stale::StaleRate`).
         let claims = |f: fn(&analytics::pipeline::PipelineCounters) -> &std::sync::atomic::AtomicU64| {
             f(s.pipeline.counters()).load(Ordering::Relaxed) + f(second.pipeline.counters()).load(Ordering::Relaxed)
         };

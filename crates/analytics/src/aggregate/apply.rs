@@ -21,6 +21,7 @@ use super::session_log::SessionActivity;
 use super::{AggregateError, SiteSettings};
 use crate::period::SiteZone;
 use crate::sketch::VisitorSketch;
+use crate::stale::StaleRate;
 use crate::stored::{AggKey, AggKeyRef, Counters, Period, StoredEvent};
 
 /// What an epoch adds to one item: counters and the visitors seen.
@@ -541,6 +542,9 @@ pub(crate) struct Writer<'a> {
     /// Leaves the week and month items unwritten (a later flush writes them; see
     /// `AggregatorConfig::defer_weeks_and_months`).
     pub leave_weeks_and_months: bool,
+    /// How often the cached items were stale at their writes (other runs wrote them), and so
+    /// whether a cached item is read before it is written ([`crate::stale`]).
+    pub stale: Option<&'a StaleRate>,
 }
 
 async fn read(table: &Table, key: &AggKey) -> Result<StoredAggregate, AggregateError> {
@@ -627,10 +631,20 @@ impl Writer<'_> {
         cached: Option<StoredAggregate>,
         now_s: i64,
     ) -> WriteResult {
+        // From the cache unless cached items have often been stale lately.
+        let from_cache = cached.is_some() && !self.stale.is_some_and(StaleRate::read_first);
         let mut current = match cached {
-            Some(c) => c,
+            Some(c) if from_cache => c,
+            Some(c) => {
+                let fresh = read(self.table, key).await?;
+                if let Some(rate) = self.stale {
+                    rate.record(fresh.version != c.version);
+                }
+                fresh
+            }
             None => read(self.table, key).await?,
         };
+        let mut first = true;
         let ttl = ttl(key.period, self.settings.get(&key.site_id), now_s);
         let mut conflicts = 0;
         for _ in 0..self.max_attempts.max(1) {
@@ -651,6 +665,12 @@ impl Writer<'_> {
                 None => self.table.write("Aggregate", item, PutMode::Create, None).await,
                 Some(v) => self.table.write("Aggregate", item, PutMode::Put, Some(&attr("version").eq(v))).await,
             };
+            if from_cache
+                && std::mem::take(&mut first)
+                && let Some(rate) = self.stale
+            {
+                rate.record(written.as_ref().is_err_and(|e| e.is_condition_failed()));
+            }
             match written {
                 Ok(_) => {
                     next.version = Some(version);

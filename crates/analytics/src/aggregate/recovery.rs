@@ -210,6 +210,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
             concurrency: shared.config.write_concurrency,
             max_attempts: shared.config.max_attempts,
             leave_weeks_and_months: false,
+            stale: None,
         };
         let outcome = writer.apply(&acc.finish(), &mut cache).await;
         {
