@@ -267,11 +267,13 @@ pub struct AggregatorStats {
     pub flush_item_errors: u64,
     /// Write units consumed by the last successful flush (aggregate items and the run item).
     pub last_flush_write_units: f64,
-    /// Read units consumed by the last successful flush: zero in a steady state, where every
-    /// touched item's version and sketch are cached.
+    /// Read units consumed by the last successful flush: zero in a steady state where no other
+    /// process writes the same items, since every touched item's version and sketch are cached.
     pub last_flush_read_units: f64,
     /// Write units consumed by every flush since start.
     pub flush_write_units: f64,
+    /// Read units consumed by every flush since start.
+    pub flush_read_units: f64,
     /// Dead runs this aggregator recovered.
     pub runs_recovered: u64,
     /// The last epoch whose flush is recorded in the run's item (recovery reads only later ones).
@@ -372,6 +374,7 @@ struct Counts {
     last_flush_write_units: f64,
     last_flush_read_units: f64,
     flush_write_units: f64,
+    flush_read_units: f64,
     runs_recovered: u64,
     flushed_epoch: u64,
     /// The events and the oldest commit time of the deltas carried to the next flush.
@@ -742,6 +745,7 @@ impl Aggregator {
             stats.last_flush_write_units = c.last_flush_write_units;
             stats.last_flush_read_units = c.last_flush_read_units;
             stats.flush_write_units = c.flush_write_units;
+            stats.flush_read_units = c.flush_read_units;
             stats.runs_recovered = c.runs_recovered;
             stats.flushed_epoch = c.flushed_epoch;
             // Events whose week and month deltas wait for the next flush are not flushed yet.
@@ -1018,6 +1022,7 @@ impl Shared {
             c.last_flush_write_units = units.write_units;
             c.last_flush_read_units = units.read_units;
             c.flush_write_units += units.write_units;
+            c.flush_read_units += units.read_units;
         }
         Ok(())
     }

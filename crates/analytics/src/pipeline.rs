@@ -507,7 +507,7 @@ impl Pipeline {
                 if let Some(w) = guard.live.as_ref().and_then(|l| l.written.clone())
                     && !w.wait().await
                 {
-                    *guard = Cached::default();
+                    self.forget(&mut guard).await;
                     continue;
                 }
                 held.push(guard);
@@ -1004,6 +1004,21 @@ impl Pipeline {
         Ok(Cached { live, head_version, just_read: true, holder, held_at_ms })
     }
 
+    /// Forgets a session whose latest event failed (so did every later one queued after it). The
+    /// visitor's next event starts a new visit, as alone: one this process holds has its item
+    /// deleted (under the version last written; best effort, like giving a claim back), so that
+    /// no process continues it from the older event the item names.
+    async fn forget(&self, guard: &mut Cached) {
+        if guard.holder == Holder::Me
+            && let (Some(version), Some(live)) = (guard.head_version, guard.live.as_ref())
+        {
+            let key =
+                item! { "site_id" => live.last.site_id.as_str(), "visitor_id" => live.last.visitor_id.to_string() };
+            let _ = self.table.delete_with("VisitorSession", key, Some(&attr("version").eq(version))).await;
+        }
+        *guard = Cached::default();
+    }
+
     /// Stores `event` in its visitor's session: finds the session ([`Pipeline::session_slot`]),
     /// then, holding it, claims its next slot where other processes ingest, appends the event to
     /// a block, and hands its deltas to aggregation ([`Pipeline::store_in`]).
@@ -1020,7 +1035,7 @@ impl Pipeline {
         let mut guard = slot.lock().await;
         if guard.live.as_ref().is_some_and(|l| l.written.as_ref().is_some_and(|w| w.is_failed())) {
             // The session's latest event failed and its task has not forgotten the session yet.
-            *guard = Cached::default();
+            self.forget(&mut guard).await;
         }
         if self.is_alone() {
             return self.store_alone(guard, &slot, site, &Source::Local(event, enrichment), visitor).await;
@@ -1167,7 +1182,7 @@ impl Pipeline {
         let slot = self.slot(&site.site_id, candidate.visitor_id);
         let mut guard = slot.lock().await;
         if guard.live.as_ref().is_some_and(|l| l.written.as_ref().is_some_and(|w| w.is_failed())) {
-            *guard = Cached::default();
+            self.forget(&mut guard).await;
         }
         if guard.holder != Holder::Me && !self.is_alone() {
             // What this process cached of a session it does not hold may be stale.
@@ -1260,7 +1275,7 @@ impl Pipeline {
                 // forgets it then).
                 let mut guard = slot.lock().await;
                 if guard.live.as_ref().is_some_and(|l| (l.last.session_id, l.last.seq) == mine) {
-                    *guard = Cached::default();
+                    self.forget(&mut guard).await;
                 }
                 Err(e.into())
             }

@@ -567,9 +567,9 @@ impl Ingested {
         (self.capacity.write_units + self.aggregation.flush_write_units) / self.accepted as f64
     }
 
-    /// Read units per accepted event.
+    /// Read units per accepted event: the table's and the flushes'.
     fn read_per_event(&self) -> f64 {
-        self.capacity.read_units / self.accepted as f64
+        (self.capacity.read_units + self.aggregation.flush_read_units) / self.accepted as f64
     }
 }
 
@@ -648,6 +648,7 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
     if let Some(second) = &s.second {
         let b = second.aggregator.stats();
         aggregation.flush_write_units += b.flush_write_units;
+        aggregation.flush_read_units += b.flush_read_units;
         aggregation.items_written += b.items_written;
         aggregation.epochs_flushed += b.epochs_flushed;
         aggregation.conflicts += b.conflicts;
@@ -699,7 +700,12 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         "dashboard lag behind ingestion: at most {:.1} s (oldest unflushed event, sampled every 100 ms)",
         ingested.max_lag_ms.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1000.0
     );
-    println!("read units per event: {read_per_event:.3} (session and salt lookups missing the cache)");
+    println!(
+        "read units per event: {read_per_event:.3} ({:.3} session and salt lookups missing the cache, {:.3} aggregate \
+         items read by flushes)",
+        (read_per_event - a.flush_read_units / accepted as f64).max(0.0),
+        a.flush_read_units / accepted as f64
+    );
     if let Some(second) = &s.second {
         // Shared, each event claims its session's next slot; a cached session another process
         // moved on costs a refused claim, unless the claim reads first (`stale::StaleRate`).

@@ -105,7 +105,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             flush_errors: a.flush_errors,
             flush_item_errors: a.flush_item_errors,
             store_write_units: capacity.write_units + a.flush_write_units,
-            store_read_units: capacity.read_units,
+            store_read_units: capacity.read_units + a.flush_read_units,
             events_handed_over: c.handed_over.load(Ordering::Relaxed),
             events_taken_over: c.taken_over.load(Ordering::Relaxed),
         }

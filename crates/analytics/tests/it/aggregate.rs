@@ -366,7 +366,7 @@ async fn a_crashed_run_is_recovered_by_another() {
 
 /// A store that fails every write after the first `n` once armed, as a flush cut off by a crash
 /// or an outage would.
-struct FailingStore {
+pub(crate) struct FailingStore {
     inner: Arc<dyn Store>,
     /// Writes still allowed; negative means unarmed.
     left: AtomicI64,
@@ -382,8 +382,21 @@ struct FailingStore {
 }
 
 impl FailingStore {
+    /// Around `inner`, letting every write through until told otherwise.
+    pub(crate) fn around(inner: Arc<dyn Store>) -> FailingStore {
+        FailingStore {
+            inner,
+            left: AtomicI64::new(-1),
+            fail_first: AtomicI64::new(0),
+            gated: Default::default(),
+            gate: tokio::sync::Semaphore::new(0),
+            puts_begun: Default::default(),
+            put_sizes: Default::default(),
+        }
+    }
+
     /// Fails the next `n` writes, then lets writes through (as armed before, if it was).
-    fn fail_next(&self, n: i64) {
+    pub(crate) fn fail_next(&self, n: i64) {
         self.fail_first.store(n, Ordering::SeqCst);
     }
 
@@ -474,15 +487,7 @@ impl Store for FailingStore {
 }
 
 async fn failing(h: &Harness) -> (Arc<FailingStore>, Table) {
-    let failing = Arc::new(FailingStore {
-        inner: h.store.clone(),
-        left: AtomicI64::new(-1),
-        fail_first: AtomicI64::new(0),
-        gated: Default::default(),
-        gate: tokio::sync::Semaphore::new(0),
-        puts_begun: Default::default(),
-        put_sizes: Default::default(),
-    });
+    let failing = Arc::new(FailingStore::around(h.store.clone()));
     let table = Table::new(failing.clone(), tally_schema("tally"));
     (failing, table)
 }

@@ -337,6 +337,47 @@ async fn the_holder_of_a_session_takes_its_visitors_events_and_claims_once_per_v
     assert!(events.iter().filter(|e| e.seq == per_visitor as u32).count() == usize::from(visitors));
 }
 
+/// A held session whose event fails (its block was not written) is forgotten, and its item
+/// deleted: the process does not hold the only true state any more, and no process may continue
+/// the visit from the older event the item names (the events after it would get their numbers
+/// again). The visitor's next event starts a new visit, wherever it lands.
+#[tokio::test]
+async fn a_held_session_whose_event_failed_is_not_continued_from_an_older_state() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let inner: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).expect("the embedded engine opens"));
+    let failing = Arc::new(crate::aggregate::FailingStore::around(inner));
+    let table = Table::new(failing.clone(), tally_schema("tally"));
+    table.create_table().await.unwrap();
+    let sites = Arc::new(Sites::new(table.clone()));
+    let enricher = Arc::new(Enricher::new(EnricherConfig::default()).unwrap());
+    let w = World { _dir: dir, table, sites, enricher };
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let handover = Arc::new(LocalHandover::default());
+    // No heartbeat or flush writes meanwhile: the one write that fails is the event's block.
+    let (p1, a1) = holding_pipeline(&w, "one", &handover, quiet()).await;
+    let (p2, _a2) = holding_pipeline(&w, "two", &handover, quiet()).await;
+    let t = now() - 600_000;
+    let event = |k: i64| pageview(&format!("https://example.com/p{k}"), FIREFOX, [203, 0, 113, 7], t + k * 1000);
+    for k in 0..2 {
+        assert!(matches!(p1.ingest(event(k), SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    failing.fail_next(1);
+    let failed = p1.ingest(event(2), SiteSelector::Domain).await;
+    assert!(matches!(failed, IngestResult::Failed(_)), "{failed:?}");
+    // The holder stops; the other process gets the visitor's next events.
+    p1.release_held().await.unwrap();
+    a1.shutdown().await.unwrap();
+    for k in 3..5 {
+        let r = p2.ingest(event(k), SiteSelector::Domain).await;
+        assert!(matches!(r, IngestResult::Accepted), "{r:?}");
+    }
+    let events = stored_events(&w).await;
+    let numbered: std::collections::BTreeSet<_> = events.iter().map(|e| (e.session_id, e.seq)).collect();
+    assert_eq!(numbered.len(), 4, "no event numbered twice in its session: {events:#?}");
+    one_chained_visit_each(&w, 2, 4).await;
+    assert_eq!(events.iter().filter(|e| e.seq == 0).count(), 2, "the failed event ended the first visit");
+}
+
 /// Two processes flush the same aggregate items (a site's day, its pages, sources…): each
 /// flush's cached versions are the other's old news, and a refused write costs write units on
 /// DynamoDB. Once cached items have often been stale, a flush reads its items first, and the
