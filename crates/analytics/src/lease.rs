@@ -28,6 +28,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use model::Table;
 use model::expr::{Update, attr};
 use store::item;
@@ -271,41 +272,46 @@ pub(crate) async fn restore_sessions(table: &Table, run_id: &str) -> Result<usiz
             }
         }
     }
-    let mut written = 0;
-    for e in latest.into_values() {
-        if e.next().last_ts < since {
-            continue;
-        }
-        // Only if the table has nothing newer for the visitor (a shared period may have), and
-        // no other run holds the session now; and only as the item was read.
-        let key = item! { "site_id" => e.site_id.as_str(), "visitor_id" => e.visitor_id.to_string() };
-        let current = table.get_with("VisitorSession", key, true).await?;
-        let (version, skip) = match &current {
-            Some(r) => {
-                let v = r.opt_i64("version")?.unwrap_or(0);
-                let last = crate::block::decode_events(r.bytes("last")?).map_err(event_store::EventStoreError::from)?;
-                let newer = last.first().is_some_and(|l| (l.session_id, l.seq) >= (e.session_id, e.seq));
-                let held_elsewhere = r.opt_string("owner")?.is_some_and(|o| o != run_id);
-                (Some(v), newer || held_elsewhere)
-            }
-            None => (None, false),
-        };
-        if skip {
-            continue;
-        }
-        let condition = match version {
-            Some(v) => attr("version").eq(v),
-            None => attr("pk").not_exists(),
-        };
-        let item = crate::pipeline::head_item_for(&e, version.unwrap_or(0) + 1, None)?;
-        match table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await {
-            Ok(()) => written += 1,
-            // Another process moved the session on meanwhile: it has the newer state.
-            Err(err) if err.is_condition_failed() => {}
-            Err(err) => return Err(err.into()),
-        }
-    }
+    // A visitor at a time, many at once: a run that held a busy site's sessions left thousands.
+    let restored: Vec<bool> = futures::stream::iter(latest.into_values().filter(|e| e.next().last_ts >= since))
+        .map(|e| restore_one(table, run_id, e))
+        .buffer_unordered(32)
+        .try_collect()
+        .await?;
+    let written = restored.into_iter().filter(|&w| w).count();
     Ok(written)
+}
+
+/// Writes `e`, the latest event of its visitor that run `run_id` stored, to the visitor's item,
+/// unless the table has a newer one for the visitor or another run holds the session; only as
+/// the item was read. Whether it wrote.
+async fn restore_one(table: &Table, run_id: &str, e: crate::stored::StoredEvent) -> Result<bool, PipelineError> {
+    let key = item! { "site_id" => e.site_id.as_str(), "visitor_id" => e.visitor_id.to_string() };
+    let current = table.get_with("VisitorSession", key, true).await?;
+    let (version, skip) = match &current {
+        Some(r) => {
+            let v = r.opt_i64("version")?.unwrap_or(0);
+            let last = crate::block::decode_events(r.bytes("last")?).map_err(event_store::EventStoreError::from)?;
+            let newer = last.first().is_some_and(|l| (l.session_id, l.seq) >= (e.session_id, e.seq));
+            let held_elsewhere = r.opt_string("holder")?.is_some_and(|o| o != run_id);
+            (Some(v), newer || held_elsewhere)
+        }
+        None => (None, false),
+    };
+    if skip {
+        return Ok(false);
+    }
+    let condition = match version {
+        Some(v) => attr("version").eq(v),
+        None => attr("pk").not_exists(),
+    };
+    let item = crate::pipeline::head_item_for(&e, version.unwrap_or(0) + 1, None)?;
+    match table.write("VisitorSession", item, model::PutMode::Put, Some(&condition)).await {
+        Ok(()) => Ok(true),
+        // Another process moved the session on meanwhile: it has the newer state.
+        Err(err) if err.is_condition_failed() => Ok(false),
+        Err(err) => Err(err.into()),
+    }
 }
 
 async fn renew_task(

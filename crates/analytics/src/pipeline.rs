@@ -1038,6 +1038,16 @@ impl Pipeline {
             self.forget(&mut guard).await;
         }
         if self.is_alone() {
+            if let Holder::Other(run) = guard.holder.clone() {
+                // Read from an item naming a run that held the session: its memory had the newer
+                // events, until its run is recovered (which writes them to the item) or it
+                // stopped. A dead run is recovered at this process's first heartbeat.
+                if !matches!(self.holder_state(&run).await?, HolderState::Gone) {
+                    return Err(PipelineError::Holder(format!("run {run} held the session and is not recovered yet")));
+                }
+                *guard = self.load_session(&site.site_id, visitor, ts).await?;
+                guard.holder = Holder::None;
+            }
             return self.store_alone(guard, &slot, site, &Source::Local(event, enrichment), visitor).await;
         }
         match self.store_held(guard, &slot, site, &Source::Local(event, enrichment), visitor).await? {

@@ -178,12 +178,6 @@ pub(crate) async fn unflushed_events(
 }
 
 async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateError> {
-    // The sessions the run held (alone, or as their visitors' owner) were only in its memory:
-    // their latest events go to their visitors' items first, so that once the run reads
-    // `recovered` other processes continue those sessions rather than wait for it.
-    crate::lease::restore_sessions(&shared.table, &run.run_id)
-        .await
-        .map_err(|e| AggregateError::Events(e.to_string()))?;
     let by_epoch = unflushed_events(&shared.table, run, run.flushed_epoch).await?;
     let sites: BTreeSet<String> = by_epoch.values().flatten().map(|e| e.site_id.to_string()).collect();
     let settings = shared.settings_of(sites).await?;
@@ -222,6 +216,15 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
         }
         outcome.result?;
         shared.table.update_with("Run", key(), Update::new().set("flushed_epoch", epoch), Some(&ours), false).await?;
+    }
+    // The sessions a run that advertised an address held were only in its memory: their latest
+    // events go to their visitors' items before the run reads `recovered`, so that other
+    // processes then continue those sessions from them. (A run that held the ingest lease alone
+    // has its sessions restored by whoever takes the lease next.)
+    if run.address.is_some() {
+        crate::lease::restore_sessions(&shared.table, &run.run_id)
+            .await
+            .map_err(|e| AggregateError::Events(e.to_string()))?;
     }
     shared
         .table

@@ -337,6 +337,41 @@ async fn the_holder_of_a_session_takes_its_visitors_events_and_claims_once_per_v
     assert!(events.iter().filter(|e| e.seq == per_visitor as u32).count() == usize::from(visitors));
 }
 
+/// The same when the process that comes next ingests alone (every other run is dead): a session
+/// read from an item naming the dead holder is not continued until that run is recovered, which
+/// writes its newer events to the item.
+#[tokio::test]
+async fn a_process_alone_does_not_continue_a_dead_holders_session_before_its_recovery() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let handover = Arc::new(LocalHandover::default());
+    let (p1, a1) = holding_pipeline(&w, "one", &handover, beating()).await;
+    let t = now() - 60_000;
+    let event = |k: i64| pageview(&format!("https://example.com/p{k}"), FIREFOX, [203, 0, 113, 9], t + k * 1000);
+    for k in 0..3 {
+        assert!(matches!(p1.ingest(event(k), SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    a1.abort();
+    drop(p1);
+    // The next process finds no live run: it ingests alone, looking visitors up.
+    let late = AggregatorConfig {
+        dead_after: Duration::from_millis(1500),
+        heartbeat_interval: Duration::from_secs(3600),
+        ..quiet()
+    };
+    let aggregator = Aggregator::start(w.table.clone(), w.sites.clone(), late).await.unwrap();
+    let p = Pipeline::new(w.table.clone(), w.sites.clone(), w.enricher.clone(), aggregator.clone());
+    p.set_alone(i64::MAX);
+    let refused = p.ingest(event(3), SiteSelector::Domain).await;
+    assert!(matches!(refused, IngestResult::Failed(_)), "{refused:?}");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(aggregator.recover_now().await.unwrap(), 1);
+    let r = p.ingest(event(4), SiteSelector::Domain).await;
+    assert!(matches!(r, IngestResult::Accepted), "{r:?}");
+    let events = one_chained_visit_each(&w, 1, 4).await;
+    assert_eq!(events.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["/p0", "/p1", "/p2", "/p4"]);
+}
+
 /// A held session whose event fails (its block was not written) is forgotten, and its item
 /// deleted: the process does not hold the only true state any more, and no process may continue
 /// the visit from the older event the item names (the events after it would get their numbers
