@@ -1166,7 +1166,13 @@ impl Pipeline {
                 return Ok(state);
             }
             (at, runs) = self.aggregator.runs(1_000).await?;
-            if runs.iter().all(|r| *r.run_id != *run) && at <= began.saturating_add(CLOCK_MARGIN_MS) {
+            // A reading that misses the run, or shows it live without an address, may predate
+            // it or its advertising: a run named as a holder had advertised before it claimed.
+            let predates = match runs.iter().find(|r| *r.run_id == *run) {
+                None => at <= began.saturating_add(CLOCK_MARGIN_MS),
+                Some(r) => r.state == "live" && (r.address.is_none() || r.token.is_none()),
+            };
+            if predates {
                 (at, runs) = self.aggregator.refresh_runs().await?;
             }
         }

@@ -337,6 +337,34 @@ async fn the_holder_of_a_session_takes_its_visitors_events_and_claims_once_per_v
     assert!(events.iter().filter(|e| e.seq == per_visitor as u32).count() == usize::from(visitors));
 }
 
+/// A process whose reading of the runs was made after another started but before it advertised
+/// still hands that one its visitors' events: a run named as a holder had advertised, so a
+/// reading showing it live without an address is read again, not taken for a dead holder.
+#[tokio::test]
+async fn a_reading_of_the_runs_from_before_a_holder_advertised_is_read_again() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let handover = Arc::new(LocalHandover::default());
+    let (p1, a1) = holding_pipeline(&w, "one", &handover, quiet()).await;
+    // The second process starts; the first reads the runs before it advertises.
+    let a2 = Aggregator::start(w.table.clone(), w.sites.clone(), quiet()).await.expect("aggregator");
+    let p2 = Arc::new(Pipeline::new(w.table.clone(), w.sites.clone(), w.enricher.clone(), a2.clone()));
+    // (A reading replaces the kept one only if made in a later millisecond.)
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (_, seen) = a1.refresh_runs().await.unwrap();
+    assert!(seen.iter().any(|r| r.run_id == a2.run_id() && r.address.is_none()), "read before it advertised");
+    p2.set_handover(handover.clone(), Some("two")).await.expect("the address is recorded");
+    handover.add("two", &p2);
+    let t = now() - 60_000;
+    let event = |k: i64| pageview(&format!("https://example.com/p{k}"), FIREFOX, [203, 0, 113, 7], t + k * 1000);
+    let r = p2.ingest(event(0), SiteSelector::Domain).await;
+    assert!(matches!(r, IngestResult::Accepted), "{r:?}");
+    let r = p1.ingest(event(1), SiteSelector::Domain).await;
+    assert!(matches!(r, IngestResult::Accepted), "{r:?}");
+    assert_eq!(p1.counters().handed_over.load(std::sync::atomic::Ordering::Relaxed), 1);
+    one_chained_visit_each(&w, 1, 2).await;
+}
+
 /// The same when the process that comes next ingests alone (every other run is dead): a session
 /// read from an item naming the dead holder is not continued until that run is recovered, which
 /// writes its newer events to the item.
