@@ -326,6 +326,18 @@ impl Hostname {
         }
     }
 
+    /// The host of a URL the `url` crate parsed (lower-case, mapped to ASCII already): what
+    /// [`Hostname::parse`] makes of its `host_str`, without parsing it a second time
+    /// (`a_urls_host_is_what_parsing_its_text_gives`).
+    pub fn from_url_host(host: url::Host<&str>) -> Option<Self> {
+        match host {
+            url::Host::Domain(d) if d.is_empty() || d.len() > 253 => None,
+            url::Host::Domain(d) => Some(Self::from_domain(d)),
+            url::Host::Ipv4(ip) => Some(Hostname(ip.to_string())),
+            url::Host::Ipv6(ip) => Some(Hostname(format!("[{ip}]"))),
+        }
+    }
+
     fn from_domain(domain: &str) -> Self {
         let lower = domain.trim_end_matches('.').to_ascii_lowercase();
         match lower.strip_prefix("www.") {
@@ -720,11 +732,12 @@ impl Event {
         if url.scheme() != "http" && url.scheme() != "https" {
             return Err(EventError::UrlScheme(truncate(url.scheme(), 32).to_owned()));
         }
-        let hostname = url.host_str().and_then(Hostname::parse).ok_or(EventError::UrlNoHost)?;
+        let hostname = url.host().and_then(Hostname::from_url_host).ok_or(EventError::UrlNoHost)?;
         let pathname = Pathname::from_url(&url, raw.hash_mode);
         let query = QueryParams::from_url(&url);
 
-        let domains = parse_domains(&raw.domain, limits)?;
+        // The domain is usually the page's own host, parsed already.
+        let domains = parse_domains(&raw.domain, limits, url.host_str().map(|text| (text, &hostname)))?;
         let referrer = raw.referrer.as_deref().and_then(Referrer::parse);
 
         if raw.props.len() > limits.max_props {
@@ -801,7 +814,9 @@ pub fn language_tag(text: &str) -> Option<String> {
     Some(out)
 }
 
-fn parse_domains(text: &str, limits: &Limits) -> Result<Vec<Hostname>, EventError> {
+/// The domains of `text`, comma-separated; `known` is a host's text with its [`Hostname`], taken
+/// as it is where a domain is that same text.
+fn parse_domains(text: &str, limits: &Limits, known: Option<(&str, &Hostname)>) -> Result<Vec<Hostname>, EventError> {
     let mut domains: Vec<Hostname> = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if domains.len() == limits.max_domains {
@@ -812,7 +827,10 @@ fn parse_domains(text: &str, limits: &Limits) -> Result<Vec<Hostname>, EventErro
         if part.contains(['/', ':', '@', '?', '#']) && !part.starts_with('[') {
             return Err(EventError::DomainInvalid(truncate(part, 64).to_owned()));
         }
-        let host = Hostname::parse(part).ok_or_else(|| EventError::DomainInvalid(truncate(part, 64).to_owned()))?;
+        let host = match known {
+            Some((known, host)) if known == part => host.clone(),
+            _ => Hostname::parse(part).ok_or_else(|| EventError::DomainInvalid(truncate(part, 64).to_owned()))?,
+        };
         if !domains.contains(&host) {
             domains.push(host);
         }

@@ -316,3 +316,36 @@ fn languages_read_as_tags_or_not_at_all() {
     }
     assert_eq!(language_tag(&"a".repeat(36)), None);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+    /// The page's host name is taken from the parsed URL rather than parsed again: for any host a
+    /// URL may carry (cases, `www.`, trailing dots, international names, punycode, numbers that
+    /// are IPv4 addresses or are not, IPv6), it is what parsing the URL's host text gives, and so
+    /// is a domain sent as that same text.
+    #[test]
+    fn a_urls_host_is_what_parsing_its_text_gives(
+        host in prop_oneof![
+            "(www\\.)?[a-zA-Z0-9-]{1,12}(\\.[a-zA-Z0-9-]{1,8}){0,3}\\.?",
+            "[a-zA-Z0-9]{0,6}\\PC{1,6}(\\.[a-z]{2,4})?",
+            "xn--[a-z0-9-]{1,12}\\.[a-z]{2,4}",
+            "(0x[0-9a-f]{1,4}|[0-9]{1,4})(\\.[0-9]{1,4}){0,3}",
+            "\\[[0-9a-f:]{2,20}\\]",
+        ],
+    ) {
+        let Ok(url) = url::Url::parse(&format!("https://{host}/p")) else { return Ok(()) };
+        let Some(text) = url.host_str() else { return Ok(()) };
+        if text.contains(',') {
+            // A list of domains, not one.
+            return Ok(());
+        }
+        let reparsed = Hostname::parse(text);
+        prop_assert_eq!(url.host().and_then(Hostname::from_url_host), reparsed.clone());
+        let mut raw = raw(url.as_str());
+        raw.domain = text.to_owned();
+        match Event::parse(raw, &Limits::default()) {
+            Ok(e) => prop_assert_eq!(e.domains, vec![reparsed.expect("a host")]),
+            Err(e) => prop_assert!(reparsed.is_none() || text.contains(['/', ':', '@', '?', '#']), "{e}"),
+        }
+    }
+}
