@@ -583,7 +583,7 @@ impl<T: Copy + Eq + std::hash::Hash> Interner<T> {
 }
 
 fn visit_text(v: &VisitAttrs, n: usize) -> &str {
-    v.texts()[n]
+    v.text(n)
 }
 
 /// Reads a block's header and the columns in `want`.

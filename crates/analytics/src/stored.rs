@@ -347,8 +347,8 @@ impl VisitAttrs {
         VisitAttrs { start_ts, text: text.into_boxed_str(), ends }
     }
 
-    /// Text `i` (in [`VisitAttrs::texts`] order).
-    fn text(&self, i: usize) -> &str {
+    /// Text `i` (in [`VisitAttrs::texts`] order), alone.
+    pub fn text(&self, i: usize) -> &str {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         // Every end is a char boundary of `text`, at or after the one before: `from_texts`
         // made them so, and nothing changes them after.
