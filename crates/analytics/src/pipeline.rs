@@ -275,14 +275,15 @@ pub struct ImportClient {
 impl ImportClient {
     fn apply(&self, enrichment: &mut crate::enrich::Enrichment) {
         use crate::enrich::ua::{Browser, DeviceType, Os};
+        let client = Arc::make_mut(&mut enrichment.client);
         if !self.browser.trim().is_empty() {
-            enrichment.browser = Browser { name: self.browser.trim().to_owned(), version: None };
+            client.browser = Browser { name: self.browser.trim().to_owned(), version: None };
         }
         if !self.os.trim().is_empty() {
-            enrichment.os = Os { name: self.os.trim().to_owned(), version: None };
+            client.os = Os { name: self.os.trim().to_owned(), version: None };
         }
         if !self.device.trim().is_empty() {
-            enrichment.device = match self.device.trim().to_ascii_lowercase().as_str() {
+            client.device = match self.device.trim().to_ascii_lowercase().as_str() {
                 "desktop" | "laptop" => DeviceType::Desktop,
                 "mobile" | "phone" => DeviceType::Mobile,
                 "tablet" => DeviceType::Tablet,
@@ -1718,11 +1719,11 @@ fn new_session(ts: i64, event: &Event, e: &Enrichment) -> NewSession {
                 utm_content: text(&utm.content),
                 utm_term: text(&utm.term),
                 country: e.country.as_ref().map(|c| c.as_str()).unwrap_or_default(),
-                device: e.device.as_str(),
-                browser: &e.browser.name,
-                browser_version: text(&e.browser.version),
-                os: &e.os.name,
-                os_version: text(&e.os.version),
+                device: e.client.device.as_str(),
+                browser: &e.client.browser.name,
+                browser_version: text(&e.client.browser.version),
+                os: &e.client.os.name,
+                os_version: text(&e.client.os.version),
                 region: text(&e.region),
                 city: text(&e.city),
                 screen: event.screen_width.map(crate::enrich::screen_class).unwrap_or_default(),

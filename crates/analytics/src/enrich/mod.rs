@@ -13,7 +13,7 @@
 //! let domains = [Hostname::parse("example.com").unwrap()];
 //! let site = SiteContext { domains: &domains, excluded_ips: &Default::default() };
 //! let e = enricher.enrich(&event, &site).unwrap();
-//! assert_eq!((e.browser.name.as_str(), e.os.name.as_str(), e.source.as_deref()), ("Firefox", "Linux", Some("Google")));
+//! assert_eq!((e.client.browser.name.as_str(), e.client.os.name.as_str(), e.source.as_deref()), ("Firefox", "Linux", Some("Google")));
 //! ```
 //!
 //! The order of the checks is the cheapest first: the client address and the site's excluded
@@ -34,7 +34,7 @@ pub use bot::{BotDetector, DropReason};
 pub use geo::{CountryCode, CountryResolver, GeoDb, Place};
 pub use ip::{IpRanges, client_ip};
 pub use referrer::{Attribution, ReferrerDb};
-pub use ua::{Browser, DeviceType, Os, UserAgentParser};
+pub use ua::{Browser, ClientInfo, DeviceType, Os, UserAgentParser};
 
 use crate::event::{Event, Hostname};
 
@@ -80,12 +80,9 @@ pub struct SiteContext<'a> {
 pub struct Enrichment {
     /// The client's address (for the visitor id only; never stored).
     pub client_ip: IpAddr,
-    /// The browser's family and version, from the User-Agent.
-    pub browser: Browser,
-    /// The operating system.
-    pub os: Os,
-    /// The device type.
-    pub device: DeviceType,
+    /// The browser, operating system and device type, from the User-Agent: shared with the
+    /// parser's cache of recent User-Agents, so an event costs no copy of them.
+    pub client: Arc<ClientInfo>,
     /// The source; `None` is direct.
     pub source: Option<String>,
     /// The referrer as `host/path`, unless absent or a self-referral.
@@ -182,9 +179,7 @@ impl Enricher {
         let place = self.countries.place(client_ip, &event.headers);
         Ok(Enrichment {
             client_ip,
-            browser: client.browser,
-            os: client.os,
-            device: client.device,
+            client,
             source: attribution.source,
             referrer: attribution.referrer,
             country: place.country,

@@ -403,7 +403,7 @@ fn enrich_drops_and_enriches() {
     let e = run("10.0.0.2", &[("X-Forwarded-For", "192.0.2.5")], firefox).unwrap();
     assert_eq!(e.client_ip, ip("192.0.2.5"));
     assert_eq!(e.country.map(|c| c.to_string()).as_deref(), Some("DE"));
-    assert_eq!((e.browser.name.as_str(), e.device), ("Firefox", DeviceType::Desktop));
+    assert_eq!((e.client.browser.name.as_str(), e.client.device), ("Firefox", DeviceType::Desktop));
     assert_eq!((e.source.as_deref(), e.referrer.as_deref()), (Some("GitHub"), Some("github.com/tally")));
     // The excluded range applies to the client behind the proxy, and before the User-Agent.
     assert_eq!(run("10.0.0.2", &[("X-Forwarded-For", "198.51.100.9")], "").unwrap_err(), DropReason::ExcludedIp);
@@ -419,7 +419,7 @@ fn enrich_drops_and_enriches() {
         ENRICHER.enrich_import(&Event::parse(raw, &Limits::default()).unwrap(), &site)
     };
     let e = import("0.0.0.0", "").unwrap();
-    assert_eq!((e.browser.name.as_str(), e.device), ("Other", DeviceType::Other), "{e:?}");
+    assert_eq!((e.client.browser.name.as_str(), e.client.device), ("Other", DeviceType::Other), "{e:?}");
     assert_eq!(import("0.0.0.0", "curl/8.5.0").unwrap_err(), DropReason::Bot);
     assert_eq!(import("198.51.100.9", "").unwrap_err(), DropReason::ExcludedIp);
     let labels: Vec<&str> = DropReason::ALL.iter().map(|r| r.as_str()).collect();
@@ -656,7 +656,7 @@ fn cached_and_uncached_user_agent_answers_agree() {
     let parser = UserAgentParser::new().unwrap();
     for i in 0..(UserAgentParser::CACHE_CAPACITY + 10) {
         let ua = format!("Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/{}.0.0.0 Safari/537.36", i % 200);
-        assert_eq!(parser.parse(&ua), parser.parse_uncached(&ua));
+        assert_eq!(*parser.parse(&ua), parser.parse_uncached(&ua));
     }
     let ua =
         "Mozilla/5.0 (iPad; CPU OS 17_7 like Mac OS X) AppleWebKit/605.1.15 Version/17.7 Mobile/15E148 Safari/604.1";

@@ -34,6 +34,7 @@ mod patterns;
 mod tests;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use regex::Captures;
 
@@ -155,7 +156,7 @@ pub struct UserAgentParser {
     os_patterns: Vec<OsPattern>,
     devices: PatternSet,
     device_patterns: Vec<DevicePattern>,
-    cache: Recent<ClientInfo, { UserAgentParser::CACHE_CAPACITY }>,
+    cache: Recent<Arc<ClientInfo>, { UserAgentParser::CACHE_CAPACITY }>,
 }
 
 impl std::fmt::Debug for UserAgentParser {
@@ -194,9 +195,10 @@ impl UserAgentParser {
     /// Most User-Agents remembered: at most about 5 MB, at the longest User-Agent events keep.
     pub const CACHE_CAPACITY: usize = 4096;
 
-    /// Browser, OS and device type of `user_agent`, from the cache when it was seen lately.
-    pub fn parse(&self, user_agent: &str) -> ClientInfo {
-        self.cache.get_or(user_agent, |ua| self.parse_uncached(ua))
+    /// Browser, OS and device type of `user_agent`, from the cache when it was seen lately
+    /// (shared with it, not copied).
+    pub fn parse(&self, user_agent: &str) -> Arc<ClientInfo> {
+        self.cache.get_or(user_agent, |ua| Arc::new(self.parse_uncached(ua)))
     }
 
     /// Browser, OS and device type of `user_agent`, always matched against the patterns.

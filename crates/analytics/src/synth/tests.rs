@@ -79,7 +79,7 @@ fn every_event_validates_and_enriches_as_a_real_browser() {
         let event = Event::parse(raw.clone(), &Limits::default()).unwrap_or_else(|e| panic!("{raw:?}: {e}"));
         let enrichment = enricher.enrich(&event, &site).unwrap_or_else(|r| panic!("{raw:?} dropped: {r:?}"));
         assert!(enrichment.country.is_some());
-        devices.insert(format!("{:?}", enrichment.device));
+        devices.insert(format!("{:?}", enrichment.client.device));
     }
     for device in [DeviceType::Desktop, DeviceType::Mobile, DeviceType::Tablet] {
         assert!(devices.contains(&format!("{device:?}")), "{device:?} missing from {devices:?}");

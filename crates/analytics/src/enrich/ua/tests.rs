@@ -147,7 +147,7 @@ fn ua_corpus_file() {
     let mut lines = 0;
     for user_agent in text.lines().filter(|l| !l.is_empty()) {
         assert_eq!(parser.parts(user_agent), reference(&extractor, user_agent), "{user_agent:?}");
-        assert_eq!(parser.parse_uncached(user_agent), parser.parse(user_agent));
+        assert_eq!(parser.parse_uncached(user_agent), *parser.parse(user_agent));
         lines += 1;
     }
     println!("{path}: {lines} User-Agents, all equal; compiled patterns {:?}", parser.compiled_patterns());
