@@ -349,3 +349,21 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Headers kept in one text answer as a plain list of lines would: every value of a name, in
+    /// the order received, whatever the case of the name asked for.
+    #[test]
+    fn request_headers_answer_as_a_list_of_lines(
+        lines in prop::collection::vec(("[a-cA-C-]{0,3}", "\\PC{0,8}"), 0..12),
+        asked in prop::collection::vec("[a-cA-C-]{0,3}", 1..6),
+    ) {
+        let headers: RequestHeaders = lines.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        for name in &asked {
+            let expected: Vec<&str> =
+                lines.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect();
+            prop_assert_eq!(headers.get_all(name).collect::<Vec<_>>(), expected.clone());
+            prop_assert_eq!(headers.get(name), expected.first().copied());
+        }
+    }
+}
