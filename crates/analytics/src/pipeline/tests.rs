@@ -103,3 +103,28 @@ fn a_borrowed_session_key_finds_the_owned_one() {
     assert!(sessions.get(&SessionKeyRef("site", VisitorId::from_u64(1))).is_none());
     assert!(sessions.get(&SessionKeyRef("other", visitor)).is_none());
 }
+
+/// An imported event that names its client changes its own enrichment only: the parsed client
+/// it shares with the User-Agent cache stays as parsed for the next event with that User-Agent.
+#[test]
+fn an_imports_client_changes_its_event_and_not_the_cached_user_agent() {
+    let enricher = crate::enrich::Enricher::new(crate::enrich::EnricherConfig::default()).unwrap();
+    let ua = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
+    let mut raw = RawEvent::pageview("https://example.com/", "example.com");
+    raw.user_agent = ua.into();
+    let event = Event::parse(raw, &crate::event::Limits::default()).unwrap();
+    let domains = [crate::event::Hostname::parse("example.com").unwrap()];
+    let site = crate::enrich::SiteContext { domains: &domains, excluded_ips: &Default::default() };
+    let mut imported = enricher.enrich(&event, &site).unwrap();
+    let client = ImportClient { browser: "Netscape".into(), os: "BeOS".into(), device: "tv".into() };
+    client.apply(&mut imported);
+    assert_eq!(
+        (imported.client.browser.name.as_str(), imported.client.os.name.as_str(), imported.client.device),
+        ("Netscape", "BeOS", crate::enrich::DeviceType::Tv)
+    );
+    let next = enricher.enrich(&event, &site).unwrap();
+    assert_eq!(
+        (next.client.browser.name.as_str(), next.client.os.name.as_str(), next.client.device),
+        ("Firefox", "Linux", crate::enrich::DeviceType::Desktop)
+    );
+}
