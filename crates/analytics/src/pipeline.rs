@@ -1263,7 +1263,6 @@ impl Pipeline {
     /// let go, so its next event can be prepared (and usually join the same block) meanwhile.
     /// Should the block fail, every later event of the session queued meanwhile fails with it
     /// (the writer sees to that, [`crate::event_store::Written`]), and the session is forgotten.
-    #[allow(clippy::too_many_arguments)]
     async fn store_alone(
         &self,
         mut guard: tokio::sync::MutexGuard<'_, Cached>,
