@@ -108,6 +108,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             store_read_units: capacity.read_units + a.flush_read_units,
             events_handed_over: c.handed_over.load(Ordering::Relaxed),
             events_taken_over: c.taken_over.load(Ordering::Relaxed),
+            runs_recovered: a.runs_recovered,
         }
     };
     let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))

@@ -44,6 +44,9 @@ pub struct MetricsSnapshot {
     pub events_handed_over: u64,
     /// Events other processes handed to this one.
     pub events_taken_over: u64,
+    /// Runs of stopped processes (killed, crashed, or caught mid-flight by a backup) whose
+    /// unflushed events this process aggregated.
+    pub runs_recovered: u64,
 }
 
 /// Where the figures come from: the `tally` binary implements it over the analytics crate.
@@ -102,6 +105,13 @@ pub fn render(snapshot: &MetricsSnapshot) -> String {
     sample(&mut out, "tally_events_handed_over_total", "", snapshot.events_handed_over as f64);
     family(&mut out, "tally_events_taken_over_total", "counter", "Events other processes handed to this one.");
     sample(&mut out, "tally_events_taken_over_total", "", snapshot.events_taken_over as f64);
+    family(
+        &mut out,
+        "tally_runs_recovered_total",
+        "counter",
+        "Runs of stopped processes whose unflushed events this process aggregated.",
+    );
+    sample(&mut out, "tally_runs_recovered_total", "", snapshot.runs_recovered as f64);
     out
 }
 
@@ -145,6 +155,7 @@ mod tests {
             store_read_units: 0.5,
             events_handed_over: 6,
             events_taken_over: 8,
+            runs_recovered: 1,
         };
         let text = render(&snapshot);
         for line in [
@@ -160,6 +171,7 @@ mod tests {
             "tally_store_read_units_total 0.5",
             "tally_events_handed_over_total 6",
             "tally_events_taken_over_total 8",
+            "tally_runs_recovered_total 1",
             "# TYPE tally_pending_events gauge",
             "# TYPE tally_events_accepted_total counter",
         ] {

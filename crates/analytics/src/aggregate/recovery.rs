@@ -141,7 +141,8 @@ async fn recover_dead_runs_inner(shared: &Shared) -> Result<u64, AggregateError>
             Err(e) if e.is_condition_failed() => continue,
             Err(e) => return Err(e.into()),
         }
-        recover_run(shared, run).await?;
+        let events = recover_run(shared, run).await?;
+        tracing::info!(run = %run.run_id, by = %shared.run_id, events, "recovered the unflushed events of a stopped run");
         recovered += 1;
         lock(&shared.counts).runs_recovered += 1;
     }
@@ -177,8 +178,10 @@ pub(crate) async fn unflushed_events(
     Ok(by_epoch)
 }
 
-async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateError> {
+/// Aggregates `run`'s unflushed events and marks it recovered; returns how many events it read.
+async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<usize, AggregateError> {
     let by_epoch = unflushed_events(&shared.table, run, run.flushed_epoch).await?;
+    let read = by_epoch.values().map(Vec::len).sum();
     let sites: BTreeSet<String> = by_epoch.values().flatten().map(|e| e.site_id.to_string()).collect();
     let settings = shared.settings_of(sites).await?;
     let finished = store::sync::read(&shared.finished).clone();
@@ -236,5 +239,5 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<(), AggregateErro
             false,
         )
         .await?;
-    Ok(())
+    Ok(read)
 }

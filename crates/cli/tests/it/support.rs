@@ -169,6 +169,19 @@ impl Server {
         panic!("tally serve never logged {needle:?}");
     }
 
+    /// Waits (up to 20 s) until the `/metrics` sample `sample` reaches `at_least`; returns it.
+    pub fn wait_for_metric(&self, sample: &str, at_least: f64) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let value = self.metric(sample);
+            if value >= at_least {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "{sample} stayed at {value}, below {at_least}, for 20 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The server's process id (for `/proc/{pid}/status`).
     pub fn pid(&self) -> u32 {
         self.child.id()
