@@ -564,16 +564,26 @@ impl Writer<'_> {
             .filter(|(k, _)| !(self.leave_weeks_and_months && k.period.is_sum_of_days()))
             .map(|(k, p)| (k.to_owned_key(), p))
             .collect();
-        let jobs: Vec<BoxFuture<'_, (&AggKey, WriteResult)>> = keys
-            .iter()
-            .map(|(key, pending)| {
+        // Each write's future is made when it starts, so at most `concurrency` of them (a KB or
+        // two each) exist at once, whatever the epoch's size: the flush is when the server's
+        // memory peaks. (A loop rather than a stream's `map`, whose closure would make the
+        // flush task's future not `Send` for every lifetime.)
+        let mut running = futures::stream::FuturesUnordered::new();
+        let mut waiting = keys.iter();
+        let mut results = Vec::with_capacity(keys.len());
+        loop {
+            while running.len() < self.concurrency.max(1) {
+                let Some((key, pending)) = waiting.next() else { break };
                 let cached = cache.items.remove(key).map(|(c, _)| c);
-                let job: BoxFuture<'_, _> =
+                let job: BoxFuture<'_, (&AggKey, WriteResult)> =
                     Box::pin(async move { (key, self.write_one(key, pending, cached, now_s).await) });
-                job
-            })
-            .collect();
-        let results: Vec<_> = stream::iter(jobs).buffer_unordered(self.concurrency.max(1)).collect().await;
+                running.push(job);
+            }
+            match running.next().await {
+                Some(result) => results.push(result),
+                None => break,
+            }
+        }
         let mut outcome = Outcome { written: 0, skipped: 0, conflicts: 0, item_errors: 0, result: Ok(()) };
         // The session log: plain puts, the same items whenever this epoch is applied again.
         let logs = acc.sessions().items(self.run_id, self.epoch);
@@ -651,7 +661,8 @@ impl Writer<'_> {
             if current.flushes.get(self.run_id).is_some_and(|&e| e >= self.epoch) {
                 return Ok((Done::Skipped, current, conflicts));
             }
-            let mut next = current.clone();
+            // Changed in place: a conflict reads the item again, and any other failure drops it.
+            let mut next = current;
             next.counters.add(&pending.counters);
             if !pending.visitors.is_empty() {
                 let sketch = next.sketch.get_or_insert_with(VisitorSketch::new);
@@ -659,9 +670,9 @@ impl Writer<'_> {
             }
             next.flushes.insert(self.run_id.to_owned(), self.epoch);
             next.flushes.retain(|run, _| !self.finished.contains(run));
-            let version = current.version.map_or(1, |v| v + 1);
+            let version = next.version.map_or(1, |v| v + 1);
             let item = next.to_item(key, version, ttl, self.finished);
-            let written = match current.version {
+            let written = match next.version {
                 None => self.table.write("Aggregate", item, PutMode::Create, None).await,
                 Some(v) => self.table.write("Aggregate", item, PutMode::Put, Some(&attr("version").eq(v))).await,
             };
