@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use model::expr::attr;
 use model::{PutMode, Table};
@@ -558,7 +557,6 @@ impl Writer<'_> {
     /// Applies `acc` with bounded concurrency; items found in `cache` are not read first.
     pub async fn apply(&self, acc: &Accumulated, cache: &mut ItemCache) -> Outcome {
         let now_s = jiff::Timestamp::now().as_second();
-        // Boxed futures keep the caller's future `Send` without higher-ranked lifetime trouble.
         let keys: Vec<(AggKey, &Pending)> = acc
             .iter()
             .filter(|(k, _)| !(self.leave_weeks_and_months && k.period.is_sum_of_days()))
@@ -566,8 +564,8 @@ impl Writer<'_> {
             .collect();
         // Each write's future is made when it starts, so at most `concurrency` of them (a KB or
         // two each) exist at once, whatever the epoch's size: the flush is when the server's
-        // memory peaks. (A loop rather than a stream's `map`, whose closure would make the
-        // flush task's future not `Send` for every lifetime.)
+        // memory peaks. A loop rather than a stream's `map`: the closure would make the flush
+        // task's future not `Send` for every lifetime, and the loop needs no boxing.
         let mut running = futures::stream::FuturesUnordered::new();
         let mut waiting = keys.iter();
         let mut results = Vec::with_capacity(keys.len());
@@ -575,9 +573,7 @@ impl Writer<'_> {
             while running.len() < self.concurrency.max(1) {
                 let Some((key, pending)) = waiting.next() else { break };
                 let cached = cache.items.remove(key).map(|(c, _)| c);
-                let job: BoxFuture<'_, (&AggKey, WriteResult)> =
-                    Box::pin(async move { (key, self.write_one(key, pending, cached, now_s).await) });
-                running.push(job);
+                running.push(async move { (key, self.write_one(key, pending, cached, now_s).await) });
             }
             match running.next().await {
                 Some(result) => results.push(result),
