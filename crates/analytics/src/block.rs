@@ -37,8 +37,12 @@ const VERSION: u8 = 2;
 /// The versions [`decode`] reads: version 1 lacks the [`SINCE_V2`] columns.
 const READABLE: [u8; 2] = [1, 2];
 
-/// A column is compressed when it is at least this long and lz4 makes it smaller.
-const COMPRESS_FROM: usize = 64;
+/// A column is compressed when it is at least this long and lz4 makes it smaller. Shorter
+/// columns are dictionaries and varints already, and lz4 saved 1–2 % of their bytes (about one
+/// byte an event) for an 8 KB hash table zeroed per try, most of a live block's encoding time;
+/// merged blocks' columns of 256 bytes and more still shrink by a sixth to a half
+/// (BENCHMARKS.md, "fourteenth session").
+const COMPRESS_FROM: usize = 256;
 
 /// Why a block cannot be written or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
