@@ -999,6 +999,36 @@ async fn ingest_over_http(options: &BenchOptions) -> Result<()> {
     Ok(())
 }
 
+/// `tally bench --against ADDR`: posts `traffic` to the server at `addr` over `connections`
+/// keep-alive connections for `duration`, printing the requests per second of every 10 s and of
+/// the whole run, and the load's own CPU per request (the server's is the server's to tell).
+pub async fn against(
+    addr: std::net::SocketAddr,
+    traffic: load::Traffic,
+    connections: usize,
+    duration: Duration,
+) -> Result<()> {
+    eprintln!(
+        "tally bench: posting to {addr} for {} s over {connections} connections, {} User-Agent(s)",
+        duration.as_secs(),
+        traffic.user_agents.len()
+    );
+    let every: Arc<dyn Fn(Duration, u64) + Send + Sync> =
+        Arc::new(|at, n| println!("{:>4} s: {:.0} requests/s", at.as_secs_f64().round(), n as f64 / 10.0));
+    let cpu_before = process_cpu_seconds();
+    let result = load::post_for(addr, Arc::new(traffic), connections, duration, every).await?;
+    println!(
+        "over HTTP (keep-alive, {connections} connections): {:.0} requests/s ({} in {:.2} s)",
+        rate(result.accepted, result.elapsed),
+        result.accepted,
+        result.elapsed.as_secs_f64()
+    );
+    if let Some(line) = cpu_line("CPU of the load alone", "request", cpu_before, result.accepted, result.elapsed) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
 /// Writes the measured costs to `path` as JSON, for `tally capacity --from-bench`.
 fn write_costs(
     path: &std::path::Path,

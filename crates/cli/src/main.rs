@@ -225,6 +225,22 @@ enum Command {
         /// are timed against it (its traffic ends the day it was generated).
         #[arg(long, value_name = "DIR")]
         keep_store: Option<PathBuf>,
+        /// Posts load to a `tally serve` already running at ADDR for `--seconds`, instead of
+        /// measuring a store of its own: Plausible page views from a new visitor each (a random
+        /// address in `x-forwarded-for`, so the server must trust loopback as a proxy) over
+        /// `--concurrency` keep-alive connections, with the requests per second every 10 s.
+        #[arg(long, value_name = "ADDR", conflicts_with_all = ["http", "output", "keep_store", "ingesters", "events"])]
+        against: Option<std::net::SocketAddr>,
+        /// How long `--against` posts, in seconds.
+        #[arg(long, default_value_t = 60, requires = "against")]
+        seconds: u64,
+        /// A file of User-Agents, one a line, that `--against` picks from at random (default:
+        /// three browsers').
+        #[arg(long, value_name = "FILE", requires = "against")]
+        user_agents: Option<PathBuf>,
+        /// The site's domain `--against` posts to.
+        #[arg(long, default_value = "example.com", requires = "against")]
+        domain: String,
     },
     /// Writes a consistent copy of the embedded store into DIR (new or empty), while `tally
     /// serve` keeps running (it takes the copy, asked over `tally.sock` in the store's directory)
@@ -534,7 +550,29 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 return Ok(std::process::ExitCode::FAILURE);
             }
         }
-        Command::Bench { events, http, concurrency, dashboards, per_query, output, days, ingesters, keep_store } => {
+        Command::Bench { against: Some(addr), concurrency, seconds, user_agents, domain, .. } => {
+            let traffic = match user_agents {
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+                    bench::load::Traffic::with_user_agents(&domain, &text)?
+                }
+                None => bench::load::Traffic::three_browsers(&domain),
+            };
+            runtime()?.block_on(bench::against(addr, traffic, concurrency, std::time::Duration::from_secs(seconds)))?;
+        }
+        Command::Bench {
+            events,
+            http,
+            concurrency,
+            dashboards,
+            per_query,
+            output,
+            days,
+            ingesters,
+            keep_store,
+            ..
+        } => {
             let options = bench::BenchOptions {
                 events,
                 http,

@@ -140,3 +140,47 @@ fn bench_keeps_its_store_and_times_queries_against_it_again() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--output"));
 }
+
+/// `tally bench --against ADDR` posts a running server page views for a while, each from a new
+/// visitor: every request it counts as answered is an event the server stored, and the
+/// User-Agents come from the file it names (its non-ASCII line left out).
+#[test]
+fn bench_against_a_running_server_posts_what_the_server_then_counts() {
+    use crate::support::{Client, Server, add_site, tally_ok};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let site = add_site(&store, "load.test", "UTC");
+    let server = Server::start(&store);
+    let agents = dir.path().join("agents.txt");
+    let firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0";
+    std::fs::write(&agents, format!("{firefox}\nÄgent/1.0\n")).unwrap();
+    let addr = server.addr.to_string();
+    let args = ["bench", "--against", &addr, "--seconds", "2", "--concurrency", "4", "--domain", "load.test"];
+    let out = tally_ok(&store, &[&args[..], &["--user-agents", agents.to_str().unwrap()]].concat());
+    let posted = figure(&out, "over HTTP", "requests/s (");
+    assert!(posted >= 4.0, "{out}");
+
+    assert_eq!(server.wait_for_metric("tally_events_accepted_total", posted), posted, "{out}");
+    let query = serde_json::json!({
+        "site_id": "load.test", "date_range": "day", "metrics": ["pageviews"], "dimensions": ["visit:browser"],
+    });
+    let auth = format!("Bearer {}", site.key);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let answer = Client::connect(server.addr).post_json("/api/v2/query", &[("authorization", &auth)], &query);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        let expected = serde_json::json!([{ "dimensions": ["Firefox"], "metrics": [posted as u64] }]);
+        if answer.json()["results"] == expected {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{} against {expected}", answer.text());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    server.stop();
+    // Nothing listening (port 1 is never an ephemeral port another test's server could take):
+    // a clear error, not a hang.
+    let refused = crate::support::tally(&store, &["bench", "--against", "127.0.0.1:1", "--seconds", "1"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("connecting to"), "{refused:?}");
+}
