@@ -6,8 +6,8 @@
 //! format is Tally's own over lz4 rather than Arrow IPC or Parquet.
 //!
 //! **Layout.** `TEB` and a version byte; the site id and the UTC day (the partition's); the number
-//! of events and of sessions; then the columns, each `id, flags, length, bytes`, the bytes
-//! lz4-compressed when that makes them smaller. A reader skips the columns it does not want
+//! of events and of sessions; then the columns, each `id, flags, length, bytes`, the bytes of a
+//! column of 256 bytes or more (`COMPRESS_FROM`) lz4-compressed when that makes them smaller. A reader skips the columns it does not want
 //! without decompressing them. Columns are either per event (`n` values) or per session (one per
 //! distinct `(visitor, session)` of the block): a visit's attributes are the same on each of its
 //! events, so they are stored once per session, and an event points at its session.
