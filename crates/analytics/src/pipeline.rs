@@ -146,6 +146,10 @@ pub struct PipelineCounters {
     /// Of those, claims the table refused because another process moved the session on first
     /// (each cost a write unit).
     pub refused_claims: AtomicU64,
+    /// `VisitorSession` items read because a visitor was missing from memory.
+    pub session_lookups: AtomicU64,
+    /// Alone, times the memory of visitors written on eviction filled and was forgotten.
+    pub evicted_forgotten: Arc<AtomicU64>,
     /// Claims that made this process the holder of a visitor's session.
     pub held_claims: AtomicU64,
     /// Events handed to the process holding their visitor's session (and stored there).
@@ -380,7 +384,7 @@ pub struct Pipeline {
     alone: AtomicBool,
     /// The newest event time seen, for telling live sessions from idle ones when the events
     /// are imported ones with old times.
-    newest_ts: AtomicI64,
+    newest_ts: Arc<AtomicI64>,
     /// While an import runs, the oldest time of an event it has still to ingest
     /// ([`Pipeline::hold_sessions_from`]); `i64::MAX` otherwise.
     import_floor: AtomicI64,
@@ -404,14 +408,26 @@ pub struct Pipeline {
     lookups_until: Arc<AtomicI64>,
     /// Alone, the visitors whose sessions this process wrote to the table on leaving memory
     /// (as [`visitor_hash`]es): they are looked up when they come back. Two visitors sharing a
-    /// hash only cost a lookup that was not needed. Bounded; past the bound every miss is looked
-    /// up.
+    /// hash only cost a lookup that was not needed. Bounded ([`Pipeline::evicted_limit`]): past
+    /// the bound they are forgotten, and `forgotten_until_ts` says which events must then be
+    /// looked up whoever their visitor is.
     evicted: Arc<Mutex<hashbrown::HashSet<u64>>>,
+    /// How many visitors `evicted` holds before it is forgotten (200,000 unless set).
+    evicted_limit: AtomicUsize,
+    /// Alone, the latest event time (ms) that could continue the session of a visitor whose
+    /// eviction was forgotten: the newest event time when they were forgotten, plus a visit's
+    /// timeout. Every such session's latest event is at most that newest time, so an event past
+    /// this bound starts a new visit whoever its visitor is, and needs no lookup; an event at or
+    /// before it (an import's older events too) is looked up. Before, a process that once
+    /// forgot looked every missing visitor up for as long as it ran (BENCHMARKS.md,
+    /// "fourteenth session").
+    forgotten_until_ts: Arc<AtomicI64>,
     /// How events go to the process holding their visitor's session; unset, none can.
     peering: std::sync::OnceLock<Peering>,
 }
 
-/// How many evicted visitors a process remembers before it looks every missing visitor up.
+/// How many evicted visitors a process remembers before it forgets them, and then looks up every
+/// missing visitor of an event within a visit's timeout of the newest event then seen.
 const MAX_EVICTED_REMEMBERED: usize = 200_000;
 
 impl std::fmt::Debug for Pipeline {
@@ -452,7 +468,7 @@ impl Pipeline {
             counters: PipelineCounters::default(),
             writer,
             alone: AtomicBool::new(false),
-            newest_ts: AtomicI64::new(0),
+            newest_ts: Arc::new(AtomicI64::new(0)),
             import_floor: AtomicI64::new(i64::MAX),
             sweep_at: AtomicUsize::new(0),
             evicting: Arc::new(AtomicBool::new(false)),
@@ -460,6 +476,8 @@ impl Pipeline {
             session_limit: AtomicUsize::new(MAX_CACHED_SESSIONS),
             lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
             evicted: Arc::default(),
+            evicted_limit: AtomicUsize::new(MAX_EVICTED_REMEMBERED),
+            forgotten_until_ts: Arc::new(AtomicI64::new(i64::MIN)),
             peering: std::sync::OnceLock::new(),
         }
     }
@@ -572,6 +590,12 @@ impl Pipeline {
         self.session_limit.store(limit.max(2), Ordering::SeqCst);
     }
 
+    /// Caps the visitors remembered as written on eviction at `limit` instead of 200,000: for
+    /// tests of what happens when that memory fills.
+    pub fn set_evicted_memory_limit(&self, limit: usize) {
+        self.evicted_limit.store(limit.max(1), Ordering::SeqCst);
+    }
+
     /// Whether this process ingests alone (see [`Pipeline::set_alone`]).
     pub fn is_alone(&self) -> bool {
         self.alone.load(Ordering::SeqCst)
@@ -588,10 +612,12 @@ impl Pipeline {
         self.alone.store(true, Ordering::SeqCst);
     }
 
-    /// Whether a visitor missing from memory must be looked up in the table.
-    fn must_look_up(&self, site_id: &str, visitor: VisitorId) -> bool {
+    /// Whether a visitor missing from memory must be looked up in the table for an event at
+    /// `ts`.
+    fn must_look_up(&self, site_id: &str, visitor: VisitorId, ts: i64) -> bool {
         !self.is_alone()
             || now_ms() <= self.lookups_until.load(Ordering::SeqCst)
+            || ts <= self.forgotten_until_ts.load(Ordering::SeqCst)
             || lock(&self.evicted).contains(&visitor_hash(site_id, visitor))
     }
 
@@ -943,17 +969,25 @@ impl Pipeline {
                         .filter_map(|k| sessions.get(&k).map(|s| (k, s.clone())))
                         .collect();
                     let (table, evicting, map) = (self.table.clone(), self.evicting.clone(), self.sessions.clone());
-                    let (remembered, lookups_until) = (self.evicted.clone(), self.lookups_until.clone());
+                    let (remembered, forgotten_until) = (self.evicted.clone(), self.forgotten_until_ts.clone());
+                    let (newest, remember_at_most) =
+                        (self.newest_ts.clone(), self.evicted_limit.load(Ordering::Relaxed));
+                    let forgotten = self.counters.evicted_forgotten.clone();
                     let writer =
                         if self.is_alone() { Evictor::Alone } else { Evictor::Holder(self.aggregator.run_id().into()) };
                     tokio::spawn(async move {
                         let written = evict(&table, &map, chosen, horizon, &writer).await;
                         let mut set = lock(&remembered);
                         set.extend(written.iter().map(|(site, visitor)| visitor_hash(site, *visitor)));
-                        if set.len() > MAX_EVICTED_REMEMBERED {
-                            // Too many to remember: look every missing visitor up from now on.
+                        if set.len() > remember_at_most {
+                            // Too many to remember: forget them, and look up every event that
+                            // could still continue one of their sessions. Each of those sessions
+                            // ended at an event already counted in `newest` (it is raised before
+                            // an event is stored, and these were written once stored).
                             set.clear();
-                            lookups_until.store(i64::MAX, Ordering::SeqCst);
+                            let until = newest.load(Ordering::SeqCst).saturating_add(SESSION_TIMEOUT_MS);
+                            forgotten_until.fetch_max(until, Ordering::SeqCst);
+                            forgotten.fetch_add(1, Ordering::Relaxed);
                         }
                         drop(set);
                         evicting.store(false, Ordering::SeqCst);
@@ -973,6 +1007,7 @@ impl Pipeline {
         site_id: &str,
         visitor: VisitorId,
     ) -> Result<(Option<StoredEvent>, Option<i64>, Holder, i64), PipelineError> {
+        self.counters.session_lookups.fetch_add(1, Ordering::Relaxed);
         let found = self
             .table
             .get_with("VisitorSession", item! { "site_id" => site_id, "visitor_id" => visitor.to_string() }, true)
@@ -1233,7 +1268,7 @@ impl Pipeline {
         // Nothing live in memory: ask the table, older salt first; a new visit takes today's id.
         let mut found: Option<(VisitorId, Cached)> = None;
         for &id in ids.iter().rev() {
-            let cached = if self.must_look_up(&site.site_id, id) {
+            let cached = if self.must_look_up(&site.site_id, id, ts) {
                 self.load_session(&site.site_id, id, ts).await?
             } else {
                 Cached::default()

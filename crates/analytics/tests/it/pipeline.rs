@@ -862,6 +862,57 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
     assert!(written.len() > 250, "only {} sessions were written on leaving memory", written.len());
 }
 
+/// Alone, once the memory of visitors written on eviction fills and is forgotten, a forgotten
+/// visitor's next event within a visit's timeout is still looked up and continues the visit; an
+/// event past the newest forgotten session's timeout starts a new visit without a lookup, where
+/// the process used to look every missing visitor up for as long as it ran.
+#[tokio::test]
+async fn alone_forgotten_evictions_are_looked_up_only_while_their_sessions_can_be_live() {
+    use std::sync::atomic::Ordering;
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    p.set_alone(0);
+    p.set_session_cache_limit(600);
+    p.set_evicted_memory_limit(100);
+    let visitors = 1_000u32;
+    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
+    let t = now() - 3 * 3_600_000;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/first", FIREFOX, ip(i), t + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    // Eviction runs in a task: wait until it has written more than the memory holds, so the
+    // memory was forgotten (not a fixed time, which a busy machine could outrun).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while p.counters().evicted_forgotten.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the eviction memory was never forgotten");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = p.counters().session_lookups.load(Ordering::SeqCst);
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/second", FIREFOX, ip(i), t + 300_000 + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    let looked_up = p.counters().session_lookups.load(Ordering::SeqCst) - before;
+    assert!(looked_up >= 100, "the forgotten visitors were looked up: {looked_up} lookups");
+
+    // No eviction from here on, so nothing is forgotten again: new visitors two hours on.
+    p.set_session_cache_limit(100_000);
+    let before = p.counters().session_lookups.load(Ordering::SeqCst);
+    for i in visitors..visitors + 200 {
+        let raw = pageview("https://example.com/third", FIREFOX, ip(i), t + 2 * 3_600_000 + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    assert_eq!(p.counters().session_lookups.load(Ordering::SeqCst), before, "new visitors past every timeout");
+
+    a.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 2 * visitors as usize + 200);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
+    assert_eq!(sessions.len(), visitors as usize + 200, "a visit was split: a forgotten visitor was not looked up");
+}
+
 #[tokio::test]
 async fn import_all_counts_stored_dropped_and_refused_lines_in_line_order() {
     let w = world().await;
