@@ -615,10 +615,13 @@ impl Pipeline {
     /// Whether a visitor missing from memory must be looked up in the table for an event at
     /// `ts`.
     fn must_look_up(&self, site_id: &str, visitor: VisitorId, ts: i64) -> bool {
-        !self.is_alone()
-            || now_ms() <= self.lookups_until.load(Ordering::SeqCst)
-            || ts <= self.forgotten_until_ts.load(Ordering::SeqCst)
-            || lock(&self.evicted).contains(&visitor_hash(site_id, visitor))
+        if !self.is_alone() || now_ms() <= self.lookups_until.load(Ordering::SeqCst) {
+            return true;
+        }
+        // Under the memory's lock: forgetting it opens the window under the same lock, so a
+        // visitor is either still remembered or inside the window.
+        let remembered = lock(&self.evicted);
+        remembered.contains(&visitor_hash(site_id, visitor)) || ts <= self.forgotten_until_ts.load(Ordering::SeqCst)
     }
 
     /// Stops ingesting alone, before another process starts: from now on every event claims its
@@ -976,17 +979,18 @@ impl Pipeline {
                     let writer =
                         if self.is_alone() { Evictor::Alone } else { Evictor::Holder(self.aggregator.run_id().into()) };
                     tokio::spawn(async move {
-                        let written = evict(&table, &map, chosen, horizon, &writer).await;
+                        evict(&table, &map, chosen, horizon, &writer, &remembered).await;
                         let mut set = lock(&remembered);
-                        set.extend(written.iter().map(|(site, visitor)| visitor_hash(site, *visitor)));
                         if set.len() > remember_at_most {
                             // Too many to remember: forget them, and look up every event that
                             // could still continue one of their sessions. Each of those sessions
                             // ended at an event already counted in `newest` (it is raised before
-                            // an event is stored, and these were written once stored).
-                            set.clear();
+                            // an event is stored, and these were written once stored). The window
+                            // opens before the memory empties, under its lock, which
+                            // `must_look_up` reads it under.
                             let until = newest.load(Ordering::SeqCst).saturating_add(SESSION_TIMEOUT_MS);
                             forgotten_until.fetch_max(until, Ordering::SeqCst);
+                            set.clear();
                             forgotten.fetch_add(1, Ordering::Relaxed);
                         }
                         drop(set);
@@ -1589,25 +1593,24 @@ fn eviction_candidates(sessions: &Sessions, now: i64, limit: usize) -> Vec<Sessi
 const EVICT_CHUNK: usize = 250;
 
 /// Writes the items of the chosen sessions still live at `horizon`, a chunk at a time, holding
-/// each session until its item is written, then drops each from the cache. Returns the visitors
-/// whose items it wrote. A chunk whose write fails stays in memory, and so does every later one.
+/// each session until its item is written, then drops each from the cache, remembering in
+/// `remembered` (as [`visitor_hash`]es) the visitors whose items it wrote. A chunk whose write
+/// fails stays in memory, and so does every later one.
 async fn evict(
     table: &Table,
     map: &Mutex<Sessions>,
     chosen: Vec<(SessionKey, Slot)>,
     horizon: i64,
     writer: &Evictor,
-) -> Vec<SessionKey> {
-    let mut written = Vec::new();
+    remembered: &Mutex<hashbrown::HashSet<u64>>,
+) {
     let mut chosen = chosen.into_iter().peekable();
     while chosen.peek().is_some() {
         let chunk: Vec<_> = chosen.by_ref().take(EVICT_CHUNK).collect();
-        match evict_chunk(table, map, chunk, horizon, writer).await {
-            Some(done) => written.extend(done),
-            None => break,
+        if !evict_chunk(table, map, chunk, horizon, writer, remembered).await {
+            break;
         }
     }
-    written
 }
 
 /// Which sessions leaving memory are written, and how.
@@ -1618,14 +1621,15 @@ enum Evictor {
     Holder(Arc<str>),
 }
 
-/// One chunk of [`evict`]: `None` when its write failed (the sessions stay in memory).
+/// One chunk of [`evict`]: `false` when its write failed (the sessions stay in memory).
 async fn evict_chunk(
     table: &Table,
     map: &Mutex<Sessions>,
     chosen: Vec<(SessionKey, Slot)>,
     horizon: i64,
     writer: &Evictor,
-) -> Option<Vec<SessionKey>> {
+    remembered: &Mutex<hashbrown::HashSet<u64>>,
+) -> bool {
     let mut held = Vec::with_capacity(chosen.len());
     let mut writes = Vec::new();
     for (key, slot) in chosen {
@@ -1662,9 +1666,8 @@ async fn evict_chunk(
         && let Err(e) = table.batch_write(writes).await
     {
         tracing::warn!(error = %e, "writing sessions leaving memory failed; they stay in memory");
-        return None;
+        return false;
     }
-    let mut written = Vec::new();
     // Shared, every item written names this process the holder.
     let holder_written = matches!(writer, Evictor::Holder(_));
     let mut sessions = lock(map);
@@ -1674,14 +1677,17 @@ async fn evict_chunk(
             if holder_written {
                 guard.held_at_ms = now_ms();
             }
-            written.push(key.clone());
+            // Remembered before it leaves the cache: a visitor is never missing from both, so
+            // their next event is looked up (when they were remembered only after every chunk,
+            // an event in between started a new visit).
+            lock(remembered).insert(visitor_hash(&key.0, key.1));
         }
         drop(guard);
         if sessions.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) && Arc::strong_count(&slot) <= 2 {
             sessions.remove(&key);
         }
     }
-    Some(written)
+    true
 }
 
 /// A cached session's key: its site (shared with the site's other sessions and events, not
