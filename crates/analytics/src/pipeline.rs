@@ -413,7 +413,7 @@ pub struct Pipeline {
     /// looked up whoever their visitor is.
     evicted: Arc<Mutex<hashbrown::HashSet<u64>>>,
     /// How many visitors `evicted` holds before it is forgotten (200,000 unless set).
-    evicted_limit: AtomicUsize,
+    evicted_limit: Arc<AtomicUsize>,
     /// Alone, the latest event time (ms) that could continue the session of a visitor whose
     /// eviction was forgotten: the newest event time when they were forgotten, plus a visit's
     /// timeout. Every such session's latest event is at most that newest time, so an event past
@@ -476,7 +476,7 @@ impl Pipeline {
             session_limit: AtomicUsize::new(MAX_CACHED_SESSIONS),
             lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
             evicted: Arc::default(),
-            evicted_limit: AtomicUsize::new(MAX_EVICTED_REMEMBERED),
+            evicted_limit: Arc::new(AtomicUsize::new(MAX_EVICTED_REMEMBERED)),
             forgotten_until_ts: Arc::new(AtomicI64::new(i64::MIN)),
             peering: std::sync::OnceLock::new(),
         }
@@ -973,22 +973,23 @@ impl Pipeline {
                         .collect();
                     let (table, evicting, map) = (self.table.clone(), self.evicting.clone(), self.sessions.clone());
                     let (remembered, forgotten_until) = (self.evicted.clone(), self.forgotten_until_ts.clone());
-                    let (newest, remember_at_most) =
-                        (self.newest_ts.clone(), self.evicted_limit.load(Ordering::Relaxed));
+                    let (newest, remember_at_most) = (self.newest_ts.clone(), self.evicted_limit.clone());
                     let forgotten = self.counters.evicted_forgotten.clone();
                     let writer =
                         if self.is_alone() { Evictor::Alone } else { Evictor::Holder(self.aggregator.run_id().into()) };
                     tokio::spawn(async move {
                         evict(&table, &map, chosen, horizon, &writer, &remembered).await;
+                        // Every remembered session ended at an event already counted in
+                        // `newest` (it is raised before an event is stored, and these were
+                        // written once stored). Read before the bound, so a bound raised
+                        // meanwhile is seen whenever a newer time is.
+                        let until = newest.load(Ordering::SeqCst).saturating_add(SESSION_TIMEOUT_MS);
                         let mut set = lock(&remembered);
-                        if set.len() > remember_at_most {
+                        if set.len() > remember_at_most.load(Ordering::SeqCst) {
                             // Too many to remember: forget them, and look up every event that
-                            // could still continue one of their sessions. Each of those sessions
-                            // ended at an event already counted in `newest` (it is raised before
-                            // an event is stored, and these were written once stored). The window
-                            // opens before the memory empties, under its lock, which
-                            // `must_look_up` reads it under.
-                            let until = newest.load(Ordering::SeqCst).saturating_add(SESSION_TIMEOUT_MS);
+                            // could still continue one of their sessions. The window opens
+                            // before the memory empties, under its lock, which `must_look_up`
+                            // reads it under.
                             forgotten_until.fetch_max(until, Ordering::SeqCst);
                             set.clear();
                             forgotten.fetch_add(1, Ordering::Relaxed);
