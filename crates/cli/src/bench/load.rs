@@ -63,15 +63,7 @@ pub async fn post_all(
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some((headers, body)) = requests.get(i) else { return Ok::<_, anyhow::Error>(()) };
-                let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-                let response = connection.request("POST", "/api/event", &headers, body).await?;
-                if response.status != 202 {
-                    bail!(
-                        "the server answered {} to an event: {}",
-                        response.status,
-                        String::from_utf8_lossy(&response.body)
-                    );
-                }
+                post_event(&mut connection, headers, body).await?;
                 let done = accepted.fetch_add(1, Ordering::Relaxed) + 1;
                 if done % 20_000 == 0 {
                     progress(done);
@@ -173,20 +165,11 @@ pub async fn post_for(
             };
             while Instant::now() < deadline {
                 let (headers, body) = traffic.request(&mut rng);
-                let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-                let answer =
-                    tokio::time::timeout(ANSWER_WITHIN, connection.request("POST", "/api/event", &headers, &body));
-                let Ok(response) = answer.await else {
+                let answer = tokio::time::timeout(ANSWER_WITHIN, post_event(&mut connection, &headers, &body));
+                let Ok(answer) = answer.await else {
                     bail!("the server did not answer an event within {} s", ANSWER_WITHIN.as_secs());
                 };
-                let response = response?;
-                if response.status != 202 {
-                    bail!(
-                        "the server answered {} to an event: {}",
-                        response.status,
-                        String::from_utf8_lossy(&response.body)
-                    );
-                }
+                answer?;
                 accepted.fetch_add(1, Ordering::Relaxed);
             }
             Ok::<_, anyhow::Error>(())
@@ -215,6 +198,16 @@ pub async fn post_for(
     reporter.abort();
     result?;
     Ok(LoadResult { accepted: accepted.load(Ordering::Relaxed), elapsed: started.elapsed() })
+}
+
+/// Posts one event to `/api/event` on `connection`; an answer other than 202 is an error.
+async fn post_event(connection: &mut Connection, headers: &[(String, String)], body: &[u8]) -> Result<()> {
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let response = connection.request("POST", "/api/event", &headers, body).await?;
+    if response.status != 202 {
+        bail!("the server answered {} to an event: {}", response.status, String::from_utf8_lossy(&response.body));
+    }
+    Ok(())
 }
 
 /// The `p`-th percentile (0–100) of `samples`, by the nearest-rank method; zero when empty.
