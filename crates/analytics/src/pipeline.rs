@@ -156,6 +156,8 @@ pub struct PipelineCounters {
     pub handed_over: AtomicU64,
     /// Events other processes handed to this one, stored here.
     pub taken_over: AtomicU64,
+    /// Events that waited for eviction to make room in a session cache past its hard bound.
+    pub waited_for_room: AtomicU64,
 }
 
 /// Who holds a visitor's session, as their `VisitorSession` item names it (`holder`).
@@ -393,6 +395,9 @@ pub struct Pipeline {
     sweep_at: AtomicUsize,
     /// Whether a task is writing evicted sessions' items.
     evicting: Arc<AtomicBool>,
+    /// Told whenever eviction lets sessions go or ends: events waiting for room in a cache past
+    /// its hard bound ([`Pipeline::wait_for_room`]) look again.
+    room: Arc<tokio::sync::Notify>,
     /// Shared, how often cached sessions were stale at their claims, and so whether a claim
     /// of a cached session reads the visitor's item first. A claim is a conditional write:
     /// when another process moved the session on since this one cached it (a balancer that
@@ -472,6 +477,7 @@ impl Pipeline {
             import_floor: AtomicI64::new(i64::MAX),
             sweep_at: AtomicUsize::new(0),
             evicting: Arc::new(AtomicBool::new(false)),
+            room: Arc::new(tokio::sync::Notify::new()),
             claims: StaleRate::default(),
             session_limit: AtomicUsize::new(MAX_CACHED_SESSIONS),
             lookups_until: Arc::new(AtomicI64::new(i64::MAX)),
@@ -940,6 +946,89 @@ impl Pipeline {
         Ok(Some(salt))
     }
 
+    /// Waits while the cache holds a quarter more sessions than its bound and lets them go only
+    /// once their items are written (alone, or holding sessions), starting an eviction if none
+    /// runs: however slowly the store takes those writes, the cache (and the server's memory)
+    /// stays bounded, and ingestion slows to what eviction writes. Before, a slow eviction let
+    /// the cache grow by every new visitor meanwhile: at 3.5 k new visitors a second, a stalled
+    /// store grew the server by 50 MB in ten seconds (BENCHMARKS.md, "fifteenth session"). The
+    /// waiting task holds no session, so eviction never waits on it. An import in time order
+    /// never waits: its sessions leave memory as they end, bounded by its events in flight.
+    async fn wait_for_room(&self) {
+        let mut counted = false;
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let sessions = lock(&self.sessions);
+                let importing = self.is_alone() && self.import_floor.load(Ordering::SeqCst) != i64::MAX;
+                if sessions.len() < self.hard_session_limit() || importing || !self.memory_may_be_truth() {
+                    return;
+                }
+                self.start_eviction(&sessions);
+            }
+            if !counted {
+                self.counters.waited_for_room.fetch_add(1, Ordering::Relaxed);
+                counted = true;
+            }
+            // Told when a chunk leaves the cache or the eviction ends; looked at again after a
+            // while regardless (an eviction can end having let nothing go: every session it
+            // chose had an event still being written).
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(50), notified).await;
+        }
+    }
+
+    /// How many sessions the cache holds.
+    pub fn cached_sessions(&self) -> usize {
+        lock(&self.sessions).len()
+    }
+
+    /// How many sessions the cache may hold while an eviction writes: its bound and a quarter.
+    fn hard_session_limit(&self) -> usize {
+        let limit = self.session_limit.load(Ordering::Relaxed);
+        limit.saturating_add(limit / 4)
+    }
+
+    /// Starts a task letting the older half of the cache's sessions (or its idle ones) go, their
+    /// items written first, unless one runs.
+    fn start_eviction(&self, sessions: &Sessions) {
+        let limit = self.session_limit.load(Ordering::Relaxed);
+        if !self.evicting.swap(true, Ordering::SeqCst) {
+            let horizon = now_ms().min(self.newest_ts.load(Ordering::Relaxed)) - SESSION_TIMEOUT_MS;
+            let chosen: Vec<(SessionKey, Slot)> = eviction_candidates(sessions, now_ms(), limit)
+                .into_iter()
+                .filter_map(|k| sessions.get(&k).map(|s| (k, s.clone())))
+                .collect();
+            let (table, evicting, map) = (self.table.clone(), self.evicting.clone(), self.sessions.clone());
+            let room = self.room.clone();
+            let (remembered, forgotten_until) = (self.evicted.clone(), self.forgotten_until_ts.clone());
+            let (newest, remember_at_most) = (self.newest_ts.clone(), self.evicted_limit.clone());
+            let forgotten = self.counters.evicted_forgotten.clone();
+            let writer =
+                if self.is_alone() { Evictor::Alone } else { Evictor::Holder(self.aggregator.run_id().into()) };
+            tokio::spawn(async move {
+                evict(&table, &map, chosen, horizon, &writer, &remembered, &room).await;
+                // Every remembered session ended at an event already counted in `newest` (it is
+                // raised before an event is stored, and these were written once stored). Read
+                // before the bound, so a bound raised meanwhile is seen whenever a newer time is.
+                let until = newest.load(Ordering::SeqCst).saturating_add(SESSION_TIMEOUT_MS);
+                let mut set = lock(&remembered);
+                if set.len() > remember_at_most.load(Ordering::SeqCst) {
+                    // Too many to remember: forget them, and look up every event that could still
+                    // continue one of their sessions. The window opens before the memory empties,
+                    // under its lock, which `must_look_up` reads it under.
+                    forgotten_until.fetch_max(until, Ordering::SeqCst);
+                    set.clear();
+                    forgotten.fetch_add(1, Ordering::Relaxed);
+                }
+                drop(set);
+                evicting.store(false, Ordering::SeqCst);
+                room.notify_waiters();
+            });
+        }
+    }
+
     fn slot(&self, site_id: &SiteId, visitor: VisitorId) -> Slot {
         let mut sessions = lock(&self.sessions);
         if let Some(slot) = sessions.get(&SessionKeyRef(site_id.as_str(), visitor)) {
@@ -964,40 +1053,9 @@ impl Pipeline {
             if self.memory_may_be_truth() {
                 // Alone, memory is the truth (and holding sessions, it is for those held): a
                 // live session leaves it only once its item is written, by a task (the map may
-                // pass its bound by what arrives meanwhile).
-                if !self.evicting.swap(true, Ordering::SeqCst) {
-                    let horizon = now_ms().min(self.newest_ts.load(Ordering::Relaxed)) - SESSION_TIMEOUT_MS;
-                    let chosen: Vec<(SessionKey, Slot)> = eviction_candidates(&sessions, now_ms(), limit)
-                        .into_iter()
-                        .filter_map(|k| sessions.get(&k).map(|s| (k, s.clone())))
-                        .collect();
-                    let (table, evicting, map) = (self.table.clone(), self.evicting.clone(), self.sessions.clone());
-                    let (remembered, forgotten_until) = (self.evicted.clone(), self.forgotten_until_ts.clone());
-                    let (newest, remember_at_most) = (self.newest_ts.clone(), self.evicted_limit.clone());
-                    let forgotten = self.counters.evicted_forgotten.clone();
-                    let writer =
-                        if self.is_alone() { Evictor::Alone } else { Evictor::Holder(self.aggregator.run_id().into()) };
-                    tokio::spawn(async move {
-                        evict(&table, &map, chosen, horizon, &writer, &remembered).await;
-                        // Every remembered session ended at an event already counted in
-                        // `newest` (it is raised before an event is stored, and these were
-                        // written once stored). Read before the bound, so a bound raised
-                        // meanwhile is seen whenever a newer time is.
-                        let until = newest.load(Ordering::SeqCst).saturating_add(SESSION_TIMEOUT_MS);
-                        let mut set = lock(&remembered);
-                        if set.len() > remember_at_most.load(Ordering::SeqCst) {
-                            // Too many to remember: forget them, and look up every event that
-                            // could still continue one of their sessions. The window opens
-                            // before the memory empties, under its lock, which `must_look_up`
-                            // reads it under.
-                            forgotten_until.fetch_max(until, Ordering::SeqCst);
-                            set.clear();
-                            forgotten.fetch_add(1, Ordering::Relaxed);
-                        }
-                        drop(set);
-                        evicting.store(false, Ordering::SeqCst);
-                    });
-                }
+                // pass its bound by what arrives meanwhile, by a quarter at most:
+                // `wait_for_room`).
+                self.start_eviction(&sessions);
             } else {
                 make_room(&mut sessions, now_ms(), limit);
             }
@@ -1236,6 +1294,7 @@ impl Pipeline {
         };
         let ts = candidate.ts;
         self.newest_ts.fetch_max(ts, Ordering::Relaxed);
+        self.wait_for_room().await;
         let slot = self.slot(&site.site_id, candidate.visitor_id);
         let mut guard = slot.lock().await;
         if guard.live.as_ref().is_some_and(|l| l.written.as_ref().is_some_and(|w| w.is_failed())) {
@@ -1261,6 +1320,7 @@ impl Pipeline {
     /// the event continues, and that session's slot: a live session in memory first, else the
     /// table's (older salt first), else a new visit under today's id.
     async fn session_slot(&self, site: &Site, ids: &[VisitorId], ts: i64) -> Result<(VisitorId, Slot), PipelineError> {
+        self.wait_for_room().await;
         for &id in ids.iter().rev().skip(usize::from(ids.len() < 2)).chain(ids.first()) {
             let slot = self.slot(&site.site_id, id);
             let guard = slot.lock().await;
@@ -1590,13 +1650,15 @@ fn eviction_candidates(sessions: &Sessions, now: i64, limit: usize) -> Vec<Sessi
 
 /// How many sessions leaving memory are written at a time: each chunk's items are built, written
 /// and released before the next, so eviction holds a few hundred items and locks, not half the
-/// cache's (about 25 MB at once under sustained load, measured with heaptrack).
+/// cache's (about 25 MB at once under sustained load, measured with heaptrack). Writing four
+/// chunks at once was tried: the server's peak memory rose by 6–10 MB (BENCHMARKS.md,
+/// "fifteenth session").
 const EVICT_CHUNK: usize = 250;
 
 /// Writes the items of the chosen sessions still live at `horizon`, a chunk at a time, holding
-/// each session until its item is written, then drops each from the cache, remembering in
-/// `remembered` (as [`visitor_hash`]es) the visitors whose items it wrote. A chunk whose write
-/// fails stays in memory, and so does every later one.
+/// each session until its item is written, then drops each from the cache (telling `room`),
+/// remembering in `remembered` (as [`visitor_hash`]es) the visitors whose items it wrote. A
+/// chunk whose write fails stays in memory, and so does every later one.
 async fn evict(
     table: &Table,
     map: &Mutex<Sessions>,
@@ -1604,6 +1666,7 @@ async fn evict(
     horizon: i64,
     writer: &Evictor,
     remembered: &Mutex<hashbrown::HashSet<u64>>,
+    room: &tokio::sync::Notify,
 ) {
     let mut chosen = chosen.into_iter().peekable();
     while chosen.peek().is_some() {
@@ -1611,6 +1674,7 @@ async fn evict(
         if !evict_chunk(table, map, chunk, horizon, writer, remembered).await {
             break;
         }
+        room.notify_waiters();
     }
 }
 

@@ -109,6 +109,9 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             events_handed_over: c.handed_over.load(Ordering::Relaxed),
             events_taken_over: c.taken_over.load(Ordering::Relaxed),
             runs_recovered: a.runs_recovered,
+            cached_sessions: metrics_pipeline.cached_sessions() as u64,
+            session_lookups: c.session_lookups.load(Ordering::Relaxed),
+            events_waited_for_room: c.waited_for_room.load(Ordering::Relaxed),
         }
     };
     let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))

@@ -47,6 +47,12 @@ pub struct MetricsSnapshot {
     /// Runs of stopped processes (killed, crashed, or caught mid-flight by a backup) whose
     /// unflushed events this process aggregated.
     pub runs_recovered: u64,
+    /// Sessions held in memory now.
+    pub cached_sessions: u64,
+    /// Visitors' session items read because the visitor was not in memory.
+    pub session_lookups: u64,
+    /// Events that waited for sessions leaving memory to be written, the cache being full.
+    pub events_waited_for_room: u64,
 }
 
 /// Where the figures come from: the `tally` binary implements it over the analytics crate.
@@ -112,6 +118,22 @@ pub fn render(snapshot: &MetricsSnapshot) -> String {
         "Runs of stopped processes whose unflushed events this process aggregated.",
     );
     sample(&mut out, "tally_runs_recovered_total", "", snapshot.runs_recovered as f64);
+    family(&mut out, "tally_cached_sessions", "gauge", "Visitors' sessions held in memory.");
+    sample(&mut out, "tally_cached_sessions", "", snapshot.cached_sessions as f64);
+    family(
+        &mut out,
+        "tally_session_lookups_total",
+        "counter",
+        "Visitors' session items read because the visitor was not in memory.",
+    );
+    sample(&mut out, "tally_session_lookups_total", "", snapshot.session_lookups as f64);
+    family(
+        &mut out,
+        "tally_events_waited_for_room_total",
+        "counter",
+        "Events that waited for sessions leaving a full cache to be written.",
+    );
+    sample(&mut out, "tally_events_waited_for_room_total", "", snapshot.events_waited_for_room as f64);
     out
 }
 
@@ -156,6 +178,9 @@ mod tests {
             events_handed_over: 6,
             events_taken_over: 8,
             runs_recovered: 1,
+            cached_sessions: 20_000,
+            session_lookups: 9,
+            events_waited_for_room: 11,
         };
         let text = render(&snapshot);
         for line in [
@@ -172,6 +197,10 @@ mod tests {
             "tally_events_handed_over_total 6",
             "tally_events_taken_over_total 8",
             "tally_runs_recovered_total 1",
+            "tally_cached_sessions 20000",
+            "tally_session_lookups_total 9",
+            "tally_events_waited_for_room_total 11",
+            "# TYPE tally_cached_sessions gauge",
             "# TYPE tally_pending_events gauge",
             "# TYPE tally_events_accepted_total counter",
         ] {

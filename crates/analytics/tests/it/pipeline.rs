@@ -862,6 +862,138 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
     assert!(written.len() > 250, "only {} sessions were written on leaving memory", written.len());
 }
 
+/// A store whose batch writes (what eviction writes sessions leaving memory with; events and
+/// aggregates use other calls) wait while it is closed: a store slow to take them.
+struct SlowBatches {
+    inner: Arc<dyn Store>,
+    open: tokio::sync::watch::Sender<bool>,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Store for SlowBatches {
+    async fn create_table(&self, d: store::TableDefinition) -> store::Result<store::TableDescription> {
+        self.inner.create_table(d).await
+    }
+    async fn delete_table(&self, name: &str) -> store::Result<store::TableDescription> {
+        self.inner.delete_table(name).await
+    }
+    async fn describe_table(&self, name: &str) -> store::Result<store::TableDescription> {
+        self.inner.describe_table(name).await
+    }
+    async fn list_tables(&self) -> store::Result<Vec<String>> {
+        self.inner.list_tables().await
+    }
+    async fn get_item(&self, r: store::GetItem) -> store::Result<store::GetItemOutput> {
+        self.inner.get_item(r).await
+    }
+    async fn put_item(&self, r: store::PutItem) -> store::Result<store::WriteOutput> {
+        self.inner.put_item(r).await
+    }
+    async fn update_item(&self, r: store::UpdateItem) -> store::Result<store::WriteOutput> {
+        self.inner.update_item(r).await
+    }
+    async fn delete_item(&self, r: store::DeleteItem) -> store::Result<store::WriteOutput> {
+        self.inner.delete_item(r).await
+    }
+    async fn query(&self, r: store::Query) -> store::Result<store::QueryOutput> {
+        self.inner.query(r).await
+    }
+    async fn scan(&self, r: store::Scan) -> store::Result<store::QueryOutput> {
+        self.inner.scan(r).await
+    }
+    async fn batch_get_item(&self, r: store::BatchGetItem) -> store::Result<store::BatchGetItemOutput> {
+        self.inner.batch_get_item(r).await
+    }
+    async fn batch_write_item(&self, r: store::BatchWriteItem) -> store::Result<store::BatchWriteItemOutput> {
+        use std::sync::atomic::Ordering;
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _ = self.open.subscribe().wait_for(|open| *open).await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.inner.batch_write_item(r).await
+    }
+    async fn transact_get_items(&self, r: store::TransactGetItems) -> store::Result<store::TransactGetItemsOutput> {
+        self.inner.transact_get_items(r).await
+    }
+    async fn transact_write_items(
+        &self,
+        r: store::TransactWriteItems,
+    ) -> store::Result<store::TransactWriteItemsOutput> {
+        self.inner.transact_write_items(r).await
+    }
+}
+
+/// Alone, while the store is slow to take the sessions a full cache lets go, new visitors wait
+/// for room instead of growing the cache past its bound and a quarter (the server's memory grew
+/// without bound before); once the store takes the writes, every waiting event is stored and
+/// every visitor's next event continues their visit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alone_a_full_session_cache_waits_for_eviction_rather_than_grow() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let embedded: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).expect("the embedded engine opens"));
+    let (open, _) = tokio::sync::watch::channel(true);
+    let slow = Arc::new(SlowBatches { inner: embedded, open, waiting: Default::default() });
+    let table = Table::new(slow.clone(), tally_schema("tally"));
+    table.create_table().await.expect("Tally's table is created");
+    let sites = Arc::new(Sites::new(table.clone()));
+    let enricher = Arc::new(Enricher::new(EnricherConfig::default()).expect("the enricher loads"));
+    let w = World { _dir: dir, table, sites, enricher };
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    p.set_alone(0);
+    let limit = 400;
+    p.set_session_cache_limit(limit);
+    let bound = limit + limit / 4;
+    slow.open.send_replace(false);
+
+    let visitors = 1_000u32;
+    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
+    let t = now() - 600_000;
+    let ingest_all = |path: &'static str, at: i64| {
+        (0..visitors)
+            .map(|i| {
+                let p = p.clone();
+                let raw = pageview(&format!("https://example.com{path}"), FIREFOX, ip(i), at + i64::from(i));
+                tokio::spawn(async move { p.ingest(raw, SiteSelector::Domain).await })
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = ingest_all("/first", t);
+    // The eviction's write waits at the closed store; the events go on meanwhile.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while slow.waiting.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no eviction began: {} sessions", p.cached_sessions());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while first.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < deadline {
+        let before = p.cached_sessions();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if p.cached_sessions() == before {
+            break;
+        }
+    }
+    let held = p.cached_sessions();
+    // Two worker threads may each pass the bound's check at once: a few over it, at most.
+    assert!(held <= bound + 4, "{held} sessions cached while eviction could not write, bound {bound}");
+    let done = first.iter().filter(|h| h.is_finished()).count();
+    assert!(done < visitors as usize, "every event was stored while eviction could not write");
+    assert!(p.counters().waited_for_room.load(Ordering::SeqCst) > 0);
+
+    slow.open.send_replace(true);
+    for h in first {
+        assert!(matches!(h.await.unwrap(), IngestResult::Accepted));
+    }
+    for h in ingest_all("/second", t + 300_000) {
+        assert!(matches!(h.await.unwrap(), IngestResult::Accepted));
+    }
+    a.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 2 * visitors as usize);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
+    assert_eq!(sessions.len(), visitors as usize, "a visit was split: a session left memory unwritten");
+}
+
 /// Alone, once the memory of visitors written on eviction fills and is forgotten, a forgotten
 /// visitor's next event within a visit's timeout is still looked up and continues the visit; an
 /// event past the newest forgotten session's timeout starts a new visit without a lookup, where
