@@ -88,9 +88,9 @@ const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// on nothing freed is given back, and the resident set climbs to every later peak and stays
 /// there. Under `tally serve`'s sustained ingestion (purges every 10 ms, [`prompt_purge`]) that
 /// happened in about one 90 s run in ten, and in five of six with purges every millisecond,
-/// taking the server from 135–140 to 162–182 MB (BENCHMARKS.md, "fifteenth session"). A forced pass ignores the expiries and resets the
-/// arena's, so the schedule works again; in between it only purges sooner what was due within
-/// 10 ms anyway.
+/// taking the server from 135–140 to 162–182 MB (BENCHMARKS.md, "fifteenth session"). A forced
+/// pass ignores the expiries and resets the arena's, so the schedule works again; in between it
+/// only purges sooner what was due within 10 ms anyway.
 #[allow(unsafe_code)]
 fn keep_purging() {
     unsafe extern "C" {
