@@ -955,28 +955,36 @@ impl Pipeline {
     /// waiting task holds no session, so eviction never waits on it. An import in time order
     /// never waits: its sessions leave memory as they end, bounded by its events in flight.
     async fn wait_for_room(&self) {
-        let mut counted = false;
+        // Almost always there is room: then the event registers no waiter.
+        if self.has_room() {
+            return;
+        }
+        self.counters.waited_for_room.fetch_add(1, Ordering::Relaxed);
         loop {
+            // Registered before looking again, so an eviction's notice in between is not missed.
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let sessions = lock(&self.sessions);
-                let importing = self.is_alone() && self.import_floor.load(Ordering::SeqCst) != i64::MAX;
-                if sessions.len() < self.hard_session_limit() || importing || !self.memory_may_be_truth() {
-                    return;
-                }
-                self.start_eviction(&sessions);
-            }
-            if !counted {
-                self.counters.waited_for_room.fetch_add(1, Ordering::Relaxed);
-                counted = true;
+            if self.has_room() {
+                return;
             }
             // Told when a chunk leaves the cache or the eviction ends; looked at again after a
             // while regardless (an eviction can end having let nothing go: every session it
             // chose had an event still being written).
             let _ = tokio::time::timeout(std::time::Duration::from_millis(50), notified).await;
         }
+    }
+
+    /// Whether a new visitor may take a slot now ([`Pipeline::wait_for_room`]); if not, an
+    /// eviction runs (started here when none does).
+    fn has_room(&self) -> bool {
+        let sessions = lock(&self.sessions);
+        let importing = self.is_alone() && self.import_floor.load(Ordering::SeqCst) != i64::MAX;
+        if sessions.len() < self.hard_session_limit() || importing || !self.memory_may_be_truth() {
+            return true;
+        }
+        self.start_eviction(&sessions);
+        false
     }
 
     /// How many sessions the cache holds.

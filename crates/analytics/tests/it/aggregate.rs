@@ -21,6 +21,8 @@ use proptest::prelude::*;
 use store::{Store, StoreError, item};
 use store_embedded::EmbeddedStore;
 
+use crate::hooked::{Hooked, Hooks, Write};
+
 /// 2026-11-22T07:30:00Z.
 const T0: i64 = 1_795_332_600_000;
 
@@ -366,8 +368,10 @@ async fn a_crashed_run_is_recovered_by_another() {
 
 /// A store that fails every write after the first `n` once armed, as a flush cut off by a crash
 /// or an outage would.
-pub(crate) struct FailingStore {
-    inner: Arc<dyn Store>,
+pub(crate) type FailingStore = Hooked<Failing>;
+
+/// [`FailingStore`]'s state.
+pub(crate) struct Failing {
     /// Writes still allowed; negative means unarmed.
     left: AtomicI64,
     /// Writes to fail before any of the above applies.
@@ -384,17 +388,19 @@ pub(crate) struct FailingStore {
 impl FailingStore {
     /// Around `inner`, letting every write through until told otherwise.
     pub(crate) fn around(inner: Arc<dyn Store>) -> FailingStore {
-        FailingStore {
-            inner,
+        let failing = Failing {
             left: AtomicI64::new(-1),
             fail_first: AtomicI64::new(0),
             gated: Default::default(),
             gate: tokio::sync::Semaphore::new(0),
             puts_begun: Default::default(),
             put_sizes: Default::default(),
-        }
+        };
+        Hooked::new(inner, failing)
     }
+}
 
+impl Failing {
     /// Fails the next `n` writes, then lets writes through (as armed before, if it was).
     pub(crate) fn fail_next(&self, n: i64) {
         self.fail_first.store(n, Ordering::SeqCst);
@@ -426,63 +432,16 @@ impl FailingStore {
 }
 
 #[async_trait]
-impl Store for FailingStore {
-    async fn create_table(&self, d: store::TableDefinition) -> store::Result<store::TableDescription> {
-        self.inner.create_table(d).await
-    }
-    async fn delete_table(&self, name: &str) -> store::Result<store::TableDescription> {
-        self.inner.delete_table(name).await
-    }
-    async fn describe_table(&self, name: &str) -> store::Result<store::TableDescription> {
-        self.inner.describe_table(name).await
-    }
-    async fn list_tables(&self) -> store::Result<Vec<String>> {
-        self.inner.list_tables().await
-    }
-    async fn get_item(&self, r: store::GetItem) -> store::Result<store::GetItemOutput> {
-        self.inner.get_item(r).await
-    }
-    async fn put_item(&self, r: store::PutItem) -> store::Result<store::WriteOutput> {
+impl Hooks for Failing {
+    async fn before(&self, write: Write<'_>) -> store::Result<()> {
+        let Write::Put(put) = write else { return self.write() };
         self.puts_begun.fetch_add(1, Ordering::SeqCst);
         if self.gated.load(Ordering::SeqCst) {
             self.gate.acquire().await.expect("the gate stays open").forget();
         }
         self.write()?;
-        let size = store::item_size(&r.item);
-        let out = self.inner.put_item(r).await;
-        self.put_sizes.lock().expect("not poisoned").push(size);
-        out
-    }
-    async fn update_item(&self, r: store::UpdateItem) -> store::Result<store::WriteOutput> {
-        self.write()?;
-        self.inner.update_item(r).await
-    }
-    async fn delete_item(&self, r: store::DeleteItem) -> store::Result<store::WriteOutput> {
-        self.write()?;
-        self.inner.delete_item(r).await
-    }
-    async fn query(&self, r: store::Query) -> store::Result<store::QueryOutput> {
-        self.inner.query(r).await
-    }
-    async fn scan(&self, r: store::Scan) -> store::Result<store::QueryOutput> {
-        self.inner.scan(r).await
-    }
-    async fn batch_get_item(&self, r: store::BatchGetItem) -> store::Result<store::BatchGetItemOutput> {
-        self.inner.batch_get_item(r).await
-    }
-    async fn batch_write_item(&self, r: store::BatchWriteItem) -> store::Result<store::BatchWriteItemOutput> {
-        self.write()?;
-        self.inner.batch_write_item(r).await
-    }
-    async fn transact_get_items(&self, r: store::TransactGetItems) -> store::Result<store::TransactGetItemsOutput> {
-        self.inner.transact_get_items(r).await
-    }
-    async fn transact_write_items(
-        &self,
-        r: store::TransactWriteItems,
-    ) -> store::Result<store::TransactWriteItemsOutput> {
-        self.write()?;
-        self.inner.transact_write_items(r).await
+        self.put_sizes.lock().expect("not poisoned").push(store::item_size(&put.item));
+        Ok(())
     }
 }
 
@@ -978,70 +937,23 @@ async fn closing_an_epoch_waits_for_its_tickets() {
     agg.shutdown().await.expect("shuts down");
 }
 
-/// A store that refuses, as a validation error, every write of an aggregate item whose value is
+/// A store that refuses, as a validation error, every put of an aggregate item whose value is
 /// `/poison`: an item that can never be written, as one whose key was too long could not.
-struct PoisonStore {
-    inner: Arc<dyn Store>,
+#[derive(Default)]
+struct Poison {
     refused: AtomicI64,
 }
 
-impl PoisonStore {
-    fn check(&self, item: &store::Item) -> store::Result<()> {
-        if item.get("value") == Some(&store::AttributeValue::from("/poison")) {
+#[async_trait]
+impl Hooks for Poison {
+    async fn before(&self, write: Write<'_>) -> store::Result<()> {
+        if let Write::Put(put) = write
+            && put.item.get("value") == Some(&store::AttributeValue::from("/poison"))
+        {
             self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::KeyTooLarge("injected: the sort key is too long".into()));
         }
         Ok(())
-    }
-}
-
-#[async_trait]
-impl Store for PoisonStore {
-    async fn create_table(&self, d: store::TableDefinition) -> store::Result<store::TableDescription> {
-        self.inner.create_table(d).await
-    }
-    async fn delete_table(&self, name: &str) -> store::Result<store::TableDescription> {
-        self.inner.delete_table(name).await
-    }
-    async fn describe_table(&self, name: &str) -> store::Result<store::TableDescription> {
-        self.inner.describe_table(name).await
-    }
-    async fn list_tables(&self) -> store::Result<Vec<String>> {
-        self.inner.list_tables().await
-    }
-    async fn get_item(&self, r: store::GetItem) -> store::Result<store::GetItemOutput> {
-        self.inner.get_item(r).await
-    }
-    async fn put_item(&self, r: store::PutItem) -> store::Result<store::WriteOutput> {
-        self.check(&r.item)?;
-        self.inner.put_item(r).await
-    }
-    async fn update_item(&self, r: store::UpdateItem) -> store::Result<store::WriteOutput> {
-        self.inner.update_item(r).await
-    }
-    async fn delete_item(&self, r: store::DeleteItem) -> store::Result<store::WriteOutput> {
-        self.inner.delete_item(r).await
-    }
-    async fn query(&self, r: store::Query) -> store::Result<store::QueryOutput> {
-        self.inner.query(r).await
-    }
-    async fn scan(&self, r: store::Scan) -> store::Result<store::QueryOutput> {
-        self.inner.scan(r).await
-    }
-    async fn batch_get_item(&self, r: store::BatchGetItem) -> store::Result<store::BatchGetItemOutput> {
-        self.inner.batch_get_item(r).await
-    }
-    async fn batch_write_item(&self, r: store::BatchWriteItem) -> store::Result<store::BatchWriteItemOutput> {
-        self.inner.batch_write_item(r).await
-    }
-    async fn transact_get_items(&self, r: store::TransactGetItems) -> store::Result<store::TransactGetItemsOutput> {
-        self.inner.transact_get_items(r).await
-    }
-    async fn transact_write_items(
-        &self,
-        r: store::TransactWriteItems,
-    ) -> store::Result<store::TransactWriteItemsOutput> {
-        self.inner.transact_write_items(r).await
     }
 }
 
@@ -1052,7 +964,7 @@ impl Store for PoisonStore {
 #[tokio::test]
 async fn an_item_refused_by_validation_does_not_hold_back_its_epoch_or_later_ones() {
     let h = harness().await;
-    let poison = Arc::new(PoisonStore { inner: h.store.clone(), refused: AtomicI64::new(0) });
+    let poison = Arc::new(Hooked::new(h.store.clone(), Poison::default()));
     let table = Table::new(poison.clone(), tally_schema("tally"));
     let agg = Aggregator::start(table, sites(), quiet()).await.expect("the run starts");
     let mut a = Session::new("S1", 0xa, 1, T0, "Google");

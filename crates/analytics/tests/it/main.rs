@@ -4,5 +4,6 @@
 mod accounts;
 mod aggregate;
 mod bounds;
+mod hooked;
 mod pipeline;
 mod stats;

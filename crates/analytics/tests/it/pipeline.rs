@@ -19,6 +19,8 @@ use model::Table;
 use store::Store;
 use store_embedded::EmbeddedStore;
 
+use crate::hooked::{Hooked, Hooks, Write};
+
 const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:132.0) Gecko/20100101 Firefox/132.0";
 const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
 
@@ -865,61 +867,20 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
 /// A store whose batch writes (what eviction writes sessions leaving memory with; events and
 /// aggregates use other calls) wait while it is closed: a store slow to take them.
 struct SlowBatches {
-    inner: Arc<dyn Store>,
     open: tokio::sync::watch::Sender<bool>,
     waiting: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait::async_trait]
-impl Store for SlowBatches {
-    async fn create_table(&self, d: store::TableDefinition) -> store::Result<store::TableDescription> {
-        self.inner.create_table(d).await
-    }
-    async fn delete_table(&self, name: &str) -> store::Result<store::TableDescription> {
-        self.inner.delete_table(name).await
-    }
-    async fn describe_table(&self, name: &str) -> store::Result<store::TableDescription> {
-        self.inner.describe_table(name).await
-    }
-    async fn list_tables(&self) -> store::Result<Vec<String>> {
-        self.inner.list_tables().await
-    }
-    async fn get_item(&self, r: store::GetItem) -> store::Result<store::GetItemOutput> {
-        self.inner.get_item(r).await
-    }
-    async fn put_item(&self, r: store::PutItem) -> store::Result<store::WriteOutput> {
-        self.inner.put_item(r).await
-    }
-    async fn update_item(&self, r: store::UpdateItem) -> store::Result<store::WriteOutput> {
-        self.inner.update_item(r).await
-    }
-    async fn delete_item(&self, r: store::DeleteItem) -> store::Result<store::WriteOutput> {
-        self.inner.delete_item(r).await
-    }
-    async fn query(&self, r: store::Query) -> store::Result<store::QueryOutput> {
-        self.inner.query(r).await
-    }
-    async fn scan(&self, r: store::Scan) -> store::Result<store::QueryOutput> {
-        self.inner.scan(r).await
-    }
-    async fn batch_get_item(&self, r: store::BatchGetItem) -> store::Result<store::BatchGetItemOutput> {
-        self.inner.batch_get_item(r).await
-    }
-    async fn batch_write_item(&self, r: store::BatchWriteItem) -> store::Result<store::BatchWriteItemOutput> {
+impl Hooks for SlowBatches {
+    async fn before(&self, write: Write<'_>) -> store::Result<()> {
         use std::sync::atomic::Ordering;
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        let _ = self.open.subscribe().wait_for(|open| *open).await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-        self.inner.batch_write_item(r).await
-    }
-    async fn transact_get_items(&self, r: store::TransactGetItems) -> store::Result<store::TransactGetItemsOutput> {
-        self.inner.transact_get_items(r).await
-    }
-    async fn transact_write_items(
-        &self,
-        r: store::TransactWriteItems,
-    ) -> store::Result<store::TransactWriteItemsOutput> {
-        self.inner.transact_write_items(r).await
+        if let Write::Batch(_) = write {
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            let _ = self.open.subscribe().wait_for(|open| *open).await;
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(())
     }
 }
 
@@ -933,7 +894,7 @@ async fn alone_a_full_session_cache_waits_for_eviction_rather_than_grow() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let embedded: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).expect("the embedded engine opens"));
     let (open, _) = tokio::sync::watch::channel(true);
-    let slow = Arc::new(SlowBatches { inner: embedded, open, waiting: Default::default() });
+    let slow = Arc::new(Hooked::new(embedded, SlowBatches { open, waiting: Default::default() }));
     let table = Table::new(slow.clone(), tally_schema("tally"));
     table.create_table().await.expect("Tally's table is created");
     let sites = Arc::new(Sites::new(table.clone()));

@@ -195,7 +195,10 @@ fn serve_keeps_purging_and_reports_its_cached_sessions() {
         );
         assert_eq!(r.status, 202, "{}", r.text());
     }
-    assert_eq!(server.metric("tally_cached_sessions"), 3.0);
+    // One session per visitor; across midnight UTC a visitor's id under the day's older salt may
+    // be cached too, so each may hold two.
+    let cached = server.metric("tally_cached_sessions");
+    assert!((3.0..=6.0).contains(&cached), "{cached} sessions cached for three visitors");
     assert_eq!(server.metric("tally_events_waited_for_room_total"), 0.0);
     server.stop();
 }
