@@ -7,7 +7,8 @@
 //! and writes one `EventBlock` item per group (more when a group would pass [`MAX_BLOCK_BYTES`]),
 //! all at once; each event's wait ends when its block is durable. This is a group commit: one
 //! writer, no timer, so a lone event is written at once, and under load a block holds what
-//! arrived during the previous write; a block that would start a write unit it fills only in
+//! arrived during the previous write, and what the tasks ready when it ended then queued (the
+//! writer yields once before it cuts a round); a block that would start a write unit it fills only in
 //! part ends on the previous unit's boundary instead, holding its newest events back to lead the
 //! partition's next block ([`fit`]). A block's key names its run and a number the run never
 //! reuses, and it is written create-only, so a retried write that already happened is recognised
@@ -340,12 +341,14 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
                 Err(_) => {}
             }
         }
-        while open && batch.len() < MAX_BLOCK_EVENTS * 4 {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
-            }
+        // What else is waiting, then, once the runtime has run the tasks ready meanwhile (the
+        // clients just answered, preparing their next events), what they queued: under load a
+        // round takes them too rather than leaving them for a round of their own, so blocks
+        // hold more events and the store takes fewer writes. Alone, the yield comes straight back.
+        drain(&mut rx, &mut batch, &mut open);
+        if open && batch.len() < MAX_BLOCK_EVENTS * 4 {
+            tokio::task::yield_now().await;
+            drain(&mut rx, &mut batch, &mut open);
         }
         // Group by partition, keeping arrival order within each.
         let mut groups: Vec<((SiteId, UtcDay), Vec<Pending>)> = Vec::new();
@@ -374,6 +377,18 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
         .await;
         held = back.into_iter().flatten().collect();
         shared.counters.held.fetch_add(held.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Takes what `rx` holds now into `batch`, up to the most a round takes; clears `open` once the
+/// senders are gone.
+fn drain(rx: &mut mpsc::UnboundedReceiver<Pending>, batch: &mut Vec<Pending>, open: &mut bool) {
+    while *open && batch.len() < MAX_BLOCK_EVENTS * 4 {
+        match rx.try_recv() {
+            Ok(p) => batch.push(p),
+            Err(mpsc::error::TryRecvError::Empty) => break,
+            Err(mpsc::error::TryRecvError::Disconnected) => *open = false,
+        }
     }
 }
 

@@ -1037,6 +1037,34 @@ async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile()
     assert_eq!(stored, expected, "exactly the events whose writes were acknowledged are stored");
 }
 
+/// Events queued by tasks that became ready together share a block: the writer lets the
+/// runtime run them once before it cuts its round, instead of writing the first event alone and
+/// the rest in a second block (under load, blocks held half as many events, each block a write).
+#[tokio::test]
+async fn events_queued_by_tasks_ready_together_share_a_block() {
+    use analytics::event_store::BlockWriter;
+    let h = harness().await;
+    let writer = BlockWriter::start(h.table.clone(), "01JDB3Y5C8M9V7T2X4K6P00RUN", Arc::new(|| 0));
+    let mut events: Vec<StoredEvent> = (0..11u32)
+        .map(|i| Session::new("S1", 0x200 + u64::from(i), 10 + i, T0, "Google").pageview("/", T0 + i64::from(i)))
+        .collect();
+    let first = writer.queue(events.remove(0), None);
+    // Ready now, run only once this task waits: after the writer has taken the first event.
+    let others: Vec<_> = events
+        .into_iter()
+        .map(|event| {
+            let writer = writer.clone();
+            tokio::spawn(async move { writer.queue(event, None).done().await })
+        })
+        .collect();
+    first.done().await.expect("stored");
+    for other in others {
+        other.await.expect("the task ends").expect("stored");
+    }
+    assert_eq!(stored_sessions(&h.table).await.len(), 11, "every event once");
+    assert_eq!(writer.counters().blocks.load(Ordering::SeqCst), 1, "one block for the events queued together");
+}
+
 /// Write units are billed per started KB, so a busy writer's blocks of a KB or two used to pay
 /// for a part-filled unit each. A block now ends on a unit's boundary, holding its last events
 /// back to lead the partition's next block: under a steady stream only the final block rounds
