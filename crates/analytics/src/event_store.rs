@@ -8,9 +8,9 @@
 //! all at once; each event's wait ends when its block is durable. This is a group commit: one
 //! writer, no timer, so a lone event is written at once, and under load a block holds what
 //! arrived during the previous write, and what the tasks ready when it ended then queued (the
-//! writer yields once before it cuts a round); a block that would start a write unit it fills only in
-//! part ends on the previous unit's boundary instead, holding its newest events back to lead the
-//! partition's next block ([`fit`]). A block's key names its run and a number the run never
+//! writer yields once before it cuts a round); a block that would start a write unit it fills
+//! only in part ends on the previous unit's boundary instead, holding its newest events back to
+//! lead the partition's next block ([`fit`]). A block's key names its run and a number the run never
 //! reuses, and it is written create-only, so a retried write that already happened is recognised
 //! (the condition fails on our own block) rather than written twice.
 //!
