@@ -10,6 +10,7 @@
 //! `recovering`) that the next claimer resumes where it stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use store::sync::lock;
 
 use futures::future::BoxFuture;
@@ -142,6 +143,16 @@ async fn recover_dead_runs_inner(shared: &Shared) -> Result<u64, AggregateError>
             Err(e) => return Err(e.into()),
         }
         let events = recover_run(shared, run).await?;
+        // This process's reading of the runs says so at once, before the beat reads them again:
+        // an event of a visitor whose session the run held is continued from now on, not refused.
+        {
+            let mut kept = store::sync::write(&shared.runs);
+            let mut runs = (*kept.1).clone();
+            if let Some(r) = runs.iter_mut().find(|r| r.run_id == run.run_id) {
+                r.state = "recovered".into();
+                kept.1 = Arc::new(runs);
+            }
+        }
         tracing::info!(run = %run.run_id, by = %shared.run_id, events, "recovered the unflushed events of a stopped run");
         recovered += 1;
         lock(&shared.counts).runs_recovered += 1;
