@@ -303,9 +303,11 @@ async fn run_state(table: &Table, run_id: &str) -> String {
     r.opt_string("state").expect("a string").unwrap_or("live").to_owned()
 }
 
-/// Waits (up to 10 s) until `run_id` is marked recovered.
+/// Waits (up to 30 s: a loaded machine may delay the beat that recovers it) until `run_id` is
+/// marked recovered.
 async fn wait_recovered(table: &Table, run_id: &str) {
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
         if run_state(table, run_id).await == "recovered" {
             return;
         }
@@ -507,6 +509,11 @@ async fn an_interrupted_flush_of_a_crashed_run_is_completed_by_recovery() {
     let report = verify(&h.table, "S1", "2026-11-01", "2026-11-30").await;
     assert_eq!((report.events_read, report.differences), (7, vec![]));
     // The 25 items the interrupted flush reached already had the epoch: recovery skipped them.
+    // The recovery is counted once its state is written, a moment after the table says so.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while b.stats().runs_recovered == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let stats = b.stats();
     assert_eq!(stats.runs_recovered, 1);
     assert_eq!(stats.items_skipped, 25);

@@ -929,6 +929,11 @@ async fn alone_a_full_session_cache_waits_for_eviction_rather_than_grow() {
         assert!(std::time::Instant::now() < deadline, "no eviction began: {} sessions", p.cached_sessions());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Events wait for room once the cache is full; then it holds still.
+    while p.counters().waited_for_room.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no event waited: {} sessions", p.cached_sessions());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     while first.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < deadline {
         let before = p.cached_sessions();
         tokio::time::sleep(Duration::from_millis(300)).await;

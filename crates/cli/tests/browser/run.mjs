@@ -115,8 +115,12 @@ try {
   // The visitor's address as a proxy forwards it: a public resolver's, which the country
   // database compiled into tally places in the US with no setup.
   const site = await browser.newContext({ extraHTTPHeaders: { "x-forwarded-for": "8.8.8.8" } });
-  let sent = 0;
+  let sent = 0, answered = 0;
   site.on("request", (r) => { if (r.url().startsWith(`${TALLY}/api/event`)) sent++; });
+  // Answered or failed: closing the context below aborts a beacon still in flight.
+  const settle = (r) => { if (r.url().startsWith(`${TALLY}/api/event`)) answered++; };
+  site.on("requestfinished", settle);
+  site.on("requestfailed", settle);
   const page = await site.newPage();
   await page.goto(`http://shop.test:${port}/`);
   await until("the page view and the queued event are sent", async () => ({ ok: sent >= 2, sent }));
@@ -143,6 +147,7 @@ try {
   await umami.click("#newsletter");
   await until("Umami's tracker sends its event", async () => ({ ok: umamiSent >= 2, umamiSent }));
   found.tracker_requests = sent;
+  await until("every tracker request is answered", async () => ({ ok: answered >= sent, sent, answered }));
   await site.close();
   await umamiSite.close();
 

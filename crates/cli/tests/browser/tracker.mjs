@@ -96,10 +96,14 @@ async function stored() {
 }
 
 const found = {};
-let sent = 0;
+let sent = 0, answered = 0;
 try {
   const context = await browser.newContext();
   context.on("request", (r) => { if (r.url().startsWith(`${TALLY}/api/event`)) sent++; });
+  // Answered or failed: closing the context aborts a beacon still in flight.
+  const settle = (r) => { if (r.url().startsWith(`${TALLY}/api/event`)) answered++; };
+  context.on("requestfinished", settle);
+  context.on("requestfailed", settle);
   const tab = await context.newPage();
   const visit = async (path) => { await tab.goto(origin + path); await tab.waitForFunction(() => typeof window.tally === "function" && !window.tally.q); };
 
@@ -121,6 +125,8 @@ try {
   await visit("/app/42");
   await tab.click("#nav");
   await tab.click("#view");
+  // The server answers once an event is durable, which a loaded machine may take a while to do.
+  await until("every tracker request is answered", async () => ({ ok: answered >= sent, sent, answered }));
   await tab.goto("about:blank");
   await context.close();
 

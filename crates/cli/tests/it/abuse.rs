@@ -97,20 +97,26 @@ impl Drop for MemoryWatch {
     }
 }
 
-/// `/health` answers 200 within a second, on a new connection.
+/// `/health` answers 200 within a second on a new connection, in the best of three tries: one
+/// try may stall on a loaded machine (another test hashing passwords on both cores), three in a
+/// row only when the server itself is stuck.
 fn assert_healthy(server: &Server, what: &str) {
-    let started = Instant::now();
-    let mut stream = TcpStream::connect(server.addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    stream.write_all(b"GET /health HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n").unwrap();
-    let mut answer = Vec::new();
-    let read = stream.read_to_end(&mut answer);
-    let text = String::from_utf8_lossy(&answer);
-    assert!(
-        text.starts_with("HTTP/1.1 200") && started.elapsed() < Duration::from_secs(1),
-        "{what}: /health did not answer within a second ({:?}, {read:?}): {text}",
-        started.elapsed()
-    );
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(server.addr).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.write_all(b"GET /health HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n").unwrap();
+        let mut answer = Vec::new();
+        let read = stream.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let elapsed = started.elapsed();
+        if text.starts_with("HTTP/1.1 200") && elapsed < Duration::from_secs(1) {
+            return;
+        }
+        tries.push(format!("{elapsed:?}, {read:?}: {text}"));
+    }
+    panic!("{what}: /health did not answer within a second in three tries: {tries:#?}");
 }
 
 /// A fresh page view reaches the Stats API: aggregation still advances.

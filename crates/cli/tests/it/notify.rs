@@ -99,7 +99,7 @@ fn weekly_reports_and_spike_alerts_are_mailed_and_posted_once() {
             "check_every_secs = 1\n\
              [smtp]\nhost = \"127.0.0.1\"\nport = {smtp}\nsecurity = \"none\"\nfrom = \"Tally <tally@mail.test>\"\n\
              [[reports]]\nsite = \"mail.test\"\nevery = \"week\"\nto = [\"team@mail.test\"]\n\
-             [[alerts]]\nsite = \"mail.test\"\nspike_percent = 100\nmin_visitors = 3\nto = [\"oncall@mail.test\"]\n\
+             [[alerts]]\nsite = \"mail.test\"\nspike_percent = 100\nmin_visitors = 4\nto = [\"oncall@mail.test\"]\n\
              webhook = \"http://127.0.0.1:{hook}/hook\"\n"
         ),
     )

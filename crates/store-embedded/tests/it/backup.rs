@@ -92,7 +92,11 @@ async fn a_backup_taken_while_writing_holds_every_acknowledged_write_and_restore
         let (store, copy) = (store.clone(), copy.clone());
         tokio::task::spawn_blocking(move || store.backup(&copy)).await.unwrap().expect("a backup")
     };
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Writers go on after it too (how many wrote while it ran depends on the machine's load).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while acknowledged.lock().unwrap().len() <= before.len() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.await.unwrap();
