@@ -169,15 +169,17 @@ impl Server {
         panic!("tally serve never logged {needle:?}");
     }
 
-    /// Waits (up to 20 s) until the `/metrics` sample `sample` reaches `at_least`; returns it.
+    /// Waits (up to 60 s) until the `/metrics` sample `sample` reaches `at_least`; returns it.
     pub fn wait_for_metric(&self, sample: &str, at_least: f64) -> f64 {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // A minute: a restarted server recovers a killed one's run at once when its pid is gone,
+        // but only after `dead_after` (30 s) when another process took that pid meanwhile.
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let value = self.metric(sample);
             if value >= at_least {
                 return value;
             }
-            assert!(Instant::now() < deadline, "{sample} stayed at {value}, below {at_least}, for 20 s");
+            assert!(Instant::now() < deadline, "{sample} stayed at {value}, below {at_least}, for 60 s");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
