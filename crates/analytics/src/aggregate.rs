@@ -1070,18 +1070,10 @@ impl Shared {
         if let Err(e) = self.heartbeat().await {
             tracing::warn!(run = %self.run_id, error = %e, "the run's heartbeat failed; retried on the next beat");
         }
-        match recovery::recover_dead_runs(self).await {
-            // What it recovered reads so at once here (a session its run held is then continued).
-            Ok(n) if n > 0 => {
-                let at = now_ms();
-                if let Ok(runs) = recovery::list_runs(&self.table).await {
-                    *write(&self.runs) = (at, Arc::new(runs));
-                }
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(run = %self.run_id, error = %e, "recovering dead runs failed; retried on the next beat")
-            }
+        // What it recovers reads so at once in this process's reading of the runs (the recovery
+        // marks it there), so a session its run held is continued without another reading.
+        if let Err(e) = recovery::recover_dead_runs(self).await {
+            tracing::warn!(run = %self.run_id, error = %e, "recovering dead runs failed; retried on the next beat")
         }
     }
 }
