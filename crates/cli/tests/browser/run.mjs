@@ -501,15 +501,31 @@ try {
 
   // Custom properties: the key picker lists the keys the site's events carry; a key's values are
   // the Stats API's breakdown.
-  await dash.click('[data-panel="events"] [data-tab="props"]');
   const keysApi = (await (await fetch(`${TALLY}/api/properties`, { method: "POST", headers: { authorization: `Bearer ${KEY}` },
     body: JSON.stringify({ site_id: SITE, date_range: "30d" }) })).json()).keys.map((k) => k.key);
   assert.ok(keysApi.includes("via") && keysApi.includes("plan"), `the trackers' properties: ${keysApi}`);
+  assert.notEqual(keysApi[0], "via", `the panel opens on another key than via: ${keysApi}`);
+  // The breakdown of the key the panel opens on is held back until via's is shown: a late answer
+  // for a key no longer picked must not replace the picked key's rows.
+  let releaseFirst;
+  const firstHeld = new Promise((resolve) => { releaseFirst = resolve; });
+  const firstKey = `"event:props:${keysApi[0]}"`;
+  await dash.route("**/api/v2/query", async (route) => {
+    if ((route.request().postData() || "").includes(firstKey)) await firstHeld;
+    await route.continue();
+  });
+  await dash.click('[data-panel="events"] [data-tab="props"]');
   await dash.waitForFunction((n) => document.querySelectorAll("#prop-key option").length === n, keysApi.length);
   assert.deepEqual(await dash.locator("#prop-key option").allTextContents(), keysApi);
+  const firstAnswered = dash.waitForResponse((r) => r.url().endsWith("/api/v2/query") && (r.request().postData() || "").includes(firstKey));
   await dash.selectOption("#prop-key", "via");
   await dash.waitForSelector('[data-panel="events"] table[data-dimension="event:props:via"]');
+  releaseFirst();
+  await firstAnswered;
+  await dash.unroute("**/api/v2/query");
+  await dash.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 50))));
   const via = rows(await stats({ date_range: "30d", metrics: ["visitors", "events"], dimensions: ["event:props:via"] }));
+  assert.equal(await dash.locator('[data-panel="events"] table[data-dimension="event:props:via"]').count(), 1, "the picked key's rows stay");
   assert.deepEqual(await dash.locator('[data-panel="events"] tr.row').evaluateAll((trs) => trs.map((tr) => tr.dataset.value)), Object.keys(via));
   found.properties = { keys: keysApi, via };
 

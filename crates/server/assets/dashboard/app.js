@@ -405,6 +405,15 @@ function dashboard() {
   S.timer = setInterval(live, 10000);
 }
 
+// The latest load of each part of the page: an answer to an older load (another tab's, another
+// property's, funnel's, page's or interval's, or an earlier refresh's) that arrives after a newer
+// load of the same part started is dropped, not shown over the newer one.
+const LOADS = {};
+function latestLoad(part, seq) {
+  const load = (LOADS[part] = (LOADS[part] || 0) + 1);
+  return () => seq === S.seq && LOADS[part] === load;
+}
+
 // Under a filter on a page or an event, visits and the per-visit metrics are those of the visits
 // with a matching event, which the Stats API reads from raw events: a range older than the site
 // keeps them (or too large) is refused, and then the dashboard shows the other metrics.
@@ -412,6 +421,7 @@ const SESSION_METRICS = new Set(["visits", "views_per_visit", "bounce_rate", "vi
 const eventFiltered = () => expandedFilters().some((f) => f[1].startsWith("event:"));
 
 async function loadTop(seq) {
+  const current = latestLoad("top", seq);
   let metrics = TOP.map((t) => t[0]);
   let without = "";
   try {
@@ -422,7 +432,7 @@ async function loadTop(seq) {
       without = e.message;
       cur = await query({ metrics, ...compared() });
     }
-    if (seq !== S.seq) return;
+    if (!current()) return;
     const [first, last] = Array.isArray(cur.query.date_range) ? cur.query.date_range : [cur.query.date_range, ""];
     const row = cur.results[0] || { metrics: [] };
     const now = row.metrics;
@@ -451,16 +461,17 @@ async function loadTop(seq) {
     if (cur.query.comparison_date_range) box.dataset.comparisonRange = cur.query.comparison_date_range.join("..");
     box.dataset.range = isRealtime() ? "30m" : `${first}..${last}`;
   } catch (e) {
-    if (seq === S.seq) document.getElementById("top-stats").replaceChildren(h("p", { class: "error" }, e.message));
+    if (current()) document.getElementById("top-stats").replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
 async function loadChart(seq) {
+  const current = latestLoad("chart", seq);
   const box = document.getElementById("chart-box");
   try {
     if (isRealtime()) {
       const rt = await api("GET", realtimePath());
-      if (seq !== S.seq) return;
+      if (!current()) return;
       drawChart(box, rt.pageviews_per_minute.map((m) => [new Date(m.minute).toISOString().slice(11, 16), m.pageviews]), null, "pageviews");
       return;
     }
@@ -481,7 +492,7 @@ async function loadChart(seq) {
         res = await series("day");
       }
     }
-    if (seq !== S.seq) return;
+    if (!current()) return;
     const got = new Map(res.results.map((r) => [r.dimensions[0], r.metrics[0] || 0]));
     const labels = bucketLabels(S.interval, ...res.query.date_range);
     for (const k of got.keys()) if (!labels.includes(k)) labels.push(k);
@@ -490,7 +501,7 @@ async function loadChart(seq) {
     const before = new Map(res.results.filter((r) => r.comparison).map((r) => [r.dimensions[0], [r.comparison.dimensions[0], r.comparison.metrics[0] || 0]]));
     drawChart(box, labels.map((l) => [l, got.get(l) || 0]), before.size ? labels.map((l) => before.get(l) || ["", 0]) : null);
   } catch (e) {
-    if (seq === S.seq) box.replaceChildren(h("p", { class: "error" }, e.message));
+    if (current()) box.replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
@@ -564,11 +575,12 @@ function panelShell(p) {
 async function loadPanel(p, seq) {
   const el = document.querySelector(`[data-panel="${p.id}"] .body`);
   if (!el) return;
+  const current = latestLoad(`panel:${p.id}`, seq);
   let dim = S.tabs[p.id] || p.tabs[0][0];
   if (dim === "props") {
     let keys;
-    try { keys = await propertyKeys(seq); } catch (e) { if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message)); return; }
-    if (seq !== S.seq) return;
+    try { keys = await propertyKeys(seq); } catch (e) { if (current()) el.replaceChildren(h("p", { class: "error" }, e.message)); return; }
+    if (!current()) return;
     if (!keys.length) { el.replaceChildren(h("p", { class: "empty" }, "No custom properties in this range")); return; }
     if (!keys.includes(S.prop)) S.prop = keys[0];
     document.getElementById("prop-key")?.replaceChildren(...keys.map((k) => h("option", { value: k, selected: k === S.prop }, k)));
@@ -583,7 +595,7 @@ async function loadPanel(p, seq) {
     : ["visitors", dim.startsWith("event:") ? "pageviews" : "visits"]);
   try {
     const res = await query({ metrics, dimensions: [asked], order_by: [[metrics[0], "desc"]], pagination: { limit: dim === "map" ? 300 : 10 }, ...compared() });
-    if (seq !== S.seq) return;
+    if (!current()) return;
     // Page views are not custom events, and engagement is part of a visit, not an event.
     const results = dim === "event:name" ? res.results.filter((r) => !["pageview", "engagement"].includes(r.dimensions[0])) : res.results;
     // Regions and cities come from a city database, which Tally does not ship: say so.
@@ -591,7 +603,7 @@ async function loadPanel(p, seq) {
     el.replaceChildren(noPlaces ? h("p", { class: "empty" }, "None in this range. Regions and cities need a city database (mmdb in tally.toml).")
       : dim === "map" ? worldMap(results) : rowsTable(dim, metrics, results));
   } catch (e) {
-    if (seq === S.seq) el.replaceChildren(h("p", { class: "error" }, e.message));
+    if (current()) el.replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
@@ -659,9 +671,10 @@ function realtimeShell() {
 }
 
 async function loadRealtime(seq) {
+  const current = latestLoad("realtime", seq);
   try {
     const rt = await api("GET", realtimePath());
-    if (seq !== S.seq) return;
+    if (!current()) return;
     const live = document.getElementById("live");
     if (live) live.textContent = `${rt.current_visitors} current visitor${rt.current_visitors === 1 ? "" : "s"}`;
     const max = Math.max(1, ...rt.pageviews_per_minute.map((m) => m.pageviews));
@@ -675,7 +688,7 @@ async function loadRealtime(seq) {
         : h("p", { class: "empty" }, "No pageviews in the last 30 minutes"));
   } catch (e) {
     const body = document.querySelector("#realtime .body");
-    if (body && seq === S.seq) body.replaceChildren(h("p", { class: "error" }, e.message));
+    if (body && current()) body.replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
@@ -690,12 +703,13 @@ function funnelShell(funnels, seq) {
 }
 
 async function loadFunnel(seq) {
+  const current = latestLoad("funnel", seq);
   const body = () => document.querySelector("#funnel .body");
   const funnel = (S.site.funnels || []).find((f) => f.funnel_id === S.funnel);
   if (!funnel) return;
   try {
     const res = await api("POST", "/api/funnel", { site_id: S.site.site_id, date_range: dateRange(), steps: funnel.steps, filters: S.filters });
-    if (seq !== S.seq || !body()) return;
+    if (!current() || !body()) return;
     const first = Math.max(1, res.steps[0]?.visitors || 0);
     body().replaceChildren(h("table", { class: "rows" },
       h("tr", {}, h("th", {}, "Step"), h("th", { class: "num" }, "Visitors"), h("th", { class: "num" }, "Conversion"), h("th", { class: "num" }, "Drop-off")),
@@ -705,7 +719,7 @@ async function loadFunnel(seq) {
         h("td", { class: "num dropoff", "data-dropoff": st.dropoff }, i === 0 ? "–" : `${compact(st.dropoff)} (${st.dropoff_percentage}%)`)))),
       S.filters.length ? h("p", { class: "note" }, "Only the visits the filters above select.") : null);
   } catch (e) {
-    if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
+    if (body() && current()) body().replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
@@ -718,23 +732,24 @@ function journeysShell() {
 }
 
 async function loadJourneys(seq) {
+  const current = latestLoad("journeys", seq);
   const body = () => document.querySelector("#journeys .body");
   try {
     const top = await query({ metrics: ["visitors"], dimensions: ["event:page"], pagination: { limit: 20 } });
-    if (seq !== S.seq || !body()) return;
+    if (!current() || !body()) return;
     const pages = top.results.map((r) => r.dimensions[0]);
     if (!pages.length) { body().replaceChildren(h("p", { class: "empty" }, "No data yet")); return; }
     if (!pages.includes(S.journey)) S.journey = pages[0];
     document.getElementById("journey-page").replaceChildren(...pages.map((p) => h("option", { value: p, selected: p === S.journey }, p)));
     const j = await api("POST", "/api/journeys", { site_id: S.site.site_id, date_range: dateRange(), page: S.journey, filters: S.filters });
-    if (seq !== S.seq || !body()) return;
+    if (!current() || !body()) return;
     const list = (id, title, rows) => h("table", { class: "rows", id }, h("tr", {}, h("th", {}, title), h("th", { class: "num" }, "Visitors")),
       rows.map((r) => h("tr", { "data-value": r.page ?? r.pages.join(" → ") }, h("td", { class: "name" }, h("span", {}, r.page ?? r.pages.join(" → "))),
         h("td", { class: "num" }, compact(r.visitors)))));
     body().replaceChildren(h("div", { class: "journey-lists" }, list("journey-before", "Came from", j.before), list("journey-after", "Went to", j.after)),
       j.paths.length ? list("journey-paths", "Paths from here", j.paths) : null);
   } catch (e) {
-    if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
+    if (body() && current()) body().replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
@@ -746,11 +761,12 @@ function sessionsShell() {
 const clock = (ms, seconds) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: seconds ? "2-digit" : undefined });
 
 async function loadSessions(seq) {
+  const current = latestLoad("sessions", seq);
   const body = () => document.querySelector("#sessions .body");
   try {
     const site = encodeURIComponent(S.site.site_id);
     const list = (await api("GET", `/api/sessions?site_id=${site}&limit=10`)).sessions;
-    if (seq !== S.seq || !body()) return;
+    if (!current() || !body()) return;
     // A refresh that changes nothing leaves the panel (and an open session) as it is; one that
     // does keeps a session that is open open.
     const signature = JSON.stringify(list);
@@ -782,7 +798,7 @@ async function loadSessions(seq) {
     body().replaceChildren(h("table", { class: "rows" }, h("tr", {}, h("th", { class: "num" }, "Last seen"), h("th", {}, "Pages"),
       h("th", {}, "From"), h("th", { class: "num" }, "Visit")), rows));
   } catch (e) {
-    if (body() && seq === S.seq) body().replaceChildren(h("p", { class: "error" }, e.message));
+    if (body() && current()) body().replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
