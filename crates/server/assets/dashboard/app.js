@@ -405,13 +405,19 @@ function dashboard() {
   S.timer = setInterval(live, 10000);
 }
 
-// The latest load of each part of the page: an answer to an older load (another tab's, another
-// property's, funnel's, page's or interval's, or an earlier refresh's) that arrives after a newer
-// load of the same part started is dropped, not shown over the newer one.
-const LOADS = {};
+// Each part of the page shows its loads' answers in the order the loads began: an answer to a
+// load older than one already shown (another tab's, another property's, funnel's, page's or
+// interval's, or an earlier refresh's) is dropped, not shown over the newer one. An older answer
+// that comes first is shown, so a part whose loads each outlast the realtime refresh still shows
+// something. `current()` says whether to go on showing this load, and marks it shown.
+const LOADS = { started: {}, shown: {} };
 function latestLoad(part, seq) {
-  const load = (LOADS[part] = (LOADS[part] || 0) + 1);
-  return () => seq === S.seq && LOADS[part] === load;
+  const load = (LOADS.started[part] = (LOADS.started[part] || 0) + 1);
+  return () => {
+    if (seq !== S.seq || load < (LOADS.shown[part] || 0)) return false;
+    LOADS.shown[part] = load;
+    return true;
+  };
 }
 
 // Under a filter on a page or an event, visits and the per-visit metrics are those of the visits
