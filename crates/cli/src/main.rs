@@ -4,6 +4,7 @@
 //! Every command takes `--config` and the settings flags (`--store`, `--table`, …); see
 //! [`config`] for the file, the `TALLY_*` variables and their precedence.
 
+mod allocator;
 mod app;
 mod backup;
 mod bench;
@@ -34,9 +35,10 @@ use crate::config::{Config, Layer};
 /// a map of short strings, and sums their sketches; under glibc's malloc a third of that CPU was
 /// the allocator itself (`_int_malloc`, `malloc_consolidate` and `free` in a profile of
 /// `tally bench`). mimalloc is Microsoft's maintained allocator, built from its C sources by the
-/// `mimalloc` crate with no system dependency; BENCHMARKS.md has the before and after.
+/// `mimalloc` crate with no system dependency; BENCHMARKS.md has the before and after. Blocks
+/// whose alignment mimalloc gives anyway are asked for plainly ([`allocator`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 
 /// Turns transparent huge pages off for this process. Where the kernel backs every anonymous
 /// mapping with 2 MiB pages (`/sys/kernel/mm/transparent_hugepage/enabled` = `always`, as on
