@@ -601,14 +601,21 @@ try {
   // Embedding: another site frames the embeddable link (dark) and cannot frame the other one.
   const host = await guest.newPage();
   const embedUrl = `${embedLink}?embed=true&theme=dark&period=day`;
-  await host.goto(`http://127.0.0.1:${port}/embed.html?a=${encodeURIComponent(embedUrl)}&b=${encodeURIComponent(TALLY + env("TALLY_SHARE_PATH"))}`);
+  const refusedUrl = TALLY + env("TALLY_SHARE_PATH");
+  const refusedAnswer = host.waitForResponse((r) => r.url() === refusedUrl);
+  await host.goto(`http://127.0.0.1:${port}/embed.html?a=${encodeURIComponent(embedUrl)}&b=${encodeURIComponent(refusedUrl)}`);
   const framed = host.frameLocator("#embedded");
   await framed.locator("#top-stats[data-range]").waitFor();
   assert.equal((await framed.locator("#stat-visitors .value").textContent()).trim(), String(today[0]), "visitors in the embedded dashboard");
   const dark = await framed.locator("html").evaluate((el) => [el.className, getComputedStyle(el).backgroundColor]);
   assert.ok(dark[0].includes("dark") && dark[1] === "rgb(15, 17, 21)", `the dark theme: ${dark}`);
   assert.equal(await framed.locator(".brand").isVisible(), false, "no brand in an embed");
-  await host.waitForTimeout(500);
+  // The other link's page forbids framing, and the browser shows its error page in its place.
+  const refusedHeaders = await (await refusedAnswer).allHeaders();
+  assert.ok(/frame-ancestors 'none'/.test(refusedHeaders["content-security-policy"] || "") || /^deny$/i.test(refusedHeaders["x-frame-options"] || ""),
+    `the page not made embeddable forbids framing: ${JSON.stringify(refusedHeaders)}`);
+  const refusedFrame = await (await host.$("#refused")).contentFrame();
+  await until("the refused frame shows the browser's error page", async () => ({ ok: refusedFrame.url().startsWith("chrome-error:"), url: refusedFrame.url() }));
   assert.equal(await host.frameLocator("#refused").locator("#top-stats").count(), 0, "a link not made embeddable is not framed");
   await host.screenshot({ path: join(OUT, "embedded.png") });
   const stranger = await guest.newPage();
