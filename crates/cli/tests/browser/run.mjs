@@ -108,6 +108,15 @@ async function settled() {
 }
 const rows = (res) => Object.fromEntries(res.results.map((r) => [r.dimensions[0], r.metrics]));
 
+// The script reads "today" (UTC, the site's zone) in many places, and the server dates each event
+// when it takes it: started this close to midnight, it waits for the next day, so all of its
+// events and reads fall on one day.
+{
+  const now = Date.now();
+  const midnight = new Date(now).setUTCHours(24, 0, 0, 0);
+  if (midnight - now < 8 * 60_000) await sleep(midnight - now + 5000);
+}
+
 try {
   // ---- 1. the trackers ----
   // Beacons' bodies are not visible to the browser's request events, so each step waits for the

@@ -97,6 +97,15 @@ async function stored() {
 
 const found = {};
 let sent = 0, answered = 0;
+// The script reads "today" (UTC, the site's zone) in many places, and the server dates each event
+// when it takes it: started this close to midnight, it waits for the next day, so all of its
+// events and reads fall on one day.
+{
+  const now = Date.now();
+  const midnight = new Date(now).setUTCHours(24, 0, 0, 0);
+  if (midnight - now < 8 * 60_000) await sleep(midnight - now + 5000);
+}
+
 try {
   const context = await browser.newContext();
   context.on("request", (r) => { if (r.url().startsWith(`${TALLY}/api/event`)) sent++; });
