@@ -940,7 +940,10 @@ impl<'a> Reader<'a> {
 
     fn dict(&mut self, rows: usize) -> Result<Dict, BlockError> {
         let n = self.len_bounded()?;
-        let mut text = String::new();
+        // The values' text is shorter than what is left of the column (their lengths and the
+        // rows' indexes follow it there), so one allocation holds it rather than a string
+        // doubled as it fills: a scan decodes a few dictionaries per block, thousands of blocks.
+        let mut text = String::with_capacity(if n == 0 { 0 } else { self.bytes.len() - self.at });
         let mut ends = Vec::with_capacity(n);
         for _ in 0..n {
             let len = self.len_bounded()?;
