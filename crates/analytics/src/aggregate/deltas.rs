@@ -33,6 +33,13 @@ pub fn period_keeps(period: Period, dimension: &str) -> bool {
     }
 }
 
+/// [`period_keeps`] of every visit dimension (in [`VisitDimension::ALL`]'s order), per period:
+/// looked up rather than compared by name for every key of every event.
+static VISIT_KEPT: std::sync::LazyLock<[[bool; VisitDimension::ALL.len()]; Period::ALL.len()]> =
+    std::sync::LazyLock::new(|| {
+        Period::ALL.map(|period| VisitDimension::ALL.map(|d| period_keeps(period, d.as_str())))
+    });
+
 /// The bucket label of `ts_ms` at `period` in the site's zone.
 pub fn bucket_label(period: Period, zone: &SiteZone, ts_ms: i64) -> Result<String, PeriodError> {
     match period.unit() {
@@ -155,6 +162,9 @@ fn each_delta(
     let event = bounded.as_ref();
     let keeps =
         |period: Period, dimension: &str| period_keeps(period, dimension) || (every_hour && period == Period::Hour);
+    // What the loop below asks of every period, worked out once per event: each visit
+    // dimension's value, and whether a period keeps each dimension (a comparison of names).
+    let visit_values: [Option<&str>; VisitDimension::ALL.len()] = VisitDimension::ALL.map(|d| d.value(&event.visit));
     let site_id = event.site_id.as_str();
     let pageviews = i64::from(event.is_pageview());
     let visitor = event.visitor_id.as_u64();
@@ -190,6 +200,16 @@ fn each_delta(
     };
 
     for &period in periods {
+        let kept = |dimension: &str| keeps(period, dimension);
+        let (keeps_total, keeps_page, keeps_hostname, keeps_name, keeps_goal) =
+            (kept(TOTAL), kept("event:page"), kept("event:hostname"), kept("event:name"), kept("event:goal"));
+        // A property's dimension is never one of the named ones a minute or an hour keeps.
+        let keeps_props = props.first().is_some_and(|(dimension, _)| kept(dimension));
+        let keeps_visit = if every_hour && period == Period::Hour {
+            [true; VisitDimension::ALL.len()]
+        } else {
+            VISIT_KEPT[period as usize]
+        };
         // Event counters and the visitor go to the bucket of the event's time.
         let event_bucket = (counts_event && (period != Period::Minute || event.ts >= minutes_from))
             .then(|| cached_label(period, zone, event.ts))
@@ -199,42 +219,42 @@ fn each_delta(
         let same = event_bucket.is_some() && event_bucket == start_bucket;
         let visit_change = if same { change } else { Delta::default() };
         if let Some(bucket) = &event_bucket {
-            let mut add = |dimension: &str, value: &str, delta: Delta| {
-                if keeps(period, dimension) {
+            let mut add = |kept: bool, dimension: &str, value: &str, delta: Delta| {
+                if kept {
                     f(AggKeyRef { site_id, period, dimension, bucket, value }, delta);
                 }
             };
-            add(TOTAL, "", plus(counted, visit_change));
+            add(keeps_total, TOTAL, "", plus(counted, visit_change));
             if event.is_pageview() {
-                add("event:page", &event.path, counted);
+                add(keeps_page, "event:page", &event.path, counted);
             }
-            add("event:hostname", &event.hostname, counted);
-            add("event:name", &event.name, counted);
+            add(keeps_hostname, "event:hostname", &event.hostname, counted);
+            add(keeps_name, "event:name", &event.name, counted);
             for goal in &event.goals {
-                add("event:goal", goal, counted);
+                add(keeps_goal, "event:goal", goal, counted);
             }
             for (dimension, value) in &props {
-                add(dimension, value, counted);
+                add(keeps_props, dimension, value, counted);
             }
-            for dimension in VisitDimension::ALL {
-                if let Some(value) = dimension.value(&event.visit)
+            for (i, dimension) in VisitDimension::ALL.into_iter().enumerate() {
+                if let Some(value) = visit_values[i]
                     && !(dimension.is_sparse() && value.is_empty())
                 {
-                    add(dimension.as_str(), value, plus(counted, visit_change));
+                    add(keeps_visit[i], dimension.as_str(), value, plus(counted, visit_change));
                 }
             }
         }
         let Some(bucket) = &start_bucket else { continue };
         let key = |dimension, value| AggKeyRef { site_id, period, dimension, bucket, value };
-        if !same && keeps(period, TOTAL) && !change.counters.is_zero() {
+        if !same && keeps_total && !change.counters.is_zero() {
             f(key(TOTAL, ""), change);
         }
-        for visit_dimension in VisitDimension::ALL {
+        for (i, visit_dimension) in VisitDimension::ALL.into_iter().enumerate() {
             let dimension = visit_dimension.as_str();
-            if !keeps(period, dimension) {
+            if !keeps_visit[i] {
                 continue;
             }
-            match visit_dimension.value(&event.visit) {
+            match visit_values[i] {
                 Some(value) if visit_dimension.is_sparse() && value.is_empty() => {}
                 Some(value) => {
                     if !same && !change.counters.is_zero() {
