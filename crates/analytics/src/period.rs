@@ -232,10 +232,13 @@ impl Bucket {
 }
 
 /// A site's time zone: turns instants into site-time buckets and dates into instants.
+///
+/// Cheap to clone (the aggregator takes the site's zone for every event): the zone and its
+/// name are both shared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiteZone {
     tz: TimeZone,
-    name: String,
+    name: std::sync::Arc<str>,
 }
 
 impl SiteZone {
@@ -246,13 +249,13 @@ impl SiteZone {
             return Err(PeriodError::UnknownTimeZone(name.chars().take(64).collect()));
         }
         let tz = TimeZone::get(name).map_err(|_| PeriodError::UnknownTimeZone(name.to_owned()))?;
-        let name = tz.iana_name().unwrap_or(name).to_owned();
+        let name = tz.iana_name().unwrap_or(name).into();
         Ok(SiteZone { tz, name })
     }
 
     /// UTC, the zone of a site that names none.
     pub fn utc() -> SiteZone {
-        SiteZone { tz: TimeZone::UTC, name: "UTC".to_owned() }
+        SiteZone { tz: TimeZone::UTC, name: "UTC".into() }
     }
 
     /// Its IANA name.
