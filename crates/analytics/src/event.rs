@@ -369,6 +369,16 @@ impl Hostname {
         &self.0
     }
 
+    /// Whether parsing this host name's text gives it back (`Hostname::parse(self.as_str())`
+    /// is `self`), so a lookup that would parse it may take it as it is. A parsed name is already
+    /// lower-case ASCII without a final dot, and an address literal already in its shortest
+    /// form; only a leading `www.` (left by `www.www.…`) would be taken off once more, and the
+    /// empty name (of the host `.`) does not parse at all. Property-tested in
+    /// `a_urls_host_is_what_parsing_its_text_gives`.
+    pub fn is_canonical(&self) -> bool {
+        !self.0.is_empty() && !self.0.starts_with("www.")
+    }
+
     /// Whether this host is `domain` or one of its subdomains.
     pub fn is_within(&self, domain: &Hostname) -> bool {
         match self.0.strip_suffix(domain.as_str()) {

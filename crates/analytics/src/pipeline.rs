@@ -887,7 +887,7 @@ impl Pipeline {
             SiteSelector::Domain => {
                 let mut sites: Vec<Arc<Site>> = Vec::new();
                 for domain in &event.domains {
-                    if let Some(site) = self.sites.by_domain_shared(domain.as_str()).await?
+                    if let Some(site) = self.sites.by_hostname_shared(domain).await?
                         && !sites.iter().any(|s| s.site_id == site.site_id)
                     {
                         sites.push(site);

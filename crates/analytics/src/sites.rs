@@ -580,6 +580,16 @@ impl Sites {
         }
     }
 
+    /// [`Sites::by_domain_shared`] of a host name parsed already (an event's domains): not parsed
+    /// again where that would give it back unchanged.
+    pub async fn by_hostname_shared(&self, host: &Hostname) -> Result<Option<Arc<Site>>, SitesError> {
+        if host.is_canonical() {
+            self.site_of_alias(host.as_str()).await
+        } else {
+            self.by_domain_shared(host.as_str()).await
+        }
+    }
+
     /// The site of an Umami website id.
     pub async fn by_umami_id(&self, uuid: &str) -> Result<Option<Site>, SitesError> {
         Ok(self.by_umami_id_shared(uuid).await?.map(|s| (*s).clone()))
