@@ -364,7 +364,7 @@ impl ApiKeyInfo {
 pub struct Sites {
     table: Table,
     by_id: Cached<Arc<Site>>,
-    by_domain: Cached<String>,
+    by_domain: Cached<Arc<str>>,
     by_key: Cached<ApiKeyInfo>,
 }
 
@@ -556,7 +556,7 @@ impl Sites {
             .by_domain
             .get_or_load(alias, || async {
                 match self.table.get("SiteDomain", item! { "domain" => alias }).await? {
-                    Some(r) => Ok(Some(r.string("site_id").map_err(corrupt("SiteDomain"))?.to_owned())),
+                    Some(r) => Ok(Some(r.string("site_id").map_err(corrupt("SiteDomain"))?.into())),
                     None => Ok::<_, SitesError>(None),
                 }
             })
