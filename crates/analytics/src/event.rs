@@ -834,8 +834,8 @@ pub fn language_tag(text: &str) -> Option<String> {
             out.push('-');
         }
         match (i, part.len()) {
-            (0, _) => out.push_str(&part.to_ascii_lowercase()),
-            (_, 2) => out.push_str(&part.to_ascii_uppercase()),
+            (0, _) => out.extend(part.chars().map(|c| c.to_ascii_lowercase())),
+            (_, 2) => out.extend(part.chars().map(|c| c.to_ascii_uppercase())),
             _ => out.push_str(part),
         }
     }

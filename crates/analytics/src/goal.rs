@@ -127,6 +127,9 @@ impl Goal {
 pub struct PagePattern {
     source: String,
     tokens: Vec<Token>,
+    /// How many tokens lead the pattern as plain bytes: `source`'s first `literal` bytes, which
+    /// a matching path starts with.
+    literal: usize,
 }
 
 /// One element of a compiled pattern.
@@ -166,7 +169,8 @@ impl PagePattern {
                 i += 1;
             }
         }
-        Ok(PagePattern { source: pattern.to_owned(), tokens })
+        let literal = tokens.iter().take_while(|t| matches!(t, Token::Byte(_))).count();
+        Ok(PagePattern { source: pattern.to_owned(), tokens, literal })
     }
 
     /// The pattern as written.
@@ -176,13 +180,29 @@ impl PagePattern {
 
     /// Whether the whole of `path` matches.
     pub fn matches(&self, path: &str) -> bool {
+        // Every event is matched against every page goal of its site, and most goals are a plain
+        // path or start with one: the pattern's literal start settles most paths before the table.
+        let Some(path) = path.as_bytes().strip_prefix(&self.source.as_bytes()[..self.literal]) else {
+            return false;
+        };
+        let tokens = &self.tokens[self.literal..];
+        if tokens.is_empty() {
+            return path.is_empty();
+        }
         // A row of the classic wildcard table: `reach[j]` says whether the tokens read so far can
         // consume exactly the first `j` bytes of the path. One row of `path.len() + 1` booleans,
-        // updated per token, bounds both time and memory whatever the input.
-        let path = path.as_bytes();
-        let mut reach = vec![false; path.len() + 1];
+        // updated per token, bounds both time and memory whatever the input; a short path's row
+        // lives on the stack.
+        let mut stack = [false; 256];
+        let mut heap = Vec::new();
+        let reach: &mut [bool] = if path.len() < stack.len() {
+            &mut stack[..=path.len()]
+        } else {
+            heap.resize(path.len() + 1, false);
+            &mut heap
+        };
         reach[0] = true;
-        for token in &self.tokens {
+        for token in tokens {
             match *token {
                 Token::Byte(b) => {
                     for j in (1..=path.len()).rev() {

@@ -1,5 +1,7 @@
 //! Data-driven tests of goals: which paths a pattern matches, what is refused, how rates round.
 
+use std::collections::HashMap;
+
 use expect_test::{Expect, expect};
 use proptest::prelude::*;
 
@@ -142,16 +144,25 @@ fn conversion_rates() {
     check_rate(u64::MAX / 3, u64::MAX, expect!["33.3 | 33.3 | 33.33"]);
 }
 
-/// A slow but obviously right reference: Plausible's pattern as a recursive matcher.
+/// A slow but obviously right reference: Plausible's pattern as a recursive matcher, remembering
+/// what it settled for each (pattern, path) suffix pair so long paths stay quick.
 fn reference(pattern: &[u8], path: &[u8]) -> bool {
-    match pattern {
-        [] => path.is_empty(),
-        [b'*', b'*', rest @ ..] => (0..=path.len()).any(|k| reference(rest, &path[k..])),
-        [b'*', rest @ ..] => {
-            (0..=path.len()).take_while(|&k| !path[..k].contains(&b'/')).any(|k| reference(rest, &path[k..]))
+    fn go(pattern: &[u8], path: &[u8], seen: &mut HashMap<(usize, usize), bool>) -> bool {
+        if let Some(&known) = seen.get(&(pattern.len(), path.len())) {
+            return known;
         }
-        [c, rest @ ..] => path.first() == Some(c) && reference(rest, &path[1..]),
+        let answer = match pattern {
+            [] => path.is_empty(),
+            [b'*', b'*', rest @ ..] => (0..=path.len()).any(|k| go(rest, &path[k..], seen)),
+            [b'*', rest @ ..] => {
+                (0..=path.len()).take_while(|&k| !path[..k].contains(&b'/')).any(|k| go(rest, &path[k..], seen))
+            }
+            [c, rest @ ..] => path.first() == Some(c) && go(rest, &path[1..], seen),
+        };
+        seen.insert((pattern.len(), path.len()), answer);
+        answer
     }
+    go(pattern, path, &mut HashMap::new())
 }
 
 proptest! {
@@ -159,6 +170,22 @@ proptest! {
     fn matcher_agrees_with_reference(pattern in "/[ab/*]{0,8}", path in "/[ab/]{0,10}") {
         let goal = PagePattern::parse(&pattern).unwrap();
         prop_assert_eq!(goal.matches(&path), reference(pattern.as_bytes(), path.as_bytes()));
+    }
+
+    /// Paths past the matcher's row on the stack, and patterns that are mostly or wholly a
+    /// literal path (the literal start is checked apart from the table).
+    #[test]
+    fn matcher_agrees_with_reference_on_long_paths_and_literal_starts(
+        pattern in "/[ab/]{0,6}[ab/*]{0,4}",
+        repeat in 0usize..600,
+        tail in "[ab/]{0,6}",
+    ) {
+        let goal = PagePattern::parse(&pattern).unwrap();
+        // A path that often shares the pattern's literal start, of any length around the row's.
+        let literal = pattern.split('*').next().unwrap_or("/");
+        let path = format!("{literal}{}{tail}", "a".repeat(repeat));
+        prop_assert_eq!(goal.matches(&path), reference(pattern.as_bytes(), path.as_bytes()));
+        prop_assert_eq!(goal.matches(&tail), reference(pattern.as_bytes(), tail.as_bytes()));
     }
 
     #[test]
