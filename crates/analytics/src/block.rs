@@ -22,6 +22,7 @@
 //! site and day whose visitor ids are 16 lower-case hex digits and session ids canonical ULIDs
 //! (`tests::round_trip`, a property test).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -362,7 +363,10 @@ impl Block {
 }
 
 /// Encodes events of one site and UTC day (in the order given) as a block.
-pub fn encode(site_id: &str, day: UtcDay, events: &[StoredEvent]) -> Result<Vec<u8>, BlockError> {
+pub fn encode<E: Borrow<StoredEvent>>(site_id: &str, day: UtcDay, events: &[E]) -> Result<Vec<u8>, BlockError> {
+    // Owned events or shared ones (the block writer's, which their sessions keep too).
+    let events: SmallVec<[&StoredEvent; 64]> = events.iter().map(Borrow::borrow).collect();
+    let events = events.as_slice();
     // Sessions in first-seen order, found by a linear search while few (blocks are tens of events).
     let mut sessions: Interner<SessionKey> = Interner::default();
     let mut first_event: Vec<usize> = Vec::new();

@@ -33,6 +33,7 @@
 //! replaces, so even an engine whose Query is not isolated from transactions (DynamoDB) never
 //! counts an event twice.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,9 +91,10 @@ impl EventStoreError {
 }
 
 struct Pending {
-    event: StoredEvent,
-    /// Gets the event back once its block is durable (so nobody copies it to keep it), or why not.
-    done: oneshot::Sender<Result<StoredEvent, String>>,
+    /// Shared with the session that made it, which keeps it as its latest event.
+    event: Arc<StoredEvent>,
+    /// Gets the event back once its block is durable, or why not.
+    done: oneshot::Sender<Result<Arc<StoredEvent>, String>>,
     /// Settled when the block is durable or the event failed.
     written: Settle,
     /// The previous event of the same session, when it was queued before this one was durable:
@@ -180,7 +182,7 @@ impl Drop for Settle {
 #[derive(Debug)]
 pub struct Queued {
     written: Arc<Written>,
-    wait: Result<oneshot::Receiver<Result<StoredEvent, String>>, EventStoreError>,
+    wait: Result<oneshot::Receiver<Result<Arc<StoredEvent>, String>>, EventStoreError>,
 }
 
 impl Queued {
@@ -190,7 +192,7 @@ impl Queued {
     }
 
     /// The event back once its block is durable, or why it is not stored.
-    pub async fn done(self) -> Result<StoredEvent, EventStoreError> {
+    pub async fn done(self) -> Result<Arc<StoredEvent>, EventStoreError> {
         match self.wait?.await {
             Ok(Ok(event)) => Ok(event),
             Ok(Err(e)) => Err(EventStoreError::Write(e)),
@@ -305,7 +307,7 @@ impl BlockWriter {
     /// block is durable. `after` is the outcome of the session's previous event if that one may not be
     /// durable yet: should it fail, `event` fails too, and is never stored without it (both
     /// are of one partition, so they share a block or are written in queue order).
-    pub fn queue(&self, event: StoredEvent, after: Option<Arc<Written>>) -> Queued {
+    pub fn queue(&self, event: Arc<StoredEvent>, after: Option<Arc<Written>>) -> Queued {
         let (done, wait) = oneshot::channel();
         let written = Arc::new(Written::default());
         let after = after.filter(|w| !w.is_stored());
@@ -416,7 +418,7 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
     let number = shared.next_block.fetch_add(1, Ordering::Relaxed);
     // Events held back once lead the chunk; the rest may be held back now.
     let keep = if may_hold { pending.iter().take_while(|p| p.held).count().max(1) } else { pending.len() };
-    let (mut events, mut rest): (Vec<StoredEvent>, Vec<_>) =
+    let (mut events, mut rest): (Vec<Arc<StoredEvent>>, Vec<_>) =
         pending.into_iter().map(|p| (p.event, (p.done, p.written, p.after))).unzip();
     let encoded = fit(&shared.table, (&shared.run_id, number), site, day, &events, keep);
     let later: Vec<Pending> = match &encoded {
@@ -459,12 +461,12 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
 /// on or just under the previous unit's boundary. Write units are billed per started KB, and a
 /// busy writer's blocks are a KB or two, so rounding up cost about a third of their units; the
 /// events left out lead the partition's next block, which is written as soon as this one is.
-fn fit(
+fn fit<E: Borrow<StoredEvent>>(
     table: &Table,
     key: (&str, u64),
     site: &str,
     day: UtcDay,
-    events: &[StoredEvent],
+    events: &[E],
     keep: usize,
 ) -> Result<(usize, Vec<u8>), BlockError> {
     let data = block::encode(site, day, events)?;
@@ -654,12 +656,12 @@ pub fn approx_size(e: &StoredEvent) -> usize {
 
 /// Writes one block of `events`, encoded as `data` (create-only under its unique key); returns
 /// its encoded size. A failed condition means an earlier attempt of this same write succeeded.
-async fn write_block(
+async fn write_block<E: Borrow<StoredEvent>>(
     table: &Table,
     (run_id, number): (&str, u64),
     site: &str,
     day: UtcDay,
-    events: &[StoredEvent],
+    events: &[E],
     data: Vec<u8>,
 ) -> Result<usize, EventStoreError> {
     let len = data.len();
@@ -671,25 +673,27 @@ async fn write_block(
     }
 }
 
-fn block_item(
+fn block_item<E: Borrow<StoredEvent>>(
     (run_id, number): (&str, u64),
     site: &str,
     day: UtcDay,
-    events: &[StoredEvent],
+    events: &[E],
     data: Vec<u8>,
     version: i64,
     replaces: &[u64],
 ) -> store::Item {
-    let first_ts = events.iter().map(|e| e.ts).min().unwrap_or(0);
-    let last_ts = events.iter().map(|e| e.ts).max().unwrap_or(0);
-    let max_epoch = events.iter().map(|e| e.epoch).max().unwrap_or(0);
-    let ttl = events.iter().map(|e| e.ttl).max().unwrap_or(0);
+    let count = events.len();
+    let events = || events.iter().map(Borrow::borrow);
+    let first_ts = events().map(|e: &StoredEvent| e.ts).min().unwrap_or(0);
+    let last_ts = events().map(|e| e.ts).max().unwrap_or(0);
+    let max_epoch = events().map(|e| e.epoch).max().unwrap_or(0);
+    let ttl = events().map(|e| e.ttl).max().unwrap_or(0);
     let mut item = item! {
         "site_id" => site,
         "day" => day.to_string(),
         "run_id" => run_id,
         "block" => number,
-        "events" => events.len(),
+        "events" => count,
         "first_ts" => first_ts,
         "last_ts" => last_ts,
         "max_epoch" => max_epoch,

@@ -307,7 +307,8 @@ impl ImportClient {
 /// counters and exit page (20,000 of them are held under sustained ingestion).
 #[derive(Debug, Clone)]
 struct Live {
-    last: StoredEvent,
+    /// Shared with the block writer while it is queued.
+    last: Arc<StoredEvent>,
     /// Whether `last` is durable yet, when it was queued by [`Pipeline::store_alone`] (`None`:
     /// it is).
     written: Option<Arc<Written>>,
@@ -1107,7 +1108,7 @@ impl Pipeline {
     /// The visitor's session as the table has it, if it is live at `ts`.
     async fn load_session(&self, site_id: &str, visitor: VisitorId, ts: i64) -> Result<Cached, PipelineError> {
         let (last, head_version, holder, held_at_ms) = self.load_head(site_id, visitor).await?;
-        let live = last.map(|last| Live { last, written: None }).filter(|l| l.live_at(ts));
+        let live = last.map(|last| Live { last: Arc::new(last), written: None }).filter(|l| l.live_at(ts));
         Ok(Cached { live, head_version, just_read: true, holder, held_at_ms })
     }
 
@@ -1382,6 +1383,7 @@ impl Pipeline {
         let (stored, ticket) = self.next_event(&guard, site, source, visitor).await?;
         let after = guard.live.as_ref().and_then(|l| l.written.clone());
         let mine = (stored.session_id, stored.seq);
+        let stored = Arc::new(stored);
         let queued = self.writer.queue(stored.clone(), after);
         let (head_version, holder, held_at_ms) = (guard.head_version, guard.holder.clone(), guard.held_at_ms);
         let written = Some(queued.written());
@@ -1572,7 +1574,7 @@ impl Pipeline {
         }
         // The session's previous event may still be on its way (queued while alone).
         let after = guard.live.as_ref().and_then(|l| l.written.clone());
-        let stored = match self.writer.queue(stored, after).done().await {
+        let stored = match self.writer.queue(Arc::new(stored), after).done().await {
             Ok(stored) => stored,
             Err(e) => {
                 // Not stored: give the slot back (the item still names our claim, so a later

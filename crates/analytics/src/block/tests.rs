@@ -228,7 +228,7 @@ fn a_header_day_that_is_not_a_date_is_refused() {
 
 #[test]
 fn an_empty_block_round_trips() {
-    let bytes = encode("s", day("2026-01-01"), &[]).unwrap();
+    let bytes = encode::<StoredEvent>("s", day("2026-01-01"), &[]).unwrap();
     assert_eq!(decode_events(&bytes).unwrap(), vec![]);
 }
 

@@ -7,7 +7,7 @@ const NOW: i64 = 1_800_000_000_000;
 fn live(last_ts: i64) -> Slot {
     Arc::new(tokio::sync::Mutex::new(Cached {
         live: Some(Live {
-            last: StoredEvent { day: UtcDay::from_unix_ms(last_ts), ts: last_ts, ..StoredEvent::default() },
+            last: Arc::new(StoredEvent { day: UtcDay::from_unix_ms(last_ts), ts: last_ts, ..StoredEvent::default() }),
             written: None,
         }),
         head_version: None,
@@ -39,8 +39,10 @@ fn a_cached_session_tells_its_latest_time_as_the_state_after_its_event_does() {
         (state(1, NOW), NOW),          // at the same millisecond
     ];
     for (prev, ts) in cases {
-        let live =
-            Live { last: StoredEvent { ts, path: "/b".to_owned(), prev, ..StoredEvent::default() }, written: None };
+        let live = Live {
+            last: Arc::new(StoredEvent { ts, path: "/b".to_owned(), prev, ..StoredEvent::default() }),
+            written: None,
+        };
         let state = live.last.next();
         assert_eq!(live.last_ts(), state.last_ts);
         assert!(live.live_at(state.last_ts - SESSION_TIMEOUT_MS + 1));

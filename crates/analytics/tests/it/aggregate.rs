@@ -1014,10 +1014,10 @@ async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile()
     let second = session.pageview("/pricing", T0 + 60_000);
     failing.fail_next(1);
     // Queued together before the writer runs: one batch.
-    let first_queued = writer.queue(first, None);
+    let first_queued = writer.queue(Arc::new(first), None);
     let after_first = first_queued.written();
-    let others_queued: Vec<_> = others.iter().map(|e| writer.queue(e.clone(), None)).collect();
-    let second_queued = writer.queue(second, Some(after_first.clone()));
+    let others_queued: Vec<_> = others.iter().map(|e| writer.queue(Arc::new(e.clone()), None)).collect();
+    let second_queued = writer.queue(Arc::new(second), Some(after_first.clone()));
     let after_second = second_queued.written();
     assert!(first_queued.done().await.is_err(), "the first block's write fails");
     assert!(second_queued.done().await.is_err(), "the next event of the session fails with it");
@@ -1032,10 +1032,10 @@ async fn a_failed_block_fails_the_later_events_of_its_session_queued_meanwhile()
     // A third event queued after the second failed fails without a write; another session's
     // event is stored.
     let third = session.pageview("/signup", T0 + 120_000);
-    assert!(writer.queue(third, Some(after_second)).done().await.is_err());
+    assert!(writer.queue(Arc::new(third), Some(after_second)).done().await.is_err());
     let unrelated = Session::new("S1", 0xb, 2, T0, "").pageview("/", T0 + 5);
     let unrelated_id = unrelated.session_id;
-    assert!(writer.queue(unrelated, None).done().await.is_ok());
+    assert!(writer.queue(Arc::new(unrelated), None).done().await.is_ok());
     let mut stored = stored_sessions(&h.table).await;
     stored.sort();
     let mut expected = stored_others;
@@ -1055,13 +1055,13 @@ async fn events_queued_by_tasks_ready_together_share_a_block() {
     let mut events: Vec<StoredEvent> = (0..11u32)
         .map(|i| Session::new("S1", 0x200 + u64::from(i), 10 + i, T0, "Google").pageview("/", T0 + i64::from(i)))
         .collect();
-    let first = writer.queue(events.remove(0), None);
+    let first = writer.queue(Arc::new(events.remove(0)), None);
     // Ready now, run only once this task waits: after the writer has taken the first event.
     let others: Vec<_> = events
         .into_iter()
         .map(|event| {
             let writer = writer.clone();
-            tokio::spawn(async move { writer.queue(event, None).done().await })
+            tokio::spawn(async move { writer.queue(Arc::new(event), None).done().await })
         })
         .collect();
     first.done().await.expect("stored");
@@ -1088,7 +1088,7 @@ async fn blocks_end_on_a_write_unit_and_the_events_held_back_lead_the_next_block
         s.pageview(&format!("/page/{}", i % 7), T0 + i64::from(i))
     };
     // A lone event is written at once, whole: nothing is held back without a reason.
-    let mut queued = vec![writer.queue(event(0), None)];
+    let mut queued = vec![writer.queue(Arc::new(event(0)), None)];
     // Three bursts, each queued while the block before it is being written.
     let mut next = 1;
     for round in 1..=3 {
@@ -1097,7 +1097,7 @@ async fn blocks_end_on_a_write_unit_and_the_events_held_back_lead_the_next_block
             tokio::task::yield_now().await;
         }
         for _ in 0..40 {
-            queued.push(writer.queue(event(next), None));
+            queued.push(writer.queue(Arc::new(event(next)), None));
             next += 1;
         }
         failing.gate.add_permits(1);
