@@ -38,7 +38,7 @@ pub mod rebuild;
 pub mod recovery;
 pub mod session_log;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -737,12 +737,13 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     let (n_blocks, block_bytes) = (sum(|c| &c.blocks), sum(|c| &c.bytes));
     println!(
         "event blocks: {n_blocks} written, {:.0} events and {:.1} KB each, {:.1} bytes per event encoded; {} merged \
-         away; {} events held back for the next block to end a block on a write unit",
+         away; {} events held back for the next block to end a block on a write unit; {:.2} encodings per block",
         sum(|c| &c.events) as f64 / n_blocks.max(1) as f64,
         block_bytes as f64 / n_blocks.max(1) as f64 / 1024.0,
         block_bytes as f64 / accepted as f64,
         sum(|c| &c.compacted).max(compacted as u64),
-        sum(|c| &c.held)
+        sum(|c| &c.held),
+        sum(|c| &c.encodings) as f64 / n_blocks.max(1) as f64
     );
     let while_ingesting = s.engine.compactions();
     print_disk(

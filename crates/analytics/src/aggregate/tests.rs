@@ -338,7 +338,7 @@ fn an_event_survives_its_item_round_trip() {
 }
 
 /// A store that is never called: `build_item` does no I/O.
-struct NoStore;
+pub(crate) struct NoStore;
 
 #[async_trait]
 impl store::Store for NoStore {

@@ -47,7 +47,7 @@ fn visit() -> impl Strategy<Value = VisitAttrs> {
 }
 
 /// Sessions as (visitor, session ULID, visit), then events pointing at them.
-fn events() -> impl Strategy<Value = Vec<StoredEvent>> {
+pub(crate) fn events() -> impl Strategy<Value = Vec<StoredEvent>> {
     let sessions = prop::collection::vec((any::<u64>(), any::<u128>(), visit()), 1..6);
     sessions
         .prop_flat_map(|sessions| {
@@ -298,7 +298,7 @@ fn a_version_1_block_is_not_read_as_version_2() {
     assert!(decode_events(&wrong).is_err(), "an unknown version is refused");
 }
 
-fn day(text: &str) -> UtcDay {
+pub(crate) fn day(text: &str) -> UtcDay {
     UtcDay::parse(text).expect("a day")
 }
 
