@@ -40,7 +40,7 @@ pub mod session_log;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
@@ -389,8 +389,8 @@ pub(crate) struct Shared {
     run_id: Arc<str>,
     epochs: Mutex<Epochs>,
     settled: Notify,
-    settings: RwLock<HashMap<String, SiteSettings>>,
-    partitions: Mutex<HashMap<String, HashSet<UtcDay>>>,
+    settings: RwLock<hashbrown::HashMap<String, SiteSettings>>,
+    partitions: Mutex<hashbrown::HashMap<String, hashbrown::HashSet<UtcDay>>>,
     /// Held for the whole of a flush: the flushes of one run are strictly sequential.
     flush: tokio::sync::Mutex<FlushState>,
     /// Runs whose `Run` item says `done` or `recovered`: their `flushes` entries can go.

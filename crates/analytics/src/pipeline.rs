@@ -379,7 +379,7 @@ pub struct Pipeline {
     limits: Limits,
     /// Salts by UTC day; `None` caches that a past day's salt does not exist (no process
     /// creates a past day's salt, so the answer cannot change).
-    salts: Mutex<HashMap<i64, Option<Salt>>>,
+    salts: Mutex<hashbrown::HashMap<i64, Option<Salt>>>,
     sessions: Arc<Mutex<Sessions>>,
     counters: PipelineCounters,
     writer: Arc<BlockWriter>,

@@ -15,7 +15,7 @@
 //! way rather than each reading it. A load that began before the answer was forgotten (the site
 //! changed) is not kept, so a change made in this process is seen at once.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! 28 sessions. Entries are idempotent facts: a flush retried or a run recovered may write one
 //! twice, and readers keep the latest time per session.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 use store::{AttributeValue, Item};
 

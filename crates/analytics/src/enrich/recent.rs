@@ -3,11 +3,13 @@
 //! the bot list's expression) costs about a microsecond. The bot check and the User-Agent parser
 //! each keep one.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::Mutex;
 
 /// At most `CAPACITY` answers, keyed by User-Agent; emptied whenever it fills, so it needs no
-/// bookkeeping per hit and never holds more than the cap.
+/// bookkeeping per hit and never holds more than the cap. Hashed by `hashbrown`'s default
+/// (foldhash, seeded at random per map) like the aggregation's keys: with std's SipHash, the two
+/// lookups of an event's User-Agent took about 900 instructions (callgrind, `tally bench`).
 pub(crate) struct Recent<V, const CAPACITY: usize> {
     answers: Mutex<HashMap<Box<str>, V>>,
 }
