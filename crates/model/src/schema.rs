@@ -447,7 +447,7 @@ pub struct Entity {
     attributes: Vec<Attribute>,
     /// Each attribute's position in `attributes`, by name: every put checks each of its
     /// attributes, and events declare about thirty.
-    by_name: std::collections::HashMap<String, usize>,
+    by_name: hashbrown::HashMap<String, usize>,
     keys: Vec<EntityKey>,
     ttl: Option<TtlSpec>,
     open: bool,
@@ -1360,7 +1360,7 @@ fn build_entity(
     }
 
     // A name declared twice is a schema problem reported above; the first declaration wins.
-    let mut by_name = std::collections::HashMap::new();
+    let mut by_name = hashbrown::HashMap::new();
     for (i, a) in def.attributes.iter().enumerate() {
         by_name.entry(a.name.clone()).or_insert(i);
     }
