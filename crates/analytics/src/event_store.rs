@@ -42,12 +42,13 @@ use store::sync::lock;
 use futures::{StreamExt, TryStreamExt, stream};
 use model::expr::{Update, attr};
 use model::{PutMode, Record, Table};
+use smallvec::SmallVec;
 use store::{AttributeValue, item};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::block::{self, Block, BlockError, Cols};
 use crate::sites::SiteId;
-use crate::stored::StoredEvent;
+use crate::stored::{StoredEvent, VisitAttrs};
 use crate::visitor::{UtcDay, VisitorId};
 
 /// The encoded size a block is cut at, well within DynamoDB's 400 KB item limit (the rest of the
@@ -481,10 +482,11 @@ fn fit(
     events: &[Arc<StoredEvent>],
     keep: usize,
 ) -> Result<(usize, Vec<u8>), BlockError> {
+    let approx: SmallVec<[usize; 64]> = events.iter().map(|e| approx_size(e)).collect();
     let encode = |n: usize| -> Result<Vec<u8>, BlockError> {
         let data = block::encode(site, day, &events[..n])?;
         shared.counters.encodings.fetch_add(1, Ordering::Relaxed);
-        shared.sizes.learn(events[..n].iter().map(|e| approx_size(e)).sum(), data.len());
+        shared.sizes.learn(approx[..n].iter().sum(), data.len());
         Ok(data)
     };
     let all = events.len();
@@ -501,7 +503,7 @@ fn fit(
     if keep >= all {
         return Ok((all, encode(all)?));
     }
-    let predicted = shared.sizes.predict(events.iter().map(|e| approx_size(e)));
+    let predicted = shared.sizes.predict(approx.iter().copied());
     // The most events (at least `keep`, not all) whose predicted size, off by `missed`, fits.
     let longest = |prefixes: &[usize], missed: isize, bound: usize| {
         let fits = |p: &usize| overhead + SLACK + p.saturating_add_signed(missed) <= bound;
@@ -761,7 +763,7 @@ fn cut(pending: Vec<Pending>) -> Vec<Vec<Pending>> {
 
 /// An upper bound of what an event adds to a block before compression.
 pub fn approx_size(e: &StoredEvent) -> usize {
-    let visit = e.visit.texts().iter().map(|s| s.len() + 2).sum::<usize>();
+    let visit = e.visit.texts_len() + 2 * VisitAttrs::TEXTS;
     96 + e.name.len()
         + e.hostname.len()
         + e.path.len()

@@ -362,6 +362,11 @@ impl VisitAttrs {
         std::array::from_fn(|i| self.text(i))
     }
 
+    /// The texts' length in bytes, all together: the sum of [`VisitAttrs::texts`]' lengths.
+    pub fn texts_len(&self) -> usize {
+        self.text.len()
+    }
+
     /// The texts by name.
     pub fn fields(&self) -> Visit<'_> {
         Visit::from_texts(self.texts())
@@ -765,6 +770,7 @@ mod tests {
             let va = VisitAttrs::from_texts(start, texts(&a));
             let vb = VisitAttrs::from_texts(start, texts(&b));
             prop_assert_eq!(va.texts(), texts(&a));
+            prop_assert_eq!(va.texts_len(), a.iter().map(String::len).sum::<usize>());
             prop_assert_eq!(va.fields().texts(), texts(&a));
             prop_assert_eq!(VisitAttrs::new(start, &va.fields()), va.clone());
             let named = va.fields();
