@@ -510,11 +510,12 @@ fn fit(
         prefixes.iter().take_while(|p| fits(p)).count().clamp(keep, all - 1)
     };
     // Sure enough from the prediction alone that the block passes a unit's boundary, by less
-    // than half a unit: cut it without encoding it whole first.
+    // than half a unit (the line misses by about 150 bytes, hence the margins): cut it without
+    // encoding it whole first.
     if let Some(prefixes) = &predicted {
         let whole = overhead + prefixes[all - 1];
         let bound = whole / unit * unit;
-        if bound > 0 && (unit / 8..unit / 2).contains(&(whole - bound)) {
+        if bound > 0 && (unit / 8..unit * 3 / 8).contains(&(whole - bound)) {
             let n = longest(prefixes, 0, bound);
             let prefix = encode(n)?;
             let size = overhead + SLACK + prefix.len();
