@@ -29,12 +29,14 @@
 //! A run's small blocks of a partition whose epochs are all flushed (so recovery never reads them
 //! again) are merged into one block, in one transaction that writes the merged block (naming the
 //! blocks it `replaces`) and deletes each of them under its `version`: an erasure meanwhile
-//! cancels it, and it is tried again later. Readers drop a block another block of the same run
+//! cancels it, and it is tried again later. The writer remembers the numbers of the small blocks
+//! it left in each partition, and a round reads the run's blocks from the lowest of those on:
+//! what was written since the rounds before, not the merged blocks they made. Readers drop a block another block of the same run
 //! replaces, so even an engine whose Query is not isolated from transactions (DynamoDB) never
 //! counts an event twice.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use store::sync::lock;
@@ -243,8 +245,10 @@ struct Shared {
     next_block: AtomicU64,
     /// What blocks encode to lately, for [`fit`].
     sizes: SizeModel,
-    /// Small blocks written per partition since it was last compacted.
-    small: std::sync::Mutex<HashMap<(SiteId, UtcDay), usize>>,
+    /// The small blocks this run wrote per partition and has not merged away (merged blocks
+    /// that are small themselves included), by number, with their newest event's epoch: what
+    /// [`compact_known`] reads.
+    small: std::sync::Mutex<HashMap<(SiteId, UtcDay), BTreeMap<u64, u64>>>,
     counters: Arc<WriterCounters>,
 }
 
@@ -296,9 +300,7 @@ impl BlockWriter {
         for (site, day) in partitions {
             let next = || self.shared.next_block.fetch_add(1, Ordering::Relaxed);
             let shared = &self.shared;
-            let (m, left) = compact(&shared.table, &site, day, &shared.run_id, (self.flushed)(), &next).await?;
-            merged += m;
-            remember_left(shared, (site, day), left);
+            merged += compact_known(shared, &site, day, (self.flushed)(), &next).await?;
         }
         self.counters.compacted.fetch_add(merged as u64, Ordering::Relaxed);
         Ok(merged)
@@ -447,7 +449,8 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
             counters.events.fetch_add(events.len() as u64, Ordering::Relaxed);
             counters.bytes.fetch_add(*bytes as u64, Ordering::Relaxed);
             if *bytes < SMALL_BLOCK_BYTES {
-                *lock(&shared.small).entry((site.clone(), day)).or_default() += 1;
+                let max_epoch = events.iter().map(|e| e.epoch).max().unwrap_or(0);
+                lock(&shared.small).entry((site.clone(), day)).or_default().insert(number, max_epoch);
             }
         }
         Err(e) => {
@@ -624,15 +627,24 @@ impl SizeModel {
     }
 }
 
-/// Counts the small blocks a compaction of `partition` left (merged ones among them), so the
-/// partition is compacted again once it gathers enough, and forgets a partition with none.
-fn remember_left(shared: &Shared, partition: (SiteId, UtcDay), left: usize) {
+/// Records what a compaction of `partition` did: `gone` (merged away, or no longer there) leave
+/// its small blocks, `added` (merged blocks that are small themselves, with their epochs) join
+/// them; a partition with none left is forgotten. Blocks written meanwhile stay.
+fn update_small(shared: &Shared, partition: (SiteId, UtcDay), gone: &[u64], added: &[(u64, u64)]) {
     let mut small = lock(&shared.small);
-    if left == 0 {
+    let blocks = small.entry(partition.clone()).or_default();
+    gone.iter().for_each(|n| {
+        blocks.remove(n);
+    });
+    blocks.extend(added.iter().copied());
+    if blocks.is_empty() {
         small.remove(&partition);
-    } else {
-        small.insert(partition, left);
     }
+}
+
+/// How many of `blocks` (small blocks by number, with their epochs) are of epochs up to `flushed`.
+fn mergeable(blocks: &BTreeMap<u64, u64>, flushed: u64) -> usize {
+    blocks.values().filter(|&&epoch| epoch <= flushed).count()
 }
 
 /// Every [`COMPACT_EVERY`], merges the small blocks of the partitions that gathered
@@ -644,14 +656,17 @@ async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on
         if !on.load(Ordering::Relaxed) {
             continue;
         }
-        let due: Vec<(SiteId, UtcDay)> =
-            lock(&shared.small).iter().filter(|(_, n)| **n >= COMPACT_FROM).map(|(k, _)| k.clone()).collect();
+        let flushed_epoch = flushed();
+        let due: Vec<(SiteId, UtcDay)> = lock(&shared.small)
+            .iter()
+            .filter(|(_, blocks)| mergeable(blocks, flushed_epoch) >= COMPACT_FROM)
+            .map(|(k, _)| k.clone())
+            .collect();
         for (site, day) in due {
             let next = || shared.next_block.fetch_add(1, Ordering::Relaxed);
-            match compact(&shared.table, &site, day, &shared.run_id, flushed(), &next).await {
-                Ok((merged, left)) => {
+            match compact_known(&shared, &site, day, flushed(), &next).await {
+                Ok(merged) => {
                     shared.counters.compacted.fetch_add(merged as u64, Ordering::Relaxed);
-                    remember_left(&shared, (site.clone(), day), left);
                 }
                 Err(e) => tracing::warn!(site = %site, day = %day, error = %e, "compacting event blocks failed"),
             }
@@ -671,37 +686,96 @@ pub async fn compact_partition(
     flushed: u64,
     next: &(dyn Fn() -> u64 + Sync),
 ) -> Result<usize, EventStoreError> {
-    Ok(compact(table, site, day, run_id, flushed, next).await?.0)
+    // Every small block of the run in the partition.
+    let small = small_blocks(table, site, day, run_id, (0, u64::MAX)).await?;
+    Ok(merge(table, site, day, run_id, small, flushed, next).await?.replaced.len())
 }
 
-/// [`compact_partition`], also returning how many small blocks are left (not merged, or of
-/// epochs not flushed yet), so the partition is looked at again.
-async fn compact(
+/// Merges the small blocks the writer of `shared` knows it left in `(site, day)` whose epochs
+/// are flushed (see [`compact_partition`]); returns how many were merged away. Only the blocks
+/// numbered from the first of those to the last are read: not the merged blocks of earlier
+/// rounds, numbered before them (a busy day's grow by hundreds of megabytes), nor the blocks of
+/// epochs not flushed yet, numbered after them (a round would read them again and again while
+/// a flush is under way).
+async fn compact_known(
+    shared: &Shared,
+    site: &SiteId,
+    day: UtcDay,
+    flushed: u64,
+    next: &(dyn Fn() -> u64 + Sync),
+) -> Result<usize, EventStoreError> {
+    let partition = (site.clone(), day);
+    let known: BTreeSet<u64> = match lock(&shared.small).get(&partition) {
+        Some(blocks) => blocks.iter().filter(|(_, epoch)| **epoch <= flushed).map(|(n, _)| *n).collect(),
+        None => return Ok(0),
+    };
+    let (Some(&first), Some(&last)) = (known.first(), known.last()) else { return Ok(0) };
+    if first == last {
+        return Ok(0); // one block merges with nothing
+    }
+    let found = small_blocks(&shared.table, site, day, &shared.run_id, (first, last)).await?;
+    // Blocks in the range this round does not merge (of epochs not flushed yet, or written
+    // after `known` was taken) are left for a later round.
+    let small: Vec<StoredBlock> = found.into_iter().filter(|b| known.contains(&b.number)).collect();
+    // Known but not found: erased whole (or no longer small), so no longer to be merged.
+    let present: BTreeSet<u64> = small.iter().map(|b| b.number).collect();
+    let mut gone: Vec<u64> = known.difference(&present).copied().collect();
+    let merged = merge(&shared.table, site, day, &shared.run_id, small, flushed, next).await?;
+    gone.extend(&merged.replaced);
+    update_small(shared, partition, &gone, &merged.small);
+    Ok(merged.replaced.len())
+}
+
+/// The small blocks `run_id` wrote to `(site, day)` numbered `from` to `to`.
+async fn small_blocks(
     table: &Table,
     site: &str,
     day: UtcDay,
     run_id: &str,
-    flushed: u64,
-    next: &(dyn Fn() -> u64 + Sync),
-) -> Result<(usize, usize), EventStoreError> {
-    // Only the small blocks come back: the partition's merged ones (up to 256 KB each, and a
-    // busy day has many) stay in the table instead of passing through memory every round. A
-    // merge is never seen half done here: only this run's compaction merges its blocks, one
-    // round at a time, and it reads after its last transaction is committed.
+    (from, to): (u64, u64),
+) -> Result<Vec<StoredBlock>, EventStoreError> {
+    // Only the small blocks come back, though the engine reads the others in the range too (a
+    // filter does not reduce what a query reads). A merge is never seen half done here: only
+    // this run's compaction merges its blocks, one round at a time, and it reads after its last
+    // transaction is committed.
+    let run = item! { "run_id" => run_id };
+    let bound = |n: u64| (n != 0 && n != u64::MAX).then(|| item! { "run_id" => run_id, "block" => n });
     let records = table
         .query("EventBlock")
-        .key(item! { "site_id" => site, "day" => day.to_string(), "run_id" => run_id })
+        .key(item! { "site_id" => site, "day" => day.to_string() })
+        .between(bound(from).unwrap_or_else(|| run.clone()), bound(to).unwrap_or(run))
         .filter(attr("data").size().lt(SMALL_BLOCK_BYTES as i64))
         .consistent()
         .all()
         .await?;
-    let all_small: Vec<StoredBlock> =
-        records.into_iter().map(StoredBlock::from_owned_record).collect::<Result<_, _>>()?;
-    let total_small = all_small.len();
-    let mut small: Vec<StoredBlock> = all_small.into_iter().filter(|b| b.max_epoch <= flushed).collect();
+    records.into_iter().map(StoredBlock::from_owned_record).collect()
+}
+
+/// What [`merge`] did.
+struct Merged {
+    /// The blocks merged away.
+    replaced: Vec<u64>,
+    /// The merged blocks that are small themselves (merged again later), with their epochs.
+    small: Vec<(u64, u64)>,
+}
+
+/// Merges those of `small` whose events are all of epochs up to `flushed`, in number order, as
+/// many to a block as fit one block and one transaction; numbers merged blocks with `next`.
+async fn merge(
+    table: &Table,
+    site: &str,
+    day: UtcDay,
+    run_id: &str,
+    small: Vec<StoredBlock>,
+    flushed: u64,
+    next: &(dyn Fn() -> u64 + Sync),
+) -> Result<Merged, EventStoreError> {
+    let mut small: Vec<StoredBlock> = small.into_iter().filter(|b| b.max_epoch <= flushed).collect();
     small.sort_by_key(|b| b.number);
-    let mut merged = 0;
+    let mut out = Merged { replaced: Vec::new(), small: Vec::new() };
     let mut at = 0;
+    // The events of the block that did not fit the last group: it leads the next.
+    let mut carried: Option<(Vec<StoredEvent>, usize)> = None;
     while at < small.len() {
         // As many as fit one block and one transaction (the merged block and the deletes).
         let mut group: Vec<&StoredBlock> = Vec::new();
@@ -709,9 +783,16 @@ async fn compact(
         let mut bytes = 0;
         while at < small.len() && group.len() < store::limits::MAX_TRANSACT_ITEMS - 1 {
             let b = &small[at];
-            let these = b.events()?;
-            let size: usize = these.iter().map(approx_size).sum();
+            let (these, size) = match carried.take() {
+                Some(c) => c,
+                None => {
+                    let these = b.events()?;
+                    let size: usize = these.iter().map(approx_size).sum();
+                    (these, size)
+                }
+            };
             if !group.is_empty() && (events.len() + these.len() > MAX_BLOCK_EVENTS || bytes + size > MAX_BLOCK_BYTES) {
+                carried = Some((these, size));
                 break;
             }
             bytes += size;
@@ -725,6 +806,8 @@ async fn compact(
         let number = next();
         let replaces: Vec<u64> = group.iter().map(|b| b.number).collect();
         let data = block::encode(site, day, &events)?;
+        let merged_is_small = data.len() < SMALL_BLOCK_BYTES;
+        let max_epoch = group.iter().map(|b| b.max_epoch).max().unwrap_or(0);
         let mut writes = vec![model::TxWrite::create(
             "EventBlock",
             block_item((run_id, number), site, day, &events, data, 0, &replaces),
@@ -734,14 +817,18 @@ async fn compact(
             writes.push(model::TxWrite::delete("EventBlock", key).condition(attr("version").eq(b.version)));
         }
         match table.transact_write(writes).await {
-            Ok(_) => merged += group.len(),
+            Ok(_) => {
+                out.replaced.extend(replaces);
+                if merged_is_small {
+                    out.small.push((number, max_epoch));
+                }
+            }
             // An erasure (or another compaction) got there first: leave these for later.
             Err(e) if e.is_condition_failed() || e.is_transaction_canceled() || e.is_retryable() => {}
             Err(e) => return Err(e.into()),
         }
     }
-    // Counted roughly: a merged block may itself be small, and is merged again later.
-    Ok((merged, total_small.saturating_sub(merged)))
+    Ok(out)
 }
 
 /// Splits one partition's events into blocks of at most [`MAX_BLOCK_EVENTS`] events and about

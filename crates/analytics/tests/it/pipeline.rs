@@ -832,6 +832,67 @@ async fn small_blocks_of_flushed_epochs_are_merged_and_read_as_before() {
     a.shutdown().await.unwrap();
 }
 
+/// A compaction round reads the small blocks written since the rounds before, not the merged
+/// blocks those made: a busy day's merged blocks grow all day, and a round that read them again
+/// cost more than the one before it. Four rounds of 40 small blocks, each merged into one large
+/// block: every round reads about what the first did (before, the fourth read three times as
+/// much). Blocks of epochs not flushed yet are not read at all.
+#[tokio::test]
+async fn a_compaction_round_reads_what_was_written_since_not_the_merged_blocks() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    // Only the rounds below merge.
+    p.set_block_compaction(false);
+    let mut t = now() - 3_600_000;
+    if t.rem_euclid(86_400_000) > 86_400_000 - 300_000 {
+        t -= 600_000; // every event of one UTC day, whatever the time the test runs
+    }
+    // Paths of 900 hexadecimal digits that do not repeat: each round's 40 events make one
+    // merged block of over 32 KB, which is not small, so it is never merged again.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut path = || {
+        (0..900)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                char::from_digit((state % 16) as u32, 16).unwrap()
+            })
+            .collect::<String>()
+    };
+    let mut reads = Vec::new();
+    for round in 0..4u8 {
+        for i in 0..40u8 {
+            let url = format!("https://example.com/{}", path());
+            let at = t + i64::from(round) * 50_000 + i64::from(i) * 1000;
+            let raw = pageview(&url, FIREFOX, [10, 1, round, i], at);
+            assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+        }
+        a.flush_now().await.unwrap();
+        w.table.reset_capacity();
+        assert_eq!(p.compact_blocks_now().await.unwrap(), 40, "round {round} merges its 40 small blocks");
+        reads.push(w.table.reset_capacity().read_units);
+    }
+    assert!(reads[0] > 0.0);
+    for (round, r) in reads.iter().enumerate() {
+        assert!(*r <= reads[0] * 1.25, "round {round} read {r} units, the first {}: {reads:?}", reads[0]);
+    }
+    // Blocks of an epoch not flushed yet are neither merged nor read, however often a round
+    // comes while a flush is under way.
+    for i in 0..40u8 {
+        let url = format!("https://example.com/{}", path());
+        let raw = pageview(&url, FIREFOX, [10, 2, 0, i], t + 200_000 + i64::from(i) * 1000);
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    w.table.reset_capacity();
+    assert_eq!(p.compact_blocks_now().await.unwrap(), 0);
+    assert_eq!(w.table.reset_capacity().read_units, 0.0, "blocks not flushed yet are not read");
+    a.flush_now().await.unwrap();
+    assert_eq!(p.compact_blocks_now().await.unwrap(), 40, "once flushed, they are merged");
+    a.shutdown().await.unwrap();
+}
+
 /// Alone, a full session cache writes the sessions it lets go (in chunks) and remembers them, so
 /// every visitor's next event continues their visit: one visit per visitor, none lost or split.
 #[tokio::test]
