@@ -263,7 +263,7 @@ pub struct Pairs {
 
 impl Pairs {
     /// Row `i`'s pairs as text.
-    pub fn row(&self, i: usize) -> impl Iterator<Item = (&str, &str)> {
+    pub fn row(&self, i: usize) -> impl ExactSizeIterator<Item = (&str, &str)> {
         let (a, b) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
         self.pairs[a..b].iter().map(|&(k, v)| (self.values[k as usize].as_str(), self.values[v as usize].as_str()))
     }
@@ -366,38 +366,255 @@ impl Block {
 pub fn encode<E: Borrow<StoredEvent>>(site_id: &str, day: UtcDay, events: &[E]) -> Result<Vec<u8>, BlockError> {
     // Owned events or shared ones (the block writer's, which their sessions keep too).
     let events: SmallVec<[&StoredEvent; 64]> = events.iter().map(Borrow::borrow).collect();
-    let events = events.as_slice();
+    encode_rows(site_id, day, &EventRows(&events))
+}
+
+/// Encodes the events of `blocks` (read whole, [`Cols::ALL`]), one after another, as one block:
+/// byte for byte what [`encode`] makes of their events, without making the events (a string
+/// per field per event) first. What a compaction merges.
+pub fn merge(site_id: &str, day: UtcDay, blocks: &[Block]) -> Result<Vec<u8>, BlockError> {
+    if !blocks.iter().all(is_whole) {
+        return Err(BlockError::Corrupt("a column is missing"));
+    }
+    let at = blocks.iter().enumerate().flat_map(|(b, block)| (0..block.len).map(move |r| (b as u32, r as u32)));
+    encode_rows(site_id, day, &BlockRows { blocks, at: at.collect() })
+}
+
+/// What [`encode_rows`] reads of each event of a block to be: from whole events ([`EventRows`])
+/// or from blocks read whole ([`BlockRows`]). Times are absolute.
+trait Rows<'a> {
+    fn len(&self) -> usize;
+    fn site_day(&self, i: usize) -> (&'a str, UtcDay);
+    fn session(&self, i: usize) -> SessionKey;
+    /// Whether rows `i` and `j`, of one session, carry the same visit attributes.
+    fn same_visit(&self, i: usize, j: usize) -> bool;
+    fn ts(&self, i: usize) -> i64;
+    fn seq(&self, i: usize) -> u32;
+    fn name(&self, i: usize) -> &'a str;
+    fn hostname(&self, i: usize) -> &'a str;
+    fn path(&self, i: usize) -> &'a str;
+    fn props(&self, i: usize) -> impl ExactSizeIterator<Item = (&'a str, &'a str)>;
+    fn revenue(&self, i: usize) -> Option<(&'a str, &'a str)>;
+    fn interactive(&self, i: usize) -> bool;
+    fn goals(&self, i: usize) -> impl ExactSizeIterator<Item = &'a str>;
+    fn prev(&self, i: usize) -> PrevCounts;
+    fn prev_exit(&self, i: usize) -> &'a str;
+    fn run(&self, i: usize) -> &'a str;
+    fn epoch(&self, i: usize) -> u64;
+    fn ttl(&self, i: usize) -> i64;
+    fn visit_start(&self, i: usize) -> i64;
+    fn visit_text(&self, i: usize, n: usize) -> &'a str;
+}
+
+/// Whole events as [`Rows`].
+struct EventRows<'a>(&'a [&'a StoredEvent]);
+
+impl<'a> Rows<'a> for EventRows<'a> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn site_day(&self, i: usize) -> (&'a str, UtcDay) {
+        (self.0[i].site_id.as_str(), self.0[i].day)
+    }
+    fn session(&self, i: usize) -> SessionKey {
+        SessionKey { visitor: self.0[i].visitor_id.as_u64(), session: self.0[i].session_id.0 }
+    }
+    fn same_visit(&self, i: usize, j: usize) -> bool {
+        let (a, b) = (&self.0[i].visit, &self.0[j].visit);
+        Arc::ptr_eq(a, b) || a == b
+    }
+    fn ts(&self, i: usize) -> i64 {
+        self.0[i].ts
+    }
+    fn seq(&self, i: usize) -> u32 {
+        self.0[i].seq
+    }
+    fn name(&self, i: usize) -> &'a str {
+        &self.0[i].name
+    }
+    fn hostname(&self, i: usize) -> &'a str {
+        &self.0[i].hostname
+    }
+    fn path(&self, i: usize) -> &'a str {
+        &self.0[i].path
+    }
+    fn props(&self, i: usize) -> impl ExactSizeIterator<Item = (&'a str, &'a str)> {
+        self.0[i].props.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+    fn revenue(&self, i: usize) -> Option<(&'a str, &'a str)> {
+        self.0[i].revenue.as_ref().map(|(a, c)| (a.as_str(), c.as_str()))
+    }
+    fn interactive(&self, i: usize) -> bool {
+        self.0[i].interactive
+    }
+    fn goals(&self, i: usize) -> impl ExactSizeIterator<Item = &'a str> {
+        self.0[i].goals.iter().map(String::as_str)
+    }
+    fn prev(&self, i: usize) -> PrevCounts {
+        let p = &self.0[i].prev;
+        PrevCounts { events: p.events, pageviews: p.pageviews, interactive: p.interactive, last_ts: p.last_ts }
+    }
+    fn prev_exit(&self, i: usize) -> &'a str {
+        &self.0[i].prev.exit_page
+    }
+    fn run(&self, i: usize) -> &'a str {
+        &self.0[i].run
+    }
+    fn epoch(&self, i: usize) -> u64 {
+        self.0[i].epoch
+    }
+    fn ttl(&self, i: usize) -> i64 {
+        self.0[i].ttl
+    }
+    fn visit_start(&self, i: usize) -> i64 {
+        self.0[i].visit.start_ts
+    }
+    fn visit_text(&self, i: usize, n: usize) -> &'a str {
+        self.0[i].visit.text(n)
+    }
+}
+
+/// The rows of blocks read whole ([`read`] with [`Cols::ALL`]), one block after another, as
+/// [`Rows`].
+struct BlockRows<'a> {
+    blocks: &'a [Block],
+    /// Each row's block and row within it.
+    at: Vec<(u32, u32)>,
+}
+
+impl<'a> BlockRows<'a> {
+    fn row(&self, i: usize) -> (&'a Block, usize) {
+        let (b, r) = self.at[i];
+        (&self.blocks[b as usize], r as usize)
+    }
+
+    /// Row `i`'s session within its block.
+    fn session_of(&self, i: usize) -> (&'a Block, usize) {
+        let (b, r) = self.row(i);
+        (b, b.session[r] as usize)
+    }
+}
+
+impl<'a> Rows<'a> for BlockRows<'a> {
+    fn len(&self) -> usize {
+        self.at.len()
+    }
+    fn site_day(&self, i: usize) -> (&'a str, UtcDay) {
+        let (b, _) = self.row(i);
+        (b.site_id.as_str(), b.day)
+    }
+    fn session(&self, i: usize) -> SessionKey {
+        let (b, s) = self.session_of(i);
+        b.sessions[s]
+    }
+    fn same_visit(&self, i: usize, j: usize) -> bool {
+        let ((a, s), (b, t)) = (self.session_of(i), self.session_of(j));
+        if std::ptr::eq(a, b) {
+            return s == t;
+        }
+        a.visit_start[s] == b.visit_start[t] && (0..VISIT_TEXT.len()).all(|n| a.visit[n].get(s) == b.visit[n].get(t))
+    }
+    fn ts(&self, i: usize) -> i64 {
+        let (b, r) = self.row(i);
+        b.ts[r]
+    }
+    fn seq(&self, i: usize) -> u32 {
+        let (b, r) = self.row(i);
+        b.seq[r]
+    }
+    fn name(&self, i: usize) -> &'a str {
+        let (b, r) = self.row(i);
+        b.name.get(r)
+    }
+    fn hostname(&self, i: usize) -> &'a str {
+        let (b, r) = self.row(i);
+        b.hostname.get(r)
+    }
+    fn path(&self, i: usize) -> &'a str {
+        let (b, r) = self.row(i);
+        b.path.get(r)
+    }
+    fn props(&self, i: usize) -> impl ExactSizeIterator<Item = (&'a str, &'a str)> {
+        let (b, r) = self.row(i);
+        b.props.row(r)
+    }
+    fn revenue(&self, i: usize) -> Option<(&'a str, &'a str)> {
+        let (b, r) = self.row(i);
+        b.revenue[r].as_ref().map(|(a, c)| (a.as_str(), c.as_str()))
+    }
+    fn interactive(&self, i: usize) -> bool {
+        let (b, r) = self.row(i);
+        b.interactive[r]
+    }
+    fn goals(&self, i: usize) -> impl ExactSizeIterator<Item = &'a str> {
+        let (b, r) = self.row(i);
+        b.goals.row(r).map(|(g, _)| g)
+    }
+    fn prev(&self, i: usize) -> PrevCounts {
+        let (b, r) = self.row(i);
+        b.prev[r]
+    }
+    fn prev_exit(&self, i: usize) -> &'a str {
+        let (b, r) = self.row(i);
+        b.prev_exit.get(r)
+    }
+    fn run(&self, i: usize) -> &'a str {
+        let (b, r) = self.row(i);
+        b.run.get(r)
+    }
+    fn epoch(&self, i: usize) -> u64 {
+        let (b, r) = self.row(i);
+        b.epoch[r]
+    }
+    fn ttl(&self, i: usize) -> i64 {
+        let (b, r) = self.row(i);
+        b.ttl[r]
+    }
+    fn visit_start(&self, i: usize) -> i64 {
+        let (b, s) = self.session_of(i);
+        b.visit_start[s]
+    }
+    fn visit_text(&self, i: usize, n: usize) -> &'a str {
+        let (b, s) = self.session_of(i);
+        b.visit[n].get(s)
+    }
+}
+
+/// Encodes `rows`, all of one site and UTC day, as a block.
+fn encode_rows<'a>(site_id: &str, day: UtcDay, rows: &impl Rows<'a>) -> Result<Vec<u8>, BlockError> {
+    let n = rows.len();
     // Sessions in first-seen order, found by a linear search while few (blocks are tens of events).
     let mut sessions: Interner<SessionKey> = Interner::default();
     let mut first_event: Vec<usize> = Vec::new();
-    let mut session_col: SmallVec<[u32; 64]> = SmallVec::with_capacity(events.len());
-    for (i, e) in events.iter().enumerate() {
-        if e.site_id != site_id || e.day != day {
-            return Err(BlockError::Unencodable(format!(
-                "event of {}/{} in a block of {site_id}/{day}",
-                e.site_id, e.day
-            )));
+    let mut session_col: SmallVec<[u32; 64]> = SmallVec::with_capacity(n);
+    for i in 0..n {
+        let (site, d) = rows.site_day(i);
+        if site != site_id || d != day {
+            return Err(BlockError::Unencodable(format!("event of {site}/{d} in a block of {site_id}/{day}")));
         }
-        let (index, new) = sessions.id(SessionKey { visitor: e.visitor_id.as_u64(), session: e.session_id.0 });
+        let (index, new) = sessions.id(rows.session(i));
         if new {
             first_event.push(i);
         }
         session_col.push(index);
     }
     // A session's visit attributes are stored once: every event of it must carry the same.
-    for (e, &s) in events.iter().zip(&session_col) {
-        let first = &events[first_event[s as usize]].visit;
-        if !Arc::ptr_eq(&e.visit, first) && e.visit != *first {
-            return Err(BlockError::Unencodable(format!("session {} has differing visit attributes", e.session_id)));
+    for (i, &s) in session_col.iter().enumerate() {
+        let first = first_event[s as usize];
+        if !rows.same_visit(i, first) {
+            return Err(BlockError::Unencodable(format!(
+                "session {} has differing visit attributes",
+                rows.session(i).session_id()
+            )));
         }
     }
 
-    let mut out = Vec::with_capacity(64 + events.len() * 128);
+    let mut out = Vec::with_capacity(64 + n * 128);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
     put_str(&mut out, site_id);
     put_str(&mut out, &day.to_string());
-    put_uvar(&mut out, events.len() as u64);
+    put_uvar(&mut out, n as u64);
     put_uvar(&mut out, sessions.values.len() as u64);
     put_uvar(&mut out, ENCODED_COLUMNS as u64);
     let mut columns = Columns { out, raw: Vec::with_capacity(256), packed: Vec::new(), written: 0 };
@@ -410,19 +627,20 @@ pub fn encode<E: Borrow<StoredEvent>>(site_id: &str, day: UtcDay, events: &[E]) 
     session_col.iter().for_each(|&s| put_uvar(&mut columns.raw, u64::from(s)));
     columns.emit(Col::Session);
     let mut previous = 0i64;
-    for e in events {
-        put_ivar(&mut columns.raw, e.ts.wrapping_sub(previous));
-        previous = e.ts;
+    for i in 0..n {
+        let ts = rows.ts(i);
+        put_ivar(&mut columns.raw, ts.wrapping_sub(previous));
+        previous = ts;
     }
     columns.emit(Col::Ts);
-    events.iter().for_each(|e| put_uvar(&mut columns.raw, u64::from(e.seq)));
+    (0..n).for_each(|i| put_uvar(&mut columns.raw, u64::from(rows.seq(i))));
     columns.emit(Col::Seq);
-    columns.dict(Col::Name, events.iter().map(|e| e.name.as_str()));
-    columns.dict(Col::Hostname, events.iter().map(|e| e.hostname.as_str()));
-    columns.dict(Col::Path, events.iter().map(|e| e.path.as_str()));
-    columns.pairs(Col::Props, events.iter().map(|e| e.props.iter().map(|(k, v)| (k.as_str(), v.as_str()))));
-    for e in events {
-        match &e.revenue {
+    columns.dict(Col::Name, (0..n).map(|i| rows.name(i)));
+    columns.dict(Col::Hostname, (0..n).map(|i| rows.hostname(i)));
+    columns.dict(Col::Path, (0..n).map(|i| rows.path(i)));
+    columns.pairs(Col::Props, (0..n).map(|i| rows.props(i)));
+    for i in 0..n {
+        match rows.revenue(i) {
             None => columns.raw.push(0),
             Some((amount, currency)) => {
                 columns.raw.push(1);
@@ -432,48 +650,49 @@ pub fn encode<E: Borrow<StoredEvent>>(site_id: &str, day: UtcDay, events: &[E]) 
         }
     }
     columns.emit(Col::Revenue);
-    for (i, e) in events.iter().enumerate() {
+    for i in 0..n {
         if i % 8 == 0 {
             columns.raw.push(0);
         }
-        if e.interactive {
+        if rows.interactive(i) {
             *columns.raw.last_mut().expect("pushed above") |= 1 << (i % 8);
         }
     }
     columns.emit(Col::Interactive);
-    columns.pairs(Col::Goals, events.iter().map(|e| e.goals.iter().map(|g| (g.as_str(), ""))));
-    for e in events {
+    columns.pairs(Col::Goals, (0..n).map(|i| rows.goals(i).map(|g| (g, ""))));
+    for i in 0..n {
+        let (ts, prev) = (rows.ts(i), rows.prev(i));
         let buf = &mut columns.raw;
-        put_uvar(buf, u64::from(e.prev.events));
-        put_uvar(buf, u64::from(e.prev.pageviews));
-        put_uvar(buf, u64::from(e.prev.interactive));
+        put_uvar(buf, u64::from(prev.events));
+        put_uvar(buf, u64::from(prev.pageviews));
+        put_uvar(buf, u64::from(prev.interactive));
         // Zero stays zero (no previous event); otherwise one more than the zigzag of the
         // (small) delta back from the event's own time.
-        let code = if e.prev.last_ts == 0 {
+        let code = if prev.last_ts == 0 {
             0
         } else {
-            zigzag(e.ts.wrapping_sub(e.prev.last_ts))
+            zigzag(ts.wrapping_sub(prev.last_ts))
                 .checked_add(1)
                 .ok_or_else(|| BlockError::Unencodable("a previous time too far from the event".into()))?
         };
         put_uvar(buf, code);
     }
     columns.emit(Col::Prev);
-    columns.dict(Col::PrevExit, events.iter().map(|e| e.prev.exit_page.as_str()));
-    columns.dict(Col::Run, events.iter().map(|e| &*e.run));
-    events.iter().for_each(|e| put_uvar(&mut columns.raw, e.epoch));
+    columns.dict(Col::PrevExit, (0..n).map(|i| rows.prev_exit(i)));
+    columns.dict(Col::Run, (0..n).map(|i| rows.run(i)));
+    (0..n).for_each(|i| put_uvar(&mut columns.raw, rows.epoch(i)));
     columns.emit(Col::Epoch);
     let mut previous = 0i64;
-    for e in events {
-        put_ivar(&mut columns.raw, e.ttl.wrapping_sub(previous));
-        previous = e.ttl;
+    for i in 0..n {
+        let ttl = rows.ttl(i);
+        put_ivar(&mut columns.raw, ttl.wrapping_sub(previous));
+        previous = ttl;
     }
     columns.emit(Col::Ttl);
-    let visits = || first_event.iter().map(|&i| (&*events[i].visit, events[i].ts));
-    visits().for_each(|(v, ts)| put_ivar(&mut columns.raw, v.start_ts.wrapping_sub(ts)));
+    first_event.iter().for_each(|&i| put_ivar(&mut columns.raw, rows.visit_start(i).wrapping_sub(rows.ts(i))));
     columns.emit(Col::VisitStart);
-    for (n, col) in VISIT_TEXT.iter().enumerate() {
-        columns.dict(*col, visits().map(|(v, _)| visit_text(v, n)));
+    for (v, col) in VISIT_TEXT.iter().enumerate() {
+        columns.dict(*col, first_event.iter().map(|&i| rows.visit_text(i, v)));
     }
     debug_assert_eq!(columns.written, ENCODED_COLUMNS);
     Ok(columns.out)
@@ -588,10 +807,6 @@ impl<T: Copy + Eq + std::hash::Hash> Interner<T> {
         }
         (next, true)
     }
-}
-
-fn visit_text(v: &VisitAttrs, n: usize) -> &str {
-    v.text(n)
 }
 
 /// Reads a block's header and the columns in `want`.
@@ -762,11 +977,10 @@ pub fn read(bytes: &[u8], want: Cols) -> Result<Block, BlockError> {
     Ok(block)
 }
 
-/// Every event of a block, whole.
-pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
-    let b = read(bytes, Cols::ALL)?;
+/// Whether every column of `b` has a row per event (or per session): a block read whole.
+fn is_whole(b: &Block) -> bool {
     let n = b.len;
-    let lens_ok = [
+    [
         b.session.len(),
         b.ts.len(),
         b.seq.len(),
@@ -786,8 +1000,14 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
     .iter()
     .all(|&l| l == n)
         && b.visit_start.len() == b.sessions.len()
-        && b.visit.iter().all(|d| d.rows.len() == b.sessions.len());
-    if !lens_ok {
+        && b.visit.iter().all(|d| d.rows.len() == b.sessions.len())
+}
+
+/// Every event of a block, whole.
+pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
+    let b = read(bytes, Cols::ALL)?;
+    let n = b.len;
+    if !is_whole(&b) {
         return Err(BlockError::Corrupt("a column is missing"));
     }
     let visits: Vec<Arc<VisitAttrs>> = (0..b.sessions.len())

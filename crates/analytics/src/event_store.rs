@@ -774,29 +774,30 @@ async fn merge(
     small.sort_by_key(|b| b.number);
     let mut out = Merged { replaced: Vec::new(), small: Vec::new() };
     let mut at = 0;
-    // The events of the block that did not fit the last group: it leads the next.
-    let mut carried: Option<(Vec<StoredEvent>, usize)> = None;
+    // The block that did not fit the last group, read whole, and its size: it leads the next.
+    let mut carried: Option<(Block, usize)> = None;
     while at < small.len() {
         // As many as fit one block and one transaction (the merged block and the deletes).
         let mut group: Vec<&StoredBlock> = Vec::new();
-        let mut events: Vec<StoredEvent> = Vec::new();
-        let mut bytes = 0;
+        let mut read: Vec<Block> = Vec::new();
+        let (mut events, mut bytes) = (0, 0);
         while at < small.len() && group.len() < store::limits::MAX_TRANSACT_ITEMS - 1 {
             let b = &small[at];
             let (these, size) = match carried.take() {
                 Some(c) => c,
                 None => {
-                    let these = b.events()?;
-                    let size: usize = these.iter().map(approx_size).sum();
+                    let these = block::read(&b.data, Cols::ALL)?;
+                    let size: usize = (0..these.len).map(|r| approx_row_size(&these, r)).sum();
                     (these, size)
                 }
             };
-            if !group.is_empty() && (events.len() + these.len() > MAX_BLOCK_EVENTS || bytes + size > MAX_BLOCK_BYTES) {
+            if !group.is_empty() && (events + these.len > MAX_BLOCK_EVENTS || bytes + size > MAX_BLOCK_BYTES) {
                 carried = Some((these, size));
                 break;
             }
             bytes += size;
-            events.extend(these);
+            events += these.len;
+            read.push(these);
             group.push(b);
             at += 1;
         }
@@ -805,12 +806,15 @@ async fn merge(
         }
         let number = next();
         let replaces: Vec<u64> = group.iter().map(|b| b.number).collect();
-        let data = block::encode(site, day, &events)?;
+        // Column by column, as the block of the events would encode (`block::merge`).
+        let data = block::merge(site, day, &read)?;
         let merged_is_small = data.len() < SMALL_BLOCK_BYTES;
         let max_epoch = group.iter().map(|b| b.max_epoch).max().unwrap_or(0);
+        let head = Head::of_blocks(&read);
+        drop(read);
         let mut writes = vec![model::TxWrite::create(
             "EventBlock",
-            block_item((run_id, number), site, day, &events, data, 0, &replaces),
+            head_item((run_id, number), site, day, head, data, 0, &replaces),
         )];
         for b in &group {
             let key = item! { "site_id" => site, "day" => day.to_string(), "run_id" => run_id, "block" => b.number };
@@ -851,6 +855,7 @@ fn cut(pending: Vec<Pending>) -> Vec<Vec<Pending>> {
 
 /// An upper bound of what an event adds to a block before compression.
 pub fn approx_size(e: &StoredEvent) -> usize {
+    // `approx_row_size` must stay equal to this for a block's rows.
     let visit = e.visit.texts_len() + 2 * VisitAttrs::TEXTS;
     96 + e.name.len()
         + e.hostname.len()
@@ -860,6 +865,21 @@ pub fn approx_size(e: &StoredEvent) -> usize {
         + e.props.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>()
         + e.goals.iter().map(|g| g.len() + 4).sum::<usize>()
         + e.revenue.as_ref().map_or(0, |(a, c)| a.len() + c.len() + 4)
+        + visit
+}
+
+/// [`approx_size`] of row `r` of `b` (read whole), without making the event.
+fn approx_row_size(b: &Block, r: usize) -> usize {
+    let s = b.session[r] as usize;
+    let visit: usize = b.visit.iter().map(|d| d.get(s).len()).sum::<usize>() + 2 * VisitAttrs::TEXTS;
+    96 + b.name.get(r).len()
+        + b.hostname.get(r).len()
+        + b.path.get(r).len()
+        + b.prev_exit.get(r).len()
+        + b.run.get(r).len()
+        + b.props.row(r).map(|(k, v)| k.len() + v.len() + 8).sum::<usize>()
+        + b.goals.row(r).map(|(g, _)| g.len() + 4).sum::<usize>()
+        + b.revenue[r].as_ref().map_or(0, |(a, c)| a.len() + c.len() + 4)
         + visit
 }
 
@@ -883,7 +903,7 @@ async fn write_block<E: Borrow<StoredEvent>>(
 }
 
 fn block_item<E: Borrow<StoredEvent>>(
-    (run_id, number): (&str, u64),
+    key: (&str, u64),
     site: &str,
     day: UtcDay,
     events: &[E],
@@ -891,12 +911,51 @@ fn block_item<E: Borrow<StoredEvent>>(
     version: i64,
     replaces: &[u64],
 ) -> store::Item {
-    let count = events.len();
     let events = || events.iter().map(Borrow::borrow);
-    let first_ts = events().map(|e: &StoredEvent| e.ts).min().unwrap_or(0);
-    let last_ts = events().map(|e| e.ts).max().unwrap_or(0);
-    let max_epoch = events().map(|e| e.epoch).max().unwrap_or(0);
-    let ttl = events().map(|e| e.ttl).max().unwrap_or(0);
+    let head = Head {
+        count: events().count(),
+        first_ts: events().map(|e: &StoredEvent| e.ts).min().unwrap_or(0),
+        last_ts: events().map(|e| e.ts).max().unwrap_or(0),
+        max_epoch: events().map(|e| e.epoch).max().unwrap_or(0),
+        ttl: events().map(|e| e.ttl).max().unwrap_or(0),
+    };
+    head_item(key, site, day, head, data, version, replaces)
+}
+
+/// What a block's item says of its events besides their bytes.
+struct Head {
+    count: usize,
+    first_ts: i64,
+    last_ts: i64,
+    max_epoch: u64,
+    ttl: i64,
+}
+
+impl Head {
+    /// The head of the block merging `blocks` (read whole).
+    fn of_blocks(blocks: &[Block]) -> Head {
+        let all = || blocks.iter();
+        Head {
+            count: all().map(|b| b.len).sum(),
+            first_ts: all().flat_map(|b| b.ts.iter().copied()).min().unwrap_or(0),
+            last_ts: all().flat_map(|b| b.ts.iter().copied()).max().unwrap_or(0),
+            max_epoch: all().flat_map(|b| b.epoch.iter().copied()).max().unwrap_or(0),
+            ttl: all().flat_map(|b| b.ttl.iter().copied()).max().unwrap_or(0),
+        }
+    }
+}
+
+/// The `EventBlock` item of a block with `head` and `data`.
+fn head_item(
+    (run_id, number): (&str, u64),
+    site: &str,
+    day: UtcDay,
+    head: Head,
+    data: Vec<u8>,
+    version: i64,
+    replaces: &[u64],
+) -> store::Item {
+    let Head { count, first_ts, last_ts, max_epoch, ttl } = head;
     let mut item = item! {
         "site_id" => site,
         "day" => day.to_string(),
@@ -1213,6 +1272,16 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// A compaction sizes its groups from blocks read whole as ingestion sizes events: the
+        /// same bytes for every row.
+        #[test]
+        fn a_rows_approximate_size_is_its_events(events in crate::block::tests::events()) {
+            let day = crate::block::tests::day("2026-11-22");
+            let b = block::read(&block::encode("site-1", day, &events).expect("encodes"), Cols::ALL).expect("reads");
+            let rows: Vec<usize> = (0..b.len).map(|r| approx_row_size(&b, r)).collect();
+            prop_assert_eq!(rows, events.iter().map(approx_size).collect::<Vec<_>>());
+        }
 
         /// Whatever the size model learned before, right or absurd, a block takes at least the
         /// events it must keep, holds exactly the first ones it says, and, cut, ends within half

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 
 use super::*;
 use crate::stored::{PrevState, StoredEvent, Visit, VisitAttrs};
@@ -108,6 +109,31 @@ pub(crate) fn events() -> impl Strategy<Value = Vec<StoredEvent>> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Merging blocks column by column makes, byte for byte, the block their events make: cut
+    /// into up to five blocks anywhere (empty ones and sessions across blocks included).
+    #[test]
+    fn merging_blocks_encodes_what_their_events_encode(
+        events in events(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
+    ) {
+        let d = day("2026-11-22");
+        let mut at: Vec<usize> = cuts.iter().map(|c| c.index(events.len() + 1)).collect();
+        at.sort_unstable();
+        let mut parts = Vec::new();
+        let mut from = 0;
+        for to in at.into_iter().chain([events.len()]) {
+            parts.push(&events[from..to]);
+            from = to;
+        }
+        let blocks: Vec<Block> = parts
+            .iter()
+            .map(|p| read(&encode("site-1", d, p).expect("encodes"), Cols::ALL).expect("reads"))
+            .collect();
+        let merged = merge("site-1", d, &blocks).expect("merges");
+        prop_assert_eq!(&merged, &encode("site-1", d, &events).expect("encodes"));
+        prop_assert_eq!(decode_events(&merged).expect("decodes"), events);
+    }
 
     /// Regression guard for the format's central promise: what is written is read back whole.
     #[test]
@@ -324,4 +350,28 @@ fn one() -> StoredEvent {
         epoch: 1,
         ttl: 1_900_000_000,
     }
+}
+
+/// A session whose visit differs between two blocks cannot be merged, as it cannot be encoded;
+/// blocks of another site or day, or not read whole, are refused too.
+#[test]
+fn a_merge_refuses_what_encoding_refuses() {
+    let d = day("2026-11-22");
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let events = loop {
+        let e = events().new_tree(&mut runner).expect("a value").current();
+        if e.len() >= 2 {
+            break e;
+        }
+    };
+    let mut second = events[1].clone();
+    (second.visitor_id, second.session_id) = (events[0].visitor_id, events[0].session_id);
+    second.visit = std::sync::Arc::new(VisitAttrs::new(events[0].visit.start_ts + 1, &events[0].visit.fields()));
+    let whole = |e: &[StoredEvent]| read(&encode("site-1", d, e).expect("encodes"), Cols::ALL).expect("reads");
+    let pair = [whole(&events[..1]), whole(std::slice::from_ref(&second))];
+    assert!(matches!(encode("site-1", d, &[events[0].clone(), second]), Err(BlockError::Unencodable(_))));
+    assert!(matches!(merge("site-1", d, &pair), Err(BlockError::Unencodable(_))));
+    assert!(matches!(merge("site-2", d, &pair[..1]), Err(BlockError::Unencodable(_))));
+    let partial = read(&encode("site-1", d, &events).expect("encodes"), Cols::NONE.with(Col::Ts)).expect("reads");
+    assert!(matches!(merge("site-1", d, &[partial]), Err(BlockError::Corrupt(_))));
 }
