@@ -29,11 +29,12 @@
 //! A run's small blocks of a partition whose epochs are all flushed (so recovery never reads them
 //! again) are merged into one block, in one transaction that writes the merged block (naming the
 //! blocks it `replaces`) and deletes each of them under its `version`: an erasure meanwhile
-//! cancels it, and it is tried again later. The writer remembers the numbers of the small blocks
-//! it left in each partition, and a round reads the run's blocks from the lowest of those on:
-//! what was written since the rounds before, not the merged blocks they made. Readers drop a block another block of the same run
-//! replaces, so even an engine whose Query is not isolated from transactions (DynamoDB) never
-//! counts an event twice.
+//! cancels it, and it is tried again later. The writer remembers the small blocks it left in each
+//! partition, with their epochs, and a round reads the run's blocks from the first of those
+//! whose epochs are flushed to the last: not the merged blocks of the rounds before, nor blocks
+//! still waiting for a flush. The blocks are merged column by column ([`block::merge`]). Readers
+//! drop a block another block of the same run replaces, so even an engine whose Query is not
+//! isolated from transactions (DynamoDB) never counts an event twice.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
