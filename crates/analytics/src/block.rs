@@ -390,20 +390,29 @@ trait Rows<'a> {
     fn same_visit(&self, i: usize, j: usize) -> bool;
     fn ts(&self, i: usize) -> i64;
     fn seq(&self, i: usize) -> u32;
-    fn name(&self, i: usize) -> &'a str;
-    fn hostname(&self, i: usize) -> &'a str;
-    fn path(&self, i: usize) -> &'a str;
+    fn name(&self, i: usize) -> Cell<'a>;
+    fn hostname(&self, i: usize) -> Cell<'a>;
+    fn path(&self, i: usize) -> Cell<'a>;
     fn props(&self, i: usize) -> impl ExactSizeIterator<Item = (&'a str, &'a str)>;
     fn revenue(&self, i: usize) -> Option<(&'a str, &'a str)>;
     fn interactive(&self, i: usize) -> bool;
     fn goals(&self, i: usize) -> impl ExactSizeIterator<Item = &'a str>;
     fn prev(&self, i: usize) -> PrevCounts;
-    fn prev_exit(&self, i: usize) -> &'a str;
-    fn run(&self, i: usize) -> &'a str;
+    fn prev_exit(&self, i: usize) -> Cell<'a>;
+    fn run(&self, i: usize) -> Cell<'a>;
     fn epoch(&self, i: usize) -> u64;
     fn ttl(&self, i: usize) -> i64;
     fn visit_start(&self, i: usize) -> i64;
-    fn visit_text(&self, i: usize, n: usize) -> &'a str;
+    fn visit_text(&self, i: usize, n: usize) -> Cell<'a>;
+}
+
+/// A value of a dictionary column as [`Rows`] hand it over: its text, or where it comes from a
+/// block's dictionary, its place there (values at one place are one text, so a merge interns
+/// each place once rather than every row's text).
+#[derive(Clone, Copy)]
+enum Cell<'a> {
+    Text(&'a str),
+    Coded { block: u32, id: u32, dict: &'a Dict },
 }
 
 /// Whole events as [`Rows`].
@@ -429,14 +438,14 @@ impl<'a> Rows<'a> for EventRows<'a> {
     fn seq(&self, i: usize) -> u32 {
         self.0[i].seq
     }
-    fn name(&self, i: usize) -> &'a str {
-        &self.0[i].name
+    fn name(&self, i: usize) -> Cell<'a> {
+        Cell::Text(&self.0[i].name)
     }
-    fn hostname(&self, i: usize) -> &'a str {
-        &self.0[i].hostname
+    fn hostname(&self, i: usize) -> Cell<'a> {
+        Cell::Text(&self.0[i].hostname)
     }
-    fn path(&self, i: usize) -> &'a str {
-        &self.0[i].path
+    fn path(&self, i: usize) -> Cell<'a> {
+        Cell::Text(&self.0[i].path)
     }
     fn props(&self, i: usize) -> impl ExactSizeIterator<Item = (&'a str, &'a str)> {
         self.0[i].props.iter().map(|(k, v)| (k.as_str(), v.as_str()))
@@ -454,11 +463,11 @@ impl<'a> Rows<'a> for EventRows<'a> {
         let p = &self.0[i].prev;
         PrevCounts { events: p.events, pageviews: p.pageviews, interactive: p.interactive, last_ts: p.last_ts }
     }
-    fn prev_exit(&self, i: usize) -> &'a str {
-        &self.0[i].prev.exit_page
+    fn prev_exit(&self, i: usize) -> Cell<'a> {
+        Cell::Text(&self.0[i].prev.exit_page)
     }
-    fn run(&self, i: usize) -> &'a str {
-        &self.0[i].run
+    fn run(&self, i: usize) -> Cell<'a> {
+        Cell::Text(&self.0[i].run)
     }
     fn epoch(&self, i: usize) -> u64 {
         self.0[i].epoch
@@ -469,8 +478,8 @@ impl<'a> Rows<'a> for EventRows<'a> {
     fn visit_start(&self, i: usize) -> i64 {
         self.0[i].visit.start_ts
     }
-    fn visit_text(&self, i: usize, n: usize) -> &'a str {
-        self.0[i].visit.text(n)
+    fn visit_text(&self, i: usize, n: usize) -> Cell<'a> {
+        Cell::Text(self.0[i].visit.text(n))
     }
 }
 
@@ -492,6 +501,13 @@ impl<'a> BlockRows<'a> {
     fn session_of(&self, i: usize) -> (&'a Block, usize) {
         let (b, r) = self.row(i);
         (b, b.session[r] as usize)
+    }
+
+    /// Row `i`'s value of the dictionary column `column` picks.
+    fn cell(&self, i: usize, column: impl Fn(&'a Block) -> &'a Dict) -> Cell<'a> {
+        let (b, r) = self.at[i];
+        let dict = column(&self.blocks[b as usize]);
+        Cell::Coded { block: b, id: dict.rows[r as usize], dict }
     }
 }
 
@@ -522,17 +538,14 @@ impl<'a> Rows<'a> for BlockRows<'a> {
         let (b, r) = self.row(i);
         b.seq[r]
     }
-    fn name(&self, i: usize) -> &'a str {
-        let (b, r) = self.row(i);
-        b.name.get(r)
+    fn name(&self, i: usize) -> Cell<'a> {
+        self.cell(i, |b| &b.name)
     }
-    fn hostname(&self, i: usize) -> &'a str {
-        let (b, r) = self.row(i);
-        b.hostname.get(r)
+    fn hostname(&self, i: usize) -> Cell<'a> {
+        self.cell(i, |b| &b.hostname)
     }
-    fn path(&self, i: usize) -> &'a str {
-        let (b, r) = self.row(i);
-        b.path.get(r)
+    fn path(&self, i: usize) -> Cell<'a> {
+        self.cell(i, |b| &b.path)
     }
     fn props(&self, i: usize) -> impl ExactSizeIterator<Item = (&'a str, &'a str)> {
         let (b, r) = self.row(i);
@@ -554,13 +567,11 @@ impl<'a> Rows<'a> for BlockRows<'a> {
         let (b, r) = self.row(i);
         b.prev[r]
     }
-    fn prev_exit(&self, i: usize) -> &'a str {
-        let (b, r) = self.row(i);
-        b.prev_exit.get(r)
+    fn prev_exit(&self, i: usize) -> Cell<'a> {
+        self.cell(i, |b| &b.prev_exit)
     }
-    fn run(&self, i: usize) -> &'a str {
-        let (b, r) = self.row(i);
-        b.run.get(r)
+    fn run(&self, i: usize) -> Cell<'a> {
+        self.cell(i, |b| &b.run)
     }
     fn epoch(&self, i: usize) -> u64 {
         let (b, r) = self.row(i);
@@ -574,9 +585,10 @@ impl<'a> Rows<'a> for BlockRows<'a> {
         let (b, s) = self.session_of(i);
         b.visit_start[s]
     }
-    fn visit_text(&self, i: usize, n: usize) -> &'a str {
+    fn visit_text(&self, i: usize, n: usize) -> Cell<'a> {
         let (b, s) = self.session_of(i);
-        b.visit[n].get(s)
+        let dict = &b.visit[n];
+        Cell::Coded { block: self.at[i].0, id: dict.rows[s], dict }
     }
 }
 
@@ -740,9 +752,33 @@ impl Columns {
     }
 
     /// A dictionary column: the distinct values (count, then each), then one index per row.
-    fn dict<'a>(&mut self, col: Col, rows: impl Iterator<Item = &'a str>) {
+    /// A value from a block's dictionary is interned once per place there ([`Cell::Coded`]):
+    /// the first row holding it is the first to hold its text, or that text was interned before,
+    /// so the numbering is the same as interning every row's text.
+    fn dict<'a>(&mut self, col: Col, rows: impl Iterator<Item = Cell<'a>>) {
         let mut values: Interner<&'a str> = Interner::default();
-        let rows: SmallVec<[u32; 64]> = rows.map(|v| values.id(v).0).collect();
+        // Per block, its dictionary's ids as numbered here (`u32::MAX`: not met yet).
+        let mut remap: Vec<Vec<u32>> = Vec::new();
+        let rows: SmallVec<[u32; 64]> = rows
+            .map(|cell| match cell {
+                Cell::Text(v) => values.id(v).0,
+                Cell::Coded { block, id, dict } => {
+                    let block = block as usize;
+                    if remap.len() <= block {
+                        remap.resize_with(block + 1, Vec::new);
+                    }
+                    let ids = &mut remap[block];
+                    if ids.is_empty() {
+                        ids.resize(dict.ends.len(), u32::MAX);
+                    }
+                    let slot = &mut ids[id as usize];
+                    if *slot == u32::MAX {
+                        *slot = values.id(dict.value(id as usize)).0;
+                    }
+                    *slot
+                }
+            })
+            .collect();
         put_uvar(&mut self.raw, values.values.len() as u64);
         values.values.iter().for_each(|v| put_str(&mut self.raw, v));
         rows.iter().for_each(|&r| put_uvar(&mut self.raw, u64::from(r)));
