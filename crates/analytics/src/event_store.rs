@@ -810,8 +810,8 @@ async fn merge(
         // Column by column, as the block of the events would encode (`block::merge`).
         let data = block::merge(site, day, &read)?;
         let merged_is_small = data.len() < SMALL_BLOCK_BYTES;
-        let max_epoch = group.iter().map(|b| b.max_epoch).max().unwrap_or(0);
         let head = Head::of_blocks(&read);
+        let max_epoch = head.max_epoch;
         drop(read);
         let mut writes = vec![model::TxWrite::create(
             "EventBlock",
