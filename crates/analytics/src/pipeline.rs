@@ -1004,8 +1004,11 @@ impl Pipeline {
     fn start_eviction(&self, sessions: &Sessions) {
         let limit = self.session_limit.load(Ordering::Relaxed);
         if !self.evicting.swap(true, Ordering::SeqCst) {
-            let horizon = now_ms().min(self.newest_ts.load(Ordering::Relaxed)) - SESSION_TIMEOUT_MS;
-            let chosen: Vec<(SessionKey, Slot)> = eviction_candidates(sessions, now_ms(), limit)
+            // The events' clock, not the wall's: a backfill or a replay of past traffic has every
+            // session idle by the wall's clock, and would let the live ones go with the dead.
+            let clock = now_ms().min(self.newest_ts.load(Ordering::Relaxed));
+            let horizon = clock - SESSION_TIMEOUT_MS;
+            let chosen: Vec<(SessionKey, Slot)> = eviction_candidates(sessions, clock, limit)
                 .into_iter()
                 .filter_map(|k| sessions.get(&k).map(|s| (k, s.clone())))
                 .collect();
@@ -1644,18 +1647,34 @@ enum HolderState {
 }
 
 /// The sessions to drop from a full cache: idle ones, and if most are live, the older half.
+/// `now` is the events' clock (the newest event's time, at most the wall's): a session is idle
+/// when no event of the traffic as it arrives could continue it.
 fn eviction_candidates(sessions: &Sessions, now: i64, limit: usize) -> Vec<SessionKey> {
     let cutoff = now - SESSION_TIMEOUT_MS;
-    let last_ts = |slot: &Slot| slot.try_lock().ok().map(|c| c.live.as_ref().map(Live::last_ts));
-    let mut times: Vec<i64> = sessions.values().filter_map(|s| last_ts(s).flatten()).collect();
-    let middle = times.len() / 2;
-    let median = if middle > 0 { *times.select_nth_unstable(middle).1 } else { i64::MIN };
-    let bar = if times.iter().filter(|&&t| t >= cutoff).count() >= limit * 3 / 4 { median } else { cutoff };
-    sessions
-        .iter()
-        .filter(|(_, slot)| last_ts(slot).is_some_and(|ts| ts.is_none_or(|ts| ts < bar)))
-        .map(|(k, _)| k.clone())
-        .collect()
+    // A session whose event is in flight is passed by; one with no live visit always goes.
+    let mut chosen = Vec::new();
+    let mut timed: Vec<(&SessionKey, i64)> = Vec::new();
+    for (key, slot) in sessions {
+        match slot.try_lock().ok().map(|c| c.live.as_ref().map(Live::last_ts)) {
+            None => {}
+            Some(None) => chosen.push(key.clone()),
+            Some(Some(ts)) => timed.push((key, ts)),
+        }
+    }
+    if timed.iter().filter(|&&(_, ts)| ts >= cutoff).count() >= limit * 3 / 4 {
+        // Mostly live: the older half, counted rather than cut at the median time, so sessions
+        // whose latest events share one millisecond cannot all stay (the cache would never
+        // make room).
+        let half = timed.len() / 2;
+        if half > 0 {
+            timed.select_nth_unstable_by_key(half, |&(_, ts)| ts);
+        }
+        timed.truncate(half);
+    } else {
+        timed.retain(|&(_, ts)| ts < cutoff);
+    }
+    chosen.extend(timed.into_iter().map(|(key, _)| key.clone()));
+    chosen
 }
 
 /// How many sessions leaving memory are written at a time: each chunk's items are built, written

@@ -1083,6 +1083,78 @@ async fn alone_forgotten_evictions_are_looked_up_only_while_their_sessions_can_b
     assert_eq!(sessions.len(), visitors as usize + 200, "a visit was split: a forgotten visitor was not looked up");
 }
 
+/// Alone, a full cache of live sessions whose latest events share one millisecond still makes
+/// room: the older half is counted, not cut at the median time, which let none of them go and
+/// left the next new visitor waiting for ever.
+#[tokio::test]
+async fn alone_a_full_cache_of_sessions_of_one_millisecond_makes_room() {
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    p.set_alone(0);
+    p.set_session_cache_limit(100);
+    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
+    let t = now() - 600_000;
+    let all = async {
+        for i in 0..300u32 {
+            let raw = pageview("https://example.com/", FIREFOX, ip(i), t);
+            assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all).await.expect("every event found room in the cache");
+    a.flush_now().await.unwrap();
+    assert_eq!(stored_events(&w).await.len(), 300);
+}
+
+/// Alone, a full cache fed past traffic (a replay, a backfill, the bench's compressed days) lets
+/// go the sessions idle by the events' clock and keeps the live ones: it wrote every live session
+/// and looked it up again at its visitor's next event, because by the wall's clock every session
+/// of past traffic is idle.
+#[tokio::test]
+async fn alone_a_full_cache_of_past_traffic_keeps_the_sessions_live_by_the_events_clock() {
+    use std::sync::atomic::Ordering;
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    p.set_alone(0);
+    let limit = 600;
+    p.set_session_cache_limit(limit);
+    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
+    let t = now() - 2 * 86_400_000;
+    // 500 visits over by the time the next 500 begin, two hours later: one eviction, once the
+    // cache holds its bound and a quarter.
+    let (dead, live) = (0..500u32, 500..1_000u32);
+    for i in dead.clone() {
+        let raw = pageview("https://example.com/early", FIREFOX, ip(i), t + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    let later = t + 2 * 3_600_000;
+    for i in live.clone() {
+        let raw = pageview("https://example.com/later", FIREFOX, ip(i), later + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while p.cached_sessions() > live.len() {
+        assert!(std::time::Instant::now() < deadline, "no eviction: {} sessions", p.cached_sessions());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let written = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
+    assert!(written.is_empty(), "{} live sessions were written on leaving memory", written.len());
+    assert_eq!(p.cached_sessions(), live.len(), "the live sessions stay in memory");
+    // Their next events continue their visits from memory: no lookup.
+    let before = p.counters().session_lookups.load(Ordering::SeqCst);
+    for i in live.clone() {
+        let raw = pageview("https://example.com/next", FIREFOX, ip(i), later + 600_000 + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    assert_eq!(p.counters().session_lookups.load(Ordering::SeqCst), before, "a live session was looked up");
+    a.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 1_500);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
+    assert_eq!(sessions.len(), 1_000, "one visit per visitor");
+}
+
 #[tokio::test]
 async fn import_all_counts_stored_dropped_and_refused_lines_in_line_order() {
     let w = world().await;
