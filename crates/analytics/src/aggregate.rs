@@ -403,6 +403,9 @@ pub(crate) struct Shared {
     /// items, so past a point each flush reads its items first rather than have its writes
     /// refused ([`crate::stale`]).
     stale: crate::stale::StaleRate,
+    /// How often aggregate items missing from the cache were in the table: while seldom, a
+    /// flush creates such items without reading them first ([`crate::stale`]).
+    absent: crate::stale::StaleRate,
     /// When the last heartbeat that the table accepted began (wall clock, ms): while it is
     /// recent, no other process can have taken this run for dead.
     beat_ok_ms: std::sync::atomic::AtomicI64,
@@ -545,6 +548,7 @@ impl Aggregator {
             stopped: AtomicBool::new(false),
             runs: RwLock::new((0, Arc::default())),
             stale: crate::stale::StaleRate::default(),
+            absent: crate::stale::StaleRate::default(),
             beat_ok_ms: std::sync::atomic::AtomicI64::new(started_ms),
         });
         let (stop, _) = watch::channel(false);
@@ -991,6 +995,7 @@ impl Shared {
             max_attempts: self.config.max_attempts,
             leave_weeks_and_months: defers,
             stale: Some(&self.stale),
+            absent: Some(&self.absent),
         };
         let outcome = writer.apply(acc, cache).await;
         {

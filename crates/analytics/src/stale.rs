@@ -13,6 +13,12 @@
 //! spends fewer write units. Staleness is measured either way (a read-first write sees whether the cache was
 //! current), so the choice follows the traffic both ways. Correctness never depends on it: the
 //! conditional write still decides every write.
+//!
+//! The same measure decides whether an aggregate item missing from the cache is read before it
+//! is written. Mostly such an item is new, and is created under the condition that it does not
+//! exist; when it does, the refused create costs what a refused write does, and the item is read
+//! and written again. So past a sixth of uncached items found to exist (either way: a read shows
+//! it, and so does a refused create), the flush reads them first.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

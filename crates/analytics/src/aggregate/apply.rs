@@ -544,6 +544,11 @@ pub(crate) struct Writer<'a> {
     /// How often the cached items were stale at their writes (other runs wrote them), and so
     /// whether a cached item is read before it is written ([`crate::stale`]).
     pub stale: Option<&'a StaleRate>,
+    /// How often items missing from the cache were in the table all the same, and so whether
+    /// such an item is read before it is written; without it, always. Mostly they are new (a new
+    /// bucket, a new value), and a new item needs no read: it is created under the condition that
+    /// it does not exist, which the table refuses if it does ([`crate::stale`]).
+    pub absent: Option<&'a StaleRate>,
 }
 
 async fn read(table: &Table, key: &AggKey) -> Result<StoredAggregate, AggregateError> {
@@ -639,6 +644,8 @@ impl Writer<'_> {
     ) -> WriteResult {
         // From the cache unless cached items have often been stale lately.
         let from_cache = cached.is_some() && !self.stale.is_some_and(StaleRate::read_first);
+        // Missing from the cache, created without a read unless such items have often existed.
+        let mut blind = cached.is_none() && self.absent.is_some_and(|rate| !rate.read_first());
         let mut current = match cached {
             Some(c) if from_cache => c,
             Some(c) => {
@@ -648,7 +655,14 @@ impl Writer<'_> {
                 }
                 fresh
             }
-            None => read(self.table, key).await?,
+            None if blind => StoredAggregate::default(),
+            None => {
+                let found = read(self.table, key).await?;
+                if let Some(rate) = self.absent {
+                    rate.record(found.version.is_some());
+                }
+                found
+            }
         };
         let mut first = true;
         let ttl = ttl(key.period, self.settings.get(&key.site_id), now_s);
@@ -678,13 +692,20 @@ impl Writer<'_> {
             {
                 rate.record(written.as_ref().is_err_and(|e| e.is_condition_failed()));
             }
+            // A guess that the item was new, proved wrong, is no conflict with another writer.
+            let guessed = std::mem::take(&mut blind);
+            if guessed && let Some(rate) = self.absent {
+                rate.record(written.as_ref().is_err_and(|e| e.is_condition_failed()));
+            }
             match written {
                 Ok(_) => {
                     next.version = Some(version);
                     return Ok((Done::Written, next, conflicts));
                 }
                 Err(e) if e.is_condition_failed() => {
-                    conflicts += 1;
+                    if !guessed {
+                        conflicts += 1;
+                    }
                     current = read(self.table, key).await?;
                 }
                 Err(e) => return Err(e.into()),

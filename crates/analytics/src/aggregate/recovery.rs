@@ -219,6 +219,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<usize, AggregateE
             max_attempts: shared.config.max_attempts,
             leave_weeks_and_months: false,
             stale: None,
+            absent: None,
         };
         let outcome = writer.apply(&acc.finish(), &mut cache).await;
         {
