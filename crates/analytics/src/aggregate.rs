@@ -403,9 +403,9 @@ pub(crate) struct Shared {
     /// items, so past a point each flush reads its items first rather than have its writes
     /// refused ([`crate::stale`]).
     stale: crate::stale::StaleRate,
-    /// How often aggregate items missing from the cache were in the table: while seldom, a
-    /// flush creates such items without reading them first ([`crate::stale`]).
-    absent: crate::stale::StaleRate,
+    /// How often aggregate items missing from the cache were in the table, per period: while
+    /// seldom, a flush creates such items without reading them first ([`crate::stale`]).
+    absent: [crate::stale::StaleRate; crate::stored::Period::ALL.len()],
     /// When the last heartbeat that the table accepted began (wall clock, ms): while it is
     /// recent, no other process can have taken this run for dead.
     beat_ok_ms: std::sync::atomic::AtomicI64,
@@ -548,7 +548,7 @@ impl Aggregator {
             stopped: AtomicBool::new(false),
             runs: RwLock::new((0, Arc::default())),
             stale: crate::stale::StaleRate::default(),
-            absent: crate::stale::StaleRate::default(),
+            absent: Default::default(),
             beat_ok_ms: std::sync::atomic::AtomicI64::new(started_ms),
         });
         let (stop, _) = watch::channel(false);

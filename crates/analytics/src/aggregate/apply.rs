@@ -544,11 +544,13 @@ pub(crate) struct Writer<'a> {
     /// How often the cached items were stale at their writes (other runs wrote them), and so
     /// whether a cached item is read before it is written ([`crate::stale`]).
     pub stale: Option<&'a StaleRate>,
-    /// How often items missing from the cache were in the table all the same, and so whether
-    /// such an item is read before it is written; without it, always. Mostly they are new (a new
-    /// bucket, a new value), and a new item needs no read: it is created under the condition that
-    /// it does not exist, which the table refuses if it does ([`crate::stale`]).
-    pub absent: Option<&'a StaleRate>,
+    /// How often items missing from the cache were in the table all the same, per period, and
+    /// so whether such an item is read before it is written; without it, always. Mostly they are
+    /// new (a new hour, a new page), and a new item needs no read: it is created under the
+    /// condition that it does not exist, which the table refuses if it does ([`crate::stale`]).
+    /// Per period, because a week's or a month's item outlives the cache's copy far more often
+    /// than an hour's or a day's.
+    pub absent: Option<&'a [StaleRate; Period::ALL.len()]>,
 }
 
 async fn read(table: &Table, key: &AggKey) -> Result<StoredAggregate, AggregateError> {
@@ -645,7 +647,8 @@ impl Writer<'_> {
         // From the cache unless cached items have often been stale lately.
         let from_cache = cached.is_some() && !self.stale.is_some_and(StaleRate::read_first);
         // Missing from the cache, created without a read unless such items have often existed.
-        let mut blind = cached.is_none() && self.absent.is_some_and(|rate| !rate.read_first());
+        let absent = self.absent.map(|rates| &rates[key.period as usize]);
+        let mut blind = cached.is_none() && absent.is_some_and(|rate| !rate.read_first());
         let mut current = match cached {
             Some(c) if from_cache => c,
             Some(c) => {
@@ -658,7 +661,7 @@ impl Writer<'_> {
             None if blind => StoredAggregate::default(),
             None => {
                 let found = read(self.table, key).await?;
-                if let Some(rate) = self.absent {
+                if let Some(rate) = absent {
                     rate.record(found.version.is_some());
                 }
                 found
@@ -694,7 +697,7 @@ impl Writer<'_> {
             }
             // A guess that the item was new, proved wrong, is no conflict with another writer.
             let guessed = std::mem::take(&mut blind);
-            if guessed && let Some(rate) = self.absent {
+            if guessed && let Some(rate) = absent {
                 rate.record(written.as_ref().is_err_and(|e| e.is_condition_failed()));
             }
             match written {

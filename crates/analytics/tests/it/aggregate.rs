@@ -681,7 +681,8 @@ impl Hooks for AggregatePuts {
 #[tokio::test]
 async fn a_run_meeting_items_another_wrote_adds_to_them_then_reads_such_items_first() {
     let h = harness().await;
-    let pages: Vec<String> = (0..40).map(|i| format!("/p{i}")).collect();
+    // Enough for each period to meet 64 uncached items (an hour keeps three dimensions).
+    let pages: Vec<String> = (0..80).map(|i| format!("/p{i}")).collect();
     let day_ms = 86_400_000;
     let traffic = |first_visitor: u64, at: i64| {
         pages
