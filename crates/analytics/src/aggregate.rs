@@ -260,6 +260,9 @@ pub struct AggregatorStats {
     pub items_skipped: u64,
     /// Optimistic write conflicts (another run wrote the item first) retried.
     pub conflicts: u64,
+    /// Items missing from the cache, created without a read, that the table refused because
+    /// they existed: each was read and written again.
+    pub wrong_guesses: u64,
     /// Flushes that failed (and will be retried).
     pub flush_errors: u64,
     /// Aggregate (or session log) items a flush could not write and will not retry, because
@@ -369,6 +372,7 @@ struct Counts {
     items_written: u64,
     items_skipped: u64,
     conflicts: u64,
+    wrong_guesses: u64,
     flush_errors: u64,
     flush_item_errors: u64,
     last_flush_write_units: f64,
@@ -744,6 +748,7 @@ impl Aggregator {
             stats.items_written = c.items_written;
             stats.items_skipped = c.items_skipped;
             stats.conflicts = c.conflicts;
+            stats.wrong_guesses = c.wrong_guesses;
             stats.flush_errors = c.flush_errors;
             stats.flush_item_errors = c.flush_item_errors;
             stats.last_flush_write_units = c.last_flush_write_units;
@@ -1003,6 +1008,7 @@ impl Shared {
             c.items_written += outcome.written;
             c.items_skipped += outcome.skipped;
             c.conflicts += outcome.conflicts;
+            c.wrong_guesses += outcome.wrong_guesses;
             c.flush_item_errors += outcome.item_errors;
         }
         outcome.result?;

@@ -652,6 +652,7 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
         aggregation.items_written += b.items_written;
         aggregation.epochs_flushed += b.epochs_flushed;
         aggregation.conflicts += b.conflicts;
+        aggregation.wrong_guesses += b.wrong_guesses;
     }
     Ok(Ingested {
         total,
@@ -690,11 +691,12 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     );
     println!(
         "aggregation: {} flushes, {} aggregate items written, {:.1} events per item written, {} writes refused \
-         (another process wrote the item first)",
+         (another process wrote the item first), {} items created unread refused (they existed)",
         a.epochs_flushed,
         a.items_written,
         accepted as f64 / a.items_written.max(1) as f64,
-        a.conflicts
+        a.conflicts,
+        a.wrong_guesses
     );
     println!(
         "dashboard lag behind ingestion: at most {:.1} s (oldest unflushed event, sampled every 100 ms)",

@@ -508,6 +508,8 @@ pub(crate) struct Outcome {
     pub written: u64,
     pub skipped: u64,
     pub conflicts: u64,
+    /// Items created without a read that the table refused: they existed.
+    pub wrong_guesses: u64,
     /// Items that failed permanently ([`AggregateError::is_permanent`]): logged, counted and
     /// left without this epoch's deltas, so they cannot hold the epoch back.
     pub item_errors: u64,
@@ -526,8 +528,15 @@ enum Done {
     Skipped,
 }
 
-/// One item's write: what happened, the item as now stored, and the conflicts retried.
-type WriteResult = Result<(Done, StoredAggregate, u64), AggregateError>;
+/// What one item's write retried: conflicts with other writers, and a guess that it was new.
+#[derive(Default)]
+struct Retried {
+    conflicts: u64,
+    wrong_guess: bool,
+}
+
+/// One item's write: what happened, the item as now stored, and what it retried.
+type WriteResult = Result<(Done, StoredAggregate, Retried), AggregateError>;
 
 /// Everything one epoch's writes need.
 pub(crate) struct Writer<'a> {
@@ -587,7 +596,8 @@ impl Writer<'_> {
                 None => break,
             }
         }
-        let mut outcome = Outcome { written: 0, skipped: 0, conflicts: 0, item_errors: 0, result: Ok(()) };
+        let mut outcome =
+            Outcome { written: 0, skipped: 0, conflicts: 0, wrong_guesses: 0, item_errors: 0, result: Ok(()) };
         // The session log: plain puts, the same items whenever this epoch is applied again.
         let logs = acc.sessions().items(self.run_id, self.epoch);
         let logged: Vec<Result<(), AggregateError>> = stream::iter(logs)
@@ -605,8 +615,9 @@ impl Writer<'_> {
         }
         for (key, r) in results {
             match r {
-                Ok((done, item, conflicts)) => {
-                    outcome.conflicts += conflicts;
+                Ok((done, item, retried)) => {
+                    outcome.conflicts += retried.conflicts;
+                    outcome.wrong_guesses += u64::from(retried.wrong_guess);
                     match done {
                         Done::Written => outcome.written += 1,
                         Done::Skipped => outcome.skipped += 1,
@@ -669,10 +680,10 @@ impl Writer<'_> {
         };
         let mut first = true;
         let ttl = ttl(key.period, self.settings.get(&key.site_id), now_s);
-        let mut conflicts = 0;
+        let mut retried = Retried::default();
         for _ in 0..self.max_attempts.max(1) {
             if current.flushes.get(self.run_id).is_some_and(|&e| e >= self.epoch) {
-                return Ok((Done::Skipped, current, conflicts));
+                return Ok((Done::Skipped, current, retried));
             }
             // Changed in place: a conflict reads the item again, and any other failure drops it.
             let mut next = current;
@@ -703,11 +714,13 @@ impl Writer<'_> {
             match written {
                 Ok(_) => {
                     next.version = Some(version);
-                    return Ok((Done::Written, next, conflicts));
+                    return Ok((Done::Written, next, retried));
                 }
                 Err(e) if e.is_condition_failed() => {
-                    if !guessed {
-                        conflicts += 1;
+                    if guessed {
+                        retried.wrong_guess = true;
+                    } else {
+                        retried.conflicts += 1;
                     }
                     current = read(self.table, key).await?;
                 }

@@ -227,6 +227,7 @@ async fn recover_run(shared: &Shared, run: &RunInfo) -> Result<usize, AggregateE
             c.items_written += outcome.written;
             c.items_skipped += outcome.skipped;
             c.conflicts += outcome.conflicts;
+            c.wrong_guesses += outcome.wrong_guesses;
             c.flush_item_errors += outcome.item_errors;
         }
         outcome.result?;

@@ -265,6 +265,7 @@ async fn a_flush_reads_neither_new_items_nor_cached_ones() {
     ingest(&agg, &h.table, a.pageview("/", T0)).await;
     agg.flush_now().await.expect("flushes");
     assert_eq!(agg.stats().last_flush_read_units, 0.0, "the first flush's items are all new");
+    assert_eq!((agg.stats().wrong_guesses, agg.stats().conflicts), (0, 0));
     assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![]);
     ingest(&agg, &h.table, a.pageview("/", T0 + 1_000)).await;
     agg.flush_now().await.expect("flushes");
@@ -712,6 +713,7 @@ async fn a_run_meeting_items_another_wrote_adds_to_them_then_reads_such_items_fi
     let first = b.stats();
     assert!(first.items_written >= 64, "{} items", first.items_written);
     assert_eq!(first.conflicts, 0, "a guess proved wrong is no conflict");
+    assert!(first.wrong_guesses >= 64, "{} guesses refused", first.wrong_guesses);
     assert!(puts.0.load(Ordering::SeqCst) > first.items_written, "items guessed new were refused and written again");
     // The day after: items a wrote, none in b's cache but the week's and the month's.
     puts.0.store(0, Ordering::SeqCst);
@@ -721,6 +723,7 @@ async fn a_run_meeting_items_another_wrote_adds_to_them_then_reads_such_items_fi
     b.flush_now().await.expect("b flushes");
     let second = b.stats().items_written - first.items_written;
     assert_eq!(puts.0.load(Ordering::SeqCst), second, "each item written once, read first");
+    assert_eq!(b.stats().wrong_guesses, first.wrong_guesses);
     assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![]);
     assert_eq!(
         item(&h.table, "day", "event:page", "2026-11-23", "/p7").await.map(|(c, v)| (c.pageviews, v)),
