@@ -408,7 +408,7 @@ pub(crate) struct Shared {
     /// refused ([`crate::stale`]).
     stale: crate::stale::StaleRate,
     /// How often aggregate items missing from the cache were in the table, per period: while
-    /// seldom, a flush creates such items (minutes', hours' and days') without reading them
+    /// seldom, a flush creates such items (minutes' and hours') without reading them
     /// first ([`crate::stale`]).
     absent: [crate::stale::StaleRate; crate::stored::Period::ALL.len()],
     /// When the last heartbeat that the table accepted began (wall clock, ms): while it is

@@ -557,8 +557,8 @@ pub(crate) struct Writer<'a> {
     /// so whether such an item is read before it is written; without it, always. Mostly they are
     /// new (a new hour, a new page), and a new item needs no read: it is created under the
     /// condition that it does not exist, which the table refuses if it does ([`crate::stale`]).
-    /// Per period; never for weeks and months, whose items mostly exist when uncached and
-    /// cost up to nine write units to have refused.
+    /// Per period; only for minutes and hours, whose items stay under a write unit: a busy
+    /// day's, week's or month's costs up to nine to have refused.
     pub absent: Option<&'a [StaleRate; Period::ALL.len()]>,
 }
 
@@ -658,10 +658,12 @@ impl Writer<'_> {
         // From the cache unless cached items have often been stale lately.
         let from_cache = cached.is_some() && !self.stale.is_some_and(StaleRate::read_first);
         // Missing from the cache, created without a read unless such items have often existed.
-        // Never a week's or a month's: mostly they exist (a new one is met a few times a month),
-        // and a refused create costs the write units of the stored item, up to nine for a month's
-        // against the one read unit of reading it first.
-        let absent = self.absent.filter(|_| !key.period.is_sum_of_days()).map(|rates| &rates[key.period as usize]);
+        // Only a minute's or an hour's, whose items stay under a write unit: a refused create
+        // costs the stored item's write units, up to nine for a busy day's, week's or month's
+        // (dense sketches), against the one read unit of reading it first; and a busy day's item,
+        // the cache's largest, is the one most often let go while its day goes on.
+        let small = matches!(key.period, Period::Minute | Period::Hour);
+        let absent = self.absent.filter(|_| small).map(|rates| &rates[key.period as usize]);
         let mut blind = cached.is_none() && absent.is_some_and(|rate| !rate.read_first());
         let mut current = match cached {
             Some(c) if from_cache => c,

@@ -256,7 +256,7 @@ async fn two_visits_add_up_to_hand_computed_aggregates() {
 }
 
 /// A flush reads neither the items it creates (new ones, created under the condition that they
-/// do not exist), except weeks' and months', nor those it wrote before (cached).
+/// do not exist), minutes' and hours', nor those it wrote before (cached).
 #[tokio::test]
 async fn a_flush_reads_neither_new_items_nor_cached_ones() {
     let h = harness().await;
@@ -264,14 +264,15 @@ async fn a_flush_reads_neither_new_items_nor_cached_ones() {
     let mut a = Session::new("S1", 0xa, 1, T0, "Google");
     ingest(&agg, &h.table, a.pageview("/", T0)).await;
     agg.flush_now().await.expect("flushes");
-    // One read unit per week or month item (looked for, not found), none for the others.
-    let weeks_and_months = aggregates(&h.table)
+    // One read unit per day, week or month item (looked for, not found), none for the others.
+    let stored: Vec<String> = aggregates(&h.table)
         .await
         .iter()
-        .filter(|i| matches!(i.get("period").and_then(|p| p.as_s()), Some("week" | "month")))
-        .count();
-    assert!(weeks_and_months > 0);
-    assert_eq!(agg.stats().last_flush_read_units, weeks_and_months as f64, "only weeks and months are read");
+        .filter_map(|i| i.get("period").and_then(|p| p.as_s()).map(str::to_owned))
+        .collect();
+    assert!(stored.iter().any(|p| p == "hour"));
+    let read_first = stored.iter().filter(|p| ["day", "week", "month"].contains(&p.as_str())).count();
+    assert_eq!(agg.stats().last_flush_read_units, read_first as f64, "hours are not read");
     assert_eq!((agg.stats().wrong_guesses, agg.stats().conflicts), (0, 0));
     assert_eq!(verify(&h.table, "S1", "2026-11-01", "2026-11-30").await.differences, vec![]);
     ingest(&agg, &h.table, a.pageview("/", T0 + 1_000)).await;
