@@ -703,8 +703,8 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         ingested.max_lag_ms.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1000.0
     );
     println!(
-        "read units per event: {read_per_event:.3} ({:.3} session and salt lookups missing the cache, {:.3} aggregate \
-         items read by flushes)",
+        "read units per event: {read_per_event:.3} ({:.3} session and salt lookups missing the cache and compaction's \
+         reads of small blocks, {:.3} aggregate items read by flushes)",
         (read_per_event - a.flush_read_units / accepted as f64).max(0.0),
         a.flush_read_units / accepted as f64
     );
