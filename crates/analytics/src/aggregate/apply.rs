@@ -686,7 +686,8 @@ impl Writer<'_> {
         let mut first = true;
         let ttl = ttl(key.period, self.settings.get(&key.site_id), now_s);
         let mut retried = Retried::default();
-        for _ in 0..self.max_attempts.max(1) {
+        // A refused guess takes no attempt from those against other writers.
+        for _ in 0..self.max_attempts.max(1) + u32::from(blind) {
             if current.flushes.get(self.run_id).is_some_and(|&e| e >= self.epoch) {
                 return Ok((Done::Skipped, current, retried));
             }
