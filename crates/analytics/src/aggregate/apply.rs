@@ -664,7 +664,7 @@ impl Writer<'_> {
         // the cache's largest, is the one most often let go while its day goes on.
         let small = matches!(key.period, Period::Minute | Period::Hour);
         let absent = self.absent.filter(|_| small).map(|rates| &rates[key.period as usize]);
-        let mut blind = cached.is_none() && absent.is_some_and(|rate| !rate.read_first());
+        let blind = cached.is_none() && absent.is_some_and(|rate| !rate.read_first());
         let mut current = match cached {
             Some(c) if from_cache => c,
             Some(c) => {
@@ -706,15 +706,12 @@ impl Writer<'_> {
                 None => self.table.write("Aggregate", item, PutMode::Create, None).await,
                 Some(v) => self.table.write("Aggregate", item, PutMode::Put, Some(&attr("version").eq(v))).await,
             };
-            if from_cache
-                && std::mem::take(&mut first)
-                && let Some(rate) = self.stale
-            {
-                rate.record(written.as_ref().is_err_and(|e| e.is_condition_failed()));
-            }
-            // A guess that the item was new, proved wrong, is no conflict with another writer.
-            let guessed = std::mem::take(&mut blind);
-            if guessed && let Some(rate) = absent {
+            // The first write tells whether the cache was current, or the guess that the item
+            // was new right; a guess proved wrong is no conflict with another writer.
+            let first_write = std::mem::take(&mut first);
+            let guessed = first_write && blind;
+            let rate = if from_cache { self.stale } else { absent.filter(|_| blind) };
+            if first_write && let Some(rate) = rate {
                 rate.record(written.as_ref().is_err_and(|e| e.is_condition_failed()));
             }
             match written {

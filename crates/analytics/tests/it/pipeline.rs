@@ -893,6 +893,11 @@ async fn a_compaction_round_reads_what_was_written_since_not_the_merged_blocks()
     a.shutdown().await.unwrap();
 }
 
+/// The address of the `i`th of many visitors (one User-Agent, so one visitor per address).
+fn client(i: u32) -> [u8; 4] {
+    [10, (i >> 16) as u8, (i >> 8) as u8, i as u8]
+}
+
 /// Alone, a full session cache writes the sessions it lets go (in chunks) and remembers them, so
 /// every visitor's next event continues their visit: one visit per visitor, none lost or split.
 #[tokio::test]
@@ -903,10 +908,9 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
     p.set_alone(0);
     p.set_session_cache_limit(600);
     let visitors = 1_000u32;
-    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
     let t = now() - 600_000;
     for i in 0..visitors {
-        let raw = pageview("https://example.com/first", FIREFOX, ip(i), t + i64::from(i));
+        let raw = pageview("https://example.com/first", FIREFOX, client(i), t + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
     // Eviction runs in a task: wait until it has written more than one chunk (not a fixed time,
@@ -921,7 +925,7 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for i in 0..visitors {
-        let raw = pageview("https://example.com/second", FIREFOX, ip(i), t + 300_000 + i64::from(i));
+        let raw = pageview("https://example.com/second", FIREFOX, client(i), t + 300_000 + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
     a.flush_now().await.unwrap();
@@ -979,13 +983,12 @@ async fn alone_a_full_session_cache_waits_for_eviction_rather_than_grow() {
     slow.open.send_replace(false);
 
     let visitors = 1_000u32;
-    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
     let t = now() - 600_000;
     let ingest_all = |path: &'static str, at: i64| {
         (0..visitors)
             .map(|i| {
                 let p = p.clone();
-                let raw = pageview(&format!("https://example.com{path}"), FIREFOX, ip(i), at + i64::from(i));
+                let raw = pageview(&format!("https://example.com{path}"), FIREFOX, client(i), at + i64::from(i));
                 tokio::spawn(async move { p.ingest(raw, SiteSelector::Domain).await })
             })
             .collect::<Vec<_>>()
@@ -1044,10 +1047,9 @@ async fn alone_forgotten_evictions_are_looked_up_only_while_their_sessions_can_b
     p.set_session_cache_limit(600);
     p.set_evicted_memory_limit(100);
     let visitors = 1_000u32;
-    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
     let t = now() - 3 * 3_600_000;
     for i in 0..visitors {
-        let raw = pageview("https://example.com/first", FIREFOX, ip(i), t + i64::from(i));
+        let raw = pageview("https://example.com/first", FIREFOX, client(i), t + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
     // Eviction runs in a task: wait until it has written more than the memory holds, so the
@@ -1059,7 +1061,7 @@ async fn alone_forgotten_evictions_are_looked_up_only_while_their_sessions_can_b
     }
     let before = p.counters().session_lookups.load(Ordering::SeqCst);
     for i in 0..visitors {
-        let raw = pageview("https://example.com/second", FIREFOX, ip(i), t + 300_000 + i64::from(i));
+        let raw = pageview("https://example.com/second", FIREFOX, client(i), t + 300_000 + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
     let looked_up = p.counters().session_lookups.load(Ordering::SeqCst) - before;
@@ -1071,7 +1073,7 @@ async fn alone_forgotten_evictions_are_looked_up_only_while_their_sessions_can_b
     p.set_evicted_memory_limit(usize::MAX);
     let before = p.counters().session_lookups.load(Ordering::SeqCst);
     for i in visitors..visitors + 200 {
-        let raw = pageview("https://example.com/third", FIREFOX, ip(i), t + 2 * 3_600_000 + i64::from(i));
+        let raw = pageview("https://example.com/third", FIREFOX, client(i), t + 2 * 3_600_000 + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
     assert_eq!(p.counters().session_lookups.load(Ordering::SeqCst), before, "new visitors past every timeout");
@@ -1093,11 +1095,10 @@ async fn alone_a_full_cache_of_sessions_of_one_millisecond_makes_room() {
     let (p, a) = pipeline(&w).await;
     p.set_alone(0);
     p.set_session_cache_limit(100);
-    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
     let t = now() - 600_000;
     let all = async {
         for i in 0..300u32 {
-            let raw = pageview("https://example.com/", FIREFOX, ip(i), t);
+            let raw = pageview("https://example.com/", FIREFOX, client(i), t);
             assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
         }
     };
@@ -1119,18 +1120,17 @@ async fn alone_a_full_cache_of_past_traffic_keeps_the_sessions_live_by_the_event
     p.set_alone(0);
     let limit = 600;
     p.set_session_cache_limit(limit);
-    let ip = |i: u32| [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
     let t = now() - 2 * 86_400_000;
     // 500 visits over by the time the next 500 begin, two hours later: one eviction, once the
     // cache holds its bound and a quarter.
     let (dead, live) = (0..500u32, 500..1_000u32);
     for i in dead.clone() {
-        let raw = pageview("https://example.com/early", FIREFOX, ip(i), t + i64::from(i));
+        let raw = pageview("https://example.com/early", FIREFOX, client(i), t + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
     let later = t + 2 * 3_600_000;
     for i in live.clone() {
-        let raw = pageview("https://example.com/later", FIREFOX, ip(i), later + i64::from(i));
+        let raw = pageview("https://example.com/later", FIREFOX, client(i), later + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -1144,7 +1144,7 @@ async fn alone_a_full_cache_of_past_traffic_keeps_the_sessions_live_by_the_event
     // Their next events continue their visits from memory: no lookup.
     let before = p.counters().session_lookups.load(Ordering::SeqCst);
     for i in live.clone() {
-        let raw = pageview("https://example.com/next", FIREFOX, ip(i), later + 600_000 + i64::from(i));
+        let raw = pageview("https://example.com/next", FIREFOX, client(i), later + 600_000 + i64::from(i));
         assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
     }
     assert_eq!(p.counters().session_lookups.load(Ordering::SeqCst), before, "a live session was looked up");
