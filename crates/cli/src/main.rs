@@ -53,13 +53,17 @@ fn small_pages() {
 
 /// How long mimalloc keeps freed memory before giving it back to the kernel, in milliseconds,
 /// unless `MIMALLOC_PURGE_DELAY` says otherwise.
-const PURGE_DELAY_MS: std::ffi::c_long = 10;
+const PURGE_DELAY_MS: std::ffi::c_long = 100;
 
 /// Shortens mimalloc's purge delay (a second in the mimalloc v3 the `mimalloc` crate builds) to
 /// [`PURGE_DELAY_MS`]. Under sustained ingestion the delayed purges let short-lived buffers
 /// (request bodies, block encodings, batches of items) stay resident; purging sooner costs
-/// system time in allocation-heavy work such as `tally import`. BENCHMARKS.md ("third session")
-/// has both sides. An operator's `MIMALLOC_PURGE_DELAY` is left as it is.
+/// CPU wherever memory is freed and taken again within the delay: each purged page is given
+/// back (`madvise`) and faulted in, zeroed, at its next use. At 10 ms that was about a sixth of
+/// ingestion's CPU (`tally bench`: 75 against 61 µs per event, a third more system time), for
+/// 1–4 MB less resident memory under 64 connections (BENCHMARKS.md, "twenty-third session";
+/// the "third session" has the first measurements). An operator's `MIMALLOC_PURGE_DELAY` is
+/// left as it is.
 #[allow(unsafe_code)]
 fn prompt_purge() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
@@ -88,11 +92,11 @@ const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// arena and its clearing, the arena keeps an expiry the process no longer has, and, since a
 /// purge is only scheduled process-wide when the arena had none, no purge is due again: from then
 /// on nothing freed is given back, and the resident set climbs to every later peak and stays
-/// there. Under `tally serve`'s sustained ingestion (purges every 10 ms, [`prompt_purge`]) that
+/// there. Under `tally serve`'s sustained ingestion (purges every 10 ms, as [`prompt_purge`] then set) that
 /// happened in about one 90 s run in ten, and in five of six with purges every millisecond,
 /// taking the server from 135–140 to 162–182 MB (BENCHMARKS.md, "fifteenth session"). A forced
 /// pass ignores the expiries and resets the arena's, so the schedule works again; in between it
-/// only purges sooner what was due within 10 ms anyway.
+/// only purges sooner what was due within [`PURGE_DELAY_MS`] anyway.
 #[allow(unsafe_code)]
 fn keep_purging() {
     unsafe extern "C" {
