@@ -608,7 +608,12 @@ impl Referrer {
             return None;
         }
         let mut url = Url::parse(text).ok()?;
-        let host = Hostname::parse(url.host_str()?)?;
+        // A web URL's host is parsed already (lower-case, mapped to ASCII); another scheme's is
+        // opaque text, which `Hostname::parse` reads as a host name.
+        let host = match url.scheme() {
+            "http" | "https" => Hostname::from_url_host(url.host()?)?,
+            _ => Hostname::parse(url.host_str()?)?,
+        };
         url.set_query(None);
         url.set_fragment(None);
         // Credentials in a referrer are never Tally's to keep.

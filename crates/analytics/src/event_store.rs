@@ -495,6 +495,9 @@ fn fit(
     };
     let all = events.len();
     let unit = store::limits::WRITE_UNIT_BYTES;
+    if keep >= all {
+        return Ok((all, encode(all)?));
+    }
     let key = (shared.run_id.as_str(), number);
     let Ok(item) = shared.table.build_item("EventBlock", block_item(key, site, day, events, Vec::new(), 0, &[])) else {
         return Ok((all, encode(all)?));
@@ -504,9 +507,6 @@ fn fit(
     // or less: a prefix's item is within `SLACK` on either side of `overhead + SLACK + data`.
     const SLACK: usize = 16;
     let overhead = store::item_size(&item);
-    if keep >= all {
-        return Ok((all, encode(all)?));
-    }
     let predicted = shared.sizes.predict(approx.iter().copied());
     // The most events (at least `keep`, not all) whose predicted size, off by `missed`, fits.
     let longest = |prefixes: &[usize], missed: isize, bound: usize| {

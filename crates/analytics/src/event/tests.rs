@@ -322,7 +322,7 @@ proptest! {
     /// The page's host name is taken from the parsed URL rather than parsed again: for any host a
     /// URL may carry (cases, `www.`, trailing dots, international names, punycode, numbers that
     /// are IPv4 addresses or are not, IPv6), it is what parsing the URL's host text gives, and so
-    /// is a domain sent as that same text.
+    /// are a domain sent as that same text and a referrer's host.
     #[test]
     fn a_urls_host_is_what_parsing_its_text_gives(
         host in prop_oneof![
@@ -346,6 +346,12 @@ proptest! {
         if let Some(host) = reparsed.as_ref().filter(|h| h.is_canonical()) {
             let again = Hostname::parse(host.as_str());
             prop_assert_eq!(again.as_ref(), Some(host));
+        }
+        // A referrer's host likewise, whatever its scheme (a web URL's taken as parsed).
+        for scheme in ["http", "https", "android-app"] {
+            let referrer = format!("{scheme}://{host}/p");
+            let expected = url::Url::parse(&referrer).ok().and_then(|u| u.host_str().and_then(Hostname::parse));
+            prop_assert_eq!(Referrer::parse(&referrer).map(|r| r.host().clone()), expected);
         }
         let mut raw = raw(url.as_str());
         raw.domain = text.to_owned();
