@@ -373,10 +373,13 @@ impl Hostname {
     /// is `self`), so a lookup that would parse it may take it as it is. A parsed name is already
     /// lower-case ASCII without a final dot, and an address literal already in its shortest
     /// form; only a leading `www.` (left by `www.www.…`) would be taken off once more, and the
-    /// empty name (of the host `.`) does not parse at all. Property-tested in
-    /// `a_urls_host_is_what_parsing_its_text_gives`.
+    /// empty name (of the host `.`) does not parse at all. A name whose last label starts with a
+    /// digit is not claimed canonical either: the final dots taken off a domain such as `0..`
+    /// leave `0`, which parses as the address `0.0.0.0` (and an address literal costs only a
+    /// parse). Property-tested in `a_urls_host_is_what_parsing_its_text_gives`.
     pub fn is_canonical(&self) -> bool {
-        !self.0.is_empty() && !self.0.starts_with("www.")
+        let last_label = self.0.rsplit('.').next().unwrap_or_default();
+        !self.0.is_empty() && !self.0.starts_with("www.") && !last_label.starts_with(|c: char| c.is_ascii_digit())
     }
 
     /// Whether this host is `domain` or one of its subdomains.
