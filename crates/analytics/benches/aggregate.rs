@@ -180,6 +180,26 @@ fn benches(c: &mut Criterion) {
     c.bench_function("read_a_sparse_sketch", |b| b.iter(|| black_box(VisitorSketch::from_bytes(black_box(&sparse)))));
     let dense = days(1, 5_000).remove(0).to_bytes();
     c.bench_function("read_a_dense_sketch", |b| b.iter(|| black_box(VisitorSketch::from_bytes(black_box(&dense)))));
+
+    // An aggregate flush writes each busy item's sketch back: the stored one (read dense) merged
+    // with an epoch's visitors (inserted, dense or sparse).
+    let mut stored_and_epoch = VisitorSketch::from_bytes(&dense).expect("a stored sketch");
+    stored_and_epoch.merge(&days(1, 3_000).remove(0));
+    let inserted = |n: u64| {
+        let mut s = VisitorSketch::new();
+        (0..n).for_each(|i| s.insert_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        s
+    };
+    let mut inserted_and_stored = inserted(3_000);
+    inserted_and_stored.merge(&VisitorSketch::from_bytes(&sparse).expect("a stored sketch"));
+    for (name, sketch) in [
+        ("write_a_dense_sketch_read", VisitorSketch::from_bytes(&dense).expect("a stored sketch")),
+        ("write_a_dense_sketch_merged", stored_and_epoch),
+        ("write_a_dense_sketch_inserted", inserted(5_000)),
+        ("write_a_dense_sketch_inserted_and_merged", inserted_and_stored),
+    ] {
+        c.bench_function(name, |b| b.iter(|| black_box(black_box(&sketch).to_bytes())));
+    }
 }
 
 criterion_group!(aggregate, benches);

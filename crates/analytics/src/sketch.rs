@@ -387,7 +387,16 @@ impl VisitorSketch {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut image = match &self.inner {
             Inner::Sketch(s) => s.serialize(),
-            Inner::Union(u) => u.to_sketch(HllType::Hll4).serialize(),
+            // A dense union hands over its registers as they are (`HLL_8`); a sparse one its
+            // coupons, as the `HLL_4` image every sparse sketch is compared in.
+            Inner::Union(u) => {
+                let image = u.to_sketch(HllType::Hll8).serialize();
+                match image.get(ds::MODE_BYTE).map(|m| m & 0b11) {
+                    Some(ds::MODE_HLL) => image,
+                    _ => u.to_sketch(HllType::Hll4).serialize(),
+                }
+            }
+            Inner::Registers(r) if !r.is_empty() => return stored_image(&r.to_hll4_image()),
             Inner::Registers(r) => registers_sketch(r).serialize(),
             Inner::Coupons(c) => coupons_sketch(c).serialize(),
             Inner::CouponSet(set) => coupons_sketch(&set.sorted()).serialize(),
@@ -395,8 +404,15 @@ impl VisitorSketch {
         match image.get(ds::MODE_BYTE).map(|m| m & 0b11) {
             Some(ds::MODE_LIST) => sort_coupons(&mut image, ds::LIST_PREAMBLE),
             Some(ds::MODE_SET) => sort_coupons(&mut image, ds::SET_PREAMBLE),
-            // A union rebuilds a dense sketch from its registers alone, as `HLL_4`.
+            // A dense sketch is stored as the `HLL_4` image of its registers alone.
             _ => {
+                let mut registers = Registers::new();
+                if registers.add_image(&image) && !registers.is_empty() {
+                    return stored_image(&registers.to_hll4_image());
+                }
+                // An image the registers do not take (another `lg_k`), or one with no register
+                // set (which DataSketches stores as an empty list): the library's union rebuilds
+                // it from its registers, as `HLL_4`.
                 image = match VisitorSketch::union([self]).inner {
                     Inner::Sketch(s) => s.serialize(),
                     Inner::Union(u) => u.to_sketch(HllType::Hll4).serialize(),
@@ -415,11 +431,7 @@ impl VisitorSketch {
             packed::encode(&coupons, &mut out);
             return out;
         }
-        let mut out = Vec::with_capacity(HEADER_LEN + image.len());
-        out.extend_from_slice(&MAGIC);
-        out.push(FORMAT_IMAGE);
-        out.extend_from_slice(&image);
-        out
+        stored_image(&image)
     }
 
     /// Reads what [`VisitorSketch::to_bytes`] wrote; any other bytes give an error.
@@ -501,6 +513,15 @@ fn sort_coupons(image: &mut [u8], preamble: usize) {
     for (dst, c) in body.chunks_exact_mut(4).zip(coupons) {
         dst.copy_from_slice(&c);
     }
+}
+
+/// A DataSketches image as stored: the header, then the image (format 1).
+fn stored_image(image: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + image.len());
+    out.extend_from_slice(&MAGIC);
+    out.push(FORMAT_IMAGE);
+    out.extend_from_slice(image);
+    out
 }
 
 /// Makes a dense `HLL_4` image a function of its registers alone. The out-of-order flag tells

@@ -15,6 +15,7 @@ pub const SERIAL_VERSION: u8 = 1;
 pub const FAMILY_HLL: u8 = 7;
 pub const LIST_PREINTS: u8 = 2;
 pub const SET_PREINTS: u8 = 3;
+pub const HLL_PREINTS: u8 = 10;
 
 pub const FLAGS_BYTE: usize = 5;
 pub const EMPTY_FLAG: u8 = 4;

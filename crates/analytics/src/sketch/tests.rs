@@ -328,6 +328,68 @@ fn stored_dense_sketches_merge_by_registers_to_the_same_union() {
     }
 }
 
+/// What `to_bytes` stored for dense registers before it wrote them itself: DataSketches' union
+/// fed them, converted to `HLL_4`, serialised, made canonical.
+fn library_dense_image(registers: &Registers) -> Vec<u8> {
+    let mut union = new_union();
+    union.update(&registers_sketch(registers));
+    let mut image = union.to_sketch(HllType::Hll4).serialize();
+    canonical_dense(&mut image);
+    image
+}
+
+/// Registers over a floor: `raised` of every 256 lifted by up to `spread` (at most 63).
+fn registers_over(floor: u8, spread: u8, raised: u16, seed: u64) -> Registers {
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut registers = Registers::new();
+    registers.add_coupon_list((0..1u32 << LG_K).map(|slot| {
+        let r = next();
+        let lift = if (r & 0xFF) < u64::from(raised) { (r >> 8) % (u64::from(spread) + 1) } else { 0 };
+        let value = (u64::from(floor) + lift).min(63) as u32;
+        value << ds::SLOT_BITS | slot
+    }));
+    registers
+}
+
+#[test]
+fn hll4_image_of_extreme_registers_is_the_unions() {
+    assert!(registers_over(0, 0, 0, 1).is_empty());
+    for registers in [registers_over(0, 63, 256, 7), registers_over(63, 0, 0, 7), registers_over(0, 1, 1, 7)] {
+        assert_eq!(registers.to_hll4_image(), library_dense_image(&registers));
+    }
+    // No register set: the library stores an empty list, as for a sketch nothing was put in.
+    let empty = VisitorSketch { inner: Inner::Registers(Registers::new()), dense: true };
+    assert_eq!(empty.to_bytes(), VisitorSketch::new().to_bytes());
+    assert_eq!(coupons::parse(&library_dense_image(&Registers::new())), Some(vec![]));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Dense registers are stored as the library's union would store them, byte for byte, at
+    /// every floor, with and without exceptions (registers 15 or more above the floor).
+    #[test]
+    fn hll4_image_is_the_unions(floor in 0u8..=50, spread in 0u8..=63, raised in 0u16..=256, seed: u64) {
+        let registers = registers_over(floor, spread, raised, seed);
+        if registers.is_empty() {
+            // Checked above: stored as the empty sketch.
+            return Ok(());
+        }
+        let image = registers.to_hll4_image();
+        prop_assert_eq!(&image, &library_dense_image(&registers));
+        let sketch = VisitorSketch { inner: Inner::Registers(registers), dense: true };
+        prop_assert_eq!(&sketch.to_bytes()[HEADER_LEN..], &image[..]);
+        // Read back, it is the same registers: written again, the same bytes.
+        prop_assert_eq!(VisitorSketch::from_bytes(&sketch.to_bytes()).unwrap().to_bytes(), sketch.to_bytes());
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
