@@ -75,6 +75,8 @@ pub struct Synth {
     config: SynthConfig,
     rng: StdRng,
     day: u32,
+    /// What scales [`weekly`] to a mean of one over the configured days.
+    weekly_norm: f64,
     ready: VecDeque<RawEvent>,
     /// Events of sessions that ran past the end of the day just generated.
     spill: Vec<RawEvent>,
@@ -95,18 +97,21 @@ impl Synth {
     /// A generator for `config`.
     pub fn new(config: SynthConfig) -> Self {
         let rng = StdRng::seed_from_u64(config.seed);
-        Synth { config, rng, day: 0, ready: VecDeque::new(), spill: Vec::new(), visitors: Vec::new() }
+        // The weekly rhythm's mean over the configured days is one, so the days hold
+        // `events_per_day` a day on average whichever weekdays they are.
+        let days = (0..config.days).map(|d| weekly(config.start_ms.saturating_add(i64::from(d) * DAY_MS)));
+        let sum: f64 = days.sum();
+        let weekly_norm = if sum > 0.0 { f64::from(config.days) / sum } else { 1.0 };
+        Synth { config, rng, day: 0, weekly_norm, ready: VecDeque::new(), spill: Vec::new(), visitors: Vec::new() }
     }
 
     /// Builds the sessions starting on the next day and moves the events of that day to `ready`.
     fn generate_day(&mut self) {
         let day_start = self.config.start_ms.saturating_add(i64::from(self.day) * DAY_MS);
         let day_end = day_start.saturating_add(DAY_MS);
-        let weekday = day_start.div_euclid(DAY_MS).rem_euclid(7);
-        // 1970-01-01 was a Thursday, so days 2 and 3 after it are Saturday and Sunday.
-        let weekly = if weekday == 2 || weekday == 3 { 0.6 } else { 1.1 };
         let jitter = 0.85 + 0.3 * self.rng.random::<f64>();
-        let expected_sessions = self.config.events_per_day.max(0.0) * weekly * jitter / MEAN_EVENTS_PER_SESSION;
+        let expected_sessions = self.config.events_per_day.max(0.0) * weekly(day_start) * self.weekly_norm * jitter
+            / MEAN_EVENTS_PER_SESSION;
         let sessions = expected_sessions.round().min(1e9) as u64;
         let mut batch = std::mem::take(&mut self.spill);
         for _ in 0..sessions {
@@ -311,6 +316,16 @@ fn pick_weighted(rng: &mut StdRng, weights: &[u32]) -> usize {
 
 /// Page views per visit, from one (a bounce) to eight.
 const PAGE_COUNT_WEIGHTS: [u32; 8] = [42, 20, 13, 9, 6, 4, 3, 3];
+
+/// The weekly rhythm: the day starting at `day_start_ms` (a UTC midnight) against the others,
+/// weekends at a little over half a weekday's traffic.
+fn weekly(day_start_ms: i64) -> f64 {
+    // 1970-01-01 was a Thursday, so days 2 and 3 after it are Saturday and Sunday.
+    match day_start_ms.div_euclid(DAY_MS).rem_euclid(7) {
+        2 | 3 => 0.6,
+        _ => 1.1,
+    }
+}
 
 /// The mean of events per session implied by the weights above and the custom-event odds, so a
 /// day holds about the configured number of events.

@@ -38,6 +38,23 @@ fn events_come_in_time_order_within_the_configured_days() {
 }
 
 #[test]
+fn the_days_hold_the_configured_events_a_day_whichever_weekdays_they_are() {
+    // 30 days from a Friday hold nine weekend days, 30 from a Monday eight; on average over
+    // seeds (each day's traffic is jittered), either holds 30 days' worth.
+    for first_day in [1, 4] {
+        let runs = 12;
+        let total: usize = (0..runs)
+            .map(|seed| {
+                let config = SynthConfig::new(seed, vec!["example.com".into()], START + first_day * DAY_MS, 30, 400.0);
+                Synth::new(config).count()
+            })
+            .sum();
+        let ratio = total as f64 / (f64::from(runs as u32) * 30.0 * 400.0);
+        assert!((0.98..1.02).contains(&ratio), "from day {first_day}: {ratio:.3} of the configured events");
+    }
+}
+
+#[test]
 fn weekdays_are_busier_than_weekends_and_afternoons_than_nights() {
     let events: Vec<_> = Synth::new(config(4)).collect();
     let per_day = |day: i64| events.iter().filter(|e| (e.timestamp_ms - START).div_euclid(DAY_MS) == day).count();
