@@ -136,8 +136,9 @@ impl Registers {
     }
 
     /// The stored image of these registers, not all empty: the `HLL_4` image DataSketches'
-    /// union writes for them, made canonical as `to_bytes` makes every dense image (the out-of-order flag set, the
-    /// insertion-order state zeroed, the exceptions sorted), written straight from the registers.
+    /// union writes for them, made canonical as `to_bytes` makes every dense image (the
+    /// out-of-order flag set, the insertion-order state zeroed, the exceptions sorted), written
+    /// straight from the registers.
     ///
     /// The library's own way there (a union fed the registers as an `HLL_8` sketch, converted to
     /// `HLL_4` one register at a time, serialised) cost an aggregate flush about 2 % of
