@@ -270,6 +270,8 @@ pub struct WriterCounters {
     pub held: AtomicU64,
     /// Blocks encoded by the writer, those [`fit`] encoded again to cut them included.
     pub encodings: AtomicU64,
+    /// Rounds of the writer: each writes the blocks of the events queued since the last.
+    pub rounds: AtomicU64,
 }
 
 impl BlockWriter {
@@ -375,17 +377,25 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
         // Partitions are written at once; a partition's blocks one after another, so an event
         // whose session's previous event failed in an earlier block fails before its own. Only
         // a partition's last block may hold events back, and only while more may come.
+        // Every partition's first block is encoded before any is written ([`prepare_chunk`]).
+        shared.counters.rounds.fetch_add(1, Ordering::Relaxed);
         let shared = &shared;
-        let back = futures::future::join_all(groups.into_iter().map(|((site, day), pending)| async move {
-            let chunks = cut(pending);
-            let last = chunks.len() - 1;
-            let mut back = Vec::new();
-            for (i, chunk) in chunks.into_iter().enumerate() {
-                back.extend(write_chunk(shared, &site, day, chunk, open && i == last).await);
-            }
-            back
-        }))
-        .await;
+        let writes: Vec<_> = groups
+            .into_iter()
+            .map(|((site, day), pending)| {
+                let mut chunks = cut(pending).into_iter();
+                let last = chunks.len().saturating_sub(1);
+                let first = chunks.next().map(|chunk| prepare_chunk(shared, &site, day, chunk, open && last == 0));
+                async move {
+                    let mut back = store_chunk(shared, &site, day, first.flatten()).await;
+                    for (i, chunk) in chunks.enumerate() {
+                        back.extend(write_chunk(shared, &site, day, chunk, open && i + 1 == last).await);
+                    }
+                    back
+                }
+            })
+            .collect();
+        let back = futures::future::join_all(writes).await;
         held = back.into_iter().flatten().collect();
         shared.counters.held.fetch_add(held.len() as u64, Ordering::Relaxed);
     }
@@ -412,6 +422,29 @@ const HELD_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
 /// (never one held back before) so that its item ends on a write unit's boundary ([`fit`]);
 /// those are returned, to lead the partition's next block.
 async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pending>, may_hold: bool) -> Vec<Pending> {
+    let prepared = prepare_chunk(shared, site, day, chunk, may_hold);
+    store_chunk(shared, site, day, prepared).await
+}
+
+/// What settles one pending event once its block is written: its answer, its shared outcome and
+/// the outcome it depends on.
+type Settles = (oneshot::Sender<Result<Arc<StoredEvent>, String>>, Settle, Option<Arc<Written>>);
+
+/// A chunk's block, encoded and not yet written: its number, its events (with what settles
+/// each), its bytes or why it has none, and the events held back for the partition's next block.
+struct Prepared {
+    number: u64,
+    events: Vec<Arc<StoredEvent>>,
+    rest: Vec<Settles>,
+    encoded: Result<Vec<u8>, BlockError>,
+    later: Vec<Pending>,
+}
+
+/// [`write_chunk`]'s work before the write: fails the orphans and encodes the block. A round
+/// prepares the first block of every partition before it writes any, so that their writes reach
+/// the store together and share one group commit, where writing each as soon as it was encoded
+/// had the engine commit (and sync) the first alone while the others were still being encoded.
+fn prepare_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pending>, may_hold: bool) -> Option<Prepared> {
     let mut pending = Vec::with_capacity(chunk.len());
     for p in chunk {
         // In queue order, so a failure passes down a session's chain of events.
@@ -422,7 +455,7 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
         }
     }
     if pending.is_empty() {
-        return Vec::new();
+        return None;
     }
     let number = shared.next_block.fetch_add(1, Ordering::Relaxed);
     // Events held back once lead the chunk; the rest may be held back now.
@@ -439,8 +472,15 @@ async fn write_chunk(shared: &Shared, site: &SiteId, day: UtcDay, chunk: Vec<Pen
             .collect(),
         Err(_) => Vec::new(),
     };
+    Some(Prepared { number, events, rest, encoded: encoded.map(|(_, data)| data), later })
+}
+
+/// [`write_chunk`]'s write: stores the prepared block, settles its events and returns those held
+/// back.
+async fn store_chunk(shared: &Shared, site: &SiteId, day: UtcDay, prepared: Option<Prepared>) -> Vec<Pending> {
+    let Some(Prepared { number, events, rest, encoded, later }) = prepared else { return Vec::new() };
     let result = match encoded {
-        Ok((_, data)) => write_block(&shared.table, (&shared.run_id, number), site, day, &events, data).await,
+        Ok(data) => write_block(&shared.table, (&shared.run_id, number), site, day, &events, data).await,
         Err(e) => Err(e.into()),
     };
     let counters = &shared.counters;
@@ -1317,6 +1357,110 @@ mod tests {
                 let unit = store::limits::WRITE_UNIT_BYTES;
                 prop_assert!(size.is_multiple_of(unit) || size % unit >= unit / 2, "{size} bytes");
             }
+        }
+    }
+
+    /// A store that notes, whenever an `EventBlock` item reaches it, how many blocks the writer
+    /// had encoded by then.
+    struct Watching {
+        inner: Arc<dyn store::Store>,
+        counters: std::sync::OnceLock<Arc<WriterCounters>>,
+        seen: std::sync::Mutex<Vec<u64>>,
+    }
+
+    #[async_trait::async_trait]
+    impl store::Store for Watching {
+        async fn create_table(&self, d: store::TableDefinition) -> store::Result<store::TableDescription> {
+            self.inner.create_table(d).await
+        }
+        async fn delete_table(&self, name: &str) -> store::Result<store::TableDescription> {
+            self.inner.delete_table(name).await
+        }
+        async fn describe_table(&self, name: &str) -> store::Result<store::TableDescription> {
+            self.inner.describe_table(name).await
+        }
+        async fn list_tables(&self) -> store::Result<Vec<String>> {
+            self.inner.list_tables().await
+        }
+        async fn get_item(&self, r: store::GetItem) -> store::Result<store::GetItemOutput> {
+            self.inner.get_item(r).await
+        }
+        async fn put_item(&self, r: store::PutItem) -> store::Result<store::WriteOutput> {
+            if r.item.contains_key("block")
+                && let Some(counters) = self.counters.get()
+            {
+                lock(&self.seen).push(counters.encodings.load(Ordering::SeqCst));
+            }
+            self.inner.put_item(r).await
+        }
+        async fn update_item(&self, r: store::UpdateItem) -> store::Result<store::WriteOutput> {
+            self.inner.update_item(r).await
+        }
+        async fn delete_item(&self, r: store::DeleteItem) -> store::Result<store::WriteOutput> {
+            self.inner.delete_item(r).await
+        }
+        async fn query(&self, r: store::Query) -> store::Result<store::QueryOutput> {
+            self.inner.query(r).await
+        }
+        async fn scan(&self, r: store::Scan) -> store::Result<store::QueryOutput> {
+            self.inner.scan(r).await
+        }
+        async fn batch_get_item(&self, r: store::BatchGetItem) -> store::Result<store::BatchGetItemOutput> {
+            self.inner.batch_get_item(r).await
+        }
+        async fn batch_write_item(&self, r: store::BatchWriteItem) -> store::Result<store::BatchWriteItemOutput> {
+            self.inner.batch_write_item(r).await
+        }
+        async fn transact_get_items(&self, r: store::TransactGetItems) -> store::Result<store::TransactGetItemsOutput> {
+            self.inner.transact_get_items(r).await
+        }
+        async fn transact_write_items(
+            &self,
+            r: store::TransactWriteItems,
+        ) -> store::Result<store::TransactWriteItemsOutput> {
+            self.inner.transact_write_items(r).await
+        }
+    }
+
+    /// A round of events of four partitions encodes the four blocks before it writes any, so
+    /// their writes reach the store together (and share a group commit on the embedded engine)
+    /// rather than the first going alone while the others are encoded; every event is then
+    /// stored once, in a block of its own partition.
+    #[tokio::test]
+    async fn a_round_encodes_every_partitions_block_before_writing_any() {
+        use crate::aggregate::tests::{T0, pageview};
+        let dir = tempfile::tempdir().expect("a directory");
+        let engine = store_embedded::EmbeddedStore::open(dir.path()).expect("a store");
+        let watching = Arc::new(Watching {
+            inner: Arc::new(engine),
+            counters: std::sync::OnceLock::new(),
+            seen: std::sync::Mutex::default(),
+        });
+        let table = Table::new(watching.clone(), crate::schema::tally_schema("tally"));
+        table.create_table().await.expect("the table");
+        let writer = BlockWriter::start(table.clone(), "01JDB3Y5C8M9V7T2X4K6P0QWER", Arc::new(|| 0));
+        assert!(watching.counters.set(writer.counters.clone()).is_ok());
+        // Queued before the writer's task runs (this runtime has one thread): one round.
+        let sites = ["S1", "S2", "S3", "S4"];
+        let mut queued = Vec::new();
+        for site in sites {
+            for n in 0..3 {
+                let mut event = pageview("/", T0 + n, &crate::stored::PrevState::default());
+                event.site_id = site.into();
+                queued.push(writer.queue(Arc::new(event), None));
+            }
+        }
+        for q in queued {
+            q.done().await.expect("stored");
+        }
+        let seen = lock(&watching.seen).clone();
+        assert!(seen.first().is_some_and(|&n| n >= 4), "encodings when each block was written: {seen:?}");
+        let day = crate::visitor::UtcDay::parse("2026-11-22").expect("a day");
+        for site in sites {
+            let blocks = blocks_of_day(&table, site, day).await.expect("read");
+            let events: Vec<StoredEvent> = blocks.iter().flat_map(|b| b.events().expect("decodes")).collect();
+            assert_eq!(events.len(), 3, "{site}");
+            assert!(events.iter().all(|e| e.site_id.as_str() == site), "{site}");
         }
     }
 

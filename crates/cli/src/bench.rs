@@ -450,6 +450,28 @@ fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: D
     ))
 }
 
+/// What the engine's group commits did between two readings of [`store_embedded::Groups`], over
+/// `elapsed` and `count` events: how many groups, how many events each held, and how long the
+/// journal's syncs took. With one write in flight per task, the groups follow one another no
+/// faster than the disk syncs, so the sync time says how far the disk set the run's pace, and
+/// the events per group how many shared each group's fixed cost.
+fn groups_line(before: store_embedded::Groups, after: store_embedded::Groups, count: u64, elapsed: Duration) -> String {
+    let groups = after.count.saturating_sub(before.count);
+    let operations = after.operations.saturating_sub(before.operations);
+    let syncs = after.journal_syncs.saturating_sub(before.journal_syncs);
+    let sync_time = after.journal_time.saturating_sub(before.journal_time);
+    let busy = after.busy.saturating_sub(before.busy);
+    format!(
+        "engine: {groups} group commits ({:.0} a second; {:.1} writes and {:.1} events each), the journal's write \
+         and sync {:.2} ms on average, the writer busy {:.0} % of the time",
+        rate(groups, elapsed),
+        operations as f64 / groups.max(1) as f64,
+        count as f64 / groups.max(1) as f64,
+        sync_time.as_secs_f64() * 1000.0 / syncs.max(1) as f64,
+        busy.as_secs_f64() * 100.0 / elapsed.as_secs_f64().max(1e-9)
+    )
+}
+
 /// Runs the bench and prints its figures: ingestion in process, a dashboard's latency and read
 /// units, optionally ingestion over HTTP, and the costs as JSON if asked.
 pub async fn run(options: &BenchOptions) -> Result<()> {
@@ -550,6 +572,8 @@ struct Ingested {
     all_elapsed: Duration,
     /// The CPU line of ingestion ([`cpu_line`]).
     cpu: Option<String>,
+    /// The engine's group commits while ingesting ([`groups_line`]).
+    groups: String,
     /// The largest flush lag sampled while ingesting, in ms.
     max_lag_ms: Arc<std::sync::atomic::AtomicU64>,
     /// Units the table's meter saw while ingesting: raw events, runs, salts, session and site
@@ -584,6 +608,7 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
     s.table.reset_capacity();
     let started = Instant::now();
     let cpu_before = process_cpu_seconds();
+    let groups_before = s.engine.groups();
     // How far dashboards lag ingestion: the age of the oldest committed event not yet in the
     // aggregates, sampled every 100 ms while events go in (the spec allows 10 s).
     let max_lag_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -630,6 +655,7 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
     }
     let ingest_elapsed = started.elapsed();
     let cpu = cpu_line("CPU while ingesting", "event", cpu_before, accepted, ingest_elapsed);
+    let groups = groups_line(groups_before, s.engine.groups(), accepted, ingest_elapsed);
     sampler.abort();
     s.aggregator.flush_now().await?;
     if let Some(second) = &s.second {
@@ -661,6 +687,7 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
         ingest_elapsed,
         all_elapsed,
         cpu,
+        groups,
         max_lag_ms,
         capacity: ingest_capacity,
         compacted,
@@ -684,6 +711,7 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     if let Some(line) = &ingested.cpu {
         println!("{line}");
     }
+    println!("{}", ingested.groups);
     println!(
         "write units per event: {write_per_event:.3} ({:.3} raw events, runs and salts; {:.3} aggregates)",
         ingest_capacity.write_units / accepted as f64,
@@ -738,8 +766,10 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     };
     let (n_blocks, block_bytes) = (sum(|c| &c.blocks), sum(|c| &c.bytes));
     println!(
-        "event blocks: {n_blocks} written, {:.0} events and {:.1} KB each, {:.1} bytes per event encoded; {} merged \
-         away; {} events held back for the next block to end a block on a write unit; {:.2} encodings per block",
+        "event blocks: {n_blocks} written in {} rounds, {:.0} events and {:.1} KB each, {:.1} bytes per event \
+         encoded; {} merged away; {} events held back for the next block to end a block on a write unit; {:.2} \
+         encodings per block",
+        sum(|c| &c.rounds),
         sum(|c| &c.events) as f64 / n_blocks.max(1) as f64,
         block_bytes as f64 / n_blocks.max(1) as f64 / 1024.0,
         block_bytes as f64 / accepted as f64,
@@ -980,7 +1010,9 @@ async fn ingest_over_http(options: &BenchOptions) -> Result<()> {
         .collect();
     let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(|n| eprintln!("… {n} requests"));
     let cpu_before = process_cpu_seconds();
+    let groups_before = h.engine.groups();
     let result = load::post_all(addr, requests, options.concurrency, progress).await?;
+    let groups = groups_line(groups_before, h.engine.groups(), result.accepted, result.elapsed);
     let cpu = cpu_line(
         "CPU over HTTP, the load generator's included",
         "request",
@@ -998,6 +1030,7 @@ async fn ingest_over_http(options: &BenchOptions) -> Result<()> {
     if let Some(line) = cpu {
         println!("{line}");
     }
+    println!("{groups}");
     h.aggregator.shutdown().await?;
     Ok(())
 }

@@ -26,6 +26,8 @@ pub struct Shared {
     pub tables: RwLock<BTreeMap<String, Arc<TableInfo>>>,
     /// What the writer's compactions did.
     compactions: Mutex<Compactions>,
+    /// What the writer's group commits did.
+    groups: Mutex<Groups>,
 }
 
 /// What compacting the database file did since the store opened (DESIGN.md, "Compaction at rest").
@@ -43,6 +45,25 @@ pub struct Compactions {
     pub last_bytes: Option<(u64, u64)>,
 }
 
+/// What the writer's group commits did since the store opened: how many groups it committed,
+/// how many operations they held, and how long their journal syncs took. The sync time is the
+/// disk's latency for a durable write, which paces the groups when few writers wait on each
+/// (DESIGN.md, "Group commit").
+#[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
+pub struct Groups {
+    /// Groups committed with something written (a journal record or a durable redb commit).
+    pub count: u64,
+    /// Operations in those groups, reads and refused conditions included.
+    pub operations: u64,
+    /// Journal records written and synced.
+    pub journal_syncs: u64,
+    /// The time those writes and syncs took, together.
+    pub journal_time: Duration,
+    /// The time the writer spent on those groups, from its transaction's start to its commit.
+    pub busy: Duration,
+}
+
 /// How a [`Shared::compact`] went.
 pub enum Compacted {
     /// The file was compacted (or had nothing to move), readers and the writer held for this long.
@@ -54,12 +75,35 @@ pub enum Compacted {
 impl Shared {
     /// The state over `db` and its table definitions.
     pub fn new(db: Database, tables: BTreeMap<String, Arc<TableInfo>>) -> Shared {
-        Shared { db: RwLock::new(db), tables: RwLock::new(tables), compactions: Mutex::default() }
+        Shared {
+            db: RwLock::new(db),
+            tables: RwLock::new(tables),
+            compactions: Mutex::default(),
+            groups: Mutex::default(),
+        }
     }
 
     /// What the compactions so far did.
     pub fn compactions(&self) -> Compactions {
         *store::sync::lock(&self.compactions)
+    }
+
+    /// What the group commits so far did.
+    pub fn groups(&self) -> Groups {
+        *store::sync::lock(&self.groups)
+    }
+
+    /// Counts a committed group of `operations` that took `busy`, its journal record `journal`
+    /// to write and sync (`None` for a durable redb commit).
+    pub fn record_group(&self, operations: usize, busy: Duration, journal: Option<Duration>) {
+        let mut g = store::sync::lock(&self.groups);
+        g.count += 1;
+        g.operations += operations as u64;
+        g.busy += busy;
+        if let Some(time) = journal {
+            g.journal_syncs += 1;
+            g.journal_time += time;
+        }
     }
 
     /// Counts a compaction that paused everything for `pause`, with the file's bytes on disk

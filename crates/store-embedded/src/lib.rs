@@ -64,8 +64,8 @@ use store::{
 };
 
 pub use crate::backup::{BackupSummary, restore};
-pub use crate::db::Compactions;
 use crate::db::Shared;
+pub use crate::db::{Compactions, Groups};
 pub use crate::journal::FILE_NAME as JOURNAL_FILE;
 use crate::journal::JournalFile;
 use crate::layout::{OpError, internal};
@@ -250,6 +250,11 @@ impl EmbeddedStore {
     /// What compacting the database file at rest did since the store opened.
     pub fn compactions(&self) -> Compactions {
         self.shared.compactions()
+    }
+
+    /// What the writer's group commits did since the store opened.
+    pub fn groups(&self) -> Groups {
+        self.shared.groups()
     }
 
     /// How many committed groups of writes the open replayed from the journal: 0 after a clean

@@ -455,6 +455,7 @@ impl Writer {
         if let Some(failed) = &self.failed {
             return Err(format!("the store must be reopened after an earlier failure: {failed}"));
         }
+        let started = Instant::now();
         let schema_change = jobs.iter().any(Job::changes_schema);
         let durable = schema_change || self.checkpoint_due();
         let mut txn = self.shared.begin_write().map_err(|e| e.to_string())?;
@@ -483,11 +484,16 @@ impl Writer {
         }
         let seq = self.seq + 1;
         journal::set_applied(&txn, seq).map_err(fatal_text)?;
-        if !durable && let Err(e) = self.journal.append(seq, &effects) {
-            // The record may or may not be on disk: refuse every write until a reopen settles it.
-            let message = format!("cannot write the journal: {e}");
-            self.failed = Some(message.clone());
-            return Err(message);
+        let mut journal_time = None;
+        if !durable {
+            let appending = Instant::now();
+            if let Err(e) = self.journal.append(seq, &effects) {
+                // The record may or may not be on disk: refuse every write until a reopen settles it.
+                let message = format!("cannot write the journal: {e}");
+                self.failed = Some(message.clone());
+                return Err(message);
+            }
+            journal_time = Some(appending.elapsed());
         }
         let committed = txn.commit();
         if let Err(e) = committed {
@@ -500,6 +506,7 @@ impl Writer {
         }
         self.seq = seq;
         self.last_commit = Instant::now();
+        self.shared.record_group(jobs.len(), started.elapsed(), journal_time);
         self.written_since_compaction = true;
         if self.defs_changed {
             let mut tables = store::sync::write(&self.shared.tables);

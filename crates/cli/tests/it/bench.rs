@@ -55,6 +55,16 @@ fn bench_prints_every_figure_and_capacity_prices_them() {
     let day_units = figure(&out, "aggregate writes", "writes, ");
     assert!(day_units > 0.0, "{out}");
     assert!(figure(&out, "over HTTP", "connections):") > 0.0);
+    // The engine's group commits, in process and over HTTP, with their journal syncs' time (a
+    // number; on a file system in memory it rounds to nothing).
+    let engines: Vec<&str> = out.lines().filter(|l| l.starts_with("engine:")).collect();
+    assert_eq!(engines.len(), 2, "{out}");
+    for line in engines {
+        assert!(figure(line, "engine:", "engine:") >= 1.0, "{line}");
+        assert!(figure(line, "engine:", "and sync") >= 0.0, "{line}");
+    }
+    let rounds = figure(&out, "event blocks:", "written in");
+    assert!(rounds >= 1.0 && rounds <= accepted, "{out}");
 
     let costs: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("costs.json")).unwrap()).expect("the costs file is JSON");

@@ -662,3 +662,47 @@ async fn an_idle_writer_compacts_a_file_that_grew_and_writes_go_on() {
         assert!(got.item.is_some(), "the write after the compaction was lost");
     }
 }
+
+/// The store counts its group commits: writes that wait together share a group and one journal
+/// sync, each counted once with the time it took; a group that writes nothing (every condition
+/// refused) commits nothing and is not counted; a table's creation is a durable commit of its
+/// own, with no journal record.
+#[tokio::test]
+async fn group_commits_are_counted_with_their_operations_and_journal_syncs() {
+    use std::time::Duration;
+    use store_embedded::Checkpoint;
+    let dir = tempfile::tempdir().unwrap();
+    // No checkpoint while the test runs, so every group with a write has a journal record.
+    let options = Options::default().ttl_sweep_interval(None).checkpoint(Checkpoint {
+        interval: Duration::from_secs(3600),
+        journal_bytes: 64 << 20,
+        idle: Duration::from_secs(3600),
+    });
+    let store = Arc::new(EmbeddedStore::open_with(dir.path(), options).unwrap());
+    assert_eq!(store.groups().count, 0, "nothing committed yet");
+    store.create_table(definition()).await.unwrap();
+    let created = store.groups();
+    assert_eq!((created.count, created.operations, created.journal_syncs), (1, 1, 0), "{created:?}");
+
+    let writes: Vec<_> = (0..64)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move { store.put_item(PutItem::new(T, key("a", &format!("{n:02}")))).await })
+        })
+        .collect();
+    for w in writes {
+        w.await.unwrap().unwrap();
+    }
+    let written = store.groups();
+    let groups = written.count - created.count;
+    assert_eq!(written.operations - created.operations, 64, "{written:?}");
+    assert!((1..=64).contains(&groups), "{written:?}");
+    assert_eq!(written.journal_syncs, groups, "one journal record per group: {written:?}");
+    assert!(written.journal_time > Duration::ZERO && written.busy >= written.journal_time, "{written:?}");
+
+    let refused = store.put_item(PutItem::new(T, key("a", "00")).condition("attribute_not_exists(pk)")).await;
+    assert!(matches!(refused, Err(StoreError::ConditionalCheckFailed { .. })), "{refused:?}");
+    let after = store.groups();
+    assert_eq!((after.count, after.journal_syncs), (written.count, written.journal_syncs), "{after:?}");
+    assert_eq!(after.operations, written.operations, "a group that wrote nothing is not counted");
+}
