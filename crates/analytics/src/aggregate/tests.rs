@@ -6,9 +6,9 @@ use super::*;
 use crate::stored::{AggKey, AggKeyRef, Counters, Period, PrevState, Visit, VisitAttrs};
 
 /// 2026-11-22T07:30:00Z.
-pub(crate) const T0: i64 = 1_795_332_600_000;
+const T0: i64 = 1_795_332_600_000;
 
-pub(crate) fn pageview(path: &str, ts: i64, prev: &PrevState) -> StoredEvent {
+fn pageview(path: &str, ts: i64, prev: &PrevState) -> StoredEvent {
     StoredEvent {
         site_id: "S1".into(),
         day: crate::visitor::UtcDay::parse("2026-11-22").unwrap(),

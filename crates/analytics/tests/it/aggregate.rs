@@ -1156,6 +1156,60 @@ async fn events_queued_by_tasks_ready_together_share_a_block() {
     assert_eq!(writer.counters().blocks.load(Ordering::SeqCst), 1, "one block for the events queued together");
 }
 
+/// Notes, whenever an event block reaches the store, how many blocks its writer had encoded.
+#[derive(Default)]
+struct BlockPuts {
+    writer: std::sync::OnceLock<Arc<analytics::event_store::BlockWriter>>,
+    encoded: std::sync::Mutex<Vec<u64>>,
+}
+
+#[async_trait]
+impl Hooks for BlockPuts {
+    async fn before(&self, write: Write<'_>) -> store::Result<()> {
+        if let Write::Put(put) = write
+            && put.item.contains_key("block")
+            && let Some(writer) = self.writer.get()
+        {
+            let encoded = writer.counters().encodings.load(Ordering::SeqCst);
+            self.encoded.lock().expect("not poisoned").push(encoded);
+        }
+        Ok(())
+    }
+}
+
+/// A round of events of four partitions encodes the four blocks before it writes any, so their
+/// writes reach the store together (and share a group commit on the embedded engine) rather than
+/// the first going alone while the others are encoded; every event is stored once, in its own
+/// partition.
+#[tokio::test]
+async fn a_round_encodes_every_partitions_block_before_writing_any() {
+    use analytics::event_store::BlockWriter;
+    let h = harness().await;
+    let puts = Arc::new(Hooked::new(h.store.clone(), BlockPuts::default()));
+    let table = Table::new(puts.clone(), tally_schema("tally"));
+    let writer = BlockWriter::start(table, "01JDB3Y5C8M9V7T2X4K6P00RUN", Arc::new(|| 0));
+    assert!(puts.writer.set(writer.clone()).is_ok());
+    // Queued before the writer's task runs (this runtime has one thread): one round.
+    let sites = ["S1", "S2", "S3", "S4"];
+    let mut queued = Vec::new();
+    for (n, site) in sites.iter().enumerate() {
+        for i in 0..3u32 {
+            let mut session = Session::new(site, 0x300 + 4 * u64::from(i) + n as u64, 10 + i, T0, "Google");
+            queued.push(writer.queue(Arc::new(session.pageview("/", T0 + i64::from(i))), None));
+        }
+    }
+    for q in queued {
+        q.done().await.expect("stored");
+    }
+    let encoded = puts.encoded.lock().expect("not poisoned").clone();
+    assert!(encoded.first().is_some_and(|&n| n >= 4), "blocks encoded as each block was written: {encoded:?}");
+    let day = analytics::visitor::UtcDay::from_unix_ms(T0);
+    for site in sites {
+        let events = analytics::event_store::events_of_day(&h.table, site, day).await.expect("the day reads");
+        assert_eq!(events.len(), 3, "{site}");
+    }
+}
+
 /// Write units are billed per started KB, so a busy writer's blocks of a KB or two used to pay
 /// for a part-filled unit each. A block now ends on a unit's boundary, holding its last events
 /// back to lead the partition's next block: under a steady stream only the final block rounds
