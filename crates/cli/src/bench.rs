@@ -454,7 +454,7 @@ fn cpu_line(label: &str, unit: &str, before: Option<f64>, count: u64, elapsed: D
 /// `elapsed` and `count` events: how many groups, how many events each held, and how long the
 /// journal's syncs took. With one write in flight per task, the groups follow one another no
 /// faster than the disk syncs, so the sync time says how far the disk set the run's pace, and
-/// the events per group how many shared each group's fixed cost.
+/// the events per group how many each sync served.
 fn groups_line(before: store_embedded::Groups, after: store_embedded::Groups, count: u64, elapsed: Duration) -> String {
     let groups = after.count.saturating_sub(before.count);
     let operations = after.operations.saturating_sub(before.operations);
