@@ -120,7 +120,7 @@ pub struct Config {
     /// Whether small event blocks are merged once their epochs are flushed: less disk and faster
     /// scans, for about half a write unit more per event (a transaction per merge). Unless set,
     /// on for the embedded engine (where disk is the cost) and off on DynamoDB (where write units
-    /// are the bill).
+    /// are the bill). Off, blocks also end on a write unit's boundary, holding events back a round.
     pub compact_event_blocks: bool,
     /// The host or address other `tally serve` processes on the same table reach this one at
     /// (with the port it listens on). Set, this process may hold visitors' sessions, and the
