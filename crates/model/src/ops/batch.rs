@@ -102,8 +102,11 @@ impl Table {
             requests.push(request);
             out.push(record);
         }
-        for chunk in requests.chunks(store::limits::MAX_BATCH_WRITE) {
-            let mut pending = chunk.to_vec();
+        // Each chunk's requests are moved into its call, not copied: an item is cloned once, for
+        // the record returned.
+        let mut requests = requests.into_iter().peekable();
+        while requests.peek().is_some() {
+            let mut pending: Vec<WriteRequest> = requests.by_ref().take(store::limits::MAX_BATCH_WRITE).collect();
             let mut attempt = 0;
             while !pending.is_empty() {
                 self.retry.before_attempt(attempt, "batch_write", pending.len()).await?;
