@@ -150,6 +150,9 @@ pub struct PipelineCounters {
     pub session_lookups: AtomicU64,
     /// Alone, times the memory of visitors written on eviction filled and was forgotten.
     pub evicted_forgotten: Arc<AtomicU64>,
+    /// `VisitorSession` items written for live sessions leaving memory (the cache being full):
+    /// over HTTP at a high rate, about one a session, and a large part of a request's cost.
+    pub evicted_written: Arc<AtomicU64>,
     /// Claims that made this process the holder of a visitor's session.
     pub held_claims: AtomicU64,
     /// Events handed to the process holding their visitor's session (and stored there).
@@ -1017,10 +1020,12 @@ impl Pipeline {
             let (remembered, forgotten_until) = (self.evicted.clone(), self.forgotten_until_ts.clone());
             let (newest, remember_at_most) = (self.newest_ts.clone(), self.evicted_limit.clone());
             let forgotten = self.counters.evicted_forgotten.clone();
+            let evicted_written = self.counters.evicted_written.clone();
             let writer =
                 if self.is_alone() { Evictor::Alone } else { Evictor::Holder(self.aggregator.run_id().into()) };
             tokio::spawn(async move {
-                evict(&table, &map, chosen, horizon, &writer, &remembered, &room).await;
+                let written = evict(&table, &map, chosen, horizon, &writer, &remembered, &room).await;
+                evicted_written.fetch_add(written, Ordering::Relaxed);
                 // Every remembered session ended at an event already counted in `newest` (it is
                 // raised before an event is stored, and these were written once stored). Read
                 // before the bound, so a bound raised meanwhile is seen whenever a newer time is.
@@ -1687,7 +1692,8 @@ const EVICT_CHUNK: usize = 250;
 /// Writes the items of the chosen sessions still live at `horizon`, a chunk at a time, holding
 /// each session until its item is written, then drops each from the cache (telling `room`),
 /// remembering in `remembered` (as [`visitor_hash`]es) the visitors whose items it wrote. A
-/// chunk whose write fails stays in memory, and so does every later one.
+/// chunk whose write fails stays in memory, and so does every later one. Returns how many items
+/// it wrote.
 async fn evict(
     table: &Table,
     map: &Mutex<Sessions>,
@@ -1696,15 +1702,16 @@ async fn evict(
     writer: &Evictor,
     remembered: &Mutex<hashbrown::HashSet<u64>>,
     room: &tokio::sync::Notify,
-) {
+) -> u64 {
+    let mut written = 0;
     let mut chosen = chosen.into_iter().peekable();
     while chosen.peek().is_some() {
         let chunk: Vec<_> = chosen.by_ref().take(EVICT_CHUNK).collect();
-        if !evict_chunk(table, map, chunk, horizon, writer, remembered).await {
-            break;
-        }
+        let Some(n) = evict_chunk(table, map, chunk, horizon, writer, remembered).await else { break };
+        written += n;
         room.notify_waiters();
     }
+    written
 }
 
 /// Which sessions leaving memory are written, and how.
@@ -1715,7 +1722,8 @@ enum Evictor {
     Holder(Arc<str>),
 }
 
-/// One chunk of [`evict`]: `false` when its write failed (the sessions stay in memory).
+/// One chunk of [`evict`]: how many items it wrote, `None` when its write failed (the sessions
+/// stay in memory).
 async fn evict_chunk(
     table: &Table,
     map: &Mutex<Sessions>,
@@ -1723,7 +1731,7 @@ async fn evict_chunk(
     horizon: i64,
     writer: &Evictor,
     remembered: &Mutex<hashbrown::HashSet<u64>>,
-) -> bool {
+) -> Option<u64> {
     let mut held = Vec::with_capacity(chosen.len());
     let mut writes = Vec::new();
     for (key, slot) in chosen {
@@ -1756,11 +1764,12 @@ async fn evict_chunk(
         };
         held.push((key, slot, guard, version));
     }
+    let written = writes.len() as u64;
     if !writes.is_empty()
         && let Err(e) = table.batch_write(writes).await
     {
         tracing::warn!(error = %e, "writing sessions leaving memory failed; they stay in memory");
-        return false;
+        return None;
     }
     // Shared, every item written names this process the holder.
     let holder_written = matches!(writer, Evictor::Holder(_));
@@ -1781,7 +1790,7 @@ async fn evict_chunk(
             sessions.remove(&key);
         }
     }
-    true
+    Some(written)
 }
 
 /// A cached session's key: its site (shared with the site's other sessions and events, not

@@ -472,6 +472,22 @@ fn groups_line(before: store_embedded::Groups, after: store_embedded::Groups, co
     )
 }
 
+/// What sessions leaving a full cache cost: the visitors' items written for live ones, and the
+/// items read again for visitors no longer in memory, per event or request (`unit`).
+fn sessions_line(pipelines: &[&Pipeline], count: u64, unit: &str) -> String {
+    let sum = |f: fn(&analytics::pipeline::PipelineCounters) -> u64| -> u64 {
+        pipelines.iter().map(|p| f(p.counters())).sum()
+    };
+    let written = sum(|c| c.evicted_written.load(Ordering::Relaxed));
+    let lookups = sum(|c| c.session_lookups.load(Ordering::Relaxed));
+    format!(
+        "sessions leaving memory: {written} written to their visitors' items while live ({:.3} a {unit}), \
+         {lookups} items read for visitors not in memory ({:.3} a {unit})",
+        written as f64 / count.max(1) as f64,
+        lookups as f64 / count.max(1) as f64
+    )
+}
+
 /// Runs the bench and prints its figures: ingestion in process, a dashboard's latency and read
 /// units, optionally ingestion over HTTP, and the costs as JSON if asked.
 pub async fn run(options: &BenchOptions) -> Result<()> {
@@ -574,6 +590,8 @@ struct Ingested {
     cpu: Option<String>,
     /// The engine's group commits while ingesting ([`groups_line`]).
     groups: String,
+    /// What sessions leaving memory cost while ingesting ([`sessions_line`]).
+    sessions: String,
     /// The largest flush lag sampled while ingesting, in ms.
     max_lag_ms: Arc<std::sync::atomic::AtomicU64>,
     /// Units the table's meter saw while ingesting: raw events, runs, salts, session and site
@@ -656,6 +674,11 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
     let ingest_elapsed = started.elapsed();
     let cpu = cpu_line("CPU while ingesting", "event", cpu_before, accepted, ingest_elapsed);
     let groups = groups_line(groups_before, s.engine.groups(), accepted, ingest_elapsed);
+    let mut pipelines = vec![&*s.pipeline];
+    if let Some(second) = &s.second {
+        pipelines.push(&*second.pipeline);
+    }
+    let sessions = sessions_line(&pipelines, accepted, "event");
     sampler.abort();
     s.aggregator.flush_now().await?;
     if let Some(second) = &s.second {
@@ -688,6 +711,7 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
         all_elapsed,
         cpu,
         groups,
+        sessions,
         max_lag_ms,
         capacity: ingest_capacity,
         compacted,
@@ -712,6 +736,7 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
         println!("{line}");
     }
     println!("{}", ingested.groups);
+    println!("{}", ingested.sessions);
     println!(
         "write units per event: {write_per_event:.3} ({:.3} raw events, runs and salts; {:.3} aggregates)",
         ingest_capacity.write_units / accepted as f64,
@@ -1013,6 +1038,7 @@ async fn ingest_over_http(options: &BenchOptions) -> Result<()> {
     let groups_before = h.engine.groups();
     let result = load::post_all(addr, requests, options.concurrency, progress).await?;
     let groups = groups_line(groups_before, h.engine.groups(), result.accepted, result.elapsed);
+    let sessions = sessions_line(&[&*h.pipeline], result.accepted, "request");
     let cpu = cpu_line(
         "CPU over HTTP, the load generator's included",
         "request",
@@ -1031,6 +1057,7 @@ async fn ingest_over_http(options: &BenchOptions) -> Result<()> {
         println!("{line}");
     }
     println!("{groups}");
+    println!("{sessions}");
     h.aggregator.shutdown().await?;
     Ok(())
 }

@@ -112,6 +112,7 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             cached_sessions: metrics_pipeline.cached_sessions() as u64,
             session_lookups: c.session_lookups.load(Ordering::Relaxed),
             events_waited_for_room: c.waited_for_room.load(Ordering::Relaxed),
+            sessions_evicted_written: c.evicted_written.load(Ordering::Relaxed),
         }
     };
     let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))

@@ -53,6 +53,8 @@ pub struct MetricsSnapshot {
     pub session_lookups: u64,
     /// Events that waited for sessions leaving memory to be written, the cache being full.
     pub events_waited_for_room: u64,
+    /// Visitors' session items written for live sessions leaving a full cache.
+    pub sessions_evicted_written: u64,
 }
 
 /// Where the figures come from: the `tally` binary implements it over the analytics crate.
@@ -134,6 +136,13 @@ pub fn render(snapshot: &MetricsSnapshot) -> String {
         "Events that waited for sessions leaving a full cache to be written.",
     );
     sample(&mut out, "tally_events_waited_for_room_total", "", snapshot.events_waited_for_room as f64);
+    family(
+        &mut out,
+        "tally_sessions_evicted_written_total",
+        "counter",
+        "Visitors' session items written for live sessions leaving a full cache.",
+    );
+    sample(&mut out, "tally_sessions_evicted_written_total", "", snapshot.sessions_evicted_written as f64);
     out
 }
 
@@ -181,6 +190,7 @@ mod tests {
             cached_sessions: 20_000,
             session_lookups: 9,
             events_waited_for_room: 11,
+            sessions_evicted_written: 13,
         };
         let text = render(&snapshot);
         for line in [
@@ -200,6 +210,7 @@ mod tests {
             "tally_cached_sessions 20000",
             "tally_session_lookups_total 9",
             "tally_events_waited_for_room_total 11",
+            "tally_sessions_evicted_written_total 13",
             "# TYPE tally_cached_sessions gauge",
             "# TYPE tally_pending_events gauge",
             "# TYPE tally_events_accepted_total counter",

@@ -936,6 +936,16 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
     // The cache did let sessions go: their items are in the table (more than one chunk's worth).
     let written = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
     assert!(written.len() > 250, "only {} sessions were written on leaving memory", written.len());
+    // And they are counted (for `/metrics` and `tally bench`), once each eviction task is done.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let counted = p.counters().evicted_written.load(std::sync::atomic::Ordering::SeqCst);
+        if counted >= written.len() as u64 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{counted} sessions counted for {} items", written.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A store whose batch writes (what eviction writes sessions leaving memory with; events and

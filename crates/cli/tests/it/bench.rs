@@ -63,6 +63,14 @@ fn bench_prints_every_figure_and_capacity_prices_them() {
         assert!(figure(line, "engine:", "engine:") >= 1.0, "{line}");
         assert!(figure(line, "engine:", "and sync") >= 0.0, "{line}");
     }
+    // What sessions leaving memory cost, in process and over HTTP (2,000 events fill no cache).
+    let sessions: Vec<&str> = out.lines().filter(|l| l.starts_with("sessions leaving memory:")).collect();
+    assert_eq!(sessions.len(), 2, "{out}");
+    for line in sessions {
+        assert_eq!(figure(line, "sessions leaving memory:", "memory:"), 0.0, "{line}");
+        assert!(figure(line, "sessions leaving memory:", "while live (") >= 0.0, "{line}");
+        assert!(figure(line, "sessions leaving memory:", "), ") >= 0.0, "{line}");
+    }
     let rounds = figure(&out, "event blocks:", "written in");
     assert!(rounds >= 1.0 && rounds <= accepted, "{out}");
 
