@@ -481,8 +481,8 @@ fn sessions_line(pipelines: &[&Pipeline], count: u64, unit: &str) -> String {
     let written = sum(|c| c.evicted_written.load(Ordering::Relaxed));
     let lookups = sum(|c| c.session_lookups.load(Ordering::Relaxed));
     format!(
-        "sessions leaving memory: {written} written to their visitors' items while live ({:.3} a {unit}), \
-         {lookups} items read for visitors not in memory ({:.3} a {unit})",
+        "sessions leaving memory: {written} written to their visitors' items while live ({:.3} per {unit}), \
+         {lookups} items read for visitors not in memory ({:.3} per {unit})",
         written as f64 / count.max(1) as f64,
         lookups as f64 / count.max(1) as f64
     )
