@@ -210,7 +210,6 @@ impl Queued {
 pub struct BlockWriter {
     tx: mpsc::UnboundedSender<Pending>,
     counters: Arc<WriterCounters>,
-    compact: Arc<std::sync::atomic::AtomicBool>,
     shared: Arc<Shared>,
     flushed: FlushedEpoch,
 }
@@ -252,9 +251,9 @@ struct Shared {
     /// [`compact_known`] reads.
     small: std::sync::Mutex<HashMap<(SiteId, UtcDay), BTreeMap<u64, u64>>>,
     counters: Arc<WriterCounters>,
-    /// Whether a block may hold events back to end on a write unit ([`fit`]): only while small
-    /// blocks are not merged ([`BlockWriter::set_compaction`]).
-    fit: std::sync::atomic::AtomicBool,
+    /// Whether small blocks are merged ([`BlockWriter::set_compaction`]); while they are not, a
+    /// block may hold events back to end on a write unit ([`fit`]).
+    compact: std::sync::atomic::AtomicBool,
 }
 
 /// What the block writer has done, for `/metrics` and `tally bench`.
@@ -291,12 +290,11 @@ impl BlockWriter {
             sizes: SizeModel::default(),
             small: std::sync::Mutex::default(),
             counters: counters.clone(),
-            fit: std::sync::atomic::AtomicBool::new(false),
+            compact: std::sync::atomic::AtomicBool::new(true),
         });
-        let compact = Arc::new(std::sync::atomic::AtomicBool::new(true));
         tokio::spawn(write_task(shared.clone(), rx));
-        tokio::spawn(compact_task(Arc::downgrade(&shared), flushed.clone(), compact.clone()));
-        Arc::new(BlockWriter { tx, counters, compact, shared, flushed })
+        tokio::spawn(compact_task(Arc::downgrade(&shared), flushed.clone()));
+        Arc::new(BlockWriter { tx, counters, shared, flushed })
     }
 
     /// Merges the small blocks of every partition written to, now, as far as their epochs are
@@ -321,8 +319,7 @@ impl BlockWriter {
     /// back (BENCHMARKS.md, "twenty-sixth session": with compaction, 12 % fewer blocks and 41 %
     /// fewer encodings without it).
     pub fn set_compaction(&self, on: bool) {
-        self.compact.store(on, Ordering::Relaxed);
-        self.shared.fit.store(!on, Ordering::Relaxed);
+        self.shared.compact.store(on, Ordering::Relaxed);
     }
 
     /// Hands `event` to the writer now and returns at once: [`Queued::done`] waits until its
@@ -391,7 +388,7 @@ async fn write_task(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Pending
         // Every partition's first block is encoded before any is written ([`prepare_chunk`]).
         shared.counters.rounds.fetch_add(1, Ordering::Relaxed);
         let shared = &shared;
-        let fits = open && shared.fit.load(Ordering::Relaxed);
+        let fits = open && !shared.compact.load(Ordering::Relaxed);
         let writes: Vec<_> = groups
             .into_iter()
             .map(|((site, day), pending)| {
@@ -702,11 +699,11 @@ fn mergeable(blocks: &BTreeMap<u64, u64>, flushed: u64) -> usize {
 
 /// Every [`COMPACT_EVERY`], merges the small blocks of the partitions that gathered
 /// [`COMPACT_FROM`] of them; stops when the writer is gone.
-async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch, on: Arc<std::sync::atomic::AtomicBool>) {
+async fn compact_task(shared: std::sync::Weak<Shared>, flushed: FlushedEpoch) {
     loop {
         tokio::time::sleep(COMPACT_EVERY).await;
         let Some(shared) = shared.upgrade() else { return };
-        if !on.load(Ordering::Relaxed) {
+        if !shared.compact.load(Ordering::Relaxed) {
             continue;
         }
         let flushed_epoch = flushed();
@@ -1353,7 +1350,7 @@ mod tests {
                 sizes: SizeModel::default(),
                 small: std::sync::Mutex::default(),
                 counters: Arc::default(),
-                fit: std::sync::atomic::AtomicBool::new(true),
+                compact: std::sync::atomic::AtomicBool::new(false),
             };
             learned.iter().for_each(|&(approx, encoded)| shared.sizes.learn(approx, encoded));
             let day = crate::block::tests::day("2026-11-22");

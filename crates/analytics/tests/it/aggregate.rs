@@ -1216,10 +1216,16 @@ fn burst_event(i: u32) -> StoredEvent {
     s.pageview(&format!("/page/{}", i % 7), T0 + i64::from(i))
 }
 
-/// Queues a lone event, then three bursts of 40, each while the block before it is being
-/// written (held at `failing`'s gate); waits until every event is stored, and checks each is
-/// stored once. Returns the sizes of the blocks' items, in the order written.
-async fn gated_bursts(h: &Harness, failing: &Failing, writer: &analytics::event_store::BlockWriter) -> Vec<usize> {
+/// Starts a block writer (merging small blocks or not, as `compaction` says) and queues a lone
+/// event, then three bursts of 40, each while the block before it is being written (held at a
+/// gate); waits until every event is stored, and checks each is stored once. Returns the writer
+/// and the sizes of the blocks' items, in the order written.
+async fn gated_bursts(compaction: bool) -> (Arc<analytics::event_store::BlockWriter>, Vec<usize>) {
+    let h = harness().await;
+    let (failing, table) = failing(&h).await;
+    failing.gated.store(true, Ordering::SeqCst);
+    let writer = analytics::event_store::BlockWriter::start(table, "01JDB3Y5C8M9V7T2X4K6P00RUN", Arc::new(|| 0));
+    writer.set_compaction(compaction);
     let mut queued = vec![writer.queue(Arc::new(burst_event(0)), None)];
     let mut next = 1;
     for round in 1..=3 {
@@ -1243,7 +1249,8 @@ async fn gated_bursts(h: &Harness, failing: &Failing, writer: &analytics::event_
     stored.sort();
     stored.dedup();
     assert_eq!(stored.len(), next as usize, "no event twice");
-    failing.put_sizes.lock().expect("not poisoned").clone()
+    let sizes = failing.put_sizes.lock().expect("not poisoned").clone();
+    (writer, sizes)
 }
 
 /// Where small blocks are merged (the embedded engine's default), a block holds no event back to
@@ -1251,12 +1258,7 @@ async fn gated_bursts(h: &Harness, failing: &Failing, writer: &analytics::event_
 /// second encoding and a round's wait. Each burst is one block.
 #[tokio::test]
 async fn with_compaction_a_block_holds_nothing_back() {
-    use analytics::event_store::BlockWriter;
-    let h = harness().await;
-    let (failing, table) = failing(&h).await;
-    failing.gated.store(true, Ordering::SeqCst);
-    let writer = BlockWriter::start(table, "01JDB3Y5C8M9V7T2X4K6P00RUN", Arc::new(|| 0));
-    let sizes = gated_bursts(&h, &failing, &writer).await;
+    let (writer, sizes) = gated_bursts(true).await;
     assert_eq!(writer.counters().held.load(Ordering::SeqCst), 0, "{sizes:?}");
     assert_eq!(sizes.len(), 4, "the lone event's block and one a burst: {sizes:?}");
     assert_eq!(writer.counters().encodings.load(Ordering::SeqCst), 4, "each block encoded once");
@@ -1269,13 +1271,7 @@ async fn with_compaction_a_block_holds_nothing_back() {
 /// an event is held back at most once.
 #[tokio::test]
 async fn blocks_end_on_a_write_unit_and_the_events_held_back_lead_the_next_block() {
-    use analytics::event_store::BlockWriter;
-    let h = harness().await;
-    let (failing, table) = failing(&h).await;
-    failing.gated.store(true, Ordering::SeqCst);
-    let writer = BlockWriter::start(table, "01JDB3Y5C8M9V7T2X4K6P00RUN", Arc::new(|| 0));
-    writer.set_compaction(false);
-    let sizes = gated_bursts(&h, &failing, &writer).await;
+    let (writer, sizes) = gated_bursts(false).await;
     let unit = store::limits::WRITE_UNIT_BYTES;
     assert!(sizes[0] < unit, "the lone event's block: {sizes:?}");
     assert!(writer.counters().held.load(Ordering::SeqCst) > 0, "{sizes:?}");
