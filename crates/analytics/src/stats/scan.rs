@@ -333,6 +333,7 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
     let mut seen: Vec<bool> = Vec::with_capacity(n_sessions * n_filters);
     let unseen: Vec<bool> = spec.filters.iter().map(|f| f.op.is_negated()).collect();
     let prepared: Vec<BlockFilters> = decoded.iter().map(|b| filters.prepare(b)).collect();
+    let (mut took_total, mut took_value): (Vec<u32>, Vec<(u32, u32)>) = (Vec::new(), Vec::new());
     for (b, block) in decoded.iter().enumerate() {
         let prepared = &prepared[b];
         let pageview = block.name.values().position(|v| v == crate::event::EventName::PAGEVIEW);
@@ -361,6 +362,14 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
         } else {
             Vec::new()
         };
+        // Per session row: the group whose totals, and the (group, value) whose sum, took its
+        // visitor last. A session's events mostly fall in one group, and in a breakdown by a visit
+        // dimension under one value, so its visitor goes into each sketch about once per block
+        // rather than once per event (an insert hashes the id; inserting it again changes nothing).
+        took_total.clear();
+        took_total.resize(block.sessions.len(), u32::MAX);
+        took_value.clear();
+        took_value.resize(block.sessions.len(), (u32::MAX, u32::MAX));
         for i in 0..block.len {
             let row = block.session[i] as usize;
             let sid = local.get(row).copied();
@@ -392,11 +401,17 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
             let counted = Counters { events: 1, pageviews: i64::from(is_pageview), ..Counters::default() };
             let total = totals.entry(group).or_default();
             total.counters.add(&counted);
-            total.sketch.insert_u64(visitor);
+            if took_total[row] != group {
+                took_total[row] = group;
+                total.sketch.insert_u64(visitor);
+            }
             let mut put = |id: u32| {
                 let sum = values.entry((group, id)).or_default();
                 sum.counters.add(&counted);
-                sum.sketch.insert_u64(visitor);
+                if took_value[row] != (group, id) {
+                    took_value[row] = (group, id);
+                    sum.sketch.insert_u64(visitor);
+                }
             };
             match dim {
                 Source::Page if is_pageview => put(dict_ids[block.path.rows[i] as usize]),
@@ -457,19 +472,40 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
     Ok(Sums { totals, values })
 }
 
-/// A session and its events, as (block, row) of decoded blocks.
-type SessionEvents = (SessionKey, Vec<(usize, usize)>);
+/// The sessions of one UTC day partition's blocks that a filtered read selects, with their
+/// events in order.
+struct Selected {
+    /// The partition's blocks, decoded.
+    decoded: Vec<Block>,
+    /// The range's events of every session, as (position in its session, block, row), session
+    /// after session, each session's in order.
+    events: Vec<(u32, u32, u32)>,
+    /// Each selected session's key and the span of `events` holding its events.
+    sessions: Vec<(SessionKey, std::ops::Range<usize>)>,
+}
+
+impl Selected {
+    /// Each selected session's key and its events in order, as (block, row).
+    fn iter(&self) -> impl Iterator<Item = (SessionKey, impl Iterator<Item = (usize, usize)> + '_)> + '_ {
+        self.sessions
+            .iter()
+            .map(|(key, span)| (*key, self.events[span.clone()].iter().map(|&(_, b, i)| (b as usize, i as usize))))
+    }
+}
 
 /// The sessions of one UTC day partition's blocks that `filters` select (as a filtered query
 /// selects visits: an event filter by some event of the visit, or every one for a negated
-/// operator; a visit filter by the visit), each with its events in `start..end` in order, as
-/// (block, row) of the decoded blocks returned with them.
+/// operator; a visit filter by the visit), each with its events in `start..end` in order.
+///
+/// A session is looked up once per block that holds it (through the block's session table), not
+/// once per event, and the range's events are put in session order by counting them per session
+/// rather than by sorting them all: a day of a busy site holds tens of thousands of events.
 fn selected_sessions(
     blocks: &[StoredBlock],
     (start, end): (i64, i64),
     filters: &[Filter],
     extra: Cols,
-) -> Result<(Vec<Block>, Vec<SessionEvents>), StatsError> {
+) -> Result<Selected, StatsError> {
     let spec = Spec { filters, dimension: &Dimension::Total, visits: false, buckets: &[] };
     let cols = columns(&spec).with(Col::Seq).union(extra);
     let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
@@ -477,41 +513,70 @@ fn selected_sessions(
     let prepared: Vec<BlockFilters> = decoded.iter().map(|b| by.prepare(b)).collect();
     let n_filters = filters.len();
     let unseen: Vec<bool> = filters.iter().map(|f| f.op.is_negated()).collect();
-    // Per session: its key, what its events told the event filters, and its last event.
-    let mut index: HashMap<SessionKey, usize> = HashMap::new();
-    let mut keys: Vec<SessionKey> = Vec::new();
+    let on_event: Vec<usize> = (0..n_filters).filter(|&n| by.on_event[n]).collect();
+    let most_sessions = decoded.iter().map(|b| b.sessions.len()).sum();
+    // Per session: its key, what its events told the event filters, and its last event as
+    // (position, block, row), the block `u32::MAX` before its first.
+    let mut index: HashMap<SessionKey, u32> = HashMap::with_capacity(most_sessions);
+    let mut keys: Vec<SessionKey> = Vec::with_capacity(most_sessions);
     let mut seen: Vec<bool> = Vec::new();
-    let mut last: Vec<(u32, usize, usize)> = Vec::new();
-    // The range's events, as (session, seq, block, row), then in session order.
-    let mut events: Vec<(usize, u32, usize, usize)> = Vec::new();
+    let mut last: Vec<(u32, u32, u32)> = Vec::with_capacity(most_sessions);
+    // The range's events in block order, as (session, block, row).
+    let mut in_range: Vec<(u32, u32, u32)> = Vec::with_capacity(decoded.iter().map(|b| b.len).sum());
+    let mut sids: Vec<u32> = Vec::new();
     for (b, block) in decoded.iter().enumerate() {
+        sids.clear();
+        sids.extend(block.sessions.iter().map(|key| {
+            *index.entry(*key).or_insert_with(|| {
+                keys.push(*key);
+                seen.extend_from_slice(&unseen);
+                last.push((0, u32::MAX, 0));
+                (keys.len() - 1) as u32
+            })
+        }));
         for i in 0..block.len {
             let row = block.session[i] as usize;
-            let key = block.sessions[row];
-            let sid = *index.entry(key).or_insert_with(|| {
-                keys.push(key);
-                seen.extend_from_slice(&unseen);
-                last.push((block.seq[i], b, i));
-                keys.len() - 1
-            });
-            for n in (0..n_filters).filter(|&n| by.on_event[n]) {
+            let sid = sids[row] as usize;
+            for &n in &on_event {
                 let ok = by.row_passes(block, &prepared[b], row, n, i);
                 let s = &mut seen[sid * n_filters + n];
                 *s = if unseen[n] { *s && ok } else { *s || ok };
             }
-            if block.seq[i] >= last[sid].0 {
-                last[sid] = (block.seq[i], b, i);
+            let seq = block.seq[i];
+            let l = &mut last[sid];
+            if l.1 == u32::MAX || seq >= l.0 {
+                *l = (seq, b as u32, i as u32);
             }
             if (start..end).contains(&block.ts[i]) {
-                events.push((sid, block.seq[i], b, i));
+                in_range.push((sid as u32, b as u32, i as u32));
             }
         }
     }
-    events.sort_unstable();
-    let mut out = Vec::new();
-    for session in events.chunk_by(|x, y| x.0 == y.0) {
-        let sid = session[0].0;
+    // In session order: counted per session, each session's span then sorted by position (its
+    // events mostly come in order already).
+    let mut starts = vec![0usize; keys.len() + 1];
+    for &(sid, _, _) in &in_range {
+        starts[sid as usize + 1] += 1;
+    }
+    for s in 1..starts.len() {
+        starts[s] += starts[s - 1];
+    }
+    let mut next = starts.clone();
+    let mut events = vec![(0u32, 0u32, 0u32); in_range.len()];
+    for &(sid, b, i) in &in_range {
+        let at = &mut next[sid as usize];
+        events[*at] = (decoded[b as usize].seq[i as usize], b, i);
+        *at += 1;
+    }
+    drop(in_range);
+    let mut sessions = Vec::new();
+    for (sid, span) in starts.windows(2).enumerate() {
+        let span = span[0]..span[1];
+        if span.is_empty() {
+            continue;
+        }
         let (_, b, i) = last[sid];
+        let (b, i) = (b as usize, i as usize);
         let block = &decoded[b];
         let selected = (0..n_filters).all(|n| {
             if by.on_event[n] {
@@ -521,11 +586,18 @@ fn selected_sessions(
             }
         });
         if selected {
-            out.push((keys[sid], session.iter().map(|&(_, _, b, i)| (b, i)).collect()));
+            let own = &mut events[span.clone()];
+            if !own.is_sorted() {
+                own.sort_unstable();
+            }
+            sessions.push((keys[sid], span));
         }
     }
-    Ok((decoded, out))
+    Ok(Selected { decoded, events, sessions })
 }
+
+/// Of one block, for one funnel step: which names complete it, and which paths (`None`: any).
+type StepMatch = (Vec<bool>, Option<Vec<bool>>);
 
 /// For a funnel: per step, the visitors (of one UTC day partition's sessions) who did it and
 /// every step before it in order within one visit, counting only events in `start..end` and
@@ -536,37 +608,35 @@ pub(super) fn funnel_day(
     range: (i64, i64),
     filters: &[Filter],
 ) -> Result<Vec<std::collections::HashSet<u64>>, StatsError> {
-    let (decoded, sessions) = selected_sessions(blocks, range, filters, Cols::NONE)?;
-    // Per block, per step: which rows complete it, decided once per name and path value.
-    let done_by: Vec<Vec<Vec<bool>>> = decoded
+    let selected = selected_sessions(blocks, range, filters, Cols::NONE)?;
+    // Per block, per step: which names and which paths complete it, decided once per dictionary
+    // value, as `Goal::matches` decides (split by the column each part reads).
+    let matched: Vec<Vec<StepMatch>> = selected
+        .decoded
         .iter()
         .map(|block| {
             steps
                 .iter()
-                .map(|step| {
-                    // As `Goal::matches` decides, split by the column each part reads.
-                    let (names, paths) = match step {
-                        crate::goal::Goal::Page(p) => (
-                            block.name.matching(|n| n == crate::event::EventName::PAGEVIEW),
-                            Some(block.path.matching(|v| p.matches(v))),
-                        ),
-                        crate::goal::Goal::Event(e) => (block.name.matching(|n| n == e), None),
-                    };
-                    (0..block.len)
-                        .map(|i| {
-                            names[block.name.rows[i] as usize]
-                                && paths.as_ref().is_none_or(|p| p[block.path.rows[i] as usize])
-                        })
-                        .collect()
+                .map(|step| match step {
+                    crate::goal::Goal::Page(p) => (
+                        block.name.matching(|n| n == crate::event::EventName::PAGEVIEW),
+                        Some(block.path.matching(|v| p.matches(v))),
+                    ),
+                    crate::goal::Goal::Event(e) => (block.name.matching(|n| n == e), None),
                 })
                 .collect()
         })
         .collect();
     let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
-    for (key, events) in sessions {
+    for (key, events) in selected.iter() {
         let mut done = 0;
         for (b, i) in events {
-            if done < steps.len() && done_by[b][done][i] {
+            if done == steps.len() {
+                break;
+            }
+            let block = &selected.decoded[b];
+            let (names, paths) = &matched[b][done];
+            if names[block.name.rows[i] as usize] && paths.as_ref().is_none_or(|p| p[block.path.rows[i] as usize]) {
                 done += 1;
             }
         }
@@ -584,9 +654,10 @@ pub(super) fn page_sequences(
     range: (i64, i64),
     filters: &[Filter],
 ) -> Result<Vec<(u64, Vec<String>)>, StatsError> {
-    let (decoded, sessions) = selected_sessions(blocks, range, filters, Cols::NONE)?;
-    let mut out = Vec::with_capacity(sessions.len());
-    for (key, events) in sessions {
+    let selected = selected_sessions(blocks, range, filters, Cols::NONE)?;
+    let decoded = &selected.decoded;
+    let mut out = Vec::with_capacity(selected.sessions.len());
+    for (key, events) in selected.iter() {
         let mut pages: Vec<String> = Vec::new();
         for (b, i) in events {
             if decoded[b].name.get(i) != crate::event::EventName::PAGEVIEW {
@@ -614,9 +685,10 @@ pub(super) fn goal_revenue_day(
     goals: &std::collections::HashMap<String, (usize, String)>,
 ) -> Result<Vec<(store::Number, u64)>, StatsError> {
     let extra = Cols::NONE.with(Col::Goals).with(Col::Revenue);
-    let (decoded, sessions) = selected_sessions(blocks, range, filters, extra)?;
+    let selected = selected_sessions(blocks, range, filters, extra)?;
+    let decoded = &selected.decoded;
     let mut sums = vec![(store::Number::zero(), 0u64); goals.len()];
-    for (_, events) in sessions {
+    for (_, events) in selected.iter() {
         for (b, i) in events {
             let block = &decoded[b];
             let Some((amount, currency)) = &block.revenue[i] else { continue };

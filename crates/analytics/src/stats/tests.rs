@@ -223,6 +223,7 @@ proptest! {
         split in 1usize..4,
         cut in 0i64..30_000,
         filters in prop::collection::vec(filter(), 0..3),
+        reversed in any::<bool>(),
     ) {
         let steps: Vec<crate::goal::Goal> = steps
             .iter()
@@ -232,7 +233,12 @@ proptest! {
         // Events from `cut` seconds after the first visit's start count; earlier ones do not.
         let range = (T0 + cut * 1000, T0 + 2 * 86_400_000);
         let mut scanned: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
-        for blocks in blocks_by_day(&events, split) {
+        for mut blocks in blocks_by_day(&events, split) {
+            // A day's blocks come in key order (run, then number), which need not be the order of
+            // a session's events: a visit continued by another run may be in an earlier one's.
+            if reversed {
+                blocks.reverse();
+            }
             for (all, day) in scanned.iter_mut().zip(scan::funnel_day(&blocks, &steps, range, &filters).unwrap()) {
                 all.extend(day);
             }
