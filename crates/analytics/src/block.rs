@@ -1139,15 +1139,17 @@ impl<'a> Reader<'a> {
     }
 
     fn uvar_long(&mut self) -> Result<u64, BlockError> {
+        // Ten bytes at most (shifts 0 to 63), read where they lie.
+        let rest = &self.bytes[self.at.min(self.bytes.len())..];
         let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7f) << shift;
+        for (n, &b) in rest.iter().take(10).enumerate() {
+            v |= u64::from(b & 0x7f) << (7 * n);
             if b & 0x80 == 0 {
+                self.at += n + 1;
                 return Ok(v);
             }
         }
-        Err(BlockError::Corrupt("varint"))
+        Err(BlockError::Corrupt(if rest.len() < 10 { "truncated" } else { "varint" }))
     }
 
     fn ivar(&mut self) -> Result<i64, BlockError> {
@@ -1186,7 +1188,16 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// `rows` varints of 32 bits. A column whose values all take one byte (indexes into a small
+    /// session table or dictionary, positions in short sessions: most blocks' columns) is copied
+    /// as it lies, without a varint step per row.
     fn u32s(&mut self, rows: usize) -> Result<Vec<u32>, BlockError> {
+        if let Some(run) = self.bytes.get(self.at..).and_then(|rest| rest.get(..rows))
+            && run.iter().fold(0u8, |all, &b| all | b) < 0x80
+        {
+            self.at += rows;
+            return Ok(run.iter().map(|&b| u32::from(b)).collect());
+        }
         self.many(rows, Self::u32)
     }
 
@@ -1211,9 +1222,10 @@ impl<'a> Reader<'a> {
             text.push_str(value);
             ends.push(u32::try_from(text.len()).map_err(|_| BlockError::Corrupt("dictionary size"))?);
         }
-        let rows = self.many(rows, |r| {
-            r.u32().and_then(|r| if (r as usize) < n { Ok(r) } else { Err(BlockError::Corrupt("index")) })
-        })?;
+        let rows = self.u32s(rows)?;
+        if rows.iter().copied().max().is_some_and(|r| r as usize >= n) {
+            return Err(BlockError::Corrupt("index"));
+        }
         Ok(Dict { text, ends, rows })
     }
 

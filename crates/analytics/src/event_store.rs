@@ -1099,13 +1099,22 @@ pub async fn blocks_of_day(table: &Table, site: &str, day: UtcDay) -> Result<Vec
 /// The blocks no other block of the list replaces: a merged block's originals may still be
 /// there, or be read, while the merge's transaction commits.
 fn without_replaced(blocks: Vec<StoredBlock>) -> Vec<StoredBlock> {
-    let replaced: std::collections::HashSet<(&str, u64)> =
-        blocks.iter().flat_map(|b| b.replaces.iter().map(move |n| (b.run_id.as_str(), *n))).collect();
-    if replaced.is_empty() {
-        return blocks;
+    let keep: Option<Vec<bool>> = {
+        // A merged block names every block it replaced (tens each, long gone from the table),
+        // so only the names of blocks read here are gathered: a day has a few dozen.
+        let read: hashbrown::HashSet<(&str, u64)> = blocks.iter().map(|b| (b.run_id.as_str(), b.number)).collect();
+        let replaced: hashbrown::HashSet<(&str, u64)> = blocks
+            .iter()
+            .flat_map(|b| b.replaces.iter().map(move |n| (b.run_id.as_str(), *n)))
+            .filter(|key| read.contains(key))
+            .collect();
+        (!replaced.is_empty())
+            .then(|| blocks.iter().map(|b| !replaced.contains(&(b.run_id.as_str(), b.number))).collect())
+    };
+    match keep {
+        None => blocks,
+        Some(keep) => blocks.into_iter().zip(keep).filter_map(|(b, k)| k.then_some(b)).collect(),
     }
-    let keep: Vec<bool> = blocks.iter().map(|b| !replaced.contains(&(b.run_id.as_str(), b.number))).collect();
-    blocks.into_iter().zip(keep).filter_map(|(b, k)| k.then_some(b)).collect()
 }
 
 /// The blocks of the days `first..=last`, a day's blocks at a time, [`PARALLEL_READS`] days
@@ -1319,6 +1328,34 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    fn stored(run: &str, number: u64, replaces: &[u64]) -> StoredBlock {
+        StoredBlock {
+            run_id: run.into(),
+            number,
+            max_epoch: 1,
+            ts_range: (0, 0),
+            data: Vec::new(),
+            version: 0,
+            replaces: replaces.to_vec(),
+        }
+    }
+
+    /// A reader that sees a merged block and blocks it replaced (a Query whose pages straddled
+    /// the merge) keeps the merged one only; a block of another run with a replaced number stays.
+    #[test]
+    fn a_merged_block_hides_the_blocks_it_replaced_of_its_own_run() {
+        let blocks = vec![
+            stored("A", 1, &[]),
+            stored("A", 2, &[]),
+            stored("A", 3, &[]),
+            stored("A", 9, &[1, 2, 5, 6]),
+            stored("B", 1, &[]),
+            stored("B", 7, &[4]),
+        ];
+        let kept: Vec<(String, u64)> = without_replaced(blocks).into_iter().map(|b| (b.run_id, b.number)).collect();
+        assert_eq!(kept, [("A".into(), 3), ("A".into(), 9), ("B".into(), 1), ("B".into(), 7)]);
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]

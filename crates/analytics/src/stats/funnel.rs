@@ -61,7 +61,7 @@ impl Stats {
         let (start, end) = zone.bounds_ms(range).map_err(|e| StatsError::Invalid(e.to_string()))?;
         let (first, last) = self.check_raw(site_id, (start, end)).await?;
         let deadline = self.deadline();
-        let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+        let mut reached: Vec<hashbrown::HashSet<u64>> = vec![Default::default(); steps.len()];
         let steps_owned: Arc<Vec<crate::goal::Goal>> = Arc::new(steps.to_vec());
         let filters: Arc<Vec<Filter>> = Arc::new(filters.to_vec());
         let mut days = self.scan_days(

@@ -607,7 +607,7 @@ pub(super) fn funnel_day(
     steps: &[crate::goal::Goal],
     range: (i64, i64),
     filters: &[Filter],
-) -> Result<Vec<std::collections::HashSet<u64>>, StatsError> {
+) -> Result<Vec<hashbrown::HashSet<u64>>, StatsError> {
     let selected = selected_sessions(blocks, range, filters, Cols::NONE)?;
     // Per block, per step: which names and which paths complete it, decided once per dictionary
     // value, as `Goal::matches` decides (split by the column each part reads).
@@ -627,7 +627,7 @@ pub(super) fn funnel_day(
                 .collect()
         })
         .collect();
-    let mut reached: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+    let mut reached: Vec<hashbrown::HashSet<u64>> = vec![Default::default(); steps.len()];
     for (key, events) in selected.iter() {
         let mut done = 0;
         for (b, i) in events {

@@ -232,7 +232,7 @@ proptest! {
         let mut events = events_of(&specs);
         // Events from `cut` seconds after the first visit's start count; earlier ones do not.
         let range = (T0 + cut * 1000, T0 + 2 * 86_400_000);
-        let mut scanned: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+        let mut scanned: Vec<hashbrown::HashSet<u64>> = vec![Default::default(); steps.len()];
         for mut blocks in blocks_by_day(&events, split) {
             // A day's blocks come in key order (run, then number), which need not be the order of
             // a session's events: a visit continued by another run may be in an earlier one's.
@@ -246,7 +246,7 @@ proptest! {
         // The reference: each session the filters select (as a filtered query selects visits),
         // its events in order, each step taken by the first later event that matches it.
         crate::event_store::sort_sessions(&mut events);
-        let mut reference: Vec<std::collections::HashSet<u64>> = vec![Default::default(); steps.len()];
+        let mut reference: Vec<hashbrown::HashSet<u64>> = vec![Default::default(); steps.len()];
         for session in events.chunk_by(|a, b| (&a.visitor_id, &a.session_id) == (&b.visitor_id, &b.session_id)) {
             if !session_selected(session, &filters) {
                 continue;
