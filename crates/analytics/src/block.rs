@@ -1128,14 +1128,19 @@ impl<'a> Reader<'a> {
 
     #[inline]
     fn uvar(&mut self) -> Result<u64, BlockError> {
-        // Most values (indexes, small deltas) take one byte.
-        if let Some(&b) = self.bytes.get(self.at)
-            && b < 0x80
-        {
-            self.at += 1;
-            return Ok(u64::from(b));
+        // Most values (indexes, small deltas) take one byte, and most others two (an index into
+        // a merged block's hundreds of sessions, seconds between events in milliseconds).
+        match self.bytes.get(self.at..).unwrap_or_default() {
+            [b, ..] if *b < 0x80 => {
+                self.at += 1;
+                Ok(u64::from(*b))
+            }
+            [lo, hi, ..] if *hi < 0x80 => {
+                self.at += 2;
+                Ok(u64::from(lo & 0x7f) | (u64::from(*hi) << 7))
+            }
+            _ => self.uvar_long(),
         }
-        self.uvar_long()
     }
 
     fn uvar_long(&mut self) -> Result<u64, BlockError> {
@@ -1152,10 +1157,12 @@ impl<'a> Reader<'a> {
         Err(BlockError::Corrupt(if rest.len() < 10 { "truncated" } else { "varint" }))
     }
 
+    #[inline]
     fn ivar(&mut self) -> Result<i64, BlockError> {
         Ok(unzigzag(self.uvar()?))
     }
 
+    #[inline]
     fn u32(&mut self) -> Result<u32, BlockError> {
         u32::try_from(self.uvar()?).map_err(|_| BlockError::Corrupt("u32"))
     }
