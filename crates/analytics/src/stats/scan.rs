@@ -569,7 +569,7 @@ fn selected_sessions(
         *at += 1;
     }
     drop(in_range);
-    let mut sessions = Vec::new();
+    let mut sessions = Vec::with_capacity(keys.len());
     for (sid, span) in starts.windows(2).enumerate() {
         let span = span[0]..span[1];
         if span.is_empty() {
