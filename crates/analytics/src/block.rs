@@ -194,6 +194,11 @@ impl Cols {
         Cols(self.0 | 1 << col as u8)
     }
 
+    /// This set without `col`.
+    pub const fn without(self, col: Col) -> Cols {
+        Cols(self.0 & !(1 << col as u8))
+    }
+
     /// Whether `col` is in the set.
     pub const fn has(self, col: Col) -> bool {
         self.0 & (1 << col as u8) != 0

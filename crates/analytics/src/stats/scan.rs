@@ -283,6 +283,15 @@ impl Groups<'_> {
             g
         })
     }
+
+    /// The group of a block whose events' times all lie in `lo..=hi` (its stored least and
+    /// greatest), when one bucket holds that whole span: each event's time is then not needed.
+    fn holding(&mut self, (lo, hi): (i64, i64)) -> Option<u32> {
+        let g = self.of(lo)?;
+        // `of` leaves `last` at the bucket holding `lo`.
+        let (_, end, _) = self.buckets[self.last];
+        (lo <= hi && hi < end).then_some(g)
+    }
 }
 
 /// The dimension's values of a day, each text once, numbered.
@@ -313,10 +322,20 @@ impl<'b> Interner<'b> {
 /// all there).
 pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, StatsError> {
     let cols = columns(spec);
-    let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
+    let mut groups = Groups { buckets: spec.buckets, last: 0 };
+    // Without visit counters an event's time only finds its group: a block whose whole time span
+    // lies in one group's bucket (every block of a range's inner days, for a breakdown) is read
+    // without its time column, and each of its events counts in that group.
+    let timeless = !needs_visits(spec);
+    let whole: Vec<Option<u32>> =
+        blocks.iter().map(|b| if timeless { groups.holding(b.ts_range) } else { None }).collect();
+    let decoded: Vec<Block> = blocks
+        .iter()
+        .zip(&whole)
+        .map(|(b, w)| b.read(if w.is_some() { cols.without(Col::Ts) } else { cols }))
+        .collect::<Result<_, _>>()?;
     let filters = Filters::new(spec.filters);
     let dim = source(spec.dimension);
-    let mut groups = Groups { buckets: spec.buckets, last: 0 };
     let mut interner = Interner::default();
     let mut totals: HashMap<u32, Sum> = HashMap::new();
     let mut values: HashMap<(u32, u32), Sum> = HashMap::new();
@@ -395,7 +414,7 @@ pub(super) fn scan_day(blocks: &[StoredBlock], spec: &Spec<'_>) -> Result<Sums, 
             if !all || name == engagement {
                 continue;
             }
-            let Some(group) = groups.of(block.ts[i]) else { continue };
+            let Some(group) = whole[b].or_else(|| groups.of(block.ts[i])) else { continue };
             let visitor = block.sessions[row].visitor;
             let is_pageview = name == pageview;
             let counted = Counters { events: 1, pageviews: i64::from(is_pageview), ..Counters::default() };
@@ -508,7 +527,14 @@ fn selected_sessions(
 ) -> Result<Selected, StatsError> {
     let spec = Spec { filters, dimension: &Dimension::Total, visits: false, buckets: &[] };
     let cols = columns(&spec).with(Col::Seq).union(extra);
-    let decoded: Vec<Block> = blocks.iter().map(|b| b.read(cols)).collect::<Result<_, _>>()?;
+    // A block whose whole time span lies in the range is read without its time column (every
+    // event of it counts); `block::read` still reads it where another column needs it.
+    let inside: Vec<bool> = blocks.iter().map(|b| start <= b.ts_range.0 && b.ts_range.1 < end).collect();
+    let decoded: Vec<Block> = blocks
+        .iter()
+        .zip(&inside)
+        .map(|(b, &inside)| b.read(if inside { cols.without(Col::Ts) } else { cols }))
+        .collect::<Result<_, _>>()?;
     let by = Filters::new(filters);
     let prepared: Vec<BlockFilters> = decoded.iter().map(|b| by.prepare(b)).collect();
     let n_filters = filters.len();
@@ -547,7 +573,7 @@ fn selected_sessions(
             if l.1 == u32::MAX || seq >= l.0 {
                 *l = (seq, b as u32, i as u32);
             }
-            if (start..end).contains(&block.ts[i]) {
+            if inside[b] || (start..end).contains(&block.ts[i]) {
                 in_range.push((sid as u32, b as u32, i as u32));
             }
         }

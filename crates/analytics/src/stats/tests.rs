@@ -132,8 +132,9 @@ fn settle(sums: BTreeMap<(String, String), Sum>) -> BTreeMap<(String, String), (
 }
 
 /// The days of `events` as blocks, each day's events cut among `split` blocks as a writer
-/// would cut them.
-fn blocks_by_day(events: &[StoredEvent], split: usize) -> Vec<Vec<crate::event_store::StoredBlock>> {
+/// would cut them, each with its events' least and greatest times as its item says them, or,
+/// not `ranged`, with no times (an item without them reads as the widest range).
+fn blocks_by_day(events: &[StoredEvent], split: usize, ranged: bool) -> Vec<Vec<crate::event_store::StoredBlock>> {
     let mut by_day: BTreeMap<crate::visitor::UtcDay, Vec<StoredEvent>> = BTreeMap::new();
     for e in events {
         by_day.entry(e.day).or_default().push(e.clone());
@@ -148,7 +149,11 @@ fn blocks_by_day(events: &[StoredEvent], split: usize) -> Vec<Vec<crate::event_s
                     run_id: "R".into(),
                     number: n as u64,
                     max_epoch: 1,
-                    ts_range: (0, 0),
+                    ts_range: if ranged {
+                        (c.iter().map(|e| e.ts).min().unwrap_or(0), c.iter().map(|e| e.ts).max().unwrap_or(0))
+                    } else {
+                        (i64::MIN, i64::MAX)
+                    },
                     data: crate::block::encode("S", *day, c).unwrap(),
                     version: 0,
                     replaces: vec![],
@@ -177,6 +182,7 @@ proptest! {
         one_group in any::<bool>(),
         skip in 0usize..6,
         visits in any::<bool>(),
+        ranged in any::<bool>(),
     ) {
         let zone = SiteZone::new(zone).unwrap();
         let mut events = events_of(&specs);
@@ -194,7 +200,7 @@ proptest! {
             buckets.push((b.start_ms(), b.end_ms(), group as u32));
         }
         let mut scanned = scan::Sums::default();
-        for blocks in blocks_by_day(&events, split) {
+        for blocks in blocks_by_day(&events, split, ranged) {
             let spec = scan::Spec { filters: &filters, dimension: &Dimension::parse(dimension).unwrap(), visits, buckets: &buckets };
             scanned.merge(scan::scan_day(&blocks, &spec).unwrap());
         }
@@ -224,6 +230,7 @@ proptest! {
         cut in 0i64..30_000,
         filters in prop::collection::vec(filter(), 0..3),
         reversed in any::<bool>(),
+        ranged in any::<bool>(),
     ) {
         let steps: Vec<crate::goal::Goal> = steps
             .iter()
@@ -233,7 +240,7 @@ proptest! {
         // Events from `cut` seconds after the first visit's start count; earlier ones do not.
         let range = (T0 + cut * 1000, T0 + 2 * 86_400_000);
         let mut scanned: Vec<hashbrown::HashSet<u64>> = vec![Default::default(); steps.len()];
-        for mut blocks in blocks_by_day(&events, split) {
+        for mut blocks in blocks_by_day(&events, split, ranged) {
             // A day's blocks come in key order (run, then number), which need not be the order of
             // a session's events: a visit continued by another run may be in an earlier one's.
             if reversed {
