@@ -1099,22 +1099,24 @@ pub async fn blocks_of_day(table: &Table, site: &str, day: UtcDay) -> Result<Vec
 /// The blocks no other block of the list replaces: a merged block's originals may still be
 /// there, or be read, while the merge's transaction commits.
 fn without_replaced(blocks: Vec<StoredBlock>) -> Vec<StoredBlock> {
-    let keep: Option<Vec<bool>> = {
-        // A merged block names every block it replaced (tens each, long gone from the table),
-        // so only the names of blocks read here are gathered: a day has a few dozen.
-        let read: hashbrown::HashSet<(&str, u64)> = blocks.iter().map(|b| (b.run_id.as_str(), b.number)).collect();
-        let replaced: hashbrown::HashSet<(&str, u64)> = blocks
-            .iter()
-            .flat_map(|b| b.replaces.iter().map(move |n| (b.run_id.as_str(), *n)))
-            .filter(|key| read.contains(key))
-            .collect();
-        (!replaced.is_empty())
-            .then(|| blocks.iter().map(|b| !replaced.contains(&(b.run_id.as_str(), b.number))).collect())
-    };
-    match keep {
-        None => blocks,
-        Some(keep) => blocks.into_iter().zip(keep).filter_map(|(b, k)| k.then_some(b)).collect(),
+    // A merged block names every block it replaced (tens each, long gone from the table), so
+    // each name is looked up among the blocks read (a day has a few dozen), not gathered.
+    let mut gone = vec![false; blocks.len()];
+    {
+        let at: hashbrown::HashMap<(&str, u64), usize> =
+            blocks.iter().enumerate().map(|(i, b)| ((b.run_id.as_str(), b.number), i)).collect();
+        for b in &blocks {
+            for n in &b.replaces {
+                if let Some(&i) = at.get(&(b.run_id.as_str(), *n)) {
+                    gone[i] = true;
+                }
+            }
+        }
     }
+    if !gone.contains(&true) {
+        return blocks;
+    }
+    blocks.into_iter().zip(gone).filter_map(|(b, gone)| (!gone).then_some(b)).collect()
 }
 
 /// The blocks of the days `first..=last`, a day's blocks at a time, [`PARALLEL_READS`] days
