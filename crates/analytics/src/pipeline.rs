@@ -6,9 +6,10 @@
 //! **Sessions across processes.** A process keeps the sessions it has seen in memory, each behind
 //! an async mutex so one process writes a session's events one at a time. How a session is
 //! shared with other processes depends on the ingest lease ([`crate::lease`]):
-//! - **alone** (this process holds the lease, and no other ingests): memory is the truth. A
-//!   visitor's latest event is written to the table (`VisitorSession`) only when its live
-//!   session leaves memory, when the process stops, or when another process starts ingesting;
+//! - **alone** (this process holds the lease, and no other ingests): memory is the truth. A live
+//!   session leaving the cache is packed with others into blocks held in memory (`cold`), and a
+//!   visitor's latest event is written to the table (`VisitorSession`) only when those are full,
+//!   when the process stops, or when another process starts ingesting;
 //! - **shared** (the default, and whenever another process ingests): every event first claims the
 //!   session's next slot with a conditional write of the visitor's `VisitorSession` item (its
 //!   `version` must be the one this process last saw), so a stale cache is found out by a failed
@@ -43,6 +44,8 @@ use crate::sites::{Site, SiteId, Sites, SitesError};
 use crate::stale::StaleRate;
 use crate::stored::{PrevState, StoredEvent, Visit, VisitAttrs};
 use crate::visitor::{Salt, UtcDay, VisitorId, salt_expires_at_ms, salts_to_try, visitor_id};
+
+mod cold;
 
 /// A visit ends after this long without an event.
 pub const SESSION_TIMEOUT_MS: i64 = 30 * 60 * 1000;
@@ -161,6 +164,10 @@ pub struct PipelineCounters {
     pub taken_over: AtomicU64,
     /// Events that waited for eviction to make room in a session cache past its hard bound.
     pub waited_for_room: AtomicU64,
+    /// Alone, live sessions leaving memory packed into blocks in memory instead of written.
+    pub evicted_packed: Arc<AtomicU64>,
+    /// Alone, visitors missing from the cache whose session was found packed.
+    pub packed_found: AtomicU64,
 }
 
 /// Who holds a visitor's session, as their `VisitorSession` item names it (`holder`).
@@ -307,7 +314,7 @@ impl ImportClient {
 /// A live session in memory: its latest event, what its next event continues and what its
 /// `VisitorSession` item holds. The state after it is worked out from it when an event needs
 /// it, not kept beside it: a cached session is one event, not an event and a second copy of its
-/// counters and exit page (20,000 of them are held under sustained ingestion).
+/// counters and exit page (15,000 of them are held under sustained ingestion).
 #[derive(Debug, Clone)]
 struct Live {
     /// Shared with the block writer while it is queued.
@@ -410,7 +417,7 @@ pub struct Pipeline {
     /// and the claim made again. Read first, a claim costs a read and one write unit whatever
     /// the cache held ([`StaleRate`] says when that is the cheaper way).
     claims: StaleRate,
-    /// How many sessions the cache holds before it makes room (20,000 unless set).
+    /// How many sessions the cache holds before it makes room (15,000 unless set).
     session_limit: AtomicUsize,
     /// Alone, until when (wall clock, ms) a visitor missing from memory may still have a live
     /// session in the table from before this process held the lease, so must be looked up.
@@ -433,7 +440,20 @@ pub struct Pipeline {
     forgotten_until_ts: Arc<AtomicI64>,
     /// How events go to the process holding their visitor's session; unset, none can.
     peering: std::sync::OnceLock<Peering>,
+    /// Alone, live sessions that left the cache, packed in memory (`cold`).
+    cold: Cold,
 }
+
+/// The packed sessions and their bound.
+#[derive(Debug, Clone)]
+struct Cold {
+    sessions: Arc<Mutex<cold::ColdSessions>>,
+    max_bytes: Arc<AtomicUsize>,
+}
+
+/// How many bytes of packed sessions a process holds before it writes the oldest to the table:
+/// about 30,000 sessions at about 200 bytes each (their blocks, rows and index entries).
+const MAX_COLD_BYTES: usize = 6 << 20;
 
 /// How many evicted visitors a process remembers before it forgets them, and then looks up every
 /// missing visitor of an event within a visit's timeout of the newest event then seen.
@@ -454,9 +474,11 @@ fn now_ms() -> i64 {
 /// per returning visitor whose session was dropped. A cached session (its latest event, its
 /// visit's attributes, its key and map entry) held about 1.4 KB in a heap profile of sustained
 /// ingestion, 33 MB for the 24,000 held while eviction was writing, the largest single part of
-/// the server's heap. 20,000 sessions live at once is a site with some 40,000 visitors an hour;
-/// BENCHMARKS.md ("Server memory", "sixth session") has the measurements behind the number.
-const MAX_CACHED_SESSIONS: usize = 20_000;
+/// the server's heap (about 850 bytes since: BENCHMARKS.md, "twenty-sixth session"). Alone, live
+/// sessions leaving it are packed in memory at about a quarter of that (`cold`), so it holds
+/// 15,000 and the packed ones about 30,000 more, in about the memory 20,000 cached took before
+/// (BENCHMARKS.md, "twenty-eighth session").
+const MAX_CACHED_SESSIONS: usize = 15_000;
 
 impl Pipeline {
     /// A pipeline writing to `table`.
@@ -489,6 +511,7 @@ impl Pipeline {
             evicted_limit: Arc::new(AtomicUsize::new(MAX_EVICTED_REMEMBERED)),
             forgotten_until_ts: Arc::new(AtomicI64::new(i64::MIN)),
             peering: std::sync::OnceLock::new(),
+            cold: Cold { sessions: Arc::default(), max_bytes: Arc::new(AtomicUsize::new(MAX_COLD_BYTES)) },
         }
     }
 
@@ -594,7 +617,7 @@ impl Pipeline {
         self.import_floor.store(ts.unwrap_or(i64::MAX), Ordering::SeqCst);
     }
 
-    /// Caps the sessions kept in memory at `limit` instead of 20,000: for a
+    /// Caps the sessions kept in memory at `limit` instead of 15,000: for a
     /// small machine, and for tests of what happens when the cache is full.
     pub fn set_session_cache_limit(&self, limit: usize) {
         self.session_limit.store(limit.max(2), Ordering::SeqCst);
@@ -620,6 +643,19 @@ impl Pipeline {
     pub fn set_alone(&self, lookups_until_ms: i64) {
         self.lookups_until.store(lookups_until_ms, Ordering::SeqCst);
         self.alone.store(true, Ordering::SeqCst);
+        lock(&self.cold.sessions).open();
+    }
+
+    /// Caps the bytes of live sessions packed in memory after leaving the cache at `bytes`
+    /// instead of 6 MiB (0: none are packed, each is written): for tests.
+    pub fn set_packed_session_bytes(&self, bytes: usize) {
+        self.cold.max_bytes.store(bytes, Ordering::SeqCst);
+    }
+
+    /// How many visitors' sessions are packed in memory, and about how many bytes they hold.
+    pub fn packed_sessions(&self) -> (usize, usize) {
+        let cold = lock(&self.cold.sessions);
+        (cold.len(), cold.bytes())
     }
 
     /// Whether a visitor missing from memory must be looked up in the table for an event at
@@ -646,6 +682,14 @@ impl Pipeline {
     /// or after `since_ts` (all when `None`), unconditionally: only while no other process
     /// ingests (switching to shared, stopping alone). Returns how many.
     pub async fn write_heads(&self, since_ts: Option<i64>) -> Result<usize, PipelineError> {
+        // The packed sessions first, packing closed first: a packed session taken back into the
+        // cache before the drain is written below with the cache's; after it, none is packed.
+        let packed = {
+            let mut cold = lock(&self.cold.sessions);
+            cold.close();
+            cold.drain(since_ts.unwrap_or(i64::MIN))
+        };
+        let packed_written = write_unpacked(&self.table, &packed, &self.evicted).await?;
         let slots: Vec<Slot> = lock(&self.sessions).values().cloned().collect();
         // Each session is held until every item is written, once its latest event is durable:
         // an item never names an event that is not stored.
@@ -677,7 +721,7 @@ impl Pipeline {
                 guard.head_version = Some(guard.head_version.unwrap_or(0) + 1);
             }
         }
-        let written = held.len();
+        let written = held.len() + packed_written;
         Ok(written)
     }
 
@@ -1020,12 +1064,17 @@ impl Pipeline {
             let (remembered, forgotten_until) = (self.evicted.clone(), self.forgotten_until_ts.clone());
             let (newest, remember_at_most) = (self.newest_ts.clone(), self.evicted_limit.clone());
             let forgotten = self.counters.evicted_forgotten.clone();
-            let evicted_written = self.counters.evicted_written.clone();
-            let writer =
-                if self.is_alone() { Evictor::Alone } else { Evictor::Holder(self.aggregator.run_id().into()) };
+            let (evicted_written, evicted_packed) =
+                (self.counters.evicted_written.clone(), self.counters.evicted_packed.clone());
+            let writer = if self.is_alone() {
+                Evictor::Alone(self.cold.clone())
+            } else {
+                Evictor::Holder(self.aggregator.run_id().into())
+            };
             tokio::spawn(async move {
-                let written = evict(&table, &map, chosen, horizon, &writer, &remembered, &room).await;
+                let (written, packed) = evict(&table, &map, chosen, horizon, &writer, &remembered, &room).await;
                 evicted_written.fetch_add(written, Ordering::Relaxed);
+                evicted_packed.fetch_add(packed, Ordering::Relaxed);
                 // Every remembered session ended at an event already counted in `newest` (it is
                 // raised before an event is stored, and these were written once stored). Read
                 // before the bound, so a bound raised meanwhile is seen whenever a newer time is.
@@ -1350,7 +1399,12 @@ impl Pipeline {
         // Nothing live in memory: ask the table, older salt first; a new visit takes today's id.
         let mut found: Option<(VisitorId, Cached)> = None;
         for &id in ids.iter().rev() {
-            let cached = if self.must_look_up(&site.site_id, id, ts) {
+            let packed = lock(&self.cold.sessions).get(&site.site_id, id);
+            let cached = if let Some((last, head_version)) = packed {
+                self.counters.packed_found.fetch_add(1, Ordering::Relaxed);
+                let live = Some(Live { last: Arc::new(last), written: None }).filter(|l| l.live_at(ts));
+                Cached { live, head_version, just_read: true, holder: Holder::None, held_at_ms: 0 }
+            } else if self.must_look_up(&site.site_id, id, ts) {
                 self.load_session(&site.site_id, id, ts).await?
             } else {
                 Cached::default()
@@ -1689,11 +1743,12 @@ fn eviction_candidates(sessions: &Sessions, now: i64, limit: usize) -> Vec<Sessi
 /// "fifteenth session").
 const EVICT_CHUNK: usize = 250;
 
-/// Writes the items of the chosen sessions still live at `horizon`, a chunk at a time, holding
-/// each session until its item is written, then drops each from the cache (telling `room`),
-/// remembering in `remembered` (as [`visitor_hash`]es) the visitors whose items it wrote. A
-/// chunk whose write fails stays in memory, and so does every later one. Returns how many items
-/// it wrote.
+/// Lets the chosen sessions go, a chunk at a time: alone, the live ones (at `horizon`) are packed
+/// in memory ([`cold`]) while there is room; otherwise their items are written, each session
+/// held until its item is, and the visitors whose items were written are remembered in
+/// `remembered` (as [`visitor_hash`]es). Each leaves the cache (telling `room`) once packed or
+/// written. A chunk whose write fails stays in memory, and so does every later one. Returns how
+/// many items it wrote and how many sessions it packed.
 async fn evict(
     table: &Table,
     map: &Mutex<Sessions>,
@@ -1702,28 +1757,80 @@ async fn evict(
     writer: &Evictor,
     remembered: &Mutex<hashbrown::HashSet<u64>>,
     room: &tokio::sync::Notify,
-) -> u64 {
-    let mut written = 0;
+) -> (u64, u64) {
+    let (mut written, mut packed) = (0, 0);
     let mut chosen = chosen.into_iter().peekable();
     while chosen.peek().is_some() {
         let chunk: Vec<_> = chosen.by_ref().take(EVICT_CHUNK).collect();
-        let Some(n) = evict_chunk(table, map, chunk, horizon, writer, remembered).await else { break };
-        written += n;
+        let Some((w, p)) = evict_chunk(table, map, chunk, horizon, writer, remembered).await else { break };
+        (written, packed) = (written + w, packed + p);
         room.notify_waiters();
     }
-    written
+    (written, packed)
 }
 
 /// Which sessions leaving memory are written, and how.
 enum Evictor {
-    /// Alone: every live one, naming no holder.
-    Alone,
+    /// Alone: every live one, packed in memory while there is room, else written naming no
+    /// holder.
+    Alone(Cold),
     /// Shared: those this run holds, naming it.
     Holder(Arc<str>),
 }
 
-/// One chunk of [`evict`]: how many items it wrote, `None` when its write failed (the sessions
-/// stay in memory).
+/// Writes the `VisitorSession` items of sessions taken out of [`cold`] (naming no holder, each
+/// at its version plus one), then remembers their visitors in `remembered`. Returns how many.
+async fn write_unpacked(
+    table: &Table,
+    sessions: &[cold::Unpacked],
+    remembered: &Mutex<hashbrown::HashSet<u64>>,
+) -> Result<usize, PipelineError> {
+    for chunk in sessions.chunks(EVICT_CHUNK) {
+        let mut writes = Vec::with_capacity(chunk.len());
+        for (_, last, version) in chunk {
+            writes.push(model::BatchWrite::put("VisitorSession", head_item_for(last, version.unwrap_or(0) + 1, None)?));
+        }
+        table.batch_write(writes).await?;
+        let mut set = lock(remembered);
+        for ((site_id, visitor), _, _) in chunk {
+            set.insert(visitor_hash(site_id, *visitor));
+        }
+    }
+    Ok(sessions.len())
+}
+
+/// Alone, packs `live` (sessions of `held`, by position, with their latest event times) in
+/// memory, first writing the oldest packed sessions to the table while the packed bytes are
+/// over their bound. Returns the items written, and whether `live` was packed (not when
+/// packing is closed, or a write failed).
+async fn pack(
+    table: &Table,
+    cold: &Cold,
+    live: &[(cold::Packed, i64)],
+    horizon: i64,
+    remembered: &Mutex<hashbrown::HashSet<u64>>,
+) -> (u64, bool) {
+    let mut written = 0;
+    loop {
+        let max = cold.max_bytes.load(Ordering::Relaxed);
+        if max == 0 {
+            return (written, false);
+        }
+        let oldest = lock(&cold.sessions).oldest_over(max, horizon);
+        let Some((number, sessions)) = oldest else { break };
+        if let Err(e) = write_unpacked(table, &sessions, remembered).await {
+            tracing::warn!(error = %e, "writing packed sessions failed; the sessions leaving memory stay in it");
+            return (written, false);
+        }
+        written += sessions.len() as u64;
+        lock(&cold.sessions).drop_chunk(number);
+    }
+    let Some(chunk) = cold::ColdSessions::encode(live) else { return (written, false) };
+    (written, lock(&cold.sessions).pack(chunk))
+}
+
+/// One chunk of [`evict`]: how many items it wrote and sessions it packed, `None` when its write
+/// failed (the sessions stay in memory).
 async fn evict_chunk(
     table: &Table,
     map: &Mutex<Sessions>,
@@ -1731,9 +1838,12 @@ async fn evict_chunk(
     horizon: i64,
     writer: &Evictor,
     remembered: &Mutex<hashbrown::HashSet<u64>>,
-) -> Option<u64> {
+) -> Option<(u64, u64)> {
     let mut held = Vec::with_capacity(chosen.len());
     let mut writes = Vec::new();
+    // Alone, the live sessions to pack, and their positions in `held`.
+    let mut live_alone: Vec<(cold::Packed, i64)> = Vec::new();
+    let mut live_at: Vec<usize> = Vec::new();
     for (key, slot) in chosen {
         let Ok(guard) = slot.clone().try_lock_owned() else { continue };
         if guard.live.as_ref().is_some_and(|l| l.written.as_ref().is_some_and(|w| !w.is_stored())) {
@@ -1742,29 +1852,62 @@ async fn evict_chunk(
         }
         // Shared, only the sessions this process holds are written: the table has the others.
         let holder = match writer {
-            Evictor::Alone => None,
+            Evictor::Alone(_) => {
+                if let Some(live) = guard.live.as_ref().filter(|l| l.last_ts() >= horizon) {
+                    live_at.push(held.len());
+                    live_alone.push(((key.clone(), live.last.clone(), guard.head_version), live.last_ts()));
+                    held.push((key, slot, guard, Evicted::Packed));
+                    continue;
+                }
+                None
+            }
             Evictor::Holder(me) if guard.holder == Holder::Me => Some(&**me),
             Evictor::Holder(_) => {
-                held.push((key, slot, guard, None));
+                held.push((key, slot, guard, Evicted::Dropped));
                 continue;
             }
         };
-        let version = match guard.live.as_ref().filter(|l| l.last_ts() >= horizon) {
+        let evicted = match guard.live.as_ref().filter(|l| l.last_ts() >= horizon) {
             Some(live) => {
                 let version = guard.head_version.unwrap_or(0) + 1;
                 match head_item_for(&live.last, version, holder) {
                     Ok(item) => {
                         writes.push(model::BatchWrite::put("VisitorSession", item));
-                        Some(version)
+                        Evicted::Written(version)
                     }
                     Err(_) => continue,
                 }
             }
-            None => None,
+            None => Evicted::Dropped,
         };
-        held.push((key, slot, guard, version));
+        held.push((key, slot, guard, evicted));
     }
-    let written = writes.len() as u64;
+    let mut written = 0;
+    let mut packed = 0;
+    if let Evictor::Alone(cold) = writer
+        && !live_alone.is_empty()
+    {
+        let (spilled, done) = pack(table, cold, &live_alone, horizon, remembered).await;
+        written += spilled;
+        if done {
+            packed = live_alone.len() as u64;
+        } else {
+            // Not packed: written as before.
+            for &i in &live_at {
+                let (_, _, guard, evicted) = &mut held[i];
+                let Some(live) = guard.live.as_ref() else { continue };
+                let version = guard.head_version.unwrap_or(0) + 1;
+                *evicted = match head_item_for(&live.last, version, None) {
+                    Ok(item) => {
+                        writes.push(model::BatchWrite::put("VisitorSession", item));
+                        Evicted::Written(version)
+                    }
+                    Err(_) => Evicted::Kept,
+                };
+            }
+        }
+    }
+    written += writes.len() as u64;
     if !writes.is_empty()
         && let Err(e) = table.batch_write(writes).await
     {
@@ -1774,8 +1917,11 @@ async fn evict_chunk(
     // Shared, every item written names this process the holder.
     let holder_written = matches!(writer, Evictor::Holder(_));
     let mut sessions = lock(map);
-    for (key, slot, mut guard, version) in held {
-        if let Some(version) = version {
+    for (key, slot, mut guard, evicted) in held {
+        if let Evicted::Kept = evicted {
+            continue;
+        }
+        if let Evicted::Written(version) = evicted {
             guard.head_version = Some(version);
             if holder_written {
                 guard.held_at_ms = now_ms();
@@ -1788,9 +1934,30 @@ async fn evict_chunk(
         drop(guard);
         if sessions.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) && Arc::strong_count(&slot) <= 2 {
             sessions.remove(&key);
+        } else if let (Evicted::Packed, Evictor::Alone(cold)) = (evicted, writer) {
+            // An event waits on the session, which stays: its packed place is not its latest.
+            lock(&cold.sessions).mark_taken(&key.0, key.1);
+            continue;
+        }
+        if let (Evicted::Written(_) | Evicted::Dropped, Evictor::Alone(cold)) = (evicted, writer) {
+            // Whatever was packed of it before it came back is older.
+            lock(&cold.sessions).forget(&key.0, key.1);
         }
     }
-    Some(written)
+    Some((written, packed))
+}
+
+/// What became of a session chosen to leave memory.
+#[derive(Debug, Clone, Copy)]
+enum Evicted {
+    /// Packed in memory ([`cold`]).
+    Packed,
+    /// Its item written at this version.
+    Written(i64),
+    /// Let go unwritten: not live, or shared and not held here.
+    Dropped,
+    /// Kept in memory (its item could not be built).
+    Kept,
 }
 
 /// A cached session's key: its site (shared with the site's other sessions and events, not

@@ -479,12 +479,20 @@ fn sessions_line(pipelines: &[&Pipeline], count: u64, unit: &str) -> String {
         pipelines.iter().map(|p| f(p.counters())).sum()
     };
     let written = sum(|c| c.evicted_written.load(Ordering::Relaxed));
+    let packed = sum(|c| c.evicted_packed.load(Ordering::Relaxed));
+    let found = sum(|c| c.packed_found.load(Ordering::Relaxed));
     let lookups = sum(|c| c.session_lookups.load(Ordering::Relaxed));
+    let (held, bytes) = pipelines.iter().map(|p| p.packed_sessions()).fold((0, 0), |(n, b), (pn, pb)| (n + pn, b + pb));
+    let per = |n: u64| n as f64 / count.max(1) as f64;
     format!(
         "sessions leaving memory: {written} written to their visitors' items while live ({:.3} per {unit}), \
-         {lookups} items read for visitors not in memory ({:.3} per {unit})",
-        written as f64 / count.max(1) as f64,
-        lookups as f64 / count.max(1) as f64
+         {packed} packed in memory ({:.3} per {unit}; {held} held at the end, {:.0} bytes each), \
+         {found} found packed ({:.3} per {unit}), {lookups} items read for visitors not in memory ({:.3} per {unit})",
+        per(written),
+        per(packed),
+        bytes as f64 / held.max(1) as f64,
+        per(found),
+        per(lookups)
     )
 }
 

@@ -113,6 +113,8 @@ pub async fn serve(config: &Config, demo: Option<DemoOptions>) -> Result<()> {
             session_lookups: c.session_lookups.load(Ordering::Relaxed),
             events_waited_for_room: c.waited_for_room.load(Ordering::Relaxed),
             sessions_evicted_written: c.evicted_written.load(Ordering::Relaxed),
+            sessions_evicted_packed: c.evicted_packed.load(Ordering::Relaxed),
+            packed_sessions: metrics_pipeline.packed_sessions().0 as u64,
         }
     };
     let trusted = IpRanges::parse(config.trusted_proxies.iter().map(String::as_str))

@@ -55,6 +55,10 @@ pub struct MetricsSnapshot {
     pub events_waited_for_room: u64,
     /// Visitors' session items written for live sessions leaving a full cache.
     pub sessions_evicted_written: u64,
+    /// Live sessions leaving a full cache packed in memory instead (ingesting alone).
+    pub sessions_evicted_packed: u64,
+    /// Sessions packed in memory now.
+    pub packed_sessions: u64,
 }
 
 /// Where the figures come from: the `tally` binary implements it over the analytics crate.
@@ -143,6 +147,15 @@ pub fn render(snapshot: &MetricsSnapshot) -> String {
         "Visitors' session items written for live sessions leaving a full cache.",
     );
     sample(&mut out, "tally_sessions_evicted_written_total", "", snapshot.sessions_evicted_written as f64);
+    family(
+        &mut out,
+        "tally_sessions_evicted_packed_total",
+        "counter",
+        "Live sessions leaving a full cache packed in memory instead of written.",
+    );
+    sample(&mut out, "tally_sessions_evicted_packed_total", "", snapshot.sessions_evicted_packed as f64);
+    family(&mut out, "tally_packed_sessions", "gauge", "Sessions packed in memory now.");
+    sample(&mut out, "tally_packed_sessions", "", snapshot.packed_sessions as f64);
     out
 }
 
@@ -191,6 +204,8 @@ mod tests {
             session_lookups: 9,
             events_waited_for_room: 11,
             sessions_evicted_written: 13,
+            sessions_evicted_packed: 14,
+            packed_sessions: 15,
         };
         let text = render(&snapshot);
         for line in [
@@ -211,6 +226,9 @@ mod tests {
             "tally_session_lookups_total 9",
             "tally_events_waited_for_room_total 11",
             "tally_sessions_evicted_written_total 13",
+            "tally_sessions_evicted_packed_total 14",
+            "tally_packed_sessions 15",
+            "# TYPE tally_packed_sessions gauge",
             "# TYPE tally_cached_sessions gauge",
             "# TYPE tally_pending_events gauge",
             "# TYPE tally_events_accepted_total counter",

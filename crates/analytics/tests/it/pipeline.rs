@@ -898,8 +898,9 @@ fn client(i: u32) -> [u8; 4] {
     [10, (i >> 16) as u8, (i >> 8) as u8, i as u8]
 }
 
-/// Alone, a full session cache writes the sessions it lets go (in chunks) and remembers them, so
-/// every visitor's next event continues their visit: one visit per visitor, none lost or split.
+/// Alone, with no room to pack them in memory, a full session cache writes the sessions it lets
+/// go (in chunks) and remembers them, so every visitor's next event continues their visit: one
+/// visit per visitor, none lost or split.
 #[tokio::test]
 async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_visits_continue() {
     let w = world().await;
@@ -907,6 +908,7 @@ async fn alone_a_full_session_cache_writes_the_sessions_it_lets_go_and_their_vis
     let (p, a) = pipeline(&w).await;
     p.set_alone(0);
     p.set_session_cache_limit(600);
+    p.set_packed_session_bytes(0);
     let visitors = 1_000u32;
     let t = now() - 600_000;
     for i in 0..visitors {
@@ -987,6 +989,7 @@ async fn alone_a_full_session_cache_waits_for_eviction_rather_than_grow() {
     w.sites.add("example.com", "UTC").await.unwrap();
     let (p, a) = pipeline(&w).await;
     p.set_alone(0);
+    p.set_packed_session_bytes(0);
     let limit = 400;
     p.set_session_cache_limit(limit);
     let bound = limit + limit / 4;
@@ -1055,6 +1058,7 @@ async fn alone_forgotten_evictions_are_looked_up_only_while_their_sessions_can_b
     let (p, a) = pipeline(&w).await;
     p.set_alone(0);
     p.set_session_cache_limit(600);
+    p.set_packed_session_bytes(0);
     p.set_evicted_memory_limit(100);
     let visitors = 1_000u32;
     let t = now() - 3 * 3_600_000;
@@ -1093,6 +1097,160 @@ async fn alone_forgotten_evictions_are_looked_up_only_while_their_sessions_can_b
     assert_eq!(events.len(), 2 * visitors as usize + 200);
     let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
     assert_eq!(sessions.len(), visitors as usize + 200, "a visit was split: a forgotten visitor was not looked up");
+}
+
+/// Waits (up to a minute) until `p` has packed more than `n` sessions leaving its cache.
+async fn wait_packed(p: &Pipeline, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let packed = p.counters().evicted_packed.load(std::sync::atomic::Ordering::SeqCst);
+        if packed > n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "eviction packed only {packed} sessions in 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Alone, the live sessions a full cache lets go are packed in memory, not written: every
+/// visitor's next event continues their visit from there, with no item written or read.
+#[tokio::test]
+async fn alone_live_sessions_leaving_a_full_cache_are_packed_in_memory_and_their_visits_continue() {
+    use std::sync::atomic::Ordering;
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    p.set_alone(0);
+    p.set_session_cache_limit(600);
+    let visitors = 1_000u32;
+    let t = now() - 600_000;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/first", FIREFOX, client(i), t + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    wait_packed(&p, 250).await;
+    let (held, bytes) = p.packed_sessions();
+    assert!(held > 250 && bytes > 0, "{held} sessions packed in {bytes} bytes");
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/second", FIREFOX, client(i), t + 300_000 + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    assert!(p.counters().packed_found.load(Ordering::SeqCst) > 250, "the packed sessions were found");
+    assert_eq!(p.counters().session_lookups.load(Ordering::SeqCst), 0, "no item was read");
+    assert_eq!(p.counters().evicted_written.load(Ordering::SeqCst), 0);
+    let items = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
+    assert!(items.is_empty(), "{} sessions were written on leaving memory", items.len());
+    a.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 2 * visitors as usize);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
+    assert_eq!(sessions.len(), visitors as usize, "a visit was split: a packed session was lost");
+    // Each second event continues its first: numbered on, its previous state the first's.
+    let mut by_session: std::collections::BTreeMap<_, Vec<&StoredEvent>> = Default::default();
+    for e in &events {
+        by_session.entry(e.session_id).or_default().push(e);
+    }
+    for (_, evs) in by_session {
+        assert_eq!(evs.len(), 2);
+        assert_eq!((evs[0].seq + 1, evs[0].next()), (evs[1].seq, evs[1].prev.clone()));
+        assert!(evs[1].path.ends_with("/second"), "{}", evs[1].path);
+    }
+}
+
+/// Alone, packed sessions past their bound are written to the table, the oldest first, and
+/// remembered: every visitor's next event still continues their visit, from memory or the table.
+#[tokio::test]
+async fn alone_packed_sessions_past_their_bound_are_written_oldest_first_and_continue() {
+    use std::sync::atomic::Ordering;
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p, a) = pipeline(&w).await;
+    p.set_alone(0);
+    p.set_session_cache_limit(300);
+    p.set_packed_session_bytes(40_000);
+    let visitors = 2_000u32;
+    let t = now() - 600_000;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/first", FIREFOX, client(i), t + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while p.counters().evicted_written.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no packed session was written past the bound");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (held, bytes) = p.packed_sessions();
+    assert!(held > 0 && bytes <= 40_000 + 20_000, "{held} sessions packed in {bytes} bytes");
+    let items = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
+    assert!(!items.is_empty());
+    let written: std::collections::BTreeSet<String> =
+        items.iter().map(|r| r.string("visitor_id").unwrap().to_owned()).collect();
+    // The newest visitors come back first, so those still packed are found before the packing
+    // of the cache's sessions pushes them to the table too.
+    for i in (0..visitors).rev() {
+        let raw = pageview("https://example.com/second", FIREFOX, client(i), t + 300_000 + i64::from(i));
+        assert!(matches!(p.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    assert!(p.counters().session_lookups.load(Ordering::SeqCst) >= written.len() as u64);
+    assert!(p.counters().packed_found.load(Ordering::SeqCst) > 0);
+    a.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 2 * visitors as usize);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
+    assert_eq!(sessions.len(), visitors as usize, "a visit was split");
+    // The oldest went to the table first: the visitors written before the second round came
+    // earlier, on average, than the others.
+    let mean = |written_ones: bool| {
+        let ts: Vec<i64> = events
+            .iter()
+            .filter(|e| e.seq == 0 && written.contains(&e.visitor_id.to_string()) == written_ones)
+            .map(|e| e.ts)
+            .collect();
+        ts.iter().sum::<i64>() as f64 / ts.len().max(1) as f64
+    };
+    assert!(mean(true) < mean(false), "written {} on average, kept {}", mean(true), mean(false));
+}
+
+/// Packed sessions are written when the process stops ingesting alone (here: another process
+/// joins and it shares), so the other process continues their visits from the table.
+#[tokio::test]
+async fn packed_sessions_are_written_when_another_process_joins_and_it_continues_them() {
+    use std::sync::atomic::Ordering;
+    let w = world().await;
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p1, a1) = pipeline(&w).await;
+    p1.set_alone(0);
+    p1.set_session_cache_limit(300);
+    let visitors = 1_000u32;
+    let t = now() - 600_000;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/first", FIREFOX, client(i), t + i64::from(i));
+        assert!(matches!(p1.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    wait_packed(&p1, 300).await;
+    // Let any eviction still running finish, then share: every session, packed or cached, is
+    // written.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while p1.cached_sessions() > 400 {
+        assert!(std::time::Instant::now() < deadline, "eviction did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let written = p1.share().await.unwrap();
+    assert_eq!(written, visitors as usize, "every live session is written, packed ones included");
+    assert_eq!(p1.packed_sessions().0, 0, "nothing stays packed once shared");
+    a1.flush_now().await.unwrap();
+    // The second process continues every visit, reading the items (it ingests shared).
+    let (p2, a2) = pipeline(&w).await;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/second", FIREFOX, client(i), t + 300_000 + i64::from(i));
+        assert!(matches!(p2.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    assert_eq!(p2.counters().packed_found.load(Ordering::SeqCst), 0);
+    a2.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    assert_eq!(events.len(), 2 * visitors as usize);
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
+    assert_eq!(sessions.len(), visitors as usize, "a visit was split across the processes");
 }
 
 /// Alone, a full cache of live sessions whose latest events share one millisecond still makes
