@@ -1046,47 +1046,69 @@ fn is_whole(b: &Block) -> bool {
 
 /// Every event of a block, whole.
 pub fn decode_events(bytes: &[u8]) -> Result<Vec<StoredEvent>, BlockError> {
+    let b = read_whole(bytes)?;
+    let visits: Vec<Arc<VisitAttrs>> = (0..b.sessions.len()).map(|s| visit_of(&b, s)).collect();
+    let runs: Vec<Arc<str>> = b.run.values().map(Arc::from).collect();
+    Ok((0..b.len)
+        .map(|i| {
+            let s = b.session[i] as usize;
+            event_of(&b, i, visits[s].clone(), runs[b.run.rows[i] as usize].clone())
+        })
+        .collect())
+}
+
+/// The event of row `i` of a block, whole, making no other row's event: a session packed in
+/// memory is one row of a block of many (`None` past the last row).
+pub fn decode_event_at(bytes: &[u8], i: usize) -> Result<Option<StoredEvent>, BlockError> {
+    let b = read_whole(bytes)?;
+    if i >= b.len {
+        return Ok(None);
+    }
+    let visit = visit_of(&b, b.session[i] as usize);
+    let run = Arc::from(b.run.get(i));
+    Ok(Some(event_of(&b, i, visit, run)))
+}
+
+fn read_whole(bytes: &[u8]) -> Result<Block, BlockError> {
     let b = read(bytes, Cols::ALL)?;
-    let n = b.len;
     if !is_whole(&b) {
         return Err(BlockError::Corrupt("a column is missing"));
     }
-    let visits: Vec<Arc<VisitAttrs>> = (0..b.sessions.len())
-        .map(|s| Arc::new(VisitAttrs::from_texts(b.visit_start[s], std::array::from_fn(|i| b.visit[i].get(s)))))
-        .collect();
-    let runs: Vec<Arc<str>> = b.run.values().map(Arc::from).collect();
-    Ok((0..n)
-        .map(|i| {
-            let s = b.session[i] as usize;
-            let key = b.sessions[s];
-            StoredEvent {
-                site_id: b.site_id.clone(),
-                day: b.day,
-                visitor_id: key.visitor_id(),
-                session_id: key.session_id(),
-                seq: b.seq[i],
-                name: b.name.get(i).to_owned(),
-                ts: b.ts[i],
-                hostname: b.hostname.get(i).to_owned(),
-                path: b.path.get(i).to_owned(),
-                props: b.props.row(i).map(|(k, v)| (k.to_owned(), v.to_owned())).collect::<BTreeMap<_, _>>(),
-                revenue: b.revenue[i].clone(),
-                interactive: b.interactive[i],
-                goals: b.goals.row(i).map(|(g, _)| g.to_owned()).collect(),
-                visit: visits[s].clone(),
-                prev: PrevState {
-                    events: b.prev[i].events,
-                    pageviews: b.prev[i].pageviews,
-                    interactive: b.prev[i].interactive,
-                    last_ts: b.prev[i].last_ts,
-                    exit_page: b.prev_exit.get(i).to_owned(),
-                },
-                run: runs[b.run.rows[i] as usize].clone(),
-                epoch: b.epoch[i],
-                ttl: b.ttl[i],
-            }
-        })
-        .collect())
+    Ok(b)
+}
+
+fn visit_of(b: &Block, s: usize) -> Arc<VisitAttrs> {
+    Arc::new(VisitAttrs::from_texts(b.visit_start[s], std::array::from_fn(|i| b.visit[i].get(s))))
+}
+
+fn event_of(b: &Block, i: usize, visit: Arc<VisitAttrs>, run: Arc<str>) -> StoredEvent {
+    let key = b.sessions[b.session[i] as usize];
+    StoredEvent {
+        site_id: b.site_id.clone(),
+        day: b.day,
+        visitor_id: key.visitor_id(),
+        session_id: key.session_id(),
+        seq: b.seq[i],
+        name: b.name.get(i).to_owned(),
+        ts: b.ts[i],
+        hostname: b.hostname.get(i).to_owned(),
+        path: b.path.get(i).to_owned(),
+        props: b.props.row(i).map(|(k, v)| (k.to_owned(), v.to_owned())).collect::<BTreeMap<_, _>>(),
+        revenue: b.revenue[i].clone(),
+        interactive: b.interactive[i],
+        goals: b.goals.row(i).map(|(g, _)| g.to_owned()).collect(),
+        visit,
+        prev: PrevState {
+            events: b.prev[i].events,
+            pageviews: b.prev[i].pageviews,
+            interactive: b.prev[i].interactive,
+            last_ts: b.prev[i].last_ts,
+            exit_page: b.prev_exit.get(i).to_owned(),
+        },
+        run,
+        epoch: b.epoch[i],
+        ttl: b.ttl[i],
+    }
 }
 
 fn put_uvar(out: &mut Vec<u8>, mut v: u64) {

@@ -139,7 +139,12 @@ proptest! {
     #[test]
     fn round_trip(events in events()) {
         let bytes = encode("site-1", day("2026-11-22"), &events).expect("encodes");
-        prop_assert_eq!(decode_events(&bytes).expect("decodes"), events);
+        prop_assert_eq!(decode_events(&bytes).expect("decodes"), events.clone());
+        // One row alone decodes to the same event.
+        for (i, event) in events.iter().enumerate() {
+            prop_assert_eq!(decode_event_at(&bytes, i).expect("decodes"), Some(event.clone()));
+        }
+        prop_assert_eq!(decode_event_at(&bytes, events.len()).expect("decodes"), None);
     }
 
     /// The interner numbers values in first-seen order, before and after it switches from a
@@ -215,6 +220,7 @@ proptest! {
         let at = flip.0.index(changed.len());
         changed[at] ^= flip.1 | 1;
         let _ = decode_events(&changed);
+        let _ = decode_event_at(&changed, at % (events.len() + 1));
         let _ = read(&changed, Cols::NONE.with(Col::Path).with(Col::Session));
     }
 
