@@ -452,8 +452,8 @@ struct Cold {
 }
 
 /// How many bytes of packed sessions a process holds before it writes the oldest to the table:
-/// about 30,000 sessions at about 200 bytes each (their blocks, rows and index entries).
-const MAX_COLD_BYTES: usize = 6 << 20;
+/// about 26,000 sessions at about 160 bytes each (their blocks, rows and index entries).
+const MAX_COLD_BYTES: usize = 4 << 20;
 
 /// How many evicted visitors a process remembers before it forgets them, and then looks up every
 /// missing visitor of an event within a visit's timeout of the newest event then seen.
@@ -476,7 +476,7 @@ fn now_ms() -> i64 {
 /// ingestion, 33 MB for the 24,000 held while eviction was writing, the largest single part of
 /// the server's heap (about 850 bytes since: BENCHMARKS.md, "twenty-sixth session"). Alone, live
 /// sessions leaving it are packed in memory at about a quarter of that (`cold`), so it holds
-/// 15,000 and the packed ones about 30,000 more, in about the memory 20,000 cached took before
+/// 15,000 and the packed ones about 26,000 more, in about the memory 20,000 cached took before
 /// (BENCHMARKS.md, "twenty-eighth session").
 const MAX_CACHED_SESSIONS: usize = 15_000;
 
@@ -647,7 +647,7 @@ impl Pipeline {
     }
 
     /// Caps the bytes of live sessions packed in memory after leaving the cache at `bytes`
-    /// instead of 6 MiB (0: none are packed, each is written): for tests.
+    /// instead of 4 MiB (0: none are packed, each is written): for tests.
     pub fn set_packed_session_bytes(&self, bytes: usize) {
         self.cold.max_bytes.store(bytes, Ordering::SeqCst);
     }

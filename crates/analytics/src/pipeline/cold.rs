@@ -42,10 +42,10 @@ pub(crate) type Unpacked = ((SiteId, VisitorId), StoredEvent, Option<i64>);
 /// stays small.
 const ROWS_PER_BLOCK: usize = 64;
 
-/// About what a packed session costs beyond its block bytes: its row (56 bytes) and its index
-/// entry (24 and a control byte, in a table between seven sixteenths and seven eighths full
-/// as it doubles: 57 bytes on average).
-const ROW_OVERHEAD: usize = 56 + 57;
+/// About what a packed session costs beyond its block bytes: its row (32 bytes) and its index
+/// entry (16 and a control byte, in a table between seven sixteenths and seven eighths full
+/// as it doubles: 37 bytes on average).
+const ROW_OVERHEAD: usize = 32 + 37;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -66,11 +66,21 @@ pub(crate) struct ColdSessions {
 pub(crate) struct Chunk {
     bytes_of_blocks: Vec<u8>,
     ends: Vec<u32>,
+    /// The chunk's sites, which rows name by position.
+    sites: Vec<SiteId>,
     rows: Vec<Row>,
     bytes: usize,
 }
 
 impl Chunk {
+    fn key(&self, row: &Row) -> Option<(SiteId, VisitorId)> {
+        Some((self.sites.get(usize::from(row.site))?.clone(), row.visitor))
+    }
+
+    fn is(&self, row: &Row, site_id: &str, visitor: VisitorId) -> bool {
+        row.visitor == visitor && self.sites.get(usize::from(row.site)).is_some_and(|s| s.as_str() == site_id)
+    }
+
     fn block(&self, b: u32) -> Option<&[u8]> {
         let b = b as usize;
         let start = if b == 0 { 0 } else { *self.ends.get(b - 1)? as usize };
@@ -82,20 +92,48 @@ impl Chunk {
     }
 }
 
+/// A packed session: 32 bytes.
 #[derive(Debug)]
 struct Row {
-    key: (SiteId, VisitorId),
-    block: u32,
-    at: u32,
-    version: Option<i64>,
+    visitor: VisitorId,
+    /// The item's version last written, [`NO_VERSION`] for none.
+    version: i64,
     last_ts: i64,
+    /// Its site, by position in the chunk's.
+    site: u16,
+    block: u16,
+    at: u16,
 }
 
+const NO_VERSION: i64 = i64::MIN;
+
+impl Row {
+    fn version(&self) -> Option<i64> {
+        (self.version != NO_VERSION).then_some(self.version)
+    }
+}
+
+/// Where a visitor's newest packing is, in one word: the chunk's number, the row in it, and
+/// whether it was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Place {
-    chunk: u64,
-    row: u32,
-    taken: bool,
+struct Place(u64);
+
+impl Place {
+    fn new(chunk: u64, row: usize) -> Place {
+        Place(chunk << 17 | (row as u64) << 1)
+    }
+
+    fn chunk(self) -> u64 {
+        self.0 >> 17
+    }
+
+    fn row(self) -> usize {
+        (self.0 >> 1 & 0xffff) as usize
+    }
+
+    fn take(&mut self) {
+        self.0 |= 1;
+    }
 }
 
 impl ColdSessions {
@@ -126,8 +164,8 @@ impl ColdSessions {
         }
         let number = self.first + self.chunks.len() as u64;
         for (row, r) in chunk.rows.iter().enumerate() {
-            let place = Place { chunk: number, row: row as u32, taken: false };
-            self.index.insert(super::visitor_hash(&r.key.0, r.key.1), place);
+            let Some((site, visitor)) = chunk.key(r) else { continue };
+            self.index.insert(super::visitor_hash(&site, visitor), Place::new(number, row));
         }
         self.bytes += chunk.bytes;
         self.chunks.push_back(chunk);
@@ -145,6 +183,12 @@ impl ColdSessions {
         });
         let mut blocks: Vec<u8> = Vec::new();
         let mut ends: Vec<u32> = Vec::new();
+        let mut sites: Vec<SiteId> = Vec::new();
+        // A chunk is an eviction's chunk (hundreds of sessions): its rows and blocks are numbered
+        // in 16 bits.
+        if sessions.len() > usize::from(u16::MAX) {
+            return None;
+        }
         let mut rows = Vec::with_capacity(sessions.len());
         let mut start = 0;
         while start < order.len() {
@@ -159,10 +203,22 @@ impl ColdSessions {
             }
             let events: Vec<&StoredEvent> = order[start..end].iter().map(|&i| &*sessions[i].0.1).collect();
             let bytes = block::encode(site, day, &events).ok()?;
-            let b = ends.len() as u32;
+            let b = ends.len() as u16;
+            if sites.last().is_none_or(|s| s.as_str() != site) {
+                sites.push(sessions[order[start]].0.0.0.clone());
+            }
+            let site_at = (sites.len() - 1) as u16;
             for (at, &i) in order[start..end].iter().enumerate() {
-                let ((key, _, version), last_ts) = &sessions[i];
-                rows.push(Row { key: key.clone(), block: b, at: at as u32, version: *version, last_ts: *last_ts });
+                let (((_, visitor), _, version), last_ts) = &sessions[i];
+                let version = version.unwrap_or(NO_VERSION);
+                rows.push(Row {
+                    visitor: *visitor,
+                    version,
+                    last_ts: *last_ts,
+                    site: site_at,
+                    block: b,
+                    at: at as u16,
+                });
             }
             blocks.extend_from_slice(&bytes);
             ends.push(u32::try_from(blocks.len()).ok()?);
@@ -171,7 +227,7 @@ impl ColdSessions {
         // Held for minutes: without the room to grow.
         blocks.shrink_to_fit();
         let bytes = blocks.capacity() + ends.capacity() * 4 + rows.capacity() * ROW_OVERHEAD;
-        Some(Chunk { bytes_of_blocks: blocks, ends, rows, bytes })
+        Some(Chunk { bytes_of_blocks: blocks, ends, sites, rows, bytes })
     }
 
     /// The session of `visitor` of `site`, if packed and not replaced since, with its item's
@@ -179,22 +235,22 @@ impl ColdSessions {
     pub fn get(&mut self, site_id: &str, visitor: VisitorId) -> Option<(StoredEvent, Option<i64>)> {
         let hash = super::visitor_hash(site_id, visitor);
         let place = self.index.get_mut(&hash)?;
-        let chunk = self.chunks.get(usize::try_from(place.chunk.checked_sub(self.first)?).ok()?)?;
-        let row = chunk.rows.get(place.row as usize)?;
+        let chunk = self.chunks.get(usize::try_from(place.chunk().checked_sub(self.first)?).ok()?)?;
+        let row = chunk.rows.get(place.row())?;
         // Two visitors sharing a hash: the other one's place.
-        if row.key.0.as_str() != site_id || row.key.1 != visitor {
+        if !chunk.is(row, site_id, visitor) {
             return None;
         }
-        let event = block::decode_event_at(chunk.block(row.block)?, row.at as usize).ok()??;
-        place.taken = true;
-        Some((event, row.version))
+        let event = block::decode_event_at(chunk.block(u32::from(row.block))?, usize::from(row.at)).ok()??;
+        place.take();
+        Some((event, row.version()))
     }
 
     /// Marks the place of `visitor` of `site` taken, if it has one: their session stayed in the
     /// cache after all.
     pub fn mark_taken(&mut self, site_id: &str, visitor: VisitorId) {
         if let Some(place) = self.own_place(site_id, visitor) {
-            place.taken = true;
+            place.take();
         }
     }
 
@@ -209,9 +265,9 @@ impl ColdSessions {
     /// The place of `visitor` of `site`, not another visitor's sharing its hash.
     fn own_place(&mut self, site_id: &str, visitor: VisitorId) -> Option<&mut Place> {
         let place = self.index.get_mut(&super::visitor_hash(site_id, visitor))?;
-        let chunk = self.chunks.get(usize::try_from(place.chunk.checked_sub(self.first)?).ok()?)?;
-        let row = chunk.rows.get(place.row as usize)?;
-        (row.key.0.as_str() == site_id && row.key.1 == visitor).then_some(place)
+        let chunk = self.chunks.get(usize::try_from(place.chunk().checked_sub(self.first)?).ok()?)?;
+        let row = chunk.rows.get(place.row())?;
+        chunk.is(row, site_id, visitor).then_some(place)
     }
 
     /// While over `max_bytes`: the oldest chunk's number and the sessions of it to write to the
@@ -233,8 +289,9 @@ impl ColdSessions {
         }
         let Some(chunk) = self.chunks.pop_front() else { return false };
         for (row, r) in chunk.rows.iter().enumerate() {
-            let hash = super::visitor_hash(&r.key.0, r.key.1);
-            if self.index.get(&hash).is_some_and(|p| p.chunk == number && p.row == row as u32) {
+            let Some((site, visitor)) = chunk.key(r) else { continue };
+            let hash = super::visitor_hash(&site, visitor);
+            if self.index.get(&hash).is_some_and(|p| p.chunk() == number && p.row() == row) {
                 self.index.remove(&hash);
             }
         }
@@ -258,20 +315,20 @@ impl ColdSessions {
         let mut decoded: Vec<Option<Vec<StoredEvent>>> = vec![None; chunk.blocks()];
         let mut out = Vec::new();
         for (row, r) in chunk.rows.iter().enumerate() {
-            let hash = super::visitor_hash(&r.key.0, r.key.1);
-            let own = self.index.get(&hash) == Some(&Place { chunk: number, row: row as u32, taken: false });
+            let Some(key) = chunk.key(r) else { continue };
+            let own = self.index.get(&super::visitor_hash(&key.0, key.1)) == Some(&Place::new(number, row));
             if !own || r.last_ts < horizon {
                 continue;
             }
-            let block = r.block as usize;
+            let block = usize::from(r.block);
             if decoded[block].is_none() {
                 // Blocks this process encoded decode; one that did not would be a bug, and its
                 // sessions then start new visits rather than stop ingestion.
-                decoded[block] =
-                    Some(chunk.block(r.block).and_then(|b| block::decode_events(b).ok()).unwrap_or_default());
+                let events = chunk.block(u32::from(r.block)).and_then(|b| block::decode_events(b).ok());
+                decoded[block] = Some(events.unwrap_or_default());
             }
-            if let Some(event) = decoded[block].as_ref().and_then(|events| events.get(r.at as usize)) {
-                out.push((r.key.clone(), event.clone(), r.version));
+            if let Some(event) = decoded[block].as_ref().and_then(|events| events.get(usize::from(r.at))) {
+                out.push((key, event.clone(), r.version()));
             }
         }
         out
