@@ -683,13 +683,15 @@ impl Pipeline {
     /// ingests (switching to shared, stopping alone). Returns how many.
     pub async fn write_heads(&self, since_ts: Option<i64>) -> Result<usize, PipelineError> {
         // The packed sessions first, packing closed first: a packed session taken back into the
-        // cache before the drain is written below with the cache's; after it, none is packed.
+        // cache meanwhile is written below with the cache's. They stay packed (and found) until
+        // written, so a failed write loses none.
         let packed = {
             let mut cold = lock(&self.cold.sessions);
             cold.close();
-            cold.drain(since_ts.unwrap_or(i64::MIN))
+            cold.to_write(since_ts.unwrap_or(i64::MIN))
         };
         let packed_written = write_unpacked(&self.table, &packed, &self.evicted).await?;
+        lock(&self.cold.sessions).clear();
         let slots: Vec<Slot> = lock(&self.sessions).values().cloned().collect();
         // Each session is held until every item is written, once its latest event is durable:
         // an item never names an event that is not stored.

@@ -301,13 +301,29 @@ impl ColdSessions {
     }
 
     /// Every packed session to write to the table (as [`ColdSessions::oldest_over`] chooses
-    /// them) whose latest event is at or after `since_ts`, leaving nothing packed.
-    pub fn drain(&mut self, since_ts: i64) -> Vec<Unpacked> {
+    /// them) whose latest event is at or after `since_ts`; they stay packed until
+    /// [`ColdSessions::clear`]ed (once written).
+    pub fn to_write(&self, since_ts: i64) -> Vec<Unpacked> {
         let mut out = Vec::new();
-        while let Some(chunk) = self.chunks.front() {
-            out.extend(self.sessions_of(self.first, chunk, since_ts));
-            self.drop_chunk(self.first);
+        for (i, chunk) in self.chunks.iter().enumerate() {
+            out.extend(self.sessions_of(self.first + i as u64, chunk, since_ts));
         }
+        out
+    }
+
+    /// Drops every packed session.
+    pub fn clear(&mut self) {
+        self.first += self.chunks.len() as u64;
+        self.chunks.clear();
+        self.index.clear();
+        self.bytes = 0;
+    }
+
+    /// [`ColdSessions::to_write`], then [`ColdSessions::clear`].
+    #[cfg(test)]
+    fn drain(&mut self, since_ts: i64) -> Vec<Unpacked> {
+        let out = self.to_write(since_ts);
+        self.clear();
         out
     }
 

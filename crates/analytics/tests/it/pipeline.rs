@@ -1253,6 +1253,71 @@ async fn packed_sessions_are_written_when_another_process_joins_and_it_continues
     assert_eq!(sessions.len(), visitors as usize, "a visit was split across the processes");
 }
 
+/// A store whose batch writes fail while `failing` is set.
+struct FailingBatches {
+    failing: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Hooks for FailingBatches {
+    async fn before(&self, write: Write<'_>) -> store::Result<()> {
+        if let Write::Batch(_) = write
+            && self.failing.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(store::StoreError::Internal("injected batch write failure".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Packed sessions whose items cannot be written when another process joins stay packed and
+/// found: the share fails, the visits go on, and once the store takes the writes the share
+/// writes them all and the other process continues them.
+#[tokio::test]
+async fn packed_sessions_stay_when_their_items_cannot_be_written() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let embedded: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).expect("the embedded engine opens"));
+    let hooked = Arc::new(Hooked::new(embedded, FailingBatches { failing: Default::default() }));
+    let table = Table::new(hooked.clone(), tally_schema("tally"));
+    table.create_table().await.expect("Tally's table is created");
+    let sites = Arc::new(Sites::new(table.clone()));
+    let enricher = Arc::new(Enricher::new(EnricherConfig::default()).expect("the enricher loads"));
+    let w = World { _dir: dir, table, sites, enricher };
+    w.sites.add("example.com", "UTC").await.unwrap();
+    let (p1, a1) = pipeline(&w).await;
+    p1.set_alone(0);
+    p1.set_session_cache_limit(300);
+    let visitors = 600u32;
+    let t = now() - 600_000;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/first", FIREFOX, client(i), t + i64::from(i));
+        assert!(matches!(p1.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    wait_packed(&p1, 200).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while p1.cached_sessions() > 400 {
+        assert!(std::time::Instant::now() < deadline, "eviction did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let packed = p1.packed_sessions().0;
+    hooked.failing.store(true, Ordering::SeqCst);
+    assert!(p1.share().await.is_err(), "the items could not be written");
+    assert_eq!(p1.packed_sessions().0, packed, "the packed sessions stay");
+    hooked.failing.store(false, Ordering::SeqCst);
+    assert_eq!(p1.share().await.unwrap(), visitors as usize);
+    a1.flush_now().await.unwrap();
+    let (p2, a2) = pipeline(&w).await;
+    for i in 0..visitors {
+        let raw = pageview("https://example.com/second", FIREFOX, client(i), t + 300_000 + i64::from(i));
+        assert!(matches!(p2.ingest(raw, SiteSelector::Domain).await, IngestResult::Accepted));
+    }
+    a2.flush_now().await.unwrap();
+    let events = stored_events(&w).await;
+    let sessions: std::collections::BTreeSet<_> = events.iter().map(|e| e.session_id).collect();
+    assert_eq!((events.len(), sessions.len()), (2 * visitors as usize, visitors as usize), "a visit was split");
+}
+
 /// Alone, a full cache of live sessions whose latest events share one millisecond still makes
 /// room: the older half is counted, not cut at the median time, which let none of them go and
 /// left the next new visitor waiting for ever.
