@@ -1180,7 +1180,8 @@ async fn alone_packed_sessions_past_their_bound_are_written_oldest_first_and_con
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (held, bytes) = p.packed_sessions();
-    assert!(held > 0 && bytes <= 40_000 + 20_000, "{held} sessions packed in {bytes} bytes");
+    // Bounded: the bound and at most one eviction chunk (250 sessions) packed past it.
+    assert!(held > 0 && bytes <= 40_000 + 250 * 400, "{held} sessions packed in {bytes} bytes");
     let items = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
     assert!(!items.is_empty());
     let written: std::collections::BTreeSet<String> =
@@ -1231,12 +1232,14 @@ async fn packed_sessions_are_written_when_another_process_joins_and_it_continues
     // Let any eviction still running finish, then share: every session, packed or cached, is
     // written.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while p1.cached_sessions() > 400 {
+    while p1.cached_sessions() > 300 {
         assert!(std::time::Instant::now() < deadline, "eviction did not finish");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let written = p1.share().await.unwrap();
-    assert_eq!(written, visitors as usize, "every live session is written, packed ones included");
+    // An eviction still under way may write some itself: count the items, not the share's writes.
+    assert!(p1.share().await.unwrap() > 0);
+    let items = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
+    assert_eq!(items.len(), visitors as usize, "every live session is written, packed ones included");
     assert_eq!(p1.packed_sessions().0, 0, "nothing stays packed once shared");
     a1.flush_now().await.unwrap();
     // The second process continues every visit, reading the items (it ingests shared).
@@ -1296,16 +1299,18 @@ async fn packed_sessions_stay_when_their_items_cannot_be_written() {
     }
     wait_packed(&p1, 200).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while p1.cached_sessions() > 400 {
+    while p1.cached_sessions() > 300 {
         assert!(std::time::Instant::now() < deadline, "eviction did not finish");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let packed = p1.packed_sessions().0;
     hooked.failing.store(true, Ordering::SeqCst);
     assert!(p1.share().await.is_err(), "the items could not be written");
-    assert_eq!(p1.packed_sessions().0, packed, "the packed sessions stay");
+    assert!(p1.packed_sessions().0 >= packed, "the packed sessions stay");
     hooked.failing.store(false, Ordering::SeqCst);
-    assert_eq!(p1.share().await.unwrap(), visitors as usize);
+    assert!(p1.share().await.unwrap() > 0);
+    let items = w.table.scan().entity("VisitorSession").consistent().all().await.unwrap();
+    assert_eq!(items.len(), visitors as usize, "every live session is written");
     a1.flush_now().await.unwrap();
     let (p2, a2) = pipeline(&w).await;
     for i in 0..visitors {
