@@ -1870,16 +1870,10 @@ async fn evict_chunk(
             }
         };
         let evicted = match guard.live.as_ref().filter(|l| l.last_ts() >= horizon) {
-            Some(live) => {
-                let version = guard.head_version.unwrap_or(0) + 1;
-                match head_item_for(&live.last, version, holder) {
-                    Ok(item) => {
-                        writes.push(model::BatchWrite::put("VisitorSession", item));
-                        Evicted::Written(version)
-                    }
-                    Err(_) => continue,
-                }
-            }
+            Some(live) => match queue_head_write(&mut writes, live, guard.head_version, holder) {
+                Evicted::Kept => continue,
+                evicted => evicted,
+            },
             None => Evicted::Dropped,
         };
         held.push((key, slot, guard, evicted));
@@ -1898,14 +1892,7 @@ async fn evict_chunk(
             for &i in &live_at {
                 let (_, _, guard, evicted) = &mut held[i];
                 let Some(live) = guard.live.as_ref() else { continue };
-                let version = guard.head_version.unwrap_or(0) + 1;
-                *evicted = match head_item_for(&live.last, version, None) {
-                    Ok(item) => {
-                        writes.push(model::BatchWrite::put("VisitorSession", item));
-                        Evicted::Written(version)
-                    }
-                    Err(_) => Evicted::Kept,
-                };
+                *evicted = queue_head_write(&mut writes, live, guard.head_version, None);
             }
         }
     }
@@ -1947,6 +1934,25 @@ async fn evict_chunk(
         }
     }
     Some((written, packed))
+}
+
+/// Queues the write of a session's `VisitorSession` item at its version plus one, naming
+/// `holder`: [`Evicted::Written`] at that version, or [`Evicted::Kept`] when the item cannot be
+/// built (the session then stays in memory).
+fn queue_head_write(
+    writes: &mut Vec<model::BatchWrite>,
+    live: &Live,
+    head_version: Option<i64>,
+    holder: Option<&str>,
+) -> Evicted {
+    let version = head_version.unwrap_or(0) + 1;
+    match head_item_for(&live.last, version, holder) {
+        Ok(item) => {
+            writes.push(model::BatchWrite::put("VisitorSession", item));
+            Evicted::Written(version)
+        }
+        Err(_) => Evicted::Kept,
+    }
 }
 
 /// What became of a session chosen to leave memory.
