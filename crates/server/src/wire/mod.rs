@@ -131,7 +131,14 @@ impl WireError {
 }
 
 /// Reads `body` as a JSON object of `T`'s fields.
+///
+/// A body that reads straight into `T` is taken so, without gathering it into a [`Value`] first;
+/// any other (not an object, not JSON, a field twice) is read again the way that says what is
+/// wrong with it, or, for a repeated field, that keeps its last value as JSON readers do.
 fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
+    if let Ok(Object(body)) = serde_json::from_slice::<Object<T>>(body) {
+        return Ok(body);
+    }
     match serde_json::from_slice::<Sent<Object<T>>>(body) {
         Ok(sent) => object(sent, WireError::NotAnObject),
         Err(e) => Err(WireError::Json(e.to_string())),

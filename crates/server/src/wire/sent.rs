@@ -68,16 +68,90 @@ impl<T> Sent<T> {
     }
 }
 
+/// Read as the JSON value comes: a scalar is offered to `T` as it is, and only an array or an
+/// object is gathered into a [`Value`] first (which `T` then reads, and a [`Wrong`] quotes). Every
+/// field of every body used to be gathered so, and then copied again into `T`: for a tracker's
+/// event, the body's reading cost more than the rest of its route (BENCHMARKS.md, "twenty-ninth
+/// session"). Either way a field reads as [`Sent::from_value`] says of its value.
 impl<'de, T: DeserializeOwned> Deserialize<'de> for Sent<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
+        deserializer.deserialize_any(SentVisitor(std::marker::PhantomData))
+    }
+}
+
+impl<T: DeserializeOwned> Sent<T> {
+    /// The field whose value is `value`: `null`, `T`'s shape, or what was wrong with it.
+    fn from_value(value: Value) -> Self {
         if value.is_null() {
-            return Ok(Sent::Null);
+            return Sent::Null;
         }
-        Ok(match T::deserialize(&value) {
+        match T::deserialize(&value) {
             Ok(v) => Sent::Value(v),
             Err(_) => Sent::Wrong(Wrong { found: crate::wire::json_type(&value), json: value.to_string() }),
-        })
+        }
+    }
+
+    /// The field whose value is the scalar `scalar` (as `value` holds it): `T` read straight from
+    /// it, else what [`Sent::from_value`] makes of `value`.
+    fn from_scalar<'a>(
+        scalar: impl serde::de::IntoDeserializer<'a, serde::de::value::Error>,
+        value: impl FnOnce() -> Value,
+    ) -> Self {
+        match T::deserialize(scalar.into_deserializer()) {
+            Ok(v) => Sent::Value(v),
+            Err(_) => Sent::from_value(value()),
+        }
+    }
+}
+
+/// [`Sent`]'s reading, one JSON type at a time.
+struct SentVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for SentVisitor<T> {
+    type Value = Sent<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Sent<T>, E> {
+        Ok(Sent::Null)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Sent<T>, E> {
+        Ok(Sent::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Sent<T>, D::Error> {
+        Sent::deserialize(deserializer)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Sent<T>, E> {
+        Ok(Sent::from_scalar(v, || Value::Bool(v)))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Sent<T>, E> {
+        Ok(Sent::from_scalar(v, || Value::from(v)))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Sent<T>, E> {
+        Ok(Sent::from_scalar(v, || Value::from(v)))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Sent<T>, E> {
+        Ok(Sent::from_scalar(v, || Value::from(v)))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Sent<T>, E> {
+        Ok(Sent::from_scalar(v, || Value::String(v.to_owned())))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Sent<T>, A::Error> {
+        Ok(Sent::from_value(Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Sent<T>, A::Error> {
+        Ok(Sent::from_value(Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?))
     }
 }
 
@@ -144,6 +218,51 @@ mod tests {
         assert_eq!(read(r#"{"days": 7}"#).days, Sent::Value(7));
         assert_eq!(read(r#"{"name": "x"}"#).name.or(Sent::Value("y".into())), Sent::Value("x".into()));
         assert_eq!(read(r#"{"name": null}"#).name.or(Sent::Value("y".into())), Sent::Value("y".into()));
+    }
+
+    /// Every field reads as the value it holds would (`Sent::from_value`, the reading every
+    /// field had before scalars were offered to their type straight).
+    #[test]
+    fn a_field_reads_as_its_value_does() {
+        fn same<T: DeserializeOwned + PartialEq + std::fmt::Debug>(json: &str) {
+            let value: Value = serde_json::from_str(json).unwrap();
+            let streamed: Sent<T> = serde_json::from_str(json).unwrap();
+            let from_tree: Sent<T> = Sent::deserialize(&value).unwrap();
+            assert_eq!(streamed, Sent::from_value(value), "{json} as {}", std::any::type_name::<T>());
+            assert_eq!(from_tree, streamed, "{json} as {}", std::any::type_name::<T>());
+        }
+        let values = [
+            "null",
+            "true",
+            "false",
+            "0",
+            "7",
+            "-1",
+            "18446744073709551615",
+            "1e300",
+            "1.5",
+            "-0.0",
+            "\"\"",
+            "\"x\"",
+            "\"caf\\u00e9 \\\"q\\\"\"",
+            "\"7\"",
+            "[]",
+            "[\"a\", 1]",
+            "{}",
+            "{\"page\": \"/a\", \"x\": [1]}",
+            "{\"page\": 3}",
+        ];
+        for json in values {
+            same::<String>(json);
+            same::<u32>(json);
+            same::<i64>(json);
+            same::<f64>(json);
+            same::<bool>(json);
+            same::<Vec<String>>(json);
+            same::<Object<Inner>>(json);
+            same::<Value>(json);
+            same::<Option<String>>(json);
+        }
     }
 
     #[test]

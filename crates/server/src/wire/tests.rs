@@ -81,6 +81,16 @@ fn plausible_short_and_long_names() {
         expect![[r#"pageview https://www.a.com/x domain="www.a.com""#]],
     );
     check(r#"{"n":"pageview","u":"not a url"}"#, expect![[r#"pageview not a url domain="""#]]);
+    // A field sent twice keeps its last value, as JSON readers do (the body is read again
+    // through a JSON value when it does not read straight into its fields).
+    check(
+        r#"{"n":"first","u":"https://a.com/","n":"pageview","d":"a.com","x":1,"x":2}"#,
+        expect![[r#"pageview https://a.com/ domain="a.com""#]],
+    );
+    check(
+        r#"{"n":"pageview","u":"https://a.com/","d":"a.com","d":7}"#,
+        expect!["error[domain]: domain must be a string, not a number"],
+    );
 }
 
 #[test]
