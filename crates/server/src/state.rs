@@ -43,9 +43,26 @@ pub struct Reading {
     pub setup_token: Option<String>,
 }
 
-/// What every handler shares.
+/// What every handler shares: one reference to its [`Shared`] parts.
+///
+/// axum clones the state for every request (the router hands each handler its own, and the
+/// `State` extractor clones it again), and drops each clone when the request is done. With one
+/// reference that is one atomic count changed each time, where the parts counted one by one were
+/// seven: on cache lines that every core serving requests takes in turn.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+#[derive(Clone)]
+pub struct Shared {
     /// Where events go.
     pub ingest: Arc<dyn Ingest>,
     /// Where `/metrics` reads its figures; `None` answers 404.
@@ -72,7 +89,7 @@ pub trait HealthCheck: Send + Sync {
 impl AppState {
     /// State around `ingest`.
     pub fn new(ingest: Arc<dyn Ingest>) -> Self {
-        AppState {
+        AppState(Arc::new(Shared {
             ingest,
             metrics: None,
             reading: None,
@@ -80,43 +97,48 @@ impl AppState {
             metrics_token: None,
             trusted_proxies: Arc::new(analytics::enrich::IpRanges::new()),
             attempts: Arc::new(crate::attempts::Attempts::new(crate::attempts::DEFAULT_ATTEMPTS_PER_MINUTE)),
-        }
+        }))
+    }
+
+    /// The parts, to set one while the server is being built (copied first if already shared).
+    fn parts(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.0)
     }
 
     /// Asks every `/metrics` request for `token` as `Authorization: Bearer TOKEN`.
     pub fn with_metrics_token(mut self, token: &str) -> Self {
-        self.metrics_token = Some(Arc::from(token));
+        self.parts().metrics_token = Some(Arc::from(token));
         self
     }
 
     /// Believes the forwarding headers of these proxies (the client's address for rate limits
     /// and logs; HTTPS for `Secure` cookies).
     pub fn with_trusted_proxies(mut self, proxies: analytics::enrich::IpRanges) -> Self {
-        self.trusted_proxies = Arc::new(proxies);
+        self.parts().trusted_proxies = Arc::new(proxies);
         self
     }
 
     /// Allows `per_minute` sign-in and unlock attempts a minute per client and per account.
     pub fn with_attempts_per_minute(mut self, per_minute: u32) -> Self {
-        self.attempts = Arc::new(crate::attempts::Attempts::new(per_minute));
+        self.parts().attempts = Arc::new(crate::attempts::Attempts::new(per_minute));
         self
     }
 
     /// Serves the Stats API, realtime and import from `reading`.
     pub fn with_reading(mut self, reading: Arc<Reading>) -> Self {
-        self.reading = Some(reading);
+        self.parts().reading = Some(reading);
         self
     }
 
     /// Answers `/health` from `check`.
     pub fn with_health(mut self, check: Arc<dyn HealthCheck>) -> Self {
-        self.health = Some(check);
+        self.parts().health = Some(check);
         self
     }
 
     /// Serves `/metrics` from `source`.
     pub fn with_metrics(mut self, source: Arc<dyn crate::metrics::MetricsSource>) -> Self {
-        self.metrics = Some(source);
+        self.parts().metrics = Some(source);
         self
     }
 
