@@ -607,6 +607,8 @@ struct Ingested {
     capacity: model::Capacity,
     /// Small event blocks merged after ingesting.
     compacted: usize,
+    /// Whether small blocks were merged (`compact_event_blocks`), which the write units include.
+    merging: bool,
     /// The aggregators' counters once everything was flushed (both ingesters' with two).
     aggregation: analytics::aggregate::AggregatorStats,
 }
@@ -723,6 +725,7 @@ async fn ingest_in_process(s: &Setup, options: &BenchOptions) -> Result<Ingested
         max_lag_ms,
         capacity: ingest_capacity,
         compacted,
+        merging: options.compact_event_blocks,
         aggregation,
     })
 }
@@ -746,9 +749,14 @@ async fn print_ingestion(s: &Setup, ingested: &Ingested) -> Result<()> {
     println!("{}", ingested.groups);
     println!("{}", ingested.sessions);
     println!(
-        "write units per event: {write_per_event:.3} ({:.3} raw events, runs and salts; {:.3} aggregates)",
+        "write units per event: {write_per_event:.3} ({:.3} raw events, runs and salts; {:.3} aggregates; {})",
         ingest_capacity.write_units / accepted as f64,
-        a.flush_write_units / accepted as f64
+        a.flush_write_units / accepted as f64,
+        if ingested.merging {
+            "small blocks merged, the embedded engine's default: `--compact-event-blocks false` measures DynamoDB's"
+        } else {
+            "small blocks not merged, DynamoDB's default"
+        }
     );
     println!(
         "aggregation: {} flushes, {} aggregate items written, {:.1} events per item written, {} writes refused \

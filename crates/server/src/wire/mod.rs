@@ -132,11 +132,15 @@ impl WireError {
 
 /// Reads `body` as a JSON object of `T`'s fields.
 ///
-/// A body that reads straight into `T` is taken so, without gathering it into a [`Value`] first;
-/// any other (not an object, not JSON, a field twice) is read again the way that says what is
-/// wrong with it, or, for a repeated field, that keeps its last value as JSON readers do.
+/// A body of UTF-8 that reads straight into `T` is taken so, without gathering it into a
+/// [`Value`] first; any other (not UTF-8, not an object, not JSON, a field twice) is read again
+/// the way that says what is wrong with it, or, for a repeated field, that keeps its last value
+/// as JSON readers do. The whole body is checked for UTF-8 first because reading straight skips
+/// the fields `T` does not have without looking inside their strings.
 fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
-    if let Ok(Object(body)) = serde_json::from_slice::<Object<T>>(body) {
+    if let Ok(text) = std::str::from_utf8(body)
+        && let Ok(Object(body)) = serde_json::from_str::<Object<T>>(text)
+    {
         return Ok(body);
     }
     match serde_json::from_slice::<Sent<Object<T>>>(body) {

@@ -93,6 +93,22 @@ fn plausible_short_and_long_names() {
     );
 }
 
+/// A body that is not UTF-8 is refused as JSON wherever the bad bytes are, in a field the route
+/// reads or in one it skips (reading a body straight into its fields does not look inside the
+/// strings of the fields it skips).
+#[test]
+fn bodies_not_utf8_are_refused_whatever_field_holds_the_bytes() {
+    let body = |before: &str, after: &str| [before.as_bytes(), &[0xff, 0xfe], after.as_bytes()].concat();
+    let unread = body(r#"{"n":"pageview","u":"https://a.com/","d":"a.com","x":""#, r#""}"#);
+    let read = body(r#"{"n":"page"#, r#"view","u":"https://a.com/","d":"a.com"}"#);
+    for bytes in [&unread, &read] {
+        let plausible = plausible::parse(bytes, RequestMeta::default()).map(|_| ()).unwrap_err();
+        assert!(matches!(plausible, WireError::Json(_)), "{plausible}");
+        let umami = umami::parse(bytes, RequestMeta::default()).map(|_| ()).unwrap_err();
+        assert!(matches!(umami, WireError::Json(_)), "{umami}");
+    }
+}
+
 #[test]
 fn plausible_props() {
     check(
