@@ -109,6 +109,20 @@ fn bodies_not_utf8_are_refused_whatever_field_holds_the_bytes() {
     }
 }
 
+/// What serde_json cannot hold (a number past f64's range, a lone surrogate's escape) refuses a
+/// body in a field the route reads, and is passed over in a field it skips, as any other value
+/// of a skipped field is.
+#[test]
+fn values_serde_json_cannot_hold_are_refused_where_read_and_passed_over_where_skipped() {
+    for value in ["1e400", r#""\ud800""#] {
+        let skipped = format!(r#"{{"n":"pageview","u":"https://a.com/","d":"a.com","x":{value}}}"#);
+        assert!(plausible::parse(skipped.as_bytes(), RequestMeta::default()).is_ok(), "{skipped}");
+        let read = format!(r#"{{"n":{value},"u":"https://a.com/","d":"a.com"}}"#);
+        let error = plausible::parse(read.as_bytes(), RequestMeta::default()).map(|_| ()).unwrap_err();
+        assert!(matches!(error, WireError::Json(_)), "{read}: {error}");
+    }
+}
+
 #[test]
 fn plausible_props() {
     check(
